@@ -1,0 +1,63 @@
+# llmq: `make test` is the one command developers and CI run.
+#
+#   make services  install/start/check PostgreSQL and RabbitMQ (scripts/services)
+#   make test      services, lint, vet, then go test -race (TESTFLAGS adds flags)
+#   make lint      golangci-lint, pinned below, built into ./bin on first use
+#   make vet       go vet
+#   make demo      services, then go run ./examples/quickstart
+#   make bench     services, then all benchmarks (BENCHFLAGS adds flags)
+#   make fmt       gofmt -w the repository's Go files
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := test
+
+GO ?= go
+TESTFLAGS ?=
+BENCHFLAGS ?=
+
+GOLANGCI_LINT_VERSION := v2.15.0
+BIN_DIR := $(CURDIR)/bin
+GOLANGCI_LINT := $(BIN_DIR)/golangci-lint
+
+DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
+AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/
+export DATABASE_URL AMQP_URL
+
+.PHONY: all services test lint golangci-lint vet demo bench fmt clean
+
+all: test
+
+services:
+	./scripts/services
+
+# The prerequisites run in this order (services, lint, vet) and make stops at
+# the first that fails.
+test: services lint vet
+	$(GO) test -race -count=1 $(TESTFLAGS) ./...
+
+lint: golangci-lint
+	$(GOLANGCI_LINT) run ./...
+
+# Builds golangci-lint from source through the Go module proxy, only when
+# ./bin has none or one of another version.
+golangci-lint:
+	@if [ "$$("$(GOLANGCI_LINT)" version --short 2>/dev/null)" != "$(GOLANGCI_LINT_VERSION:v%=%)" ]; then \
+		echo "installing golangci-lint $(GOLANGCI_LINT_VERSION) into $(BIN_DIR) (go install, takes a few minutes)"; \
+		GOBIN="$(BIN_DIR)" $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION); \
+	fi
+
+vet:
+	$(GO) vet ./...
+
+demo: services
+	$(GO) run ./examples/quickstart
+
+bench: services
+	$(GO) test -run '^$$' -bench . -benchmem $(BENCHFLAGS) ./...
+
+fmt:
+	git ls-files -z --cached --others --exclude-standard -- '*.go' | xargs -0 -r gofmt -w
+
+clean:
+	rm -rf $(BIN_DIR)

@@ -1,0 +1,34 @@
+package llmq_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/dbtest"
+)
+
+// Migrate at start-up from every replica: concurrent calls serialise on an
+// advisory lock and each migration is applied once.
+func ExampleMigrate() {
+	ctx := context.Background()
+	pool, cleanup := dbtest.ForExample(ctx, "llmq_example_migrate") // a pool on DATABASE_URL and a fresh schema
+	defer cleanup()
+
+	res, err := llmq.Migrate(ctx, pool, llmq.MigrateOptions{Schema: "llmq_example_migrate"})
+	if err != nil {
+		panic(err)
+	}
+	for _, m := range res.Migrations {
+		fmt.Printf("applied %04d_%s\n", m.Version, m.Name)
+	}
+
+	status, err := llmq.MigrationStatus(ctx, pool, llmq.MigrateOptions{Schema: "llmq_example_migrate"})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("version 1 applied:", status[0].Applied())
+	// Output:
+	// applied 0001_init
+	// version 1 applied: true
+}

@@ -1,0 +1,3 @@
+DROP TABLE /*schema*/outbox;
+DROP TABLE /*schema*/job_attempts;
+DROP TABLE /*schema*/jobs;

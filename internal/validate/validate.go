@@ -1,0 +1,104 @@
+// Package validate holds the field error that llmq's public packages return
+// for bad input, and the checks they share.
+package validate
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Error says which input field was wrong and why. Kind is the package's
+// sentinel (for example jobs.ErrInvalidParams) and Cause an optional, more
+// specific one (for example jobs.ErrPayloadTooLarge); errors.Is matches both.
+type Error struct {
+	Kind    error
+	Field   string
+	Problem string
+	Cause   error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%v: %s: %s", e.Kind, e.Field, e.Problem)
+}
+
+// Unwrap exposes Kind and Cause to errors.Is and errors.As.
+func (e *Error) Unwrap() []error {
+	if e.Cause == nil {
+		return []error{e.Kind}
+	}
+	return []error{e.Kind, e.Cause}
+}
+
+// Text checks a required or optional identifier-like string: at most maxLen
+// bytes of valid UTF-8 without control characters. It returns the problem,
+// or "" when s is acceptable.
+func Text(s string, required bool, maxLen int) string {
+	switch {
+	case s == "" && required:
+		return "must not be empty"
+	case len(s) > maxLen:
+		return fmt.Sprintf("is %d bytes, more than the limit of %d", len(s), maxLen)
+	case !utf8.ValidString(s):
+		return "is not valid UTF-8"
+	case strings.IndexFunc(s, unicode.IsControl) >= 0:
+		return "contains a control character"
+	}
+	return ""
+}
+
+// JSON checks that b is one JSON value of at most maxLen bytes that
+// PostgreSQL's jsonb accepts. It returns the problem and, for an oversize
+// value, tooLarge; "" when b is acceptable.
+func JSON(b []byte, maxLen int) (problem string, tooLarge bool) {
+	if len(b) > maxLen {
+		return fmt.Sprintf("is %d bytes, more than the limit of %d", len(b), maxLen), true
+	}
+	if !json.Valid(b) {
+		return "is not valid JSON", false
+	}
+	// jsonb cannot store U+0000. Rejecting it here keeps a bad payload from
+	// failing the statement, which would abort the caller's transaction.
+	if bytes.Contains(b, []byte(`\u0000`)) && containsNUL(b) {
+		return `contains \u0000, which PostgreSQL jsonb cannot store`, false
+	}
+	return "", false
+}
+
+func containsNUL(b []byte) bool {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return false
+	}
+	var walk func(any) bool
+	walk = func(v any) bool {
+		switch v := v.(type) {
+		case string:
+			return strings.ContainsRune(v, 0)
+		case []any:
+			for _, e := range v {
+				if walk(e) {
+					return true
+				}
+			}
+		case map[string]any:
+			for k, e := range v {
+				if strings.ContainsRune(k, 0) || walk(e) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return walk(v)
+}
+
+// Is reports whether err is a field error of kind, for tests.
+func Is(err, kind error) bool {
+	var fe *Error
+	return errors.As(err, &fe) && errors.Is(fe.Kind, kind)
+}

@@ -1,0 +1,58 @@
+// Package jobs is llmq's job store: durable acceptance with idempotency, the
+// job state machine, and tenant-scoped reads.
+//
+// A host service accepts work by calling Store.Enqueue on its own
+// transaction, so the job, its "<kind>.requested" outbox event and the
+// host's business write commit together or not at all:
+//
+//	tx, _ := pool.Begin(ctx)
+//	res, err := store.Enqueue(ctx, tx, jobs.EnqueueParams{
+//		Tenant:         tenant,              // from the credential, never the body
+//		Kind:           "invoice.extract",
+//		Payload:        payload,             // ids and options, not the document
+//		IdempotencyKey: r.Header.Get("Idempotency-Key"),
+//		RequestHash:    hash,                // jobs.RequestHash of what changes the result
+//	})
+//	...
+//	tx.Commit(ctx)
+//
+// # Guarantees
+//
+//   - Acceptance is atomic: a job exists if and only if its requested event
+//     exists, in the same commit as the caller's own writes.
+//   - Idempotency per tenant: the same (tenant, idempotency key, request
+//     hash) always yields the same job, however many callers race (the
+//     unique constraint decides, not a read-then-write); EnqueueResult.Existing
+//     tells a retry from a first acceptance, and no second event is written.
+//     The same key with another hash is ErrIdempotencyConflict and writes
+//     nothing. Keys live as long as their job row.
+//   - Bad input is refused before anything is written, with a
+//     *ValidationError naming the field (errors.Is ErrInvalidParams, and
+//     ErrUnknownQueue or ErrPayloadTooLarge where they apply). A refused or
+//     conflicting call leaves the caller's transaction usable.
+//   - EnqueueMany is all or nothing: a savepoint inside the caller's
+//     transaction, or a transaction of its own on a pool.
+//   - Every read and Cancel is tenant-scoped: another tenant's job is
+//     ErrNotFound, exactly like a job that does not exist.
+//   - Every change a client can observe bumps the job's state_version, which
+//     never goes backwards.
+//   - Enqueue NOTIFYs "<schema>_jobs" with the queue name; Postgres delivers
+//     it on commit, so runners wake for committed work only.
+//
+// # Decisions
+//
+//   - Ids are UUIDv7: time-ordered (cheap primary-key inserts, keyset
+//     pagination by id) and unguessable enough not to be enumerated.
+//   - Priority follows Oban: 0 is the most urgent class and the default.
+//   - MaxAttempts 0 means the store default (5); explicit values must be 1 to
+//     1000. A zero AvailableAt means the database's now(), so producers with
+//     skewed clocks still schedule sensibly; DeadlineAt is checked against the
+//     producer's clock at enqueue.
+//   - An IdempotencyKey without a RequestHash hashes Kind and Payload, so a
+//     reused key with another payload is still a conflict.
+//   - Cancel of a RUNNING job records the request and leaves the job to its
+//     worker: a job is never cancelled underneath the worker that holds it.
+//   - Enqueue expects READ COMMITTED (Postgres' default). Under REPEATABLE
+//     READ a key taken by a concurrent transaction surfaces as a
+//     serialization failure for the caller to retry.
+package jobs

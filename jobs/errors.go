@@ -1,0 +1,56 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/llmq/llmq/internal/validate"
+)
+
+var (
+	// ErrInvalidParams is matched (errors.Is) by every *ValidationError of
+	// this package: the input was refused before anything was written.
+	ErrInvalidParams = errors.New("jobs: invalid params")
+	// ErrUnknownQueue is matched when EnqueueParams.Queue is not one of
+	// Config.Queues.
+	ErrUnknownQueue = errors.New("jobs: unknown queue")
+	// ErrPayloadTooLarge is matched when a payload exceeds
+	// Config.MaxPayloadBytes.
+	ErrPayloadTooLarge = errors.New("jobs: payload too large")
+	// ErrIdempotencyConflict is matched when an idempotency key is reused
+	// with a different request hash (HTTP 409 in servers). Nothing is
+	// written; the error is a *ConflictError.
+	ErrIdempotencyConflict = errors.New("jobs: idempotency key reused with a different request")
+	// ErrNotFound is returned for a job that does not exist for the tenant
+	// asking, including another tenant's job.
+	ErrNotFound = errors.New("jobs: job not found")
+	// ErrAlreadyFinished is returned by Cancel for a job that reached a
+	// terminal state other than CANCELLED; the job is returned unchanged.
+	ErrAlreadyFinished = errors.New("jobs: job already finished")
+)
+
+// ValidationError names the parameter that was wrong and why. Its Kind is
+// ErrInvalidParams; Cause, when set, is ErrUnknownQueue or
+// ErrPayloadTooLarge.
+type ValidationError = validate.Error
+
+// ConflictError reports an idempotency key that already belongs to a job
+// with a different request hash.
+type ConflictError struct {
+	// Index is the position in the EnqueueMany batch (0 for Enqueue).
+	Index int
+	// Tenant and IdempotencyKey are the key that conflicted.
+	Tenant         string
+	IdempotencyKey string
+	// ExistingJobID is the job that holds the key.
+	ExistingJobID uuid.UUID
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("%v: tenant %q key %q belongs to job %s", ErrIdempotencyConflict, e.Tenant, e.IdempotencyKey, e.ExistingJobID)
+}
+
+// Unwrap makes errors.Is(err, ErrIdempotencyConflict) true.
+func (e *ConflictError) Unwrap() error { return ErrIdempotencyConflict }

@@ -1,0 +1,484 @@
+package jobs
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/llmq/llmq/internal/dbsql"
+)
+
+//go:embed queries.sql
+var queriesSQL string
+
+// DBTX is the caller's transaction or connection: *pgxpool.Pool, *pgx.Conn
+// and pgx.Tx all satisfy it. Pass a transaction to make a store call part of
+// the caller's own unit of work; pass a pool to run it on its own.
+type DBTX = dbsql.DBTX
+
+// Store is the job store. Every method runs on the DBTX it is given and
+// never opens connections of its own.
+type Store interface {
+	// Enqueue accepts one job and writes its "<kind>.requested" outbox event
+	// in the same statement. See EnqueueParams for idempotency.
+	Enqueue(ctx context.Context, db DBTX, params EnqueueParams) (EnqueueResult, error)
+	// EnqueueMany accepts a batch atomically: every job is accepted (or
+	// found under its idempotency key), or nothing is written. Results are
+	// in input order.
+	EnqueueMany(ctx context.Context, db DBTX, params []EnqueueParams) ([]EnqueueResult, error)
+	// Get returns the tenant's job, or ErrNotFound.
+	Get(ctx context.Context, db DBTX, tenant string, id uuid.UUID) (*Job, error)
+	// List returns a page of the tenant's jobs, newest first.
+	List(ctx context.Context, db DBTX, params ListParams) (*ListResult, error)
+	// Cancel cancels a waiting job, or asks its runner to cancel a running
+	// one. It returns the job as it now is.
+	Cancel(ctx context.Context, db DBTX, tenant string, id uuid.UUID) (*Job, error)
+	// Stats summarises every queue that has jobs.
+	Stats(ctx context.Context, db DBTX) ([]QueueStats, error)
+}
+
+// Limits on job parameters.
+const (
+	MaxTenantLen           = 200
+	MaxKindLen             = 100
+	MaxQueueLen            = 100
+	MaxIdempotencyKeyLen   = 255
+	MaxRequestHashLen      = 128
+	MaxGroupKeyLen         = 255
+	MaxPriority            = 9
+	MaxMaxAttempts         = 1000
+	MaxBatch               = 10_000
+	MaxListLimit           = 1000
+	DefaultQueue           = "default"
+	DefaultMaxPayloadBytes = 64 << 10
+	DefaultMaxAttempts     = 5
+	DefaultEventTopic      = "llmq.jobs"
+	defaultListLimit       = 100
+)
+
+// Config configures a PostgresStore. The zero value accepts jobs into the
+// "default" queue of the "llmq" schema with the documented limits.
+type Config struct {
+	// Schema holds the llmq tables (see llmq.Migrate). Default "llmq".
+	Schema string
+	// Queues are the queue names Enqueue accepts; any other is
+	// ErrUnknownQueue. Default: just "default".
+	Queues []string
+	// MaxPayloadBytes bounds EnqueueParams.Payload. Default 64 KiB: a
+	// payload carries ids and options, not documents.
+	MaxPayloadBytes int
+	// DefaultMaxAttempts applies when EnqueueParams.MaxAttempts is zero.
+	// Default 5.
+	DefaultMaxAttempts int
+	// EventTopic is the outbox topic of job lifecycle events. Default
+	// "llmq.jobs".
+	EventTopic string
+	// DisableNotify stops Enqueue from sending its NOTIFY, for hosts whose
+	// runners poll or are woken by a broker. Postgres serialises the commits
+	// of notifying transactions (they hold a database-wide lock until their
+	// commit record is flushed), which caps one-job-per-transaction
+	// acceptance at roughly one commit per WAL flush; see the README for the
+	// measured difference.
+	DisableNotify bool
+}
+
+// PostgresStore is the Store on PostgreSQL. It holds no connections and is
+// safe for concurrent use.
+type PostgresStore struct {
+	cfg     Config
+	queues  map[string]bool
+	channel string
+	sql     struct {
+		insertJobs, selectByKey, get, list, cancel, stats string
+	}
+}
+
+var _ Store = (*PostgresStore)(nil)
+
+// NewStore validates cfg once and prepares the store's SQL for its schema.
+func NewStore(cfg Config) (*PostgresStore, error) {
+	schema, err := dbsql.NewSchema(cfg.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: %w", err)
+	}
+	cfg.Schema = schema.Name()
+	if len(cfg.Queues) == 0 {
+		cfg.Queues = []string{DefaultQueue}
+	}
+	queues := make(map[string]bool, len(cfg.Queues))
+	for _, q := range cfg.Queues {
+		if !validName(q, MaxQueueLen) {
+			return nil, fmt.Errorf("jobs: queue name %q: use letters, digits, '.', '_' and '-', at most %d bytes", q, MaxQueueLen)
+		}
+		queues[q] = true
+	}
+	switch {
+	case cfg.MaxPayloadBytes < 0:
+		return nil, fmt.Errorf("jobs: MaxPayloadBytes is %d; use 0 for the default or a positive limit", cfg.MaxPayloadBytes)
+	case cfg.DefaultMaxAttempts < 0 || cfg.DefaultMaxAttempts > MaxMaxAttempts:
+		return nil, fmt.Errorf("jobs: DefaultMaxAttempts is %d; use 0 for the default or 1 to %d", cfg.DefaultMaxAttempts, MaxMaxAttempts)
+	}
+	cfg.MaxPayloadBytes = cmp.Or(cfg.MaxPayloadBytes, DefaultMaxPayloadBytes)
+	cfg.DefaultMaxAttempts = cmp.Or(cfg.DefaultMaxAttempts, DefaultMaxAttempts)
+	cfg.EventTopic = cmp.Or(cfg.EventTopic, DefaultEventTopic)
+
+	q, err := dbsql.ParseQueries(queriesSQL, schema)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: %w", err)
+	}
+	s := &PostgresStore{cfg: cfg, queues: queues, channel: schema.Channel("jobs")}
+	if cfg.DisableNotify {
+		// InsertJobs skips pg_notify for an empty channel.
+		s.channel = ""
+	}
+	s.sql.insertJobs = q.Must("InsertJobs")
+	s.sql.selectByKey = q.Must("SelectJobsByIdempotencyKey")
+	s.sql.get = q.Must("GetJob")
+	s.sql.list = q.Must("ListJobs")
+	s.sql.cancel = q.Must("CancelJob")
+	s.sql.stats = q.Must("QueueStats")
+	return s, nil
+}
+
+// Config returns the store's configuration with defaults filled in.
+func (s *PostgresStore) Config() Config {
+	cfg := s.cfg
+	cfg.Queues = slices.Clone(cfg.Queues)
+	return cfg
+}
+
+// Channel is the NOTIFY channel Enqueue signals on when it accepts a job;
+// the payload is the job's queue. Notifications are delivered on commit.
+// It is empty when Config.DisableNotify is set.
+func (s *PostgresStore) Channel() string { return s.channel }
+
+// Enqueue implements Store. It is one statement: atomic on its own and
+// part of the caller's transaction when db is one. Under REPEATABLE READ or
+// SERIALIZABLE, a key taken by a concurrent transaction surfaces as a
+// serialization failure for the caller to retry; READ COMMITTED (Postgres'
+// default) resolves it to the existing job.
+func (s *PostgresStore) Enqueue(ctx context.Context, db DBTX, params EnqueueParams) (EnqueueResult, error) {
+	res, err := s.EnqueueMany(ctx, db, []EnqueueParams{params})
+	if err != nil {
+		return EnqueueResult{}, err
+	}
+	return res[0], nil
+}
+
+// EnqueueMany implements Store. A batch of one runs as one statement; a
+// larger batch runs in a transaction (a savepoint inside the caller's), so
+// an idempotency conflict anywhere writes nothing and leaves the caller's
+// transaction usable.
+func (s *PostgresStore) EnqueueMany(ctx context.Context, db DBTX, params []EnqueueParams) ([]EnqueueResult, error) {
+	batch, err := s.prepare(params)
+	if err != nil {
+		return nil, err
+	}
+	if len(params) == 1 {
+		return s.insert(ctx, db, batch)
+	}
+	var results []EnqueueResult
+	err = dbsql.WithTx(ctx, db, func(tx pgx.Tx) error {
+		results, err = s.insert(ctx, tx, batch)
+		return err
+	})
+	if err != nil {
+		var conflict *ConflictError
+		if errors.As(err, &conflict) || errors.Is(err, ErrInvalidParams) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("jobs: enqueue: %w", err)
+	}
+	return results, nil
+}
+
+// insertBatch is a validated batch in the column arrays InsertJobs takes.
+type insertBatch struct {
+	ids, eventIDs                    []uuid.UUID
+	tenants, kinds, queues, payloads []string
+	keys, hashes, groupKeys          []*string
+	priorities                       []int16
+	maxAttempts                      []int32
+	availableAt, deadlineAt          []*time.Time
+	estimatedTokens                  []int64
+}
+
+func (s *PostgresStore) prepare(params []EnqueueParams) (*insertBatch, error) {
+	switch {
+	case len(params) == 0:
+		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "params", Problem: "the batch is empty"}
+	case len(params) > MaxBatch:
+		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "params",
+			Problem: fmt.Sprintf("the batch has %d jobs, more than the limit of %d", len(params), MaxBatch)}
+	}
+	now := time.Now()
+	n := len(params)
+	b := &insertBatch{
+		ids: make([]uuid.UUID, n), eventIDs: make([]uuid.UUID, n),
+		tenants: make([]string, n), kinds: make([]string, n), queues: make([]string, n), payloads: make([]string, n),
+		keys: make([]*string, n), hashes: make([]*string, n), groupKeys: make([]*string, n),
+		priorities: make([]int16, n), maxAttempts: make([]int32, n),
+		availableAt: make([]*time.Time, n), deadlineAt: make([]*time.Time, n), estimatedTokens: make([]int64, n),
+	}
+	for i := range params {
+		p, err := s.normalize(params[i], now)
+		if err != nil {
+			if len(params) > 1 {
+				var fe *ValidationError
+				if errors.As(err, &fe) {
+					fe.Field = fmt.Sprintf("params[%d].%s", i, fe.Field)
+				}
+			}
+			return nil, err
+		}
+		if b.ids[i], err = uuid.NewV7(); err != nil {
+			return nil, fmt.Errorf("jobs: new job id: %w", err)
+		}
+		if b.eventIDs[i], err = uuid.NewV7(); err != nil {
+			return nil, fmt.Errorf("jobs: new event id: %w", err)
+		}
+		b.tenants[i], b.kinds[i], b.queues[i], b.payloads[i] = p.Tenant, p.Kind, p.Queue, string(p.Payload)
+		b.keys[i] = dbsql.NullIfZero(p.IdempotencyKey)
+		b.hashes[i] = dbsql.NullIfZero(p.RequestHash)
+		b.groupKeys[i] = dbsql.NullIfZero(p.GroupKey)
+		// normalize bounded both conversions.
+		b.priorities[i] = int16(p.Priority)
+		b.maxAttempts[i] = int32(p.MaxAttempts)
+		b.availableAt[i] = dbsql.NullIfZero(p.AvailableAt)
+		b.deadlineAt[i] = dbsql.NullIfZero(p.DeadlineAt)
+		b.estimatedTokens[i] = p.EstimatedTokens
+	}
+	return b, nil
+}
+
+// insert runs InsertJobs and resolves every job the statement did not
+// insert to the job that already holds its idempotency key.
+func (s *PostgresStore) insert(ctx context.Context, db DBTX, b *insertBatch) ([]EnqueueResult, error) {
+	rows, err := db.Query(ctx, s.sql.insertJobs,
+		b.ids, b.tenants, b.kinds, b.queues, b.priorities,
+		b.keys, b.hashes, b.payloads, b.groupKeys, b.maxAttempts,
+		b.availableAt, b.deadlineAt, b.estimatedTokens, b.eventIDs,
+		s.cfg.EventTopic, s.channel)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: enqueue: %w", err)
+	}
+	inserted, err := pgx.CollectRows(rows, scanJob)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: enqueue: %w", err)
+	}
+	results := make([]EnqueueResult, len(b.ids))
+	if len(inserted) == len(b.ids) {
+		byID := make(map[uuid.UUID]*Job, len(inserted))
+		for _, j := range inserted {
+			byID[j.ID] = j
+		}
+		for i, id := range b.ids {
+			results[i] = EnqueueResult{Job: byID[id]}
+		}
+		return results, nil
+	}
+	return s.resolveExisting(ctx, db, b, inserted, results)
+}
+
+type tenantKey struct{ tenant, key string }
+
+// resolveExisting fills in the results of jobs whose key was taken: by a
+// committed job (READ COMMITTED lets this second statement see it) or by an
+// earlier job of the same batch.
+func (s *PostgresStore) resolveExisting(ctx context.Context, db DBTX, b *insertBatch, inserted []*Job, results []EnqueueResult) ([]EnqueueResult, error) {
+	insertedIDs := make(map[uuid.UUID]*Job, len(inserted))
+	for _, j := range inserted {
+		insertedIDs[j.ID] = j
+	}
+	var tenants, keys []string
+	for i, id := range b.ids {
+		if _, ok := insertedIDs[id]; !ok {
+			tenants = append(tenants, b.tenants[i])
+			keys = append(keys, *b.keys[i]) // only keyed jobs can conflict
+		}
+	}
+	rows, err := db.Query(ctx, s.sql.selectByKey, tenants, keys)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: enqueue: reading existing jobs: %w", err)
+	}
+	existing, err := pgx.CollectRows(rows, scanJob)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: enqueue: reading existing jobs: %w", err)
+	}
+	byKey := make(map[tenantKey]*Job, len(existing))
+	for _, j := range existing {
+		byKey[tenantKey{j.Tenant, j.IdempotencyKey}] = j
+	}
+	for i, id := range b.ids {
+		if j, ok := insertedIDs[id]; ok {
+			results[i] = EnqueueResult{Job: j}
+			continue
+		}
+		k := tenantKey{b.tenants[i], *b.keys[i]}
+		j, ok := byKey[k]
+		if !ok {
+			// The key's holder was deleted between the two statements (job
+			// retention); the caller can simply retry.
+			return nil, fmt.Errorf("jobs: enqueue: tenant %q key %q was taken and released concurrently; retry", k.tenant, k.key)
+		}
+		if j.RequestHash != dbsql.Deref(b.hashes[i]) {
+			return nil, &ConflictError{Index: i, Tenant: k.tenant, IdempotencyKey: k.key, ExistingJobID: j.ID}
+		}
+		// Existing also when the holder is an earlier job of this batch:
+		// nothing was written for this element.
+		results[i] = EnqueueResult{Job: j, Existing: true}
+	}
+	return results, nil
+}
+
+// Get implements Store.
+func (s *PostgresStore) Get(ctx context.Context, db DBTX, tenant string, id uuid.UUID) (*Job, error) {
+	rows, err := db.Query(ctx, s.sql.get, tenant, id)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: get %s: %w", id, err)
+	}
+	job, err := pgx.CollectExactlyOneRow(rows, scanJob)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: %s for tenant %q", ErrNotFound, id, tenant)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jobs: get %s: %w", id, err)
+	}
+	return job, nil
+}
+
+// List implements Store.
+func (s *PostgresStore) List(ctx context.Context, db DBTX, params ListParams) (*ListResult, error) {
+	fail := func(field, problem string) error {
+		return &ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}
+	}
+	if p := checkText(params.Tenant, true, MaxTenantLen); p != "" {
+		return nil, fail("Tenant", p)
+	}
+	states := make([]string, 0, len(params.States))
+	for _, st := range params.States {
+		if !st.Valid() {
+			return nil, fail("States", fmt.Sprintf("%q is not a state", st))
+		}
+		states = append(states, string(st))
+	}
+	limit := cmp.Or(params.Limit, defaultListLimit)
+	if limit < 1 || limit > MaxListLimit {
+		return nil, fail("Limit", fmt.Sprintf("is %d; use 1 to %d", params.Limit, MaxListLimit))
+	}
+	var after *uuid.UUID
+	if params.Cursor != "" {
+		id, err := uuid.Parse(params.Cursor)
+		if err != nil {
+			return nil, fail("Cursor", "is not a cursor returned by List")
+		}
+		after = &id
+	}
+	rows, err := db.Query(ctx, s.sql.list, params.Tenant, states, params.Kind, after, limit+1)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: list: %w", err)
+	}
+	jobs, err := pgx.CollectRows(rows, scanJob)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: list: %w", err)
+	}
+	res := &ListResult{Jobs: jobs}
+	if len(jobs) > limit {
+		res.Jobs = jobs[:limit]
+		res.NextCursor = jobs[limit-1].ID.String()
+	}
+	return res, nil
+}
+
+// Cancel implements Store. READY and RETRY_SCHEDULED jobs become CANCELLED
+// with a "<kind>.cancelled" event. A RUNNING job records the request
+// (CancelRequested) and stays RUNNING until its runner honours it. A
+// CANCELLED job is returned as it is; any other terminal job is returned
+// with ErrAlreadyFinished.
+func (s *PostgresStore) Cancel(ctx context.Context, db DBTX, tenant string, id uuid.UUID) (*Job, error) {
+	eventID, err := uuid.NewV7()
+	if err != nil {
+		return nil, fmt.Errorf("jobs: new event id: %w", err)
+	}
+	rows, err := db.Query(ctx, s.sql.cancel, tenant, id, eventID, s.cfg.EventTopic)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: cancel %s: %w", id, err)
+	}
+	job, err := pgx.CollectExactlyOneRow(rows, scanJob)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: %s for tenant %q", ErrNotFound, id, tenant)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jobs: cancel %s: %w", id, err)
+	}
+	if job.State.Terminal() && job.State != StateCancelled {
+		return job, fmt.Errorf("%w: %s is %s", ErrAlreadyFinished, id, job.State)
+	}
+	return job, nil
+}
+
+// Stats implements Store.
+func (s *PostgresStore) Stats(ctx context.Context, db DBTX) ([]QueueStats, error) {
+	rows, err := db.Query(ctx, s.sql.stats)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: stats: %w", err)
+	}
+	defer rows.Close()
+	var out []QueueStats
+	for rows.Next() {
+		var (
+			queue, state string
+			count        int64
+			ageSeconds   float64
+		)
+		if err := rows.Scan(&queue, &state, &count, &ageSeconds); err != nil {
+			return nil, fmt.Errorf("jobs: stats: %w", err)
+		}
+		if len(out) == 0 || out[len(out)-1].Queue != queue {
+			out = append(out, QueueStats{Queue: queue, Counts: map[State]int64{}})
+		}
+		qs := &out[len(out)-1]
+		qs.Counts[State(state)] = count
+		qs.OldestEligibleAge = max(qs.OldestEligibleAge, time.Duration(ageSeconds*float64(time.Second)))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("jobs: stats: %w", err)
+	}
+	return out, nil
+}
+
+// scanJob reads the column list every job query returns, in its order.
+func scanJob(row pgx.CollectableRow) (*Job, error) {
+	var (
+		j                                          Job
+		key, hash, group, owner, errClass, lastErr *string
+		leaseUntil, deadline, cancelReq, finished  *time.Time
+		replayOf                                   *uuid.UUID
+		priority                                   int16
+		state                                      string
+	)
+	err := row.Scan(
+		&j.ID, &j.Tenant, &j.Kind, &j.Queue, &priority, &key, &hash, &j.Payload,
+		&group, &state, &j.Attempt, &j.MaxAttempts, &j.Fence, &owner, &leaseUntil,
+		&j.AvailableAt, &deadline, &j.StateVersion, &j.EstimatedTokens, &j.Result,
+		&errClass, &lastErr, &replayOf, &cancelReq, &j.CreatedAt,
+		&j.UpdatedAt, &finished)
+	if err != nil {
+		return nil, err
+	}
+	j.Priority = int(priority)
+	j.State = State(state)
+	j.IdempotencyKey, j.RequestHash, j.GroupKey = dbsql.Deref(key), dbsql.Deref(hash), dbsql.Deref(group)
+	j.LeaseOwner, j.ErrorClass, j.LastError = dbsql.Deref(owner), dbsql.Deref(errClass), dbsql.Deref(lastErr)
+	j.LeaseUntil, j.DeadlineAt = dbsql.Deref(leaseUntil), dbsql.Deref(deadline)
+	j.CancelRequested, j.FinishedAt = dbsql.Deref(cancelReq), dbsql.Deref(finished)
+	j.ReplayOf = dbsql.Deref(replayOf)
+	return &j, nil
+}
