@@ -54,11 +54,11 @@ SELECT
     error_class, last_error, replay_of, cancel_requested_at, created_at,
     updated_at, finished_at
 FROM job
--- Wake runners on commit, unless the store was built with an empty channel
--- (Config.DisableNotify). pg_notify returns void, which IS NOT NULL; calling
--- it in WHERE runs it once per inserted job, and Postgres folds identical
--- notifications (same channel and queue) within a transaction into one.
-WHERE $16::text = '' OR pg_notify($16, job.queue) IS NOT NULL;
+-- Wake runners on commit for the queues in $17 (the store's notify limiter
+-- chose them). pg_notify returns void, which IS NOT NULL; calling it in
+-- WHERE runs it once per inserted job of those queues, and Postgres folds
+-- identical notifications within a transaction into one.
+WHERE NOT (job.queue = ANY ($17::text[])) OR pg_notify($16, job.queue) IS NOT NULL;
 
 -- name: SelectJobsByIdempotencyKey
 -- The jobs holding the given (tenant, key) pairs; served by the unique

@@ -80,12 +80,21 @@ type Config struct {
 	// EventTopic is the outbox topic of job lifecycle events. Default
 	// "llmq.jobs".
 	EventTopic string
-	// DisableNotify stops Enqueue from sending its NOTIFY, for hosts whose
-	// runners poll or are woken by a broker. Postgres serialises the commits
-	// of notifying transactions (they hold a database-wide lock until their
-	// commit record is flushed), which caps one-job-per-transaction
-	// acceptance at roughly one commit per WAL flush; see the README for the
-	// measured difference.
+	// NotifyInterval limits Enqueue's NOTIFYs to one per queue per interval
+	// from this store. Zero (the default) notifies on every enqueue.
+	//
+	// Postgres serialises the commits of notifying transactions (each holds
+	// a database-wide lock until its commit record is flushed), so at high
+	// acceptance rates the NOTIFY, not the insert, sets the pace: see the
+	// README for measured figures. With an interval, an enqueue that sends
+	// no NOTIFY follows, within the interval, one from the same store that
+	// did; runners keep claiming for a while after each wake-up and poll as
+	// a fallback, so such a job waits at most a poll interval, and usually
+	// much less. A NOTIFY lost with a rolled-back transaction is covered the
+	// same way.
+	NotifyInterval time.Duration
+	// DisableNotify stops Enqueue from sending NOTIFYs at all, for hosts
+	// whose runners poll or are woken by a broker.
 	DisableNotify bool
 }
 
@@ -95,6 +104,7 @@ type PostgresStore struct {
 	cfg     Config
 	queues  map[string]bool
 	channel string
+	notify  *notifyLimiter
 	sql     struct {
 		insertJobs, selectByKey, get, list, cancel, stats string
 	}
@@ -133,10 +143,14 @@ func NewStore(cfg Config) (*PostgresStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jobs: %w", err)
 	}
-	s := &PostgresStore{cfg: cfg, queues: queues, channel: schema.Channel("jobs")}
-	if cfg.DisableNotify {
-		// InsertJobs skips pg_notify for an empty channel.
-		s.channel = ""
+	if cfg.NotifyInterval < 0 {
+		return nil, fmt.Errorf("jobs: NotifyInterval is %s; use 0 to notify on every enqueue, or a positive interval", cfg.NotifyInterval)
+	}
+	s := &PostgresStore{
+		cfg:     cfg,
+		queues:  queues,
+		channel: schema.Channel("jobs"),
+		notify:  newNotifyLimiter(cfg.DisableNotify, cfg.NotifyInterval),
 	}
 	s.sql.insertJobs = q.Must("InsertJobs")
 	s.sql.selectByKey = q.Must("SelectJobsByIdempotencyKey")
@@ -156,7 +170,6 @@ func (s *PostgresStore) Config() Config {
 
 // Channel is the NOTIFY channel Enqueue signals on when it accepts a job;
 // the payload is the job's queue. Notifications are delivered on commit.
-// It is empty when Config.DisableNotify is set.
 func (s *PostgresStore) Channel() string { return s.channel }
 
 // Enqueue implements Store. It is one statement: atomic on its own and
@@ -265,7 +278,7 @@ func (s *PostgresStore) insert(ctx context.Context, db DBTX, b *insertBatch) ([]
 		b.ids, b.tenants, b.kinds, b.queues, b.priorities,
 		b.keys, b.hashes, b.payloads, b.groupKeys, b.maxAttempts,
 		b.availableAt, b.deadlineAt, b.estimatedTokens, b.eventIDs,
-		s.cfg.EventTopic, s.channel)
+		s.cfg.EventTopic, s.channel, s.notify.queues(b.queues, time.Now()))
 	if err != nil {
 		return nil, fmt.Errorf("jobs: enqueue: %w", err)
 	}

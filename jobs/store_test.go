@@ -407,6 +407,7 @@ func TestNewStoreRejectsBadConfig(t *testing.T) {
 		{Queues: []string{""}},
 		{MaxPayloadBytes: -1},
 		{DefaultMaxAttempts: -1},
+		{NotifyInterval: -time.Second},
 	} {
 		_, err := jobs.NewStore(cfg)
 		require.Error(t, err, "%+v", cfg)
@@ -539,4 +540,60 @@ func TestRequestHashIsCanonical(t *testing.T) {
 
 	_, err = jobs.RequestHash(func() {})
 	require.Error(t, err)
+}
+
+func TestDisableNotify(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	quiet, err := jobs.NewStore(jobs.Config{Schema: f.schema, DisableNotify: true})
+	require.NoError(t, err)
+
+	conn, err := pgx.Connect(t.Context(), dbtest.URL())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	_, err = conn.Exec(t.Context(), "LISTEN "+f.store.Channel())
+	require.NoError(t, err)
+
+	_, err = quiet.Enqueue(t.Context(), f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k", Queue: "default"})
+	require.NoError(t, err)
+	// A notifying enqueue afterwards: the first notification to arrive must
+	// be its, so the quiet one sent none (notifications arrive in commit order).
+	_, err = f.store.Enqueue(t.Context(), f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k", Queue: "webhooks"})
+	require.NoError(t, err)
+	wait, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	n, err := conn.WaitForNotification(wait)
+	require.NoError(t, err)
+	require.Equal(t, "webhooks", n.Payload)
+	require.Equal(t, 2, f.count(t, "jobs"))
+}
+
+func TestNotifyInterval(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	limited, err := jobs.NewStore(jobs.Config{Schema: f.schema, Queues: []string{"default", "webhooks"}, NotifyInterval: time.Hour})
+	require.NoError(t, err)
+
+	conn, err := pgx.Connect(t.Context(), dbtest.URL())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	_, err = conn.Exec(t.Context(), "LISTEN "+limited.Channel())
+	require.NoError(t, err)
+	next := func() string {
+		wait, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		n, err := conn.WaitForNotification(wait)
+		require.NoError(t, err)
+		return n.Payload
+	}
+
+	for _, queue := range []string{"default", "default", "default", "webhooks"} {
+		_, err = limited.Enqueue(t.Context(), f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k", Queue: queue})
+		require.NoError(t, err)
+	}
+	// Notifications arrive in commit order: the first "default" enqueue
+	// notified, the next two were within the interval, then "webhooks".
+	require.Equal(t, "default", next())
+	require.Equal(t, "webhooks", next())
+	require.Equal(t, 4, f.count(t, "jobs"))
 }

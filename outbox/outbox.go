@@ -141,7 +141,8 @@ func (s *Store) Write(ctx context.Context, db DBTX, ev Event) (Record, error) {
 
 // ListByAggregate returns the stored events about aggregateID in write
 // order. Events are pruned some time after publication, so this is a recent
-// history, not an archive.
+// history, not an archive; it scans the outbox (no index serves it, to keep
+// writes cheap), so it is for inspection, not for hot paths.
 func (s *Store) ListByAggregate(ctx context.Context, db DBTX, aggregateID uuid.UUID) ([]Record, error) {
 	rows, err := db.Query(ctx, s.listByAggregate, aggregateID)
 	if err != nil {

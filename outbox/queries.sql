@@ -9,7 +9,10 @@ WHERE pg_notify($8, $3) IS NOT NULL
 RETURNING seq, created_at;
 
 -- name: ListEventsByAggregate
--- An aggregate's events in write order, for inspection.
+-- An aggregate's events in write order, for inspection. There is
+-- deliberately no index on aggregate_id: every index costs each event write,
+-- and the table only holds events until they are published and pruned, so
+-- this scan is bounded by the unpublished backlog plus the retention window.
 SELECT event_id, aggregate_id, topic, key, event_type, payload, headers,
     seq, created_at, attempts, published_at, last_error
 FROM /*schema*/outbox

@@ -100,7 +100,3 @@ CREATE TABLE /*schema*/outbox (
 CREATE INDEX outbox_pending_idx ON /*schema*/outbox (seq)
     WHERE published_at IS NULL;
 
--- An aggregate's (a job's) events, for explaining its history until the rows
--- are pruned after publication.
-CREATE INDEX outbox_aggregate_idx ON /*schema*/outbox (aggregate_id, seq)
-    WHERE aggregate_id IS NOT NULL;

@@ -1,0 +1,59 @@
+package dbsql
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestNewSchema(t *testing.T) {
+	t.Parallel()
+	s, err := NewSchema("")
+	require.NoError(t, err)
+	require.Equal(t, DefaultSchema, s.Name())
+	require.Equal(t, DefaultSchema, Schema{}.Name(), "the zero Schema is the default")
+
+	s, err = NewSchema("tenant_a_jobs2")
+	require.NoError(t, err)
+	require.Equal(t, "SELECT * FROM tenant_a_jobs2.jobs", s.Render("SELECT * FROM /*schema*/jobs"))
+	require.Equal(t, "tenant_a_jobs2_jobs", s.Channel("jobs"))
+
+	for _, bad := range []string{"public", "pg_temp", "information_schema", "Jobs", "9lives", "a-b", "a b", `a"b`, "a;b", strings.Repeat("x", MaxSchemaLen+1)} {
+		_, err := NewSchema(bad)
+		require.ErrorIs(t, err, ErrInvalidSchema, bad)
+	}
+}
+
+func TestParseQueries(t *testing.T) {
+	t.Parallel()
+	schema, err := NewSchema("s")
+	require.NoError(t, err)
+	q, err := ParseQueries(`-- a header comment, not a query
+-- name: One :one
+-- the lock choice is explained here
+SELECT 1 FROM /*schema*/t;
+
+-- name: Two
+SELECT 2;
+`, schema)
+	require.NoError(t, err)
+	require.Equal(t, "-- the lock choice is explained here\nSELECT 1 FROM s.t;", q.Must("One"))
+	require.Equal(t, "SELECT 2;", q.Must("Two"))
+	require.Panics(t, func() { q.Must("Three") })
+
+	_, err = ParseQueries("-- name: A\nSELECT 1;\n-- name: A\nSELECT 2;", schema)
+	require.ErrorContains(t, err, "twice")
+	_, err = ParseQueries("-- name: A\n\n-- name: B\nSELECT 1;", schema)
+	require.ErrorContains(t, err, "empty")
+	_, err = ParseQueries("-- name:\nSELECT 1;", schema)
+	require.ErrorContains(t, err, "no name")
+}
+
+func TestNullIfZero(t *testing.T) {
+	t.Parallel()
+	require.Nil(t, NullIfZero(""))
+	require.Equal(t, "x", *NullIfZero("x"))
+	require.Equal(t, "x", Deref(NullIfZero("x")))
+	require.Zero(t, Deref[int](nil))
+}
