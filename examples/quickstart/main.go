@@ -29,8 +29,9 @@ func main() {
 	flag.Parse()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := run(ctx, *databaseURL, *schema); err != nil {
+	err := run(ctx, *databaseURL, *schema)
+	cancel()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}
