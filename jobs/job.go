@@ -73,6 +73,8 @@ type Job struct {
 	ErrorClass      string          `json:"error_class,omitempty"`
 	LastError       string          `json:"last_error,omitempty"`
 	ReplayOf        uuid.UUID       `json:"replay_of,omitzero"`
+	ReplayedBy      string          `json:"replayed_by,omitempty"`
+	ReplayReason    string          `json:"replay_reason,omitempty"`
 	CancelRequested time.Time       `json:"cancel_requested_at,omitzero"`
 	CreatedAt       time.Time       `json:"created_at"`
 	UpdatedAt       time.Time       `json:"updated_at"`

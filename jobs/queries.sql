@@ -36,8 +36,8 @@ job AS (
         id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
         group_key, state, attempt, max_attempts, fence, lease_owner, lease_until,
         available_at, deadline_at, state_version, estimated_tokens, result,
-        error_class, last_error, replay_of, cancel_requested_at, created_at,
-        updated_at, finished_at
+        error_class, last_error, replay_of, replayed_by, replay_reason,
+        cancel_requested_at, created_at, updated_at, finished_at
 ),
 event AS (
     INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload)
@@ -51,8 +51,8 @@ SELECT
     id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
     group_key, state, attempt, max_attempts, fence, lease_owner, lease_until,
     available_at, deadline_at, state_version, estimated_tokens, result,
-    error_class, last_error, replay_of, cancel_requested_at, created_at,
-    updated_at, finished_at
+    error_class, last_error, replay_of, replayed_by, replay_reason,
+    cancel_requested_at, created_at, updated_at, finished_at
 FROM job
 -- Wake runners on commit for the queues in $17 (the store's notify limiter
 -- chose them). pg_notify returns void, which IS NOT NULL; calling it in
@@ -67,8 +67,8 @@ SELECT
     id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
     group_key, state, attempt, max_attempts, fence, lease_owner, lease_until,
     available_at, deadline_at, state_version, estimated_tokens, result,
-    error_class, last_error, replay_of, cancel_requested_at, created_at,
-    updated_at, finished_at
+    error_class, last_error, replay_of, replayed_by, replay_reason,
+    cancel_requested_at, created_at, updated_at, finished_at
 FROM /*schema*/jobs
 WHERE (tenant, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]));
 
@@ -78,8 +78,8 @@ SELECT
     id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
     group_key, state, attempt, max_attempts, fence, lease_owner, lease_until,
     available_at, deadline_at, state_version, estimated_tokens, result,
-    error_class, last_error, replay_of, cancel_requested_at, created_at,
-    updated_at, finished_at
+    error_class, last_error, replay_of, replayed_by, replay_reason,
+    cancel_requested_at, created_at, updated_at, finished_at
 FROM /*schema*/jobs
 WHERE tenant = $1 AND id = $2;
 
@@ -90,8 +90,8 @@ SELECT
     id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
     group_key, state, attempt, max_attempts, fence, lease_owner, lease_until,
     available_at, deadline_at, state_version, estimated_tokens, result,
-    error_class, last_error, replay_of, cancel_requested_at, created_at,
-    updated_at, finished_at
+    error_class, last_error, replay_of, replayed_by, replay_reason,
+    cancel_requested_at, created_at, updated_at, finished_at
 FROM /*schema*/jobs
 WHERE tenant = $1
     AND (cardinality($2::text[]) = 0 OR state = ANY ($2::text[]))
@@ -120,8 +120,8 @@ WITH changed AS (
         id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
         group_key, state, attempt, max_attempts, fence, lease_owner, lease_until,
         available_at, deadline_at, state_version, estimated_tokens, result,
-        error_class, last_error, replay_of, cancel_requested_at, created_at,
-        updated_at, finished_at
+        error_class, last_error, replay_of, replayed_by, replay_reason,
+        cancel_requested_at, created_at, updated_at, finished_at
 ),
 event AS (
     INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload)
@@ -136,16 +136,16 @@ SELECT
     id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
     group_key, state, attempt, max_attempts, fence, lease_owner, lease_until,
     available_at, deadline_at, state_version, estimated_tokens, result,
-    error_class, last_error, replay_of, cancel_requested_at, created_at,
-    updated_at, finished_at
+    error_class, last_error, replay_of, replayed_by, replay_reason,
+    cancel_requested_at, created_at, updated_at, finished_at
 FROM changed
 UNION ALL
 SELECT
     id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
     group_key, state, attempt, max_attempts, fence, lease_owner, lease_until,
     available_at, deadline_at, state_version, estimated_tokens, result,
-    error_class, last_error, replay_of, cancel_requested_at, created_at,
-    updated_at, finished_at
+    error_class, last_error, replay_of, replayed_by, replay_reason,
+    cancel_requested_at, created_at, updated_at, finished_at
 FROM /*schema*/jobs
 WHERE tenant = $1 AND id = $2 AND NOT EXISTS (SELECT FROM changed);
 
@@ -161,3 +161,385 @@ SELECT
 FROM /*schema*/jobs
 GROUP BY queue, state
 ORDER BY queue, state;
+
+-- name: ClaimJobs
+-- Claims up to $2 eligible jobs of queue $1 for worker $3, in one short
+-- transaction (the statement's own, or the caller's). The scan follows
+-- jobs_claim_idx in (priority, available_at, id) order; FOR UPDATE SKIP
+-- LOCKED lets concurrent runners claim disjoint batches without waiting on
+-- each other. Jobs whose deadline has passed are never claimed (the deadline
+-- sweep fails them), and only kinds the worker can run ($5) are taken, so a
+-- runner of an older build never claims work it has no handler for.
+-- Claiming bumps attempt and fence and writes one attempt row per job.
+WITH picked AS (
+    SELECT id
+    FROM /*schema*/jobs
+    WHERE queue = $1
+        AND state IN ('READY', 'RETRY_SCHEDULED')
+        AND available_at <= now()
+        AND (deadline_at IS NULL OR deadline_at > now())
+        AND kind = ANY ($5::text[])
+    ORDER BY priority, available_at, id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE /*schema*/jobs AS j
+    SET state         = 'RUNNING',
+        attempt       = j.attempt + 1,
+        fence         = j.fence + 1,
+        lease_owner   = $3,
+        lease_until   = now() + $4 * interval '1 millisecond',
+        state_version = j.state_version + 1,
+        updated_at    = now()
+    FROM picked
+    WHERE j.id = picked.id
+    RETURNING
+        j.id, j.tenant, j.kind, j.queue, j.priority, j.idempotency_key, j.request_hash, j.payload,
+        j.group_key, j.state, j.attempt, j.max_attempts, j.fence, j.lease_owner, j.lease_until,
+        j.available_at, j.deadline_at, j.state_version, j.estimated_tokens, j.result,
+        j.error_class, j.last_error, j.replay_of, j.replayed_by, j.replay_reason,
+        j.cancel_requested_at, j.created_at, j.updated_at, j.finished_at
+),
+attempt AS (
+    INSERT INTO /*schema*/job_attempts (job_id, attempt, fence, worker)
+    SELECT id, attempt, fence, $3 FROM claimed
+)
+SELECT
+    id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
+    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until,
+    available_at, deadline_at, state_version, estimated_tokens, result,
+    error_class, last_error, replay_of, replayed_by, replay_reason,
+    cancel_requested_at, created_at, updated_at, finished_at
+FROM claimed
+ORDER BY priority, available_at, id;
+
+-- name: HeartbeatLeases
+-- Extends every lease worker $1 still holds, in one statement. A lease
+-- matches only while the job is RUNNING under the same owner and fence and
+-- has not expired: a lease that lapsed stays lapsed even if the reaper has
+-- not run yet, so a paused worker cannot resurrect it. Returned rows are the
+-- leases kept, with whether cancellation was requested.
+UPDATE /*schema*/jobs AS j
+SET lease_until = now() + $2 * interval '1 millisecond'
+FROM unnest($3::uuid[], $4::bigint[]) AS lease (id, fence)
+WHERE j.id = lease.id
+    AND j.fence = lease.fence
+    AND j.state = 'RUNNING'
+    AND j.lease_owner = $1
+    AND j.lease_until > now()
+RETURNING j.id, j.cancel_requested_at IS NOT NULL;
+
+-- name: CompleteJobs
+-- Records a batch of attempt outcomes, each conditional on its fence: a
+-- job is changed only if it is still RUNNING under the fence the attempt
+-- was claimed with. The UPDATE locks each matching row and, under READ
+-- COMMITTED, re-checks the fence on the newest row version, so a completion
+-- racing the reaper or another worker either wins cleanly or changes
+-- nothing. Attempts whose fence no longer matches are marked 'stale' on
+-- their own attempt row, and nothing else is written for them.
+--
+-- A retry becomes RETRY_SCHEDULED at now() + delay unless the attempts are
+-- used up, or the next attempt plus its reserved margin would end after the
+-- deadline (then FAILED_TERMINAL, class 'deadline').
+WITH input AS (
+    SELECT *
+    FROM unnest(
+        $1::uuid[], $2::bigint[], $3::integer[], $4::text[], $5::text[],
+        $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::boolean[],
+        $11::bigint[], $12::bigint[], $13::uuid[]
+    ) AS input (
+        id, fence, attempt, outcome, result,
+        error_class, error, delay_ms, margin_ms, uncertain,
+        input_tokens, output_tokens, event_id
+    )
+),
+decided AS (
+    SELECT
+        input.*,
+        j.kind,
+        CASE
+            WHEN input.outcome = 'succeeded' THEN 'SUCCEEDED'
+            WHEN input.outcome = 'review_required' THEN 'REVIEW_REQUIRED'
+            WHEN input.outcome = 'cancelled' THEN 'CANCELLED'
+            WHEN input.outcome = 'failed' THEN 'FAILED_TERMINAL'
+            WHEN input.outcome = 'released' THEN 'RETRY_SCHEDULED'
+            WHEN j.attempt >= j.max_attempts THEN 'FAILED_TERMINAL'
+            WHEN j.deadline_at IS NOT NULL
+                AND now() + (input.delay_ms + input.margin_ms) * interval '1 millisecond' > j.deadline_at
+                THEN 'FAILED_TERMINAL'
+            ELSE 'RETRY_SCHEDULED'
+        END AS new_state,
+        CASE
+            WHEN input.outcome <> 'retry' THEN input.error_class
+            WHEN j.attempt >= j.max_attempts THEN input.error_class
+            WHEN j.deadline_at IS NOT NULL
+                AND now() + (input.delay_ms + input.margin_ms) * interval '1 millisecond' > j.deadline_at
+                THEN 'deadline'
+            ELSE input.error_class
+        END AS new_class,
+        CASE
+            WHEN input.outcome <> 'retry' THEN input.error
+            WHEN j.attempt >= j.max_attempts
+                THEN input.error || ' (attempt ' || j.attempt || ' of ' || j.max_attempts || ': no attempts left)'
+            WHEN j.deadline_at IS NOT NULL
+                AND now() + (input.delay_ms + input.margin_ms) * interval '1 millisecond' > j.deadline_at
+                THEN input.error || ' (a retry in ' || input.delay_ms || ' ms would end after the deadline)'
+            ELSE input.error
+        END AS new_error
+    FROM input
+    JOIN /*schema*/jobs AS j ON j.id = input.id
+),
+updated AS (
+    UPDATE /*schema*/jobs AS j
+    SET state         = d.new_state,
+        lease_owner   = NULL,
+        lease_until   = NULL,
+        available_at  = CASE WHEN d.new_state = 'RETRY_SCHEDULED'
+                            THEN now() + d.delay_ms * interval '1 millisecond'
+                            ELSE j.available_at END,
+        result        = coalesce(d.result::jsonb, j.result),
+        error_class   = d.new_class,
+        last_error    = coalesce(d.new_error, j.last_error),
+        finished_at   = CASE WHEN d.new_state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'FAILED_TERMINAL', 'CANCELLED')
+                            THEN now() END,
+        state_version = j.state_version + 1,
+        updated_at    = now()
+    FROM decided AS d
+    WHERE j.id = d.id
+        AND j.fence = d.fence
+        AND j.state = 'RUNNING'
+    RETURNING
+        j.id, j.tenant, j.kind, j.queue, j.priority, j.idempotency_key, j.request_hash, j.payload,
+        j.group_key, j.state, j.attempt, j.max_attempts, j.fence, j.lease_owner, j.lease_until,
+        j.available_at, j.deadline_at, j.state_version, j.estimated_tokens, j.result,
+        j.error_class, j.last_error, j.replay_of, j.replayed_by, j.replay_reason,
+        j.cancel_requested_at, j.created_at, j.updated_at, j.finished_at
+),
+attempt AS (
+    UPDATE /*schema*/job_attempts AS a
+    SET ended_at      = now(),
+        outcome       = CASE u.state
+                            WHEN 'SUCCEEDED' THEN 'succeeded'
+                            WHEN 'REVIEW_REQUIRED' THEN 'review_required'
+                            WHEN 'CANCELLED' THEN 'cancelled'
+                            WHEN 'FAILED_TERMINAL' THEN 'failed'
+                            ELSE CASE WHEN d.outcome = 'released' THEN 'released' ELSE 'retry_scheduled' END
+                        END,
+        error_class   = u.error_class,
+        error         = d.new_error,
+        retry_at      = CASE WHEN u.state = 'RETRY_SCHEDULED' THEN u.available_at END,
+        input_tokens  = d.input_tokens,
+        output_tokens = d.output_tokens,
+        uncertain     = d.uncertain
+    FROM updated AS u
+    JOIN decided AS d ON d.id = u.id
+    WHERE a.job_id = u.id AND a.attempt = u.attempt
+),
+stale AS (
+    -- The fence moved on: only the attempt's own row records what happened.
+    UPDATE /*schema*/job_attempts AS a
+    SET ended_at      = coalesce(a.ended_at, now()),
+        outcome       = 'stale',
+        error         = 'completion (' || d.outcome || ') arrived after the lease was lost'
+                        || coalesce(' (attempt had ended: ' || a.outcome || ')', ''),
+        input_tokens  = d.input_tokens,
+        output_tokens = d.output_tokens,
+        uncertain     = a.uncertain OR d.uncertain
+    FROM decided AS d
+    WHERE a.job_id = d.id AND a.attempt = d.attempt AND a.fence = d.fence
+        AND NOT EXISTS (SELECT FROM updated AS u WHERE u.id = d.id)
+),
+event AS (
+    INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload)
+    SELECT d.event_id, u.id, $14, u.id::text,
+        u.kind || CASE u.state
+            WHEN 'SUCCEEDED' THEN '.completed'
+            WHEN 'REVIEW_REQUIRED' THEN '.review_required'
+            WHEN 'CANCELLED' THEN '.cancelled'
+            ELSE '.dead_lettered'
+        END,
+        jsonb_build_object(
+            'job_id', u.id, 'tenant', u.tenant, 'kind', u.kind, 'queue', u.queue,
+            'state', u.state, 'state_version', u.state_version, 'attempt', u.attempt,
+            'error_class', u.error_class)
+    FROM updated AS u
+    JOIN decided AS d ON d.id = u.id
+    WHERE u.state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'FAILED_TERMINAL', 'CANCELLED')
+)
+SELECT
+    id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
+    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until,
+    available_at, deadline_at, state_version, estimated_tokens, result,
+    error_class, last_error, replay_of, replayed_by, replay_reason,
+    cancel_requested_at, created_at, updated_at, finished_at
+FROM updated;
+
+-- name: ReapExpiredLeases
+-- Takes back up to $1 jobs whose lease expired (their worker stopped
+-- heartbeating), oldest expiry first via jobs_lease_expiry_idx, skipping rows
+-- another reaper or a late completion holds. Each becomes RETRY_SCHEDULED
+-- with a bumped fence, so the lost worker can no longer complete it, and a
+-- full-jitter backoff (per-kind policies in $4..$6, default $2/$3 ms) — or
+-- FAILED_TERMINAL when its attempts are used up or the next attempt plus the
+-- margin $7 would end after its deadline. The attempt is marked uncertain:
+-- its provider call may have been made and billed.
+WITH expired AS (
+    SELECT id, lease_owner
+    FROM /*schema*/jobs
+    WHERE state = 'RUNNING' AND lease_until < now()
+    ORDER BY lease_until
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+),
+decided AS (
+    SELECT
+        j.id,
+        e.lease_owner,
+        (random() * least(
+            coalesce(p.cap_ms, $3),
+            coalesce(p.base_ms, $2) * power(2, least(j.attempt - 1, 60))
+        ))::bigint AS delay_ms,
+        CASE
+            WHEN j.attempt >= j.max_attempts THEN 'lease_expired'
+            WHEN j.deadline_at IS NOT NULL AND now() + $7 * interval '1 millisecond' > j.deadline_at THEN 'deadline'
+        END AS terminal_class
+    FROM expired AS e
+    JOIN /*schema*/jobs AS j ON j.id = e.id
+    LEFT JOIN unnest($4::text[], $5::bigint[], $6::bigint[]) AS p (kind, base_ms, cap_ms) ON p.kind = j.kind
+),
+reaped AS (
+    UPDATE /*schema*/jobs AS j
+    SET state         = CASE WHEN d.terminal_class IS NULL THEN 'RETRY_SCHEDULED' ELSE 'FAILED_TERMINAL' END,
+        fence         = j.fence + 1,
+        lease_owner   = NULL,
+        lease_until   = NULL,
+        available_at  = CASE WHEN d.terminal_class IS NULL
+                            THEN now() + d.delay_ms * interval '1 millisecond'
+                            ELSE j.available_at END,
+        error_class   = coalesce(d.terminal_class, 'lease_expired'),
+        last_error    = 'lease of worker ' || d.lease_owner || ' expired during attempt ' || j.attempt
+                        || CASE d.terminal_class
+                               WHEN 'deadline' THEN '; no time left before the deadline'
+                               WHEN 'lease_expired' THEN '; no attempts left'
+                               ELSE ''
+                           END,
+        finished_at   = CASE WHEN d.terminal_class IS NULL THEN NULL ELSE now() END,
+        state_version = j.state_version + 1,
+        updated_at    = now()
+    FROM decided AS d
+    WHERE j.id = d.id
+    RETURNING j.id, j.tenant, j.kind, j.queue, j.state, j.state_version, j.attempt,
+        j.available_at, j.error_class, j.last_error
+),
+attempt AS (
+    UPDATE /*schema*/job_attempts AS a
+    SET ended_at    = now(),
+        outcome     = 'lease_expired',
+        error_class = r.error_class,
+        error       = r.last_error,
+        retry_at    = CASE WHEN r.state = 'RETRY_SCHEDULED' THEN r.available_at END,
+        uncertain   = true
+    FROM reaped AS r
+    WHERE a.job_id = r.id AND a.attempt = r.attempt AND a.outcome IS NULL
+),
+event AS (
+    INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload)
+    SELECT gen_random_uuid(), r.id, $8, r.id::text, r.kind || '.dead_lettered',
+        jsonb_build_object(
+            'job_id', r.id, 'tenant', r.tenant, 'kind', r.kind, 'queue', r.queue,
+            'state', r.state, 'state_version', r.state_version, 'attempt', r.attempt,
+            'error_class', r.error_class)
+    FROM reaped AS r
+    WHERE r.state = 'FAILED_TERMINAL'
+)
+SELECT count(*) FILTER (WHERE state = 'RETRY_SCHEDULED'), count(*) FILTER (WHERE state = 'FAILED_TERMINAL')
+FROM reaped;
+
+-- name: FailExpiredDeadlines
+-- Fails up to $1 waiting jobs whose deadline has passed, found through
+-- jobs_deadline_idx, with class 'deadline' and a dead-letter event.
+WITH due AS (
+    SELECT id
+    FROM /*schema*/jobs
+    WHERE state IN ('READY', 'RETRY_SCHEDULED')
+        AND deadline_at IS NOT NULL
+        AND deadline_at <= now()
+    ORDER BY deadline_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+),
+failed AS (
+    UPDATE /*schema*/jobs AS j
+    SET state         = 'FAILED_TERMINAL',
+        error_class   = 'deadline',
+        last_error    = 'the deadline passed before attempt ' || (j.attempt + 1) || ' could start',
+        finished_at   = now(),
+        state_version = j.state_version + 1,
+        updated_at    = now()
+    FROM due
+    WHERE j.id = due.id
+    RETURNING j.id, j.tenant, j.kind, j.queue, j.state, j.state_version, j.attempt, j.error_class
+),
+event AS (
+    INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload)
+    SELECT gen_random_uuid(), f.id, $2, f.id::text, f.kind || '.dead_lettered',
+        jsonb_build_object(
+            'job_id', f.id, 'tenant', f.tenant, 'kind', f.kind, 'queue', f.queue,
+            'state', f.state, 'state_version', f.state_version, 'attempt', f.attempt,
+            'error_class', f.error_class)
+    FROM failed AS f
+)
+SELECT count(*) FROM failed;
+
+-- name: ReplayJob
+-- A new job from a finished one of the same tenant, linked by replay_of and
+-- recording who asked and why. The old row is only read, never changed. The
+-- new job has no idempotency key: the old job keeps its own.
+WITH source AS (
+    SELECT *
+    FROM /*schema*/jobs
+    WHERE tenant = $1 AND id = $2
+        AND state IN ('FAILED_TERMINAL', 'REVIEW_REQUIRED', 'CANCELLED')
+),
+job AS (
+    INSERT INTO /*schema*/jobs (
+        id, tenant, kind, queue, priority, payload, group_key, max_attempts,
+        deadline_at, estimated_tokens, replay_of, replayed_by, replay_reason
+    )
+    SELECT $3, tenant, kind, queue, priority, payload, group_key, max_attempts,
+        $4, estimated_tokens, id, $5, $6
+    FROM source
+    RETURNING
+        id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
+        group_key, state, attempt, max_attempts, fence, lease_owner, lease_until,
+        available_at, deadline_at, state_version, estimated_tokens, result,
+        error_class, last_error, replay_of, replayed_by, replay_reason,
+        cancel_requested_at, created_at, updated_at, finished_at
+),
+event AS (
+    INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload)
+    SELECT $7, job.id, $8, job.id::text, job.kind || '.requested',
+        jsonb_build_object(
+            'job_id', job.id, 'tenant', job.tenant, 'kind', job.kind, 'queue', job.queue,
+            'state', job.state, 'state_version', job.state_version, 'attempt', job.attempt,
+            'replay_of', job.replay_of)
+    FROM job
+)
+SELECT
+    id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
+    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until,
+    available_at, deadline_at, state_version, estimated_tokens, result,
+    error_class, last_error, replay_of, replayed_by, replay_reason,
+    cancel_requested_at, created_at, updated_at, finished_at
+FROM job
+WHERE $9::text = '' OR pg_notify($9, job.queue) IS NOT NULL;
+
+-- name: ListAttempts
+-- A tenant's job's attempts in order; the join keeps the read tenant-scoped.
+SELECT a.job_id, a.attempt, a.fence, a.worker, a.started_at, a.ended_at, a.outcome,
+    a.error_class, a.error, a.retry_at, a.input_tokens, a.output_tokens, a.uncertain
+FROM /*schema*/job_attempts AS a
+JOIN /*schema*/jobs AS j ON j.id = a.job_id
+WHERE j.tenant = $1 AND a.job_id = $2
+ORDER BY a.attempt;

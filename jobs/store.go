@@ -42,6 +42,24 @@ type Store interface {
 	Cancel(ctx context.Context, db DBTX, tenant string, id uuid.UUID) (*Job, error)
 	// Stats summarises every queue that has jobs.
 	Stats(ctx context.Context, db DBTX) ([]QueueStats, error)
+	// Attempts returns the tenant's job's attempts, oldest first.
+	Attempts(ctx context.Context, db DBTX, tenant string, id uuid.UUID) ([]Attempt, error)
+	// Replay creates a new job from a finished one, leaving it unchanged.
+	Replay(ctx context.Context, db DBTX, params ReplayParams) (*Job, error)
+
+	// The runner's side: claims, heartbeats and fenced completions, and the
+	// reaper that takes back expired leases.
+
+	// Claim leases up to params.Limit eligible jobs of one queue.
+	Claim(ctx context.Context, db DBTX, params ClaimParams) ([]*Job, error)
+	// Heartbeat extends the leases worker still holds.
+	Heartbeat(ctx context.Context, db DBTX, worker string, leaseDuration time.Duration, leases []Lease) (HeartbeatResult, error)
+	// Complete applies attempt outcomes, each only under its fence.
+	Complete(ctx context.Context, db DBTX, completions []Completion) ([]CompletionResult, error)
+	// Reap takes back expired leases and fails jobs past their deadline.
+	Reap(ctx context.Context, db DBTX, params ReapParams) (ReapResult, error)
+	// Channel is the NOTIFY channel Enqueue signals on.
+	Channel() string
 }
 
 // Limits on job parameters.
@@ -107,6 +125,8 @@ type PostgresStore struct {
 	notify  *notifyLimiter
 	sql     struct {
 		insertJobs, selectByKey, get, list, cancel, stats string
+		claim, heartbeat, complete, reap, failDeadlines   string
+		replay, attempts                                  string
 	}
 }
 
@@ -158,6 +178,13 @@ func NewStore(cfg Config) (*PostgresStore, error) {
 	s.sql.list = q.Must("ListJobs")
 	s.sql.cancel = q.Must("CancelJob")
 	s.sql.stats = q.Must("QueueStats")
+	s.sql.claim = q.Must("ClaimJobs")
+	s.sql.heartbeat = q.Must("HeartbeatLeases")
+	s.sql.complete = q.Must("CompleteJobs")
+	s.sql.reap = q.Must("ReapExpiredLeases")
+	s.sql.failDeadlines = q.Must("FailExpiredDeadlines")
+	s.sql.replay = q.Must("ReplayJob")
+	s.sql.attempts = q.Must("ListAttempts")
 	return s, nil
 }
 
@@ -472,6 +499,7 @@ func scanJob(row pgx.CollectableRow) (*Job, error) {
 	var (
 		j                                          Job
 		key, hash, group, owner, errClass, lastErr *string
+		replayedBy, replayReason                   *string
 		leaseUntil, deadline, cancelReq, finished  *time.Time
 		replayOf                                   *uuid.UUID
 		priority                                   int16
@@ -481,8 +509,8 @@ func scanJob(row pgx.CollectableRow) (*Job, error) {
 		&j.ID, &j.Tenant, &j.Kind, &j.Queue, &priority, &key, &hash, &j.Payload,
 		&group, &state, &j.Attempt, &j.MaxAttempts, &j.Fence, &owner, &leaseUntil,
 		&j.AvailableAt, &deadline, &j.StateVersion, &j.EstimatedTokens, &j.Result,
-		&errClass, &lastErr, &replayOf, &cancelReq, &j.CreatedAt,
-		&j.UpdatedAt, &finished)
+		&errClass, &lastErr, &replayOf, &replayedBy, &replayReason,
+		&cancelReq, &j.CreatedAt, &j.UpdatedAt, &finished)
 	if err != nil {
 		return nil, err
 	}
@@ -493,5 +521,6 @@ func scanJob(row pgx.CollectableRow) (*Job, error) {
 	j.LeaseUntil, j.DeadlineAt = dbsql.Deref(leaseUntil), dbsql.Deref(deadline)
 	j.CancelRequested, j.FinishedAt = dbsql.Deref(cancelReq), dbsql.Deref(finished)
 	j.ReplayOf = dbsql.Deref(replayOf)
+	j.ReplayedBy, j.ReplayReason = dbsql.Deref(replayedBy), dbsql.Deref(replayReason)
 	return &j, nil
 }

@@ -24,6 +24,8 @@ CREATE TABLE /*schema*/jobs (
     error_class         text,
     last_error          text,
     replay_of           uuid        REFERENCES /*schema*/jobs (id) ON DELETE SET NULL,
+    replayed_by         text,                                 -- who asked for the replay, and why
+    replay_reason       text,
     cancel_requested_at timestamptz,
     created_at          timestamptz NOT NULL DEFAULT now(),
     updated_at          timestamptz NOT NULL DEFAULT now(),
@@ -53,6 +55,12 @@ CREATE INDEX jobs_claim_idx ON /*schema*/jobs (queue, priority, available_at, id
 CREATE INDEX jobs_lease_expiry_idx ON /*schema*/jobs (lease_until)
     WHERE state = 'RUNNING';
 
+-- The deadline sweep: waiting jobs with a deadline, so expired ones are found
+-- without reading the backlog. Partial: jobs without a deadline cost it
+-- nothing.
+CREATE INDEX jobs_deadline_idx ON /*schema*/jobs (deadline_at)
+    WHERE state IN ('READY', 'RETRY_SCHEDULED') AND deadline_at IS NOT NULL;
+
 -- Tenant-scoped listing, newest first, with keyset pagination on id.
 CREATE INDEX jobs_tenant_id_idx ON /*schema*/jobs (tenant, id DESC);
 
@@ -65,7 +73,7 @@ CREATE TABLE /*schema*/job_attempts (
     worker        text        NOT NULL,
     started_at    timestamptz NOT NULL DEFAULT now(),
     ended_at      timestamptz,
-    outcome       text,                                 -- NULL while the attempt is live
+    outcome       text,                                 -- NULL while the attempt is live; see jobs.AttemptOutcome
     error_class   text,
     error         text,
     retry_at      timestamptz,

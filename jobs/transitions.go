@@ -1,0 +1,443 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/internal/retry"
+)
+
+// ErrLeaseLost is returned for a completion whose fence no longer matches:
+// the lease expired or was taken back, and a newer attempt (or the reaper)
+// owns the job. Nothing but the attempt's own row was written.
+var ErrLeaseLost = errors.New("jobs: lease lost")
+
+// ErrNotReplayable is returned by Replay for a job that is not finished, or
+// that SUCCEEDED (a success is never replayed by accident).
+var ErrNotReplayable = errors.New("jobs: job cannot be replayed")
+
+// Outcome is what an attempt reports when it ends.
+type Outcome string
+
+// The outcomes a worker reports.
+const (
+	OutcomeSucceeded      Outcome = "succeeded"       // → SUCCEEDED with Result
+	OutcomeReviewRequired Outcome = "review_required" // → REVIEW_REQUIRED with Result and Error as the reason
+	OutcomeRetry          Outcome = "retry"           // → RETRY_SCHEDULED after RetryDelay, or FAILED_TERMINAL when attempts or time ran out
+	OutcomeFailed         Outcome = "failed"          // → FAILED_TERMINAL (dead-lettered)
+	OutcomeCancelled      Outcome = "cancelled"       // → CANCELLED, honouring a cancellation request
+	OutcomeReleased       Outcome = "released"        // → RETRY_SCHEDULED at once: the worker is shutting down
+)
+
+// AttemptOutcome is how an attempt ended, as recorded on its row.
+type AttemptOutcome string
+
+// The attempt outcomes. An attempt still running has none.
+const (
+	AttemptSucceeded      AttemptOutcome = "succeeded"
+	AttemptReviewRequired AttemptOutcome = "review_required"
+	AttemptRetryScheduled AttemptOutcome = "retry_scheduled"
+	AttemptFailed         AttemptOutcome = "failed"
+	AttemptCancelled      AttemptOutcome = "cancelled"
+	AttemptReleased       AttemptOutcome = "released"      // handed back at shutdown
+	AttemptLeaseExpired   AttemptOutcome = "lease_expired" // its worker stopped heartbeating; the reaper took the job back
+	AttemptStale          AttemptOutcome = "stale"         // it completed after losing its lease; nothing of it was applied
+)
+
+// Error classes recorded on jobs and attempts. Handlers choose between the
+// first three through the errors they return; the runner and the reaper set
+// the others.
+const (
+	ClassTransient     = "transient"      // retried with backoff
+	ClassPermanent     = "permanent"      // terminal at once
+	ClassInvalidOutput = "invalid_output" // retried within a small budget, then review or failure
+	ClassTimeout       = "timeout"        // the attempt timeout fired
+	ClassPanic         = "panic"          // the handler panicked
+	ClassDeadline      = "deadline"       // no time left before the job's deadline
+	ClassLeaseExpired  = "lease_expired"  // the worker stopped heartbeating
+	ClassCancelled     = "cancelled"      // cancelled on request
+	ClassShutdown      = "shutdown"       // released by a worker shutting down
+)
+
+// ClaimParams asks for up to Limit eligible jobs of one queue.
+type ClaimParams struct {
+	Queue string
+	// Kinds are the kinds the worker can run; others are left for workers
+	// that can. Required.
+	Kinds []string
+	// Worker identifies the lease holder (host, process, runner).
+	Worker string
+	// Limit is how many jobs to claim, 1 to MaxBatch.
+	Limit int
+	// LeaseDuration is how long the lease lasts without a heartbeat.
+	LeaseDuration time.Duration
+}
+
+// Lease identifies one claimed attempt: the job and the fence it was
+// claimed with.
+type Lease struct {
+	JobID uuid.UUID
+	Fence int64
+}
+
+// HeartbeatResult says, for each lease a heartbeat covered, whether it is
+// still held and whether cancellation was requested.
+type HeartbeatResult struct {
+	Kept            map[uuid.UUID]bool // leases extended; any other was lost
+	CancelRequested map[uuid.UUID]bool // kept leases whose job a client asked to cancel
+}
+
+// Usage is what a provider reported for an attempt.
+type Usage struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+	// Uncertain marks an attempt whose provider call may have been made and
+	// billed without its answer reaching the worker (a timeout, a lost
+	// connection).
+	Uncertain bool `json:"uncertain"`
+}
+
+// Completion is one attempt's outcome, applied only under its fence.
+type Completion struct {
+	Lease
+	Attempt int
+	Outcome Outcome
+	// Result is the job's result (succeeded, review required): small, or a
+	// reference to where the result lives.
+	Result json.RawMessage
+	// ErrorClass and Error explain a failure, a retry or a review.
+	ErrorClass string
+	Error      string
+	// RetryDelay is when to try again (OutcomeRetry), already raised to any
+	// Retry-After the provider sent.
+	RetryDelay time.Duration
+	// DeadlineMargin is the time reserved for the next attempt: a retry that
+	// would start later than DeadlineAt minus this margin is refused.
+	DeadlineMargin time.Duration
+	Usage          Usage
+}
+
+// CompletionResult is what happened to one completion: Job is the job as it
+// now is, or Err is ErrLeaseLost.
+type CompletionResult struct {
+	Job *Job
+	Err error
+}
+
+// Attempt is one attempt of a job, as recorded.
+type Attempt struct {
+	JobID      uuid.UUID      `json:"job_id"`
+	Attempt    int            `json:"attempt"`
+	Fence      int64          `json:"fence"`
+	Worker     string         `json:"worker"`
+	StartedAt  time.Time      `json:"started_at"`
+	EndedAt    time.Time      `json:"ended_at,omitzero"`
+	Outcome    AttemptOutcome `json:"outcome,omitempty"`
+	ErrorClass string         `json:"error_class,omitempty"`
+	Error      string         `json:"error,omitempty"`
+	RetryAt    time.Time      `json:"retry_at,omitzero"`
+	Usage      Usage          `json:"usage"`
+}
+
+// ReapParams bounds one pass of the reaper.
+type ReapParams struct {
+	// Limit is the most jobs one pass takes back. Default 1000.
+	Limit int
+	// Backoff is the default full-jitter policy for jobs taken back, and
+	// BackoffByKind overrides it per kind.
+	Backoff       BackoffPolicy
+	BackoffByKind map[string]BackoffPolicy
+	// DeadlineMargin is the time the next attempt needs; a job with less
+	// than that left before its deadline fails instead of retrying.
+	DeadlineMargin time.Duration
+}
+
+// BackoffPolicy is full-jitter exponential backoff: the delay after the
+// n-th failed attempt is U(0, min(Cap, Base·2^(n-1))); zero fields mean a
+// Base of 2s and a Cap of 60s. Next raises a draw to a provider's
+// Retry-After.
+type BackoffPolicy = retry.Policy
+
+// ReapResult counts what one reaper pass did.
+type ReapResult struct {
+	Rescheduled  int // expired leases whose job will be retried
+	LeaseFailed  int // expired leases whose job had no attempts or time left
+	DeadlineFail int // waiting jobs whose deadline passed
+}
+
+// ReplayParams asks for a new run of a finished job.
+type ReplayParams struct {
+	Tenant string
+	JobID  uuid.UUID
+	// By and Reason record who asked for the replay, and why. Required.
+	By     string
+	Reason string
+	// DeadlineAt is the new job's deadline; zero means none. The old job's
+	// deadline is not copied: it has usually passed.
+	DeadlineAt time.Time
+}
+
+// Claim implements Store: it claims up to p.Limit eligible jobs in one
+// statement and returns them RUNNING under the new lease.
+func (s *PostgresStore) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]*Job, error) {
+	switch {
+	case !s.queues[p.Queue]:
+		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "Queue", Problem: fmt.Sprintf("%q is not one of the configured queues %q", p.Queue, s.cfg.Queues), Cause: ErrUnknownQueue}
+	case len(p.Kinds) == 0:
+		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "Kinds", Problem: "must name at least one kind"}
+	case p.Worker == "":
+		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "Worker", Problem: "must not be empty"}
+	case p.Limit < 1 || p.Limit > MaxBatch:
+		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "Limit", Problem: fmt.Sprintf("is %d; use 1 to %d", p.Limit, MaxBatch)}
+	case p.LeaseDuration < time.Second:
+		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "LeaseDuration", Problem: fmt.Sprintf("is %s; use at least 1s", p.LeaseDuration)}
+	}
+	rows, err := db.Query(ctx, s.sql.claim, p.Queue, p.Limit, p.Worker, p.LeaseDuration.Milliseconds(), p.Kinds)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: claim from %s: %w", p.Queue, err)
+	}
+	claimed, err := pgx.CollectRows(rows, scanJob)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: claim from %s: %w", p.Queue, err)
+	}
+	return claimed, nil
+}
+
+// Heartbeat implements Store: it extends, in one statement, every lease in
+// leases that worker still holds.
+func (s *PostgresStore) Heartbeat(ctx context.Context, db DBTX, worker string, leaseDuration time.Duration, leases []Lease) (HeartbeatResult, error) {
+	res := HeartbeatResult{Kept: map[uuid.UUID]bool{}, CancelRequested: map[uuid.UUID]bool{}}
+	if len(leases) == 0 {
+		return res, nil
+	}
+	ids := make([]uuid.UUID, len(leases))
+	fences := make([]int64, len(leases))
+	for i, l := range leases {
+		ids[i], fences[i] = l.JobID, l.Fence
+	}
+	rows, err := db.Query(ctx, s.sql.heartbeat, worker, leaseDuration.Milliseconds(), ids, fences)
+	if err != nil {
+		return res, fmt.Errorf("jobs: heartbeat: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id uuid.UUID
+		var cancel bool
+		if err := rows.Scan(&id, &cancel); err != nil {
+			return res, fmt.Errorf("jobs: heartbeat: %w", err)
+		}
+		res.Kept[id] = true
+		if cancel {
+			res.CancelRequested[id] = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return res, fmt.Errorf("jobs: heartbeat: %w", err)
+	}
+	return res, nil
+}
+
+// Complete implements Store: it applies a batch of completions in one
+// statement, each only under its own fence, with the attempt rows and the
+// outbox events of terminal transitions. Results are in input order. Run it
+// in a transaction to add writes of your own to the same commit.
+func (s *PostgresStore) Complete(ctx context.Context, db DBTX, completions []Completion) ([]CompletionResult, error) {
+	n := len(completions)
+	if n == 0 {
+		return nil, nil
+	}
+	var (
+		ids, eventIDs               = make([]uuid.UUID, n), make([]uuid.UUID, n)
+		fences, delays, margins     = make([]int64, n), make([]int64, n), make([]int64, n)
+		inTokens, outTokens         = make([]int64, n), make([]int64, n)
+		attempts                    = make([]int32, n)
+		outcomes, classes, messages = make([]string, n), make([]*string, n), make([]*string, n)
+		results                     = make([]*string, n)
+		uncertain                   = make([]bool, n)
+		seen                        = make(map[uuid.UUID]bool, n)
+	)
+	for i, c := range completions {
+		if err := checkCompletion(c); err != nil {
+			return nil, fmt.Errorf("completions[%d]: %w", i, err)
+		}
+		if seen[c.JobID] {
+			return nil, &ValidationError{Kind: ErrInvalidParams, Field: fmt.Sprintf("completions[%d].JobID", i), Problem: "appears twice in one batch"}
+		}
+		seen[c.JobID] = true
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("jobs: new event id: %w", err)
+		}
+		// checkCompletion bounds the attempt number.
+		ids[i], eventIDs[i], fences[i], attempts[i] = c.JobID, id, c.Fence, int32(c.Attempt)
+		outcomes[i] = string(c.Outcome)
+		classes[i], messages[i] = dbsql.NullIfZero(c.ErrorClass), dbsql.NullIfZero(c.Error)
+		if len(c.Result) > 0 {
+			results[i] = dbsql.NullIfZero(string(c.Result))
+		}
+		delays[i], margins[i] = c.RetryDelay.Milliseconds(), c.DeadlineMargin.Milliseconds()
+		inTokens[i], outTokens[i], uncertain[i] = c.Usage.InputTokens, c.Usage.OutputTokens, c.Usage.Uncertain
+	}
+	rows, err := db.Query(ctx, s.sql.complete,
+		ids, fences, attempts, outcomes, results,
+		classes, messages, delays, margins, uncertain,
+		inTokens, outTokens, eventIDs, s.cfg.EventTopic)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: complete: %w", err)
+	}
+	applied, err := pgx.CollectRows(rows, scanJob)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: complete: %w", err)
+	}
+	byID := make(map[uuid.UUID]*Job, len(applied))
+	for _, j := range applied {
+		byID[j.ID] = j
+	}
+	out := make([]CompletionResult, n)
+	for i, c := range completions {
+		if j, ok := byID[c.JobID]; ok {
+			out[i] = CompletionResult{Job: j}
+		} else {
+			out[i] = CompletionResult{Err: fmt.Errorf("%w: job %s, attempt %d (fence %d)", ErrLeaseLost, c.JobID, c.Attempt, c.Fence)}
+		}
+	}
+	return out, nil
+}
+
+func checkCompletion(c Completion) error {
+	fail := func(field, problem string) error {
+		return &ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}
+	}
+	switch c.Outcome {
+	case OutcomeSucceeded, OutcomeReviewRequired, OutcomeRetry, OutcomeFailed, OutcomeCancelled, OutcomeReleased:
+	default:
+		return fail("Outcome", fmt.Sprintf("%q is not an outcome", c.Outcome))
+	}
+	if c.Attempt < 1 || c.Attempt > 1<<30 {
+		return fail("Attempt", fmt.Sprintf("is %d; attempts start at 1", c.Attempt))
+	}
+	if len(c.Result) > 0 && !json.Valid(c.Result) {
+		return fail("Result", "is not valid JSON")
+	}
+	if c.RetryDelay < 0 || c.DeadlineMargin < 0 {
+		return fail("RetryDelay", "durations must not be negative")
+	}
+	return nil
+}
+
+// Reap implements Store: one pass of the reaper. Expired leases are taken
+// back (fence+1) and rescheduled with backoff or failed; waiting jobs past
+// their deadline fail with class "deadline". Safe to run from every runner
+// at once: each pass skips rows another holds.
+func (s *PostgresStore) Reap(ctx context.Context, db DBTX, p ReapParams) (ReapResult, error) {
+	limit := p.Limit
+	if limit == 0 {
+		limit = 1000
+	}
+	def := p.Backoff.WithDefaults()
+	base, ceiling := def.Base.Milliseconds(), def.Cap.Milliseconds()
+	kinds := make([]string, 0, len(p.BackoffByKind))
+	bases := make([]int64, 0, len(p.BackoffByKind))
+	caps := make([]int64, 0, len(p.BackoffByKind))
+	for kind, policy := range p.BackoffByKind {
+		policy = policy.WithDefaults()
+		kinds = append(kinds, kind)
+		bases = append(bases, policy.Base.Milliseconds())
+		caps = append(caps, policy.Cap.Milliseconds())
+	}
+	var res ReapResult
+	err := db.QueryRow(ctx, s.sql.reap, limit, base, ceiling, kinds, bases, caps, p.DeadlineMargin.Milliseconds(), s.cfg.EventTopic).
+		Scan(&res.Rescheduled, &res.LeaseFailed)
+	if err != nil {
+		return res, fmt.Errorf("jobs: reaping expired leases: %w", err)
+	}
+	if err := db.QueryRow(ctx, s.sql.failDeadlines, limit, s.cfg.EventTopic).Scan(&res.DeadlineFail); err != nil {
+		return res, fmt.Errorf("jobs: failing expired deadlines: %w", err)
+	}
+	return res, nil
+}
+
+// Replay implements Store: a new job with the finished job's input, linked
+// by ReplayOf and recording who asked and why. The finished job is not
+// changed. SUCCEEDED jobs and live jobs return ErrNotReplayable.
+func (s *PostgresStore) Replay(ctx context.Context, db DBTX, p ReplayParams) (*Job, error) {
+	fail := func(field, problem string) error {
+		return &ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}
+	}
+	if problem := checkText(p.By, true, MaxTenantLen); problem != "" {
+		return nil, fail("By", problem)
+	}
+	if problem := checkText(p.Reason, true, 1000); problem != "" {
+		return nil, fail("Reason", problem)
+	}
+	if !p.DeadlineAt.IsZero() && !p.DeadlineAt.After(time.Now()) {
+		return nil, fail("DeadlineAt", "is not in the future")
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, fmt.Errorf("jobs: new job id: %w", err)
+	}
+	eventID, err := uuid.NewV7()
+	if err != nil {
+		return nil, fmt.Errorf("jobs: new event id: %w", err)
+	}
+	channel := s.channel // replays are rare: always worth a wake-up
+	if s.cfg.DisableNotify {
+		channel = ""
+	}
+	rows, err := db.Query(ctx, s.sql.replay, p.Tenant, p.JobID, id, dbsql.NullIfZero(p.DeadlineAt), p.By, p.Reason, eventID, s.cfg.EventTopic, channel)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: replay %s: %w", p.JobID, err)
+	}
+	job, err := pgx.CollectExactlyOneRow(rows, scanJob)
+	if errors.Is(err, pgx.ErrNoRows) {
+		old, getErr := s.Get(ctx, db, p.Tenant, p.JobID)
+		if getErr != nil {
+			return nil, getErr
+		}
+		return nil, fmt.Errorf("%w: %s is %s", ErrNotReplayable, p.JobID, old.State)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jobs: replay %s: %w", p.JobID, err)
+	}
+	return job, nil
+}
+
+// Attempts implements Store: the tenant's job's attempts, oldest first.
+func (s *PostgresStore) Attempts(ctx context.Context, db DBTX, tenant string, id uuid.UUID) ([]Attempt, error) {
+	rows, err := db.Query(ctx, s.sql.attempts, tenant, id)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: attempts of %s: %w", id, err)
+	}
+	attempts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Attempt, error) {
+		var (
+			a                       Attempt
+			ended, retryAt          *time.Time
+			outcome, class, message *string
+			inTokens, outTokens     *int64
+		)
+		err := row.Scan(&a.JobID, &a.Attempt, &a.Fence, &a.Worker, &a.StartedAt, &ended, &outcome,
+			&class, &message, &retryAt, &inTokens, &outTokens, &a.Usage.Uncertain)
+		a.EndedAt, a.RetryAt = dbsql.Deref(ended), dbsql.Deref(retryAt)
+		a.Outcome = AttemptOutcome(dbsql.Deref(outcome))
+		a.ErrorClass, a.Error = dbsql.Deref(class), dbsql.Deref(message)
+		a.Usage.InputTokens, a.Usage.OutputTokens = dbsql.Deref(inTokens), dbsql.Deref(outTokens)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jobs: attempts of %s: %w", id, err)
+	}
+	if len(attempts) == 0 {
+		if _, err := s.Get(ctx, db, tenant, id); err != nil {
+			return nil, err
+		}
+	}
+	return attempts, nil
+}

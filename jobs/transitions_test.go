@@ -1,0 +1,265 @@
+package jobs_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/jobs"
+)
+
+// claim claims one job of kind "k" from the default queue as worker.
+func (f *fixture) claim(t *testing.T, worker string) *jobs.Job {
+	t.Helper()
+	claimed, err := f.store.Claim(t.Context(), f.pool, jobs.ClaimParams{
+		Queue: "default", Kinds: []string{"k"}, Worker: worker, Limit: 1, LeaseDuration: time.Minute,
+	})
+	require.NoError(t, err)
+	require.Len(t, claimed, 1, "worker %s claims a job", worker)
+	return claimed[0]
+}
+
+// expireLease ends a lease now, as if its worker had paused past it.
+func (f *fixture) expireLease(t *testing.T, id uuid.UUID) {
+	t.Helper()
+	f.setState(t, id, "lease_until = now() - interval '1 millisecond'")
+}
+
+func succeeded(j *jobs.Job, result string) jobs.Completion {
+	return jobs.Completion{
+		Lease:   jobs.Lease{JobID: j.ID, Fence: j.Fence},
+		Attempt: j.Attempt,
+		Outcome: jobs.OutcomeSucceeded,
+		Result:  json.RawMessage(result),
+	}
+}
+
+// Worker A's lease expires, the reaper takes the job back, worker B claims
+// it and succeeds; A's late completion changes nothing, is reported as
+// ErrLeaseLost and recorded as stale on A's own attempt row.
+func TestStaleCompletionCannotOverwrite(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	res, err := f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k"})
+	require.NoError(t, err)
+
+	a := f.claim(t, "worker-a")
+	require.Equal(t, jobs.StateRunning, a.State)
+	require.Equal(t, 1, a.Attempt)
+	require.Equal(t, int64(1), a.Fence)
+
+	f.expireLease(t, a.ID)
+	reaped, err := f.store.Reap(ctx, f.pool, jobs.ReapParams{Backoff: jobs.BackoffPolicy{Base: time.Millisecond, Cap: time.Millisecond}})
+	require.NoError(t, err)
+	require.Equal(t, 1, reaped.Rescheduled)
+	require.Eventually(t, func() bool {
+		j, err := f.store.Get(ctx, f.pool, "acme", a.ID)
+		return err == nil && !j.AvailableAt.After(time.Now())
+	}, 5*time.Second, 5*time.Millisecond)
+
+	b := f.claim(t, "worker-b")
+	require.Equal(t, 2, b.Attempt, "the attempt counter continues")
+	require.Equal(t, int64(3), b.Fence, "claim, reap and claim each moved the fence")
+
+	out, err := f.store.Complete(ctx, f.pool, []jobs.Completion{succeeded(b, `{"by":"b"}`)})
+	require.NoError(t, err)
+	require.NoError(t, out[0].Err)
+	require.Equal(t, jobs.StateSucceeded, out[0].Job.State)
+	after := f.rawJob(t, a.ID)
+
+	out, err = f.store.Complete(ctx, f.pool, []jobs.Completion{succeeded(a, `{"by":"a"}`)})
+	require.NoError(t, err)
+	require.ErrorIs(t, out[0].Err, jobs.ErrLeaseLost)
+	require.Nil(t, out[0].Job)
+	require.Equal(t, after, f.rawJob(t, a.ID), "the stale completion changed nothing on the job")
+
+	job, err := f.store.Get(ctx, f.pool, "acme", res.Job.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"by":"b"}`, string(job.Result), "B's result stands")
+
+	attempts, err := f.store.Attempts(ctx, f.pool, "acme", job.ID)
+	require.NoError(t, err)
+	require.Len(t, attempts, 2)
+	require.Equal(t, jobs.AttemptStale, attempts[0].Outcome)
+	require.Equal(t, "worker-a", attempts[0].Worker)
+	require.Contains(t, attempts[0].Error, "lease_expired", "the row keeps what happened first")
+	require.True(t, attempts[0].Usage.Uncertain)
+	require.Equal(t, jobs.AttemptSucceeded, attempts[1].Outcome)
+	require.Equal(t, "worker-b", attempts[1].Worker)
+
+	events := f.events(t)
+	require.Len(t, events, 2, "requested, then one completed event: none for the stale attempt")
+	require.Equal(t, "k.completed", events[1].eventType)
+}
+
+// Without a reaper pass, an expired lease still cannot be heartbeated back
+// to life, and its completion is still fenced once another claim happens.
+func TestHeartbeatDoesNotResurrectAnExpiredLease(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	_, err := f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k"})
+	require.NoError(t, err)
+	_, err = f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k"})
+	require.NoError(t, err)
+	live := f.claim(t, "w")
+	lapsed := f.claim(t, "w")
+	f.expireLease(t, lapsed.ID)
+
+	hb, err := f.store.Heartbeat(ctx, f.pool, "w", time.Minute, []jobs.Lease{
+		{JobID: live.ID, Fence: live.Fence}, {JobID: lapsed.ID, Fence: lapsed.Fence},
+	})
+	require.NoError(t, err)
+	require.True(t, hb.Kept[live.ID])
+	require.False(t, hb.Kept[lapsed.ID])
+
+	hb, err = f.store.Heartbeat(ctx, f.pool, "another-worker", time.Minute, []jobs.Lease{{JobID: live.ID, Fence: live.Fence}})
+	require.NoError(t, err)
+	require.False(t, hb.Kept[live.ID], "only the owner extends a lease")
+
+	_, err = f.store.Cancel(ctx, f.pool, "acme", live.ID)
+	require.NoError(t, err)
+	hb, err = f.store.Heartbeat(ctx, f.pool, "w", time.Minute, []jobs.Lease{{JobID: live.ID, Fence: live.Fence}})
+	require.NoError(t, err)
+	require.True(t, hb.CancelRequested[live.ID], "a heartbeat tells the worker about a cancellation")
+}
+
+func TestCompleteOutcomes(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	enqueue := func(p jobs.EnqueueParams) {
+		p.Tenant, p.Kind = "acme", "k"
+		_, err := f.store.Enqueue(ctx, f.pool, p)
+		require.NoError(t, err)
+	}
+
+	tests := []struct {
+		name       string
+		params     jobs.EnqueueParams
+		completion func(j *jobs.Job) jobs.Completion
+		state      jobs.State
+		class      string
+		attempt    jobs.AttemptOutcome
+		event      string
+	}{
+		{"review", jobs.EnqueueParams{}, func(j *jobs.Job) jobs.Completion {
+			c := succeeded(j, `{"total":"12.00"}`)
+			c.Outcome, c.Error = jobs.OutcomeReviewRequired, "totals do not add up"
+			return c
+		}, jobs.StateReviewRequired, "", jobs.AttemptReviewRequired, "k.review_required"},
+		{"permanent", jobs.EnqueueParams{}, func(j *jobs.Job) jobs.Completion {
+			return jobs.Completion{Lease: jobs.Lease{JobID: j.ID, Fence: j.Fence}, Attempt: j.Attempt,
+				Outcome: jobs.OutcomeFailed, ErrorClass: jobs.ClassPermanent, Error: "400: bad document"}
+		}, jobs.StateFailedTerminal, jobs.ClassPermanent, jobs.AttemptFailed, "k.dead_lettered"},
+		{"retry", jobs.EnqueueParams{}, func(j *jobs.Job) jobs.Completion {
+			return jobs.Completion{Lease: jobs.Lease{JobID: j.ID, Fence: j.Fence}, Attempt: j.Attempt,
+				Outcome: jobs.OutcomeRetry, ErrorClass: jobs.ClassTransient, Error: "503", RetryDelay: time.Minute}
+		}, jobs.StateRetryScheduled, jobs.ClassTransient, jobs.AttemptRetryScheduled, ""},
+		{"retry past the deadline", jobs.EnqueueParams{DeadlineAt: time.Now().Add(5 * time.Second)}, func(j *jobs.Job) jobs.Completion {
+			return jobs.Completion{Lease: jobs.Lease{JobID: j.ID, Fence: j.Fence}, Attempt: j.Attempt,
+				Outcome: jobs.OutcomeRetry, ErrorClass: jobs.ClassTransient, Error: "429", RetryDelay: 10 * time.Second}
+		}, jobs.StateFailedTerminal, jobs.ClassDeadline, jobs.AttemptFailed, "k.dead_lettered"},
+		{"retry with no attempts left", jobs.EnqueueParams{MaxAttempts: 1}, func(j *jobs.Job) jobs.Completion {
+			return jobs.Completion{Lease: jobs.Lease{JobID: j.ID, Fence: j.Fence}, Attempt: j.Attempt,
+				Outcome: jobs.OutcomeRetry, ErrorClass: jobs.ClassTransient, Error: "timeout"}
+		}, jobs.StateFailedTerminal, jobs.ClassTransient, jobs.AttemptFailed, "k.dead_lettered"},
+		{"released", jobs.EnqueueParams{}, func(j *jobs.Job) jobs.Completion {
+			return jobs.Completion{Lease: jobs.Lease{JobID: j.ID, Fence: j.Fence}, Attempt: j.Attempt,
+				Outcome: jobs.OutcomeReleased, ErrorClass: jobs.ClassShutdown, Error: "shutting down"}
+		}, jobs.StateRetryScheduled, jobs.ClassShutdown, jobs.AttemptReleased, ""},
+	}
+	for _, tt := range tests {
+		enqueue(tt.params)
+		j := f.claim(t, "w")
+		before := len(f.events(t))
+		out, err := f.store.Complete(ctx, f.pool, []jobs.Completion{tt.completion(j)})
+		require.NoError(t, err, tt.name)
+		require.NoError(t, out[0].Err, tt.name)
+		got := out[0].Job
+		require.Equal(t, tt.state, got.State, tt.name)
+		require.Equal(t, tt.class, got.ErrorClass, tt.name)
+		require.Empty(t, got.LeaseOwner, tt.name)
+		require.Equal(t, tt.state.Terminal(), !got.FinishedAt.IsZero(), tt.name)
+		attempts, err := f.store.Attempts(ctx, f.pool, "acme", j.ID)
+		require.NoError(t, err)
+		require.Equal(t, tt.attempt, attempts[0].Outcome, tt.name)
+		require.False(t, attempts[0].EndedAt.IsZero(), tt.name)
+		events := f.events(t)
+		if tt.event == "" {
+			require.Len(t, events, before, "%s: no event for a non-terminal transition", tt.name)
+		} else {
+			require.Equal(t, tt.event, events[len(events)-1].eventType, tt.name)
+		}
+		if tt.state == jobs.StateRetryScheduled {
+			// Move it out of the way of the next claim.
+			_, err := f.store.Cancel(ctx, f.pool, "acme", j.ID)
+			require.NoError(t, err)
+		}
+	}
+}
+
+func TestDeadlinesAndReplay(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	res, err := f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k", DeadlineAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	f.setState(t, res.Job.ID, "deadline_at = now() - interval '1 second'")
+
+	_, err = f.store.Claim(ctx, f.pool, jobs.ClaimParams{Queue: "default", Kinds: []string{"k"}, Worker: "w", Limit: 10, LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	job, err := f.store.Get(ctx, f.pool, "acme", res.Job.ID)
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateReady, job.State, "a job past its deadline is never claimed")
+
+	reaped, err := f.store.Reap(ctx, f.pool, jobs.ReapParams{})
+	require.NoError(t, err)
+	require.Equal(t, 1, reaped.DeadlineFail)
+	job, err = f.store.Get(ctx, f.pool, "acme", res.Job.ID)
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateFailedTerminal, job.State)
+	require.Equal(t, jobs.ClassDeadline, job.ErrorClass)
+
+	before := f.rawJob(t, job.ID)
+	replay, err := f.store.Replay(ctx, f.pool, jobs.ReplayParams{Tenant: "acme", JobID: job.ID, By: "ops@acme", Reason: "provider outage"})
+	require.NoError(t, err)
+	require.Equal(t, job.ID, replay.ReplayOf)
+	require.Equal(t, "ops@acme", replay.ReplayedBy)
+	require.Equal(t, "provider outage", replay.ReplayReason)
+	require.Equal(t, jobs.StateReady, replay.State)
+	require.JSONEq(t, string(job.Payload), string(replay.Payload))
+	require.True(t, replay.DeadlineAt.IsZero(), "the passed deadline is not copied")
+	require.Equal(t, before, f.rawJob(t, job.ID), "the dead job is byte-for-byte unchanged")
+
+	_, err = f.store.Replay(ctx, f.pool, jobs.ReplayParams{Tenant: "globex", JobID: job.ID, By: "x", Reason: "y"})
+	require.ErrorIs(t, err, jobs.ErrNotFound)
+	_, err = f.store.Replay(ctx, f.pool, jobs.ReplayParams{Tenant: "acme", JobID: replay.ID, By: "x", Reason: "y"})
+	require.ErrorIs(t, err, jobs.ErrNotReplayable, "a live job is not replayed")
+	_, err = f.store.Replay(ctx, f.pool, jobs.ReplayParams{Tenant: "acme", JobID: job.ID, By: "", Reason: "y"})
+	require.ErrorIs(t, err, jobs.ErrInvalidParams)
+}
+
+func TestReapFailsWhenAttemptsAreUsedUp(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	_, err := f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k", MaxAttempts: 1})
+	require.NoError(t, err)
+	j := f.claim(t, "w")
+	f.expireLease(t, j.ID)
+	reaped, err := f.store.Reap(ctx, f.pool, jobs.ReapParams{})
+	require.NoError(t, err)
+	require.Equal(t, 1, reaped.LeaseFailed)
+	got, err := f.store.Get(ctx, f.pool, "acme", j.ID)
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateFailedTerminal, got.State)
+	require.Equal(t, jobs.ClassLeaseExpired, got.ErrorClass)
+	require.Equal(t, int64(2), got.Fence, "the fence moved: the lost worker cannot complete")
+	events := f.events(t)
+	require.Equal(t, "k.dead_lettered", events[len(events)-1].eventType)
+}

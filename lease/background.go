@@ -1,0 +1,322 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/jobs"
+)
+
+// completer batches attempt outcomes into few transactions. A handler's
+// attempt is not over until its outcome is durable: submit returns only
+// after the transaction that recorded it committed (or failed for good).
+type completer struct {
+	r       *Runner
+	pending chan *pendingCompletion
+	closed  chan struct{}
+	once    sync.Once
+}
+
+type pendingCompletion struct {
+	completion jobs.Completion
+	done       chan completionDone
+}
+
+type completionDone struct {
+	job *jobs.Job
+	err error
+}
+
+// maxCompletionBatch bounds one completion transaction.
+const maxCompletionBatch = 200
+
+// completionAttempts is how often one outcome is tried on its own before
+// the runner gives up on it (the lease then expires and the reaper retries
+// the job).
+const completionAttempts = 5
+
+func newCompleter(r *Runner) *completer {
+	return &completer{r: r, pending: make(chan *pendingCompletion, maxCompletionBatch), closed: make(chan struct{})}
+}
+
+// submit hands an outcome to the completer and waits until it is recorded.
+func (c *completer) submit(completion jobs.Completion) (*jobs.Job, error) {
+	p := &pendingCompletion{completion: completion, done: make(chan completionDone, 1)}
+	select {
+	case c.pending <- p:
+	case <-c.closed:
+		return nil, errors.New("lease: runner stopped before the outcome could be recorded")
+	}
+	select {
+	case d := <-p.done:
+		return d.job, d.err
+	case <-c.closed:
+		return nil, errors.New("lease: runner stopped before the outcome could be recorded")
+	}
+}
+
+func (c *completer) close() { c.once.Do(func() { close(c.closed) }) }
+
+func (c *completer) run(ctx context.Context) {
+	for {
+		var batch []*pendingCompletion
+		select {
+		case <-ctx.Done():
+			return
+		case p := <-c.pending:
+			batch = append(batch, p)
+		}
+		// Take whatever else is already waiting, without waiting for more:
+		// under load batches grow by themselves, and a lone completion is
+		// never delayed.
+	drain:
+		for len(batch) < maxCompletionBatch {
+			select {
+			case p := <-c.pending:
+				batch = append(batch, p)
+			default:
+				break drain
+			}
+		}
+		c.apply(ctx, batch)
+	}
+}
+
+// apply records a batch in one transaction; if that fails (a hook error, a
+// lost connection), each outcome is retried on its own so one bad outcome
+// cannot hold back the others.
+func (c *completer) apply(ctx context.Context, batch []*pendingCompletion) {
+	completions := make([]jobs.Completion, len(batch))
+	for i, p := range batch {
+		completions[i] = p.completion
+	}
+	results, err := c.record(ctx, completions)
+	if err == nil {
+		for i, p := range batch {
+			p.done <- completionDone{job: results[i].Job, err: results[i].Err}
+		}
+		return
+	}
+	if len(batch) > 1 {
+		c.r.cfg.Logger.Warn("llmq: completion batch failed; recording its outcomes one by one", "size", len(batch), "err", err)
+	}
+	for _, p := range batch {
+		p.done <- c.applyOne(ctx, p.completion)
+	}
+}
+
+func (c *completer) applyOne(ctx context.Context, completion jobs.Completion) completionDone {
+	backoff := 100 * time.Millisecond
+	var err error
+	for try := 1; try <= completionAttempts; try++ {
+		var results []jobs.CompletionResult
+		results, err = c.record(ctx, []jobs.Completion{completion})
+		if err == nil {
+			return completionDone{job: results[0].Job, err: results[0].Err}
+		}
+		var hookErr *hookError
+		if errors.As(err, &hookErr) && try >= 3 {
+			// The host's hook keeps failing: record the attempt as a
+			// transient failure without it, so the job is retried rather
+			// than stuck.
+			completion.Outcome = jobs.OutcomeRetry
+			completion.ErrorClass = jobs.ClassTransient
+			completion.Error = err.Error()
+			completion.Result = nil
+			completion.RetryDelay = c.r.cfg.Retry.Delay(completion.Attempt, nil)
+		}
+		if !sleep(ctx, backoff) {
+			break
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+	return completionDone{err: fmt.Errorf("lease: recording attempt %d of job %s: %w", completion.Attempt, completion.JobID, err)}
+}
+
+type hookError struct{ err error }
+
+func (e *hookError) Error() string { return "OnSucceeded hook: " + e.err.Error() }
+func (e *hookError) Unwrap() error { return e.err }
+
+// record runs one completion transaction: the fenced outcomes, then the
+// host's OnSucceeded hook for each success, then commit.
+func (c *completer) record(ctx context.Context, completions []jobs.Completion) ([]jobs.CompletionResult, error) {
+	// The statement must finish even while the runner shuts down, but not
+	// hang forever on a dead connection.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.r.cfg.HeartbeatInterval)
+	defer cancel()
+	var results []jobs.CompletionResult
+	err := dbsql.WithTx(ctx, c.r.pool, func(tx pgx.Tx) error {
+		var err error
+		results, err = c.r.store.Complete(ctx, tx, completions)
+		if err != nil || c.r.cfg.OnSucceeded == nil {
+			return err
+		}
+		for _, res := range results {
+			if res.Job != nil && res.Job.State == jobs.StateSucceeded {
+				if err := c.r.cfg.OnSucceeded(ctx, tx, res.Job); err != nil {
+					return &hookError{err: err}
+				}
+			}
+		}
+		return nil
+	})
+	return results, err
+}
+
+// heartbeat extends every live lease once per HeartbeatInterval, in one
+// statement, and cancels attempts whose lease is gone or whose job a client
+// cancelled. When heartbeats fail (the database is unreachable), attempts
+// are cancelled once their lease must have run out, so a cut-off worker
+// stops spending on work whose result would be discarded.
+func (r *Runner) heartbeat(ctx context.Context) {
+	tick := time.NewTicker(r.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		r.mu.Lock()
+		live := make([]*attempt, 0, len(r.leases))
+		leases := make([]jobs.Lease, 0, len(r.leases))
+		for _, a := range r.leases {
+			live = append(live, a)
+			leases = append(leases, jobs.Lease{JobID: a.job.ID, Fence: a.job.Fence})
+		}
+		r.mu.Unlock()
+		if len(live) == 0 {
+			continue
+		}
+		sentAt := time.Now()
+		hbCtx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatInterval)
+		res, err := r.store.Heartbeat(hbCtx, r.pool, r.cfg.WorkerID, r.cfg.LeaseDuration, leases)
+		cancel()
+		if err != nil {
+			r.cfg.Logger.Warn("llmq: heartbeat failed", "leases", len(leases), "err", err)
+			r.mu.Lock()
+			for _, a := range live {
+				if time.Since(a.extendedAt) >= r.cfg.LeaseDuration {
+					a.cancel(ErrLeaseLost)
+				}
+			}
+			r.mu.Unlock()
+			continue
+		}
+		r.mu.Lock()
+		for _, a := range live {
+			switch {
+			case !res.Kept[a.job.ID]:
+				a.cancel(ErrLeaseLost)
+			case res.CancelRequested[a.job.ID]:
+				a.extendedAt = sentAt
+				a.cancel(ErrCancelRequested)
+			default:
+				a.extendedAt = sentAt
+			}
+		}
+		r.mu.Unlock()
+	}
+}
+
+// listen wakes the queues' producers on the store's NOTIFY channel, over a
+// dedicated connection that is re-established with backoff when it drops.
+// After a reconnect every queue is woken, since notifications sent while
+// disconnected are lost.
+func (r *Runner) listen(ctx context.Context, wakes map[string]chan struct{}) {
+	channel := r.store.Channel()
+	backoff := time.Duration(0)
+	for ctx.Err() == nil {
+		err := r.listenOnce(ctx, channel, wakes)
+		if ctx.Err() != nil {
+			return
+		}
+		backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+		r.cfg.Logger.Warn("llmq: LISTEN connection lost; polling until it is back", "err", err, "retry_in", backoff)
+		if !sleep(ctx, backoff) {
+			return
+		}
+	}
+}
+
+func (r *Runner) listenOnce(ctx context.Context, channel string, wakes map[string]chan struct{}) error {
+	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = conn.Close(closeCtx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		return err
+	}
+	for _, w := range wakes {
+		signal(w)
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		if w, ok := wakes[n.Payload]; ok {
+			signal(w)
+		}
+	}
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// reap takes back expired leases and fails jobs past their deadline, every
+// ReapInterval. Every runner reaps; passes skip rows another holds.
+func (r *Runner) reap(ctx context.Context) {
+	tick := time.NewTicker(r.cfg.ReapInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if _, err := r.ReapOnce(ctx); err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Warn("llmq: reaper pass failed", "err", err)
+		}
+	}
+}
+
+// ReapOnce runs the reaper until a pass finds less than a full batch, and
+// returns what it did. Run calls it every ReapInterval.
+func (r *Runner) ReapOnce(ctx context.Context) (jobs.ReapResult, error) {
+	const limit = 1000
+	var total jobs.ReapResult
+	for {
+		res, err := r.store.Reap(ctx, r.pool, jobs.ReapParams{
+			Limit:          limit,
+			Backoff:        r.cfg.Retry,
+			BackoffByKind:  r.cfg.RetryByKind,
+			DeadlineMargin: r.cfg.DeadlineMargin,
+		})
+		total.Rescheduled += res.Rescheduled
+		total.LeaseFailed += res.LeaseFailed
+		total.DeadlineFail += res.DeadlineFail
+		if err != nil {
+			return total, err
+		}
+		if res.Rescheduled+res.LeaseFailed < limit && res.DeadlineFail < limit {
+			return total, nil
+		}
+	}
+}

@@ -1,0 +1,215 @@
+package lease
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/llmq/llmq/jobs"
+)
+
+// Defaults for a zero Config.
+const (
+	DefaultQueue             = jobs.DefaultQueue
+	DefaultMaxWorkers        = 10
+	DefaultClaimBatch        = 10
+	DefaultLeaseDuration     = 90 * time.Second
+	DefaultAttemptTimeout    = 45 * time.Second
+	DefaultPollInterval      = time.Second
+	DefaultShutdownGrace     = 10 * time.Second
+	DefaultInvalidOutputRuns = 2 // attempts that may end in invalid output before the final decision
+)
+
+// ErrInvalidConfig is matched (errors.Is) by every error NewRunner returns
+// for a Config it cannot run.
+var ErrInvalidConfig = errors.New("lease: invalid config")
+
+// QueueConfig sizes one queue's share of a runner.
+type QueueConfig struct {
+	// MaxWorkers bounds how many of the queue's jobs this runner runs at
+	// once. Default 10.
+	MaxWorkers int
+}
+
+// InvalidOutputPolicy decides what happens to a job whose output is still
+// invalid when its invalid-output budget is spent.
+type InvalidOutputPolicy int
+
+const (
+	// InvalidOutputReview sends the job to REVIEW_REQUIRED with the last
+	// output as its result (the default): a person decides.
+	InvalidOutputReview InvalidOutputPolicy = iota
+	// InvalidOutputFail fails the job (FAILED_TERMINAL, dead-lettered).
+	InvalidOutputFail
+)
+
+// SucceededHook adds the host's own writes to the transaction that records
+// a job's success, such as webhook deliveries. It sees the job as
+// committed-to-be (SUCCEEDED, with its result). An error rolls the
+// completion back; see Config.OnSucceeded.
+type SucceededHook func(ctx context.Context, tx pgx.Tx, job *jobs.Job) error
+
+// Config configures a Runner. Zero values mean the documented defaults;
+// NewRunner rejects combinations that cannot work.
+type Config struct {
+	// Handlers run jobs, by kind. Required. The runner only claims kinds it
+	// has a handler for.
+	Handlers map[string]Handler
+	// Queues to serve and their concurrency. Default: "default" with 10
+	// workers. Each queue has its own claim loop and its own slots, so one
+	// queue's backlog never delays another's.
+	Queues map[string]QueueConfig
+	// WorkerID names this runner in leases and attempt rows. Default:
+	// host name, process id and a random suffix.
+	WorkerID string
+	// ClaimBatch is the most jobs one claim takes (never more than the
+	// queue's free slots). Default 10.
+	ClaimBatch int
+	// LeaseDuration is how long a claim lasts without a heartbeat. Default
+	// 90s. A worker that stops heartbeating loses its jobs this long after
+	// its last heartbeat.
+	LeaseDuration time.Duration
+	// HeartbeatInterval is how often leases are extended, in one statement
+	// for all of them. Default a third of LeaseDuration; must be shorter
+	// than LeaseDuration.
+	HeartbeatInterval time.Duration
+	// AttemptTimeout bounds one attempt; the handler's context is cancelled
+	// when it fires. Default 45s; must be shorter than LeaseDuration.
+	AttemptTimeout time.Duration
+	// PollInterval is the fallback claim interval when no NOTIFY arrives.
+	// Default 1s.
+	PollInterval time.Duration
+	// ReapInterval is how often this runner takes back expired leases and
+	// fails jobs past their deadline. Default a sixth of LeaseDuration.
+	ReapInterval time.Duration
+	// ShutdownGrace is how long in-flight attempts may finish after Run's
+	// context is cancelled, before their contexts are cancelled too and
+	// their jobs released. Default 10s.
+	ShutdownGrace time.Duration
+	// Retry is the default backoff; RetryByKind overrides it per kind.
+	// Defaults: base 2s, cap 60s.
+	Retry       jobs.BackoffPolicy
+	RetryByKind map[string]jobs.BackoffPolicy
+	// DeadlineMargin is the time reserved for a retry's attempt: a retry
+	// that would start later than the deadline minus this margin is refused
+	// and the job fails with class "deadline". Default AttemptTimeout.
+	DeadlineMargin time.Duration
+	// InvalidOutputAttempts is how many attempts may end in invalid output
+	// before InvalidOutput decides. Default 2 (one retry).
+	InvalidOutputAttempts int
+	// InvalidOutput is the decision once that budget is spent. Default
+	// InvalidOutputReview.
+	InvalidOutput InvalidOutputPolicy
+	// OnSucceeded, when set, runs in the transaction that records each
+	// success. If it fails, the completion is retried a few times and then
+	// recorded as a transient failure (the job is retried) without the hook.
+	OnSucceeded SucceededHook
+	// Logger receives the runner's operational messages. Default: discard.
+	Logger *slog.Logger
+}
+
+// withDefaults validates c and fills in every default.
+func (c Config) withDefaults() (Config, error) {
+	fail := func(format string, args ...any) (Config, error) {
+		return c, fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+	}
+	if len(c.Handlers) == 0 {
+		return fail("Handlers is empty; register a handler for each kind this runner runs")
+	}
+	for kind, h := range c.Handlers {
+		if h == nil {
+			return fail("Handlers[%q] is nil", kind)
+		}
+	}
+	if len(c.Queues) == 0 {
+		c.Queues = map[string]QueueConfig{DefaultQueue: {}}
+	}
+	queues := make(map[string]QueueConfig, len(c.Queues))
+	for name, q := range c.Queues {
+		if q.MaxWorkers < 0 {
+			return fail("Queues[%q].MaxWorkers is %d; use 0 for the default or a positive number", name, q.MaxWorkers)
+		}
+		q.MaxWorkers = cmp.Or(q.MaxWorkers, DefaultMaxWorkers)
+		queues[name] = q
+	}
+	c.Queues = queues
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"LeaseDuration", c.LeaseDuration}, {"HeartbeatInterval", c.HeartbeatInterval},
+		{"AttemptTimeout", c.AttemptTimeout}, {"PollInterval", c.PollInterval},
+		{"ReapInterval", c.ReapInterval}, {"ShutdownGrace", c.ShutdownGrace},
+		{"DeadlineMargin", c.DeadlineMargin},
+	} {
+		if d.v < 0 {
+			return fail("%s is %s; use 0 for the default or a positive duration", d.name, d.v)
+		}
+	}
+	if c.ClaimBatch < 0 || c.ClaimBatch > jobs.MaxBatch {
+		return fail("ClaimBatch is %d; use 0 for the default or 1 to %d", c.ClaimBatch, jobs.MaxBatch)
+	}
+	if c.InvalidOutputAttempts < 0 {
+		return fail("InvalidOutputAttempts is %d; use 0 for the default or a positive number", c.InvalidOutputAttempts)
+	}
+	c.ClaimBatch = cmp.Or(c.ClaimBatch, DefaultClaimBatch)
+	c.LeaseDuration = cmp.Or(c.LeaseDuration, DefaultLeaseDuration)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, c.LeaseDuration/3)
+	c.AttemptTimeout = cmp.Or(c.AttemptTimeout, min(DefaultAttemptTimeout, c.LeaseDuration/2))
+	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
+	c.ReapInterval = cmp.Or(c.ReapInterval, c.LeaseDuration/6)
+	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, DefaultShutdownGrace)
+	c.DeadlineMargin = cmp.Or(c.DeadlineMargin, c.AttemptTimeout)
+	c.InvalidOutputAttempts = cmp.Or(c.InvalidOutputAttempts, DefaultInvalidOutputRuns)
+	switch {
+	case c.LeaseDuration < time.Second:
+		return fail("LeaseDuration is %s; use at least 1s", c.LeaseDuration)
+	case c.HeartbeatInterval >= c.LeaseDuration:
+		return fail("HeartbeatInterval (%s) must be shorter than LeaseDuration (%s)", c.HeartbeatInterval, c.LeaseDuration)
+	case c.AttemptTimeout >= c.LeaseDuration:
+		return fail("AttemptTimeout (%s) must be shorter than LeaseDuration (%s): an attempt must end before its lease can", c.AttemptTimeout, c.LeaseDuration)
+	case c.InvalidOutput != InvalidOutputReview && c.InvalidOutput != InvalidOutputFail:
+		return fail("InvalidOutput is %d; use InvalidOutputReview or InvalidOutputFail", c.InvalidOutput)
+	}
+	if err := c.Retry.Validate(); err != nil {
+		return fail("Retry: %v", err)
+	}
+	c.Retry = c.Retry.WithDefaults()
+	for kind, p := range c.RetryByKind {
+		if err := p.Validate(); err != nil {
+			return fail("RetryByKind[%q]: %v", kind, err)
+		}
+	}
+	if c.WorkerID == "" {
+		c.WorkerID = defaultWorkerID()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+func (c Config) retryPolicy(kind string) jobs.BackoffPolicy {
+	if p, ok := c.RetryByKind[kind]; ok {
+		return p.WithDefaults()
+	}
+	return c.Retry
+}
+
+func defaultWorkerID() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown-host"
+	}
+	var b [3]byte
+	_, _ = rand.Read(b[:]) // crypto/rand never fails on supported platforms
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}

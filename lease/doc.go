@@ -1,0 +1,62 @@
+// Package lease runs jobs under fenced leases: the runner claims jobs in
+// short batched transactions, runs their handlers outside any transaction,
+// heartbeats the leases it holds, and records each attempt's outcome only
+// under the fence the attempt was claimed with.
+//
+//	runner, err := lease.NewRunner(pool, store, lease.Config{
+//		Handlers: map[string]lease.Handler{"invoice.extract": extractor},
+//		Queues:   map[string]lease.QueueConfig{"extraction": {MaxWorkers: 30}},
+//	})
+//	...
+//	err = runner.Run(ctx) // returns after a graceful shutdown when ctx ends
+//
+// # Guarantees
+//
+//   - A stale worker never overwrites a newer result. Every claim bumps the
+//     job's fence; completion, retry scheduling and failure apply only while
+//     the job is RUNNING under the attempt's fence. A worker that lost its
+//     lease (it paused past it, or its process died) gets jobs.ErrLeaseLost,
+//     and only its own attempt row records what it reported, as "stale".
+//   - A job never runs in two live attempts of llmq at once: a lease is
+//     taken back only after it expired, and expiry bumps the fence.
+//   - A lost lease cancels the handler's context at the next heartbeat
+//     (context.Cause is ErrLeaseLost); so does a client's cancellation
+//     (ErrCancelRequested), the attempt timeout (ErrAttemptTimeout) and the
+//     end of the shutdown grace (ErrShutdown).
+//   - Outcomes are durable before the attempt counts as finished: the slot
+//     is freed only after the completion transaction committed. Completions
+//     are batched into few transactions under load, never delayed when idle.
+//   - Every attempt leaves a row: worker, fence, timings, outcome, error
+//     class and message, the next retry time, provider usage, and whether a
+//     provider call may have been billed without its answer (uncertain).
+//   - The attempt counter never resets. A crashed worker's job is taken back
+//     by the reaper (every runner runs one) with a new fence and a
+//     full-jitter backoff, or fails when its attempts or time are used up.
+//   - Retries are llmq's alone: full jitter U(0, min(cap, base·2^(n-1))),
+//     raised to a provider's Retry-After, refused with class "deadline" when
+//     the next attempt plus DeadlineMargin would end after the deadline. A
+//     retry is a persisted time, never a sleep holding a connection or lease.
+//   - Graceful shutdown: Run stops claiming, lets attempts finish within
+//     ShutdownGrace, cancels the rest and releases their jobs at once
+//     (RETRY_SCHEDULED, available now) instead of leaving them to expire.
+//
+// # Decisions
+//
+//   - Handlers return (result, error); errors say how the attempt ended
+//     (jobs.Permanent, jobs.RetryAfter, jobs.InvalidOutput, jobs.NeedsReview),
+//     as River's job errors do. A panic is a failed attempt (class "panic")
+//     and is retried like a transient error.
+//   - A handler that returns success after its job was cancelled keeps its
+//     success: the work is done, and discarding it would waste the spend.
+//   - A released attempt (shutdown) counts as an attempt; if it was the last
+//     one allowed, the job still gets one more, because a release is not a
+//     failure.
+//   - The invalid-output budget counts attempts, not only invalid ones: an
+//     attempt numbered InvalidOutputAttempts or later that produces invalid
+//     output is final.
+//   - A runner claims only kinds it has handlers for, so runners of
+//     different builds can share a queue during a rolling deploy.
+//   - If OnSucceeded keeps failing, the success is recorded as a transient
+//     failure after a few tries: the job runs again rather than sitting
+//     RUNNING until its lease expires.
+package lease

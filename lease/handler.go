@@ -1,0 +1,68 @@
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+
+	"github.com/llmq/llmq/jobs"
+)
+
+// Handler runs one attempt of a job. It returns the job's result (small
+// JSON, or a reference to where a large result lives) or an error that says
+// how the attempt ended:
+//
+//   - nil: SUCCEEDED with the result.
+//   - jobs.NeedsReview(result, reason): REVIEW_REQUIRED.
+//   - jobs.InvalidOutput(err, output): retried within the runner's
+//     invalid-output budget, then REVIEW_REQUIRED or FAILED_TERMINAL.
+//   - jobs.Permanent(err): FAILED_TERMINAL at once.
+//   - jobs.RetryAfter(err, d) or any other error: retried with backoff (at
+//     least d), while attempts and the deadline allow.
+//
+// The context is cancelled when the attempt times out, when the lease is
+// lost, when a client cancels the job, and at shutdown; a handler should
+// return promptly then. A panic is recovered and recorded as a failed
+// attempt. The handler runs after the claim committed, never inside a
+// transaction: it may take as long as the attempt timeout.
+type Handler interface {
+	Work(ctx context.Context, job *jobs.Job) (json.RawMessage, error)
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, job *jobs.Job) (json.RawMessage, error)
+
+// Work calls f.
+func (f HandlerFunc) Work(ctx context.Context, job *jobs.Job) (json.RawMessage, error) {
+	return f(ctx, job)
+}
+
+// usageKey finds an attempt's usage recorder in its context.
+type usageKey struct{}
+
+type usageRecorder struct {
+	mu    sync.Mutex
+	usage jobs.Usage
+}
+
+// RecordUsage adds a provider's reported usage to the current attempt's
+// record (tokens add up over several calls), and marks the attempt
+// uncertain if u says so. Call it from a handler with the context it was
+// given; elsewhere it does nothing.
+func RecordUsage(ctx context.Context, u jobs.Usage) {
+	r, ok := ctx.Value(usageKey{}).(*usageRecorder)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.usage.InputTokens += u.InputTokens
+	r.usage.OutputTokens += u.OutputTokens
+	r.usage.Uncertain = r.usage.Uncertain || u.Uncertain
+}
+
+func (r *usageRecorder) get() jobs.Usage {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.usage
+}

@@ -1,0 +1,402 @@
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/llmq/llmq/jobs"
+)
+
+// Why an attempt's context was cancelled, as context.Cause reports it.
+var (
+	// ErrLeaseLost: a heartbeat found the lease gone (it expired, or the
+	// reaper took the job back). The attempt's result will not be applied.
+	ErrLeaseLost = jobs.ErrLeaseLost
+	// ErrCancelRequested: a client cancelled the job while it ran.
+	ErrCancelRequested = errors.New("lease: job cancellation requested")
+	// ErrShutdown: the runner is shutting down and the grace period ended.
+	ErrShutdown = errors.New("lease: runner shutting down")
+	// ErrAttemptTimeout: the attempt ran longer than Config.AttemptTimeout.
+	ErrAttemptTimeout = errors.New("lease: attempt timeout")
+)
+
+// How a producer behaves after it has seen work: it claims again every
+// activePoll for activeWindow, so that jobs whose enqueue sent no NOTIFY
+// (jobs.Config.NotifyInterval) or committed just after a claim are picked
+// up in milliseconds rather than at the next poll.
+const (
+	activePoll   = 20 * time.Millisecond
+	activeWindow = 250 * time.Millisecond
+)
+
+// Runner claims jobs from its queues and runs them under fenced leases. Build
+// it with NewRunner and call Run.
+type Runner struct {
+	pool    *pgxpool.Pool
+	store   jobs.Store
+	cfg     Config
+	kinds   []string
+	running atomic.Bool
+
+	mu     sync.Mutex
+	leases map[uuid.UUID]*attempt // live attempts by job id
+}
+
+// attempt is one job this runner holds.
+type attempt struct {
+	job    *jobs.Job
+	cancel context.CancelCauseFunc // cancels the attempt's context with a cause from the errors above
+	// extendedAt is the local time just before the claim or the last
+	// successful heartbeat was sent: the lease lasts at least
+	// LeaseDuration from then. Guarded by Runner.mu.
+	extendedAt time.Time
+}
+
+// NewRunner validates cfg and returns a runner that claims through store
+// on pool. Nothing starts until Run.
+func NewRunner(pool *pgxpool.Pool, store jobs.Store, cfg Config) (*Runner, error) {
+	if pool == nil || store == nil {
+		return nil, fmt.Errorf("%w: NewRunner needs a pool and a store", ErrInvalidConfig)
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	kinds := make([]string, 0, len(cfg.Handlers))
+	for kind := range cfg.Handlers {
+		kinds = append(kinds, kind)
+	}
+	slices.Sort(kinds)
+	return &Runner{pool: pool, store: store, cfg: cfg, kinds: kinds, leases: map[uuid.UUID]*attempt{}}, nil
+}
+
+// WorkerID is the name this runner holds leases under.
+func (r *Runner) WorkerID() string { return r.cfg.WorkerID }
+
+// Run claims and runs jobs until ctx is cancelled, then shuts down
+// gracefully: it stops claiming, lets in-flight attempts finish within
+// ShutdownGrace, cancels the rest (their jobs are released for another
+// runner at once, not left to expire), and returns once every attempt's
+// outcome is recorded. It returns nil after a clean shutdown. A Runner runs
+// once at a time.
+func (r *Runner) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return errors.New("lease: Run called while the runner is already running")
+	}
+	defer r.running.Store(false)
+
+	// background lives until every attempt has been recorded: heartbeats and
+	// completions must outlast ctx. work is the parent of every attempt's
+	// context and is cancelled when the grace period ends.
+	background, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBackground()
+	work, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopWork(ErrShutdown)
+
+	completer := newCompleter(r)
+	var bg sync.WaitGroup
+	bg.Go(func() { completer.run(background) })
+	bg.Go(func() { r.heartbeat(background) })
+
+	wakes := make(map[string]chan struct{}, len(r.cfg.Queues))
+	for q := range r.cfg.Queues {
+		wakes[q] = make(chan struct{}, 1)
+	}
+	var loops sync.WaitGroup
+	loops.Go(func() { r.listen(ctx, wakes) })
+	loops.Go(func() { r.reap(ctx) })
+
+	var attempts sync.WaitGroup
+	for name, q := range r.cfg.Queues {
+		p := &producer{r: r, queue: name, maxWorkers: q.MaxWorkers, wake: wakes[name], freed: make(chan struct{}, 1)}
+		loops.Go(func() { p.run(ctx, work, &attempts, completer) })
+	}
+
+	<-ctx.Done()
+	loops.Wait() // no new claims from here on
+
+	finished := make(chan struct{})
+	go func() { attempts.Wait(); close(finished) }()
+	grace := time.NewTimer(r.cfg.ShutdownGrace)
+	defer grace.Stop()
+	var err error
+	select {
+	case <-finished:
+	case <-grace.C:
+		r.cfg.Logger.Info("llmq: shutdown grace over; cancelling attempts still running", "count", r.liveCount())
+		stopWork(ErrShutdown)
+		// Handlers that honour their context return at once; give the rest
+		// one more grace period, then leave them: their leases expire and the
+		// reaper takes the jobs back, and fencing discards anything they do.
+		grace.Reset(r.cfg.ShutdownGrace)
+		select {
+		case <-finished:
+		case <-grace.C:
+			err = fmt.Errorf("lease: %d attempts ignored cancellation and are still running", r.liveCount())
+		}
+	}
+	completer.close()
+	stopBackground()
+	bg.Wait()
+	return err
+}
+
+func (r *Runner) liveCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.leases)
+}
+
+// producer is one queue's claim loop.
+type producer struct {
+	r          *Runner
+	queue      string
+	maxWorkers int
+	inFlight   atomic.Int64
+	wake       chan struct{} // a NOTIFY for this queue arrived
+	freed      chan struct{} // an attempt finished and released its slot
+}
+
+func (p *producer) run(ctx, work context.Context, attempts *sync.WaitGroup, c *completer) {
+	cfg := p.r.cfg
+	poll := time.NewTicker(cfg.PollInterval)
+	defer poll.Stop()
+	var activeUntil time.Time
+	backoff := time.Duration(0)
+	for {
+		free := p.maxWorkers - int(p.inFlight.Load())
+		claimed := 0
+		if free > 0 {
+			limit := min(free, cfg.ClaimBatch)
+			extendedAt := time.Now()
+			batch, err := p.r.store.Claim(ctx, p.r.pool, jobs.ClaimParams{
+				Queue: p.queue, Kinds: p.r.kinds, Worker: cfg.WorkerID, Limit: limit, LeaseDuration: cfg.LeaseDuration,
+			})
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
+				cfg.Logger.Warn("llmq: claim failed", "queue", p.queue, "err", err, "retry_in", backoff)
+				if !sleep(ctx, backoff) {
+					return
+				}
+				continue
+			}
+			backoff = 0
+			claimed = len(batch)
+			for _, job := range batch {
+				p.inFlight.Add(1)
+				attemptCtx, a := p.r.track(work, job, extendedAt)
+				attempts.Go(func() {
+					defer p.release()
+					p.r.execute(attemptCtx, a, c)
+				})
+			}
+			if claimed == limit {
+				continue // there may be more: claim again while slots are free
+			}
+			if claimed > 0 {
+				activeUntil = time.Now().Add(activeWindow)
+			}
+		}
+
+		free -= claimed
+		if !p.wait(ctx, poll.C, free, &activeUntil) {
+			return
+		}
+	}
+}
+
+// wait blocks until the producer should claim again: a NOTIFY for its
+// queue, a slot freed while the queue was saturated or active, the short
+// active poll, or the fallback poll. It returns false when ctx is done.
+func (p *producer) wait(ctx context.Context, poll <-chan time.Time, free int, activeUntil *time.Time) bool {
+	var quick <-chan time.Time
+	if free > 0 && time.Now().Before(*activeUntil) {
+		t := time.NewTimer(activePoll)
+		defer t.Stop()
+		quick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-p.wake:
+			*activeUntil = time.Now().Add(activeWindow)
+			return true
+		case <-p.freed:
+			// Claim only when the free slot can matter: the queue was full,
+			// or work was seen recently. Otherwise the last claim already
+			// found the queue empty.
+			if free <= 0 || time.Now().Before(*activeUntil) {
+				return true
+			}
+		case <-quick:
+			return true
+		case <-poll:
+			return true
+		}
+	}
+}
+
+func (p *producer) release() {
+	p.inFlight.Add(-1)
+	select {
+	case p.freed <- struct{}{}:
+	default:
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// track registers a claimed job as a live attempt with its own context.
+func (r *Runner) track(work context.Context, job *jobs.Job, extendedAt time.Time) (context.Context, *attempt) {
+	ctx, cancel := context.WithCancelCause(work)
+	a := &attempt{job: job, cancel: cancel, extendedAt: extendedAt}
+	r.mu.Lock()
+	r.leases[job.ID] = a
+	r.mu.Unlock()
+	return ctx, a
+}
+
+func (r *Runner) untrack(a *attempt) {
+	r.mu.Lock()
+	if r.leases[a.job.ID] == a {
+		delete(r.leases, a.job.ID)
+	}
+	r.mu.Unlock()
+	a.cancel(context.Canceled)
+}
+
+// execute runs one attempt and records its outcome. The lease stays tracked
+// (and heartbeated) until the outcome is durable.
+func (r *Runner) execute(ctx context.Context, a *attempt, c *completer) {
+	defer r.untrack(a)
+	job := a.job
+	handler := r.cfg.Handlers[job.Kind]
+	recorder := &usageRecorder{}
+	ctx, cancel := context.WithTimeoutCause(ctx, r.cfg.AttemptTimeout, ErrAttemptTimeout)
+	ctx = context.WithValue(ctx, usageKey{}, recorder)
+	result, err := safeWork(ctx, handler, job)
+	cause := context.Cause(ctx)
+	cancel()
+
+	completion := r.decide(job, result, err, cause)
+	completion.Usage = recorder.get()
+	if cause != nil && err != nil && completion.Outcome != jobs.OutcomeSucceeded {
+		// The call may have reached the provider and been billed even though
+		// no answer came back.
+		completion.Usage.Uncertain = true
+	}
+	res, err := c.submit(completion)
+	switch {
+	case errors.Is(err, jobs.ErrLeaseLost):
+		r.cfg.Logger.Info("llmq: stale completion discarded", "job", job.ID, "attempt", job.Attempt, "kind", job.Kind)
+	case err != nil:
+		r.cfg.Logger.Error("llmq: recording an attempt failed; the lease will expire and the reaper retry the job",
+			"job", job.ID, "attempt", job.Attempt, "err", err)
+	default:
+		r.cfg.Logger.Debug("llmq: attempt recorded", "job", job.ID, "attempt", job.Attempt, "state", res.State)
+	}
+}
+
+// safeWork calls the handler, turning a panic into an error.
+func safeWork(ctx context.Context, h Handler, job *jobs.Job) (result json.RawMessage, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &panicError{value: v, stack: debug.Stack()}
+		}
+	}()
+	return h.Work(ctx, job)
+}
+
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string {
+	const maxStack = 2000
+	stack := e.stack
+	if len(stack) > maxStack {
+		stack = stack[:maxStack]
+	}
+	return fmt.Sprintf("handler panicked: %v\n%s", e.value, stack)
+}
+
+// decide turns a handler's return into the completion to record.
+func (r *Runner) decide(job *jobs.Job, result json.RawMessage, err error, cause error) jobs.Completion {
+	c := jobs.Completion{
+		Lease:          jobs.Lease{JobID: job.ID, Fence: job.Fence},
+		Attempt:        job.Attempt,
+		DeadlineMargin: r.cfg.DeadlineMargin,
+	}
+	retryIn := func(class string, retryAfter time.Duration) jobs.Completion {
+		c.Outcome, c.ErrorClass = jobs.OutcomeRetry, class
+		c.RetryDelay = r.cfg.retryPolicy(job.Kind).Next(job.Attempt, retryAfter, nil)
+		return c
+	}
+	if err == nil {
+		c.Outcome, c.Result = jobs.OutcomeSucceeded, result
+		return c
+	}
+	c.Error = err.Error()
+	var (
+		review  *jobs.ReviewError
+		panicE  *panicError
+		invalid *jobs.InvalidOutputError
+	)
+	switch {
+	case errors.Is(cause, ErrCancelRequested):
+		c.Outcome, c.ErrorClass = jobs.OutcomeCancelled, jobs.ClassCancelled
+		return c
+	case errors.Is(cause, ErrShutdown):
+		c.Outcome, c.ErrorClass = jobs.OutcomeReleased, jobs.ClassShutdown
+		return c
+	case errors.Is(cause, ErrAttemptTimeout):
+		c.Error = fmt.Sprintf("attempt timed out after %s: %v", r.cfg.AttemptTimeout, err)
+		return retryIn(jobs.ClassTimeout, 0)
+	case errors.As(err, &review):
+		c.Outcome, c.Result, c.ErrorClass, c.Error = jobs.OutcomeReviewRequired, review.Result, "", review.Reason
+		return c
+	case errors.As(err, &panicE):
+		return retryIn(jobs.ClassPanic, 0)
+	case errors.As(err, &invalid):
+		if job.Attempt < r.cfg.InvalidOutputAttempts {
+			return retryIn(jobs.ClassInvalidOutput, 0)
+		}
+		c.ErrorClass = jobs.ClassInvalidOutput
+		if r.cfg.InvalidOutput == InvalidOutputFail {
+			c.Outcome = jobs.OutcomeFailed
+			return c
+		}
+		c.Outcome, c.Result = jobs.OutcomeReviewRequired, invalid.Output
+		return c
+	}
+	class, retryAfter := jobs.Classify(err)
+	if class == jobs.ClassPermanent {
+		c.Outcome, c.ErrorClass = jobs.OutcomeFailed, class
+		return c
+	}
+	return retryIn(class, retryAfter)
+}

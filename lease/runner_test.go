@@ -1,0 +1,459 @@
+package lease_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/dbtest"
+	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/lease"
+)
+
+type fixture struct {
+	t      *testing.T
+	pool   *pgxpool.Pool
+	store  *jobs.PostgresStore
+	schema string
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	db := dbtest.Setup(t, dbtest.Options{MaxConns: 12})
+	store, err := jobs.NewStore(jobs.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	return &fixture{t: t, pool: db.Pool, store: store, schema: db.Schema}
+}
+
+// fastConfig is a runner configuration with short timings for tests.
+func fastConfig(handlers map[string]lease.Handler) lease.Config {
+	return lease.Config{
+		Handlers:          handlers,
+		LeaseDuration:     3 * time.Second,
+		HeartbeatInterval: 200 * time.Millisecond,
+		AttemptTimeout:    2 * time.Second,
+		PollInterval:      100 * time.Millisecond,
+		ReapInterval:      100 * time.Millisecond,
+		ShutdownGrace:     2 * time.Second,
+		Retry:             jobs.BackoffPolicy{Base: 10 * time.Millisecond, Cap: 20 * time.Millisecond},
+		DeadlineMargin:    time.Second,
+	}
+}
+
+// start runs a runner until the test ends (or stop is called) and returns
+// stop, which cancels it and returns Run's error.
+func (f *fixture) start(cfg lease.Config) (*lease.Runner, func() error) {
+	return f.startWith(f.store, cfg)
+}
+
+func (f *fixture) startWith(store jobs.Store, cfg lease.Config) (*lease.Runner, func() error) {
+	f.t.Helper()
+	r, err := lease.NewRunner(f.pool, store, cfg)
+	require.NoError(f.t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	stop := func() error {
+		once.Do(func() {
+			cancel()
+			runErr = <-done
+		})
+		return runErr
+	}
+	f.t.Cleanup(func() { _ = stop() })
+	return r, stop
+}
+
+func (f *fixture) enqueue(p jobs.EnqueueParams) *jobs.Job {
+	f.t.Helper()
+	if p.Tenant == "" {
+		p.Tenant = "acme"
+	}
+	res, err := f.store.Enqueue(f.t.Context(), f.pool, p)
+	require.NoError(f.t, err)
+	return res.Job
+}
+
+// await waits until the job reaches a terminal state and returns it.
+func (f *fixture) await(id uuid.UUID) *jobs.Job {
+	f.t.Helper()
+	var job *jobs.Job
+	require.Eventually(f.t, func() bool {
+		j, err := f.store.Get(f.t.Context(), f.pool, "acme", id)
+		require.NoError(f.t, err)
+		job = j
+		return j.State.Terminal()
+	}, 15*time.Second, 10*time.Millisecond, "job %s did not finish", id)
+	return job
+}
+
+func (f *fixture) attempts(id uuid.UUID) []jobs.Attempt {
+	f.t.Helper()
+	attempts, err := f.store.Attempts(f.t.Context(), f.pool, "acme", id)
+	require.NoError(f.t, err)
+	return attempts
+}
+
+func TestNewRunnerRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ok := map[string]lease.Handler{"k": lease.HandlerFunc(func(context.Context, *jobs.Job) (json.RawMessage, error) { return nil, nil })}
+	tests := map[string]lease.Config{
+		"Handlers is empty":                          {},
+		"must be shorter than LeaseDuration (1m30s)": {Handlers: ok, HeartbeatInterval: 90 * time.Second},
+		"an attempt must end before":                 {Handlers: ok, AttemptTimeout: 2 * time.Minute},
+		"MaxWorkers is -1":                           {Handlers: ok, Queues: map[string]lease.QueueConfig{"default": {MaxWorkers: -1}}},
+		"LeaseDuration is 500ms":                     {Handlers: ok, LeaseDuration: 500 * time.Millisecond},
+		"Retry":                                      {Handlers: ok, Retry: jobs.BackoffPolicy{Base: -time.Second}},
+		"PollInterval is -1s":                        {Handlers: ok, PollInterval: -time.Second},
+	}
+	for want, cfg := range tests {
+		_, err := lease.NewRunner(f.pool, f.store, cfg)
+		require.ErrorIs(t, err, lease.ErrInvalidConfig, want)
+		require.ErrorContains(t, err, want)
+	}
+	_, err := lease.NewRunner(nil, f.store, lease.Config{Handlers: ok})
+	require.ErrorIs(t, err, lease.ErrInvalidConfig)
+}
+
+func TestOutcomes(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	var timeouts atomic.Int32
+	handlers := map[string]lease.Handler{
+		"ok": lease.HandlerFunc(func(ctx context.Context, _ *jobs.Job) (json.RawMessage, error) {
+			lease.RecordUsage(ctx, jobs.Usage{InputTokens: 1200, OutputTokens: 80})
+			return json.RawMessage(`{"total":"42.00"}`), nil
+		}),
+		"panics": lease.HandlerFunc(func(context.Context, *jobs.Job) (json.RawMessage, error) {
+			panic("nil map in the parser")
+		}),
+		"permanent": lease.HandlerFunc(func(context.Context, *jobs.Job) (json.RawMessage, error) {
+			return nil, jobs.Permanent(errors.New("400: unsupported document type"))
+		}),
+		"invalid": lease.HandlerFunc(func(context.Context, *jobs.Job) (json.RawMessage, error) {
+			return nil, jobs.InvalidOutput(errors.New("line items do not sum to the total"), json.RawMessage(`{"total":"41.00"}`))
+		}),
+		"review": lease.HandlerFunc(func(context.Context, *jobs.Job) (json.RawMessage, error) {
+			return nil, jobs.NeedsReview(json.RawMessage(`{"total":"9.99"}`), "currency unclear")
+		}),
+		"slow": lease.HandlerFunc(func(ctx context.Context, job *jobs.Job) (json.RawMessage, error) {
+			if job.Attempt == 1 {
+				<-ctx.Done() // the attempt timeout fires
+				timeouts.Add(1)
+				return nil, ctx.Err()
+			}
+			return json.RawMessage(`{}`), nil
+		}),
+		"late": lease.HandlerFunc(func(context.Context, *jobs.Job) (json.RawMessage, error) {
+			return nil, jobs.RetryAfter(errors.New("429: slow down"), 10*time.Second)
+		}),
+	}
+	cfg := fastConfig(handlers)
+	cfg.AttemptTimeout = 300 * time.Millisecond
+	f.start(cfg)
+
+	ok := f.enqueue(jobs.EnqueueParams{Kind: "ok"})
+	panics := f.enqueue(jobs.EnqueueParams{Kind: "panics", MaxAttempts: 2})
+	permanent := f.enqueue(jobs.EnqueueParams{Kind: "permanent"})
+	invalid := f.enqueue(jobs.EnqueueParams{Kind: "invalid"})
+	review := f.enqueue(jobs.EnqueueParams{Kind: "review"})
+	slow := f.enqueue(jobs.EnqueueParams{Kind: "slow"})
+	late := f.enqueue(jobs.EnqueueParams{Kind: "late", DeadlineAt: time.Now().Add(5 * time.Second)})
+
+	job := f.await(ok.ID)
+	require.Equal(t, jobs.StateSucceeded, job.State)
+	require.JSONEq(t, `{"total":"42.00"}`, string(job.Result))
+	attempts := f.attempts(ok.ID)
+	require.Len(t, attempts, 1)
+	require.Equal(t, jobs.Usage{InputTokens: 1200, OutputTokens: 80}, attempts[0].Usage)
+
+	job = f.await(panics.ID)
+	require.Equal(t, jobs.StateFailedTerminal, job.State, "a panic is a failed attempt, retried until attempts run out")
+	require.Equal(t, jobs.ClassPanic, job.ErrorClass)
+	attempts = f.attempts(panics.ID)
+	require.Len(t, attempts, 2)
+	require.Equal(t, jobs.AttemptRetryScheduled, attempts[0].Outcome)
+	require.Contains(t, attempts[0].Error, "nil map in the parser")
+	require.Equal(t, jobs.AttemptFailed, attempts[1].Outcome)
+
+	job = f.await(permanent.ID)
+	require.Equal(t, jobs.StateFailedTerminal, job.State)
+	require.Equal(t, jobs.ClassPermanent, job.ErrorClass)
+	require.Len(t, f.attempts(permanent.ID), 1, "no retry of a permanent failure")
+
+	job = f.await(invalid.ID)
+	require.Equal(t, jobs.StateReviewRequired, job.State, "invalid output retries once, then goes to review")
+	require.JSONEq(t, `{"total":"41.00"}`, string(job.Result))
+	attempts = f.attempts(invalid.ID)
+	require.Len(t, attempts, 2)
+	require.Equal(t, jobs.ClassInvalidOutput, attempts[0].ErrorClass)
+	require.Equal(t, jobs.AttemptReviewRequired, attempts[1].Outcome)
+
+	job = f.await(review.ID)
+	require.Equal(t, jobs.StateReviewRequired, job.State)
+	require.Equal(t, "currency unclear", job.LastError)
+
+	job = f.await(slow.ID)
+	require.Equal(t, jobs.StateSucceeded, job.State)
+	require.Equal(t, int32(1), timeouts.Load(), "the first attempt's context was cancelled by the timeout")
+	attempts = f.attempts(slow.ID)
+	require.Len(t, attempts, 2)
+	require.Equal(t, jobs.ClassTimeout, attempts[0].ErrorClass)
+	require.True(t, attempts[0].Usage.Uncertain, "a timed-out call may have been billed")
+
+	job = f.await(late.ID)
+	require.Equal(t, jobs.StateFailedTerminal, job.State, "a Retry-After beyond the deadline is refused")
+	require.Equal(t, jobs.ClassDeadline, job.ErrorClass)
+	require.Len(t, f.attempts(late.ID), 1)
+}
+
+// pausingStore drops heartbeats while paused, as a worker stalled by a long
+// GC pause or a network partition would. Everything else reaches the real
+// store.
+type pausingStore struct {
+	jobs.Store
+	paused atomic.Bool
+}
+
+func (s *pausingStore) Heartbeat(ctx context.Context, db jobs.DBTX, worker string, d time.Duration, leases []jobs.Lease) (jobs.HeartbeatResult, error) {
+	if s.paused.Load() {
+		return jobs.HeartbeatResult{}, errors.New("paused")
+	}
+	return s.Store.Heartbeat(ctx, db, worker, d, leases)
+}
+
+// Runner A stalls past its lease while its handler holds the job; runner B
+// takes the job over and succeeds. A's late success is discarded: B's
+// result stands and A's attempt is recorded as stale.
+func TestStalledRunnerCannotOverwrite(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	aStarted, aRelease := make(chan struct{}), make(chan struct{})
+	stalled := &pausingStore{Store: f.store}
+	cfgA := fastConfig(map[string]lease.Handler{"k": lease.HandlerFunc(func(context.Context, *jobs.Job) (json.RawMessage, error) {
+		close(aStarted)
+		<-aRelease // stalled: ignores its context
+		return json.RawMessage(`{"by":"a"}`), nil
+	})})
+	cfgA.LeaseDuration, cfgA.AttemptTimeout = 1*time.Second, 900*time.Millisecond
+	cfgA.ReapInterval = time.Hour // only B reaps
+	cfgA.WorkerID = "runner-a"
+	cfgA.Queues = map[string]lease.QueueConfig{"default": {MaxWorkers: 1}} // its one slot stays stuck
+	_, stopA := f.startWith(stalled, cfgA)
+
+	job := f.enqueue(jobs.EnqueueParams{Kind: "k"})
+	<-aStarted
+	stalled.paused.Store(true)
+	_, err := f.pool.Exec(t.Context(), "UPDATE "+f.schema+".jobs SET lease_until = now() WHERE id = $1", job.ID)
+	require.NoError(t, err)
+
+	cfgB := fastConfig(map[string]lease.Handler{"k": lease.HandlerFunc(func(context.Context, *jobs.Job) (json.RawMessage, error) {
+		return json.RawMessage(`{"by":"b"}`), nil
+	})})
+	cfgB.WorkerID = "runner-b"
+	f.start(cfgB)
+	done := f.await(job.ID)
+	require.JSONEq(t, `{"by":"b"}`, string(done.Result))
+
+	close(aRelease)
+	require.Eventually(t, func() bool {
+		a := f.attempts(job.ID)
+		return len(a) == 2 && a[0].Outcome == jobs.AttemptStale
+	}, 5*time.Second, 10*time.Millisecond, "A's completion arrives and is recorded as stale")
+	require.NoError(t, stopA())
+
+	final, err := f.store.Get(t.Context(), f.pool, "acme", job.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"by":"b"}`, string(final.Result), "B's result stands")
+	require.Equal(t, jobs.StateSucceeded, final.State)
+	attempts := f.attempts(job.ID)
+	require.Equal(t, "runner-a", attempts[0].Worker)
+	require.Equal(t, "runner-b", attempts[1].Worker)
+	require.Equal(t, jobs.AttemptSucceeded, attempts[1].Outcome)
+}
+
+// Four runners work 1,000 jobs; no job is ever live in two attempts at once,
+// and every job succeeds exactly once.
+func TestNoJobRunsTwiceAtOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const total, runners = 1000, 4
+	var (
+		mu        sync.Mutex
+		live      = map[uuid.UUID]bool{} // the side table of live attempts
+		overlaps  int
+		successes = map[uuid.UUID]int{}
+	)
+	handler := lease.HandlerFunc(func(_ context.Context, job *jobs.Job) (json.RawMessage, error) {
+		mu.Lock()
+		if live[job.ID] {
+			overlaps++
+		}
+		live[job.ID] = true
+		mu.Unlock()
+		time.Sleep(time.Duration(job.ID[15]%3) * time.Millisecond) // simulated work, of varying length
+		mu.Lock()
+		delete(live, job.ID)
+		successes[job.ID]++
+		mu.Unlock()
+		return nil, nil
+	})
+	params := make([]jobs.EnqueueParams, total)
+	for i := range params {
+		params[i] = jobs.EnqueueParams{Tenant: "acme", Kind: "k"}
+	}
+	_, err := f.store.EnqueueMany(t.Context(), f.pool, params)
+	require.NoError(t, err)
+
+	for i := range runners {
+		cfg := fastConfig(map[string]lease.Handler{"k": handler})
+		cfg.WorkerID = fmt.Sprintf("runner-%d", i)
+		cfg.Queues = map[string]lease.QueueConfig{"default": {MaxWorkers: 8}}
+		db := dbtest.Pool(t, 6)
+		r, err := lease.NewRunner(db, f.store, cfg)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	}
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT count(*) FROM "+f.schema+".jobs WHERE state = 'SUCCEEDED'").Scan(&n))
+		return n == total
+	}, 60*time.Second, 50*time.Millisecond)
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Zero(t, overlaps, "no job was live in two attempts at once")
+	require.Len(t, successes, total)
+	for id, n := range successes {
+		require.Equal(t, 1, n, "job %s ran to success once", id)
+	}
+	var attempts int
+	require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT count(*) FROM "+f.schema+".job_attempts").Scan(&attempts))
+	require.Equal(t, total, attempts, "one attempt per job: nothing was claimed twice")
+}
+
+// On shutdown, attempts that finish within the grace period are recorded;
+// the rest are cancelled and released at once for another runner, never
+// left RUNNING under a dead owner.
+func TestGracefulShutdown(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	started := make(chan uuid.UUID, 10)
+	handlers := map[string]lease.Handler{
+		"quick": lease.HandlerFunc(func(ctx context.Context, job *jobs.Job) (json.RawMessage, error) {
+			started <- job.ID
+			time.Sleep(50 * time.Millisecond)
+			return json.RawMessage(`{}`), nil
+		}),
+		"stuck": lease.HandlerFunc(func(ctx context.Context, job *jobs.Job) (json.RawMessage, error) {
+			started <- job.ID
+			<-ctx.Done()
+			return nil, context.Cause(ctx)
+		}),
+	}
+	cfg := fastConfig(handlers)
+	cfg.ShutdownGrace = 300 * time.Millisecond
+	cfg.WorkerID = "leaving"
+	_, stop := f.start(cfg)
+
+	quick := f.enqueue(jobs.EnqueueParams{Kind: "quick"})
+	stuck := []*jobs.Job{f.enqueue(jobs.EnqueueParams{Kind: "stuck"}), f.enqueue(jobs.EnqueueParams{Kind: "stuck"})}
+	for range 3 {
+		<-started
+	}
+	require.NoError(t, stop())
+
+	var running int
+	require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT count(*) FROM "+f.schema+".jobs WHERE state = 'RUNNING'").Scan(&running))
+	require.Zero(t, running, "no job is left RUNNING with a dead owner")
+
+	got, err := f.store.Get(t.Context(), f.pool, "acme", quick.ID)
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateSucceeded, got.State, "an attempt that finished within the grace period is recorded")
+	for _, j := range stuck {
+		got, err := f.store.Get(t.Context(), f.pool, "acme", j.ID)
+		require.NoError(t, err)
+		require.Equal(t, jobs.StateRetryScheduled, got.State)
+		require.False(t, got.AvailableAt.After(time.Now()), "released for another runner at once")
+		attempts := f.attempts(j.ID)
+		require.Equal(t, jobs.AttemptReleased, attempts[0].Outcome)
+		require.True(t, attempts[0].Usage.Uncertain)
+	}
+
+	// Another runner picks the released jobs up.
+	cfg.Handlers["stuck"] = lease.HandlerFunc(func(context.Context, *jobs.Job) (json.RawMessage, error) { return nil, nil })
+	cfg.WorkerID = "successor"
+	f.start(cfg)
+	for _, j := range stuck {
+		require.Equal(t, jobs.StateSucceeded, f.await(j.ID).State)
+	}
+}
+
+func TestCancelRunningJob(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	started := make(chan struct{})
+	cfg := fastConfig(map[string]lease.Handler{"k": lease.HandlerFunc(func(ctx context.Context, _ *jobs.Job) (json.RawMessage, error) {
+		close(started)
+		<-ctx.Done()
+		return nil, context.Cause(ctx)
+	})})
+	f.start(cfg)
+	job := f.enqueue(jobs.EnqueueParams{Kind: "k"})
+	<-started
+	_, err := f.store.Cancel(t.Context(), f.pool, "acme", job.ID)
+	require.NoError(t, err)
+	got := f.await(job.ID)
+	require.Equal(t, jobs.StateCancelled, got.State)
+	attempts := f.attempts(job.ID)
+	require.Equal(t, jobs.AttemptCancelled, attempts[0].Outcome)
+	require.Contains(t, attempts[0].Error, "cancellation requested")
+}
+
+func TestOnSucceededJoinsTheCompletion(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	_, err := f.pool.Exec(t.Context(), "CREATE TABLE "+f.schema+".deliveries (job_id uuid PRIMARY KEY)")
+	require.NoError(t, err)
+	var failures atomic.Int32
+	cfg := fastConfig(map[string]lease.Handler{
+		"k": lease.HandlerFunc(func(context.Context, *jobs.Job) (json.RawMessage, error) { return json.RawMessage(`{"ok":true}`), nil }),
+	})
+	cfg.OnSucceeded = func(ctx context.Context, tx pgx.Tx, job *jobs.Job) error {
+		if job.Payload != nil && string(job.Payload) == `{"fail": true}` {
+			failures.Add(1)
+			return errors.New("delivery table unavailable")
+		}
+		_, err := tx.Exec(ctx, "INSERT INTO "+f.schema+".deliveries (job_id) VALUES ($1)", job.ID)
+		return err
+	}
+	f.start(cfg)
+
+	good := f.enqueue(jobs.EnqueueParams{Kind: "k"})
+	require.Equal(t, jobs.StateSucceeded, f.await(good.ID).State)
+	var n int
+	require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT count(*) FROM "+f.schema+".deliveries WHERE job_id = $1", good.ID).Scan(&n))
+	require.Equal(t, 1, n, "the hook's write committed with the success")
+
+	bad := f.enqueue(jobs.EnqueueParams{Kind: "k", Payload: json.RawMessage(`{"fail": true}`), MaxAttempts: 1})
+	got := f.await(bad.ID)
+	require.Equal(t, jobs.StateFailedTerminal, got.State, "a success whose hook keeps failing is not recorded as a success")
+	require.Contains(t, got.LastError, "delivery table unavailable")
+	require.GreaterOrEqual(t, failures.Load(), int32(3))
+}
