@@ -63,8 +63,9 @@ type Job struct {
 	Attempt         int             `json:"attempt"`
 	MaxAttempts     int             `json:"max_attempts"`
 	Fence           int64           `json:"fence"`
-	LeaseOwner      string          `json:"lease_owner,omitempty"`
+	LeaseOwner      string          `json:"lease_owner,omitempty"` // the current or last lease holder
 	LeaseUntil      time.Time       `json:"lease_until,omitzero"`
+	AttemptedAt     time.Time       `json:"attempted_at,omitzero"` // when the current or last attempt was claimed
 	AvailableAt     time.Time       `json:"available_at"`
 	DeadlineAt      time.Time       `json:"deadline_at,omitzero"`
 	StateVersion    int64           `json:"state_version"`

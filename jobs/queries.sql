@@ -34,7 +34,7 @@ job AS (
     ON CONFLICT (tenant, idempotency_key) DO NOTHING
     RETURNING
         id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
-        group_key, state, attempt, max_attempts, fence, lease_owner, lease_until,
+        group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
         available_at, deadline_at, state_version, estimated_tokens, result,
         error_class, last_error, replay_of, replayed_by, replay_reason,
         cancel_requested_at, created_at, updated_at, finished_at
@@ -49,7 +49,7 @@ event AS (
 )
 SELECT
     id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
-    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until,
+    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
     available_at, deadline_at, state_version, estimated_tokens, result,
     error_class, last_error, replay_of, replayed_by, replay_reason,
     cancel_requested_at, created_at, updated_at, finished_at
@@ -65,7 +65,7 @@ WHERE NOT (job.queue = ANY ($17::text[])) OR pg_notify($16, job.queue) IS NOT NU
 -- constraint's index.
 SELECT
     id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
-    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until,
+    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
     available_at, deadline_at, state_version, estimated_tokens, result,
     error_class, last_error, replay_of, replayed_by, replay_reason,
     cancel_requested_at, created_at, updated_at, finished_at
@@ -76,7 +76,7 @@ WHERE (tenant, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[])
 -- Every read is tenant-scoped: another tenant's id finds nothing.
 SELECT
     id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
-    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until,
+    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
     available_at, deadline_at, state_version, estimated_tokens, result,
     error_class, last_error, replay_of, replayed_by, replay_reason,
     cancel_requested_at, created_at, updated_at, finished_at
@@ -88,7 +88,7 @@ WHERE tenant = $1 AND id = $2;
 -- jobs_tenant_id_idx; state and kind filters are applied while walking it.
 SELECT
     id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
-    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until,
+    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
     available_at, deadline_at, state_version, estimated_tokens, result,
     error_class, last_error, replay_of, replayed_by, replay_reason,
     cancel_requested_at, created_at, updated_at, finished_at
@@ -118,7 +118,7 @@ WITH changed AS (
             OR (state = 'RUNNING' AND cancel_requested_at IS NULL))
     RETURNING
         id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
-        group_key, state, attempt, max_attempts, fence, lease_owner, lease_until,
+        group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
         available_at, deadline_at, state_version, estimated_tokens, result,
         error_class, last_error, replay_of, replayed_by, replay_reason,
         cancel_requested_at, created_at, updated_at, finished_at
@@ -134,7 +134,7 @@ event AS (
 )
 SELECT
     id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
-    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until,
+    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
     available_at, deadline_at, state_version, estimated_tokens, result,
     error_class, last_error, replay_of, replayed_by, replay_reason,
     cancel_requested_at, created_at, updated_at, finished_at
@@ -142,7 +142,7 @@ FROM changed
 UNION ALL
 SELECT
     id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
-    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until,
+    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
     available_at, deadline_at, state_version, estimated_tokens, result,
     error_class, last_error, replay_of, replayed_by, replay_reason,
     cancel_requested_at, created_at, updated_at, finished_at
@@ -163,14 +163,14 @@ GROUP BY queue, state
 ORDER BY queue, state;
 
 -- name: ClaimJobs
--- Claims up to $2 eligible jobs of queue $1 for worker $3, in one short
--- transaction (the statement's own, or the caller's). The scan follows
--- jobs_claim_idx in (priority, available_at, id) order; FOR UPDATE SKIP
--- LOCKED lets concurrent runners claim disjoint batches without waiting on
--- each other. Jobs whose deadline has passed are never claimed (the deadline
--- sweep fails them), and only kinds the worker can run ($5) are taken, so a
--- runner of an older build never claims work it has no handler for.
--- Claiming bumps attempt and fence and writes one attempt row per job.
+-- Claims up to $2 eligible jobs of queue $1 for worker $3, in one statement
+-- (one short transaction). The scan follows jobs_claim_idx in (priority,
+-- available_at, id) order; FOR UPDATE SKIP LOCKED lets concurrent runners
+-- claim disjoint batches without waiting on each other. Jobs whose deadline
+-- has passed are never claimed (the deadline sweep fails them), and only
+-- kinds the worker can run ($5) are taken, so a runner of an older build
+-- never claims work it has no handler for. Claiming bumps attempt and fence;
+-- the attempt's row is written when the attempt ends.
 WITH picked AS (
     SELECT id
     FROM /*schema*/jobs
@@ -182,198 +182,190 @@ WITH picked AS (
     ORDER BY priority, available_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
-),
-claimed AS (
-    UPDATE /*schema*/jobs AS j
-    SET state         = 'RUNNING',
-        attempt       = j.attempt + 1,
-        fence         = j.fence + 1,
-        lease_owner   = $3,
-        lease_until   = now() + $4 * interval '1 millisecond',
-        state_version = j.state_version + 1,
-        updated_at    = now()
-    FROM picked
-    WHERE j.id = picked.id
-    RETURNING
+)
+UPDATE /*schema*/jobs AS j
+SET state         = 'RUNNING',
+    attempt       = j.attempt + 1,
+    fence         = j.fence + 1,
+    lease_owner   = $3,
+    lease_until   = now() + $4 * interval '1 millisecond',
+    attempted_at  = now(),
+    state_version = j.state_version + 1,
+    updated_at    = now()
+FROM picked
+WHERE j.id = picked.id
+RETURNING
         j.id, j.tenant, j.kind, j.queue, j.priority, j.idempotency_key, j.request_hash, j.payload,
-        j.group_key, j.state, j.attempt, j.max_attempts, j.fence, j.lease_owner, j.lease_until,
+        j.group_key, j.state, j.attempt, j.max_attempts, j.fence, j.lease_owner, j.lease_until, j.attempted_at,
         j.available_at, j.deadline_at, j.state_version, j.estimated_tokens, j.result,
         j.error_class, j.last_error, j.replay_of, j.replayed_by, j.replay_reason,
-        j.cancel_requested_at, j.created_at, j.updated_at, j.finished_at
-),
-attempt AS (
-    INSERT INTO /*schema*/job_attempts (job_id, attempt, fence, worker)
-    SELECT id, attempt, fence, $3 FROM claimed
-)
-SELECT
-    id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
-    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until,
-    available_at, deadline_at, state_version, estimated_tokens, result,
-    error_class, last_error, replay_of, replayed_by, replay_reason,
-    cancel_requested_at, created_at, updated_at, finished_at
-FROM claimed
-ORDER BY priority, available_at, id;
+        j.cancel_requested_at, j.created_at, j.updated_at, j.finished_at;
 
 -- name: HeartbeatLeases
 -- Extends every lease worker $1 still holds, in one statement. A lease
--- matches only while the job is RUNNING under the same owner and fence and
--- has not expired: a lease that lapsed stays lapsed even if the reaper has
--- not run yet, so a paused worker cannot resurrect it. Returned rows are the
--- leases kept, with whether cancellation was requested.
+-- matches only while the job is RUNNING under the same owner and fence (the
+-- fence changes whenever a lease begins or ends, so a matching fence means
+-- RUNNING under this lease) and has not expired: a lease that lapsed stays
+-- lapsed even if the reaper has not run yet, so a paused worker cannot
+-- resurrect it. As in CompleteJobs, the state is implied by the fence and
+-- not written out, so the planner probes the primary key. Returned rows are
+-- the leases kept, with whether cancellation was requested.
 UPDATE /*schema*/jobs AS j
 SET lease_until = now() + $2 * interval '1 millisecond'
 FROM unnest($3::uuid[], $4::bigint[]) AS lease (id, fence)
-WHERE j.id = lease.id
+WHERE j.id = ANY ($3::uuid[])
+    AND j.id = lease.id
     AND j.fence = lease.fence
-    AND j.state = 'RUNNING'
     AND j.lease_owner = $1
     AND j.lease_until > now()
 RETURNING j.id, j.cancel_requested_at IS NOT NULL;
 
 -- name: CompleteJobs
--- Records a batch of attempt outcomes, each conditional on its fence: a
--- job is changed only if it is still RUNNING under the fence the attempt
--- was claimed with. The UPDATE locks each matching row and, under READ
--- COMMITTED, re-checks the fence on the newest row version, so a completion
--- racing the reaper or another worker either wins cleanly or changes
--- nothing. Attempts whose fence no longer matches are marked 'stale' on
--- their own attempt row, and nothing else is written for them.
+-- Records a batch of attempt outcomes, each conditional on its fence: a job
+-- changes only while it is still in the lease its attempt was claimed with.
+-- The fence changes whenever a lease begins (claim) or ends (completion,
+-- release, reaper), so "fence matches" means "RUNNING under this attempt's
+-- lease"; the UPDATE locks each matching row and, under READ COMMITTED,
+-- re-checks the fence on the newest row version, so a completion racing the
+-- reaper or another worker either wins cleanly or changes nothing. The
+-- caller records the ones that changed nothing with MarkStaleAttempts.
 --
--- A retry becomes RETRY_SCHEDULED at now() + delay unless the attempts are
+-- The WHERE deliberately says "fence" and not also "state = 'RUNNING'": that
+-- clause would let the planner drive the join from jobs_lease_expiry_idx
+-- (every RUNNING job) instead of probing the primary key once per
+-- completion, and generic plans did, at a cost growing with concurrency.
+-- "id = ANY" gives it the primary-key probe.
+--
+-- A retry becomes RETRY_SCHEDULED at now() + delay, unless the attempts are
 -- used up, or the next attempt plus its reserved margin would end after the
--- deadline (then FAILED_TERMINAL, class 'deadline').
-WITH input AS (
-    SELECT *
-    FROM unnest(
-        $1::uuid[], $2::bigint[], $3::integer[], $4::text[], $5::text[],
-        $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::boolean[],
-        $11::bigint[], $12::bigint[], $13::uuid[]
-    ) AS input (
-        id, fence, attempt, outcome, result,
-        error_class, error, delay_ms, margin_ms, uncertain,
-        input_tokens, output_tokens, event_id
-    )
-),
-decided AS (
-    SELECT
-        input.*,
-        j.kind,
-        CASE
-            WHEN input.outcome = 'succeeded' THEN 'SUCCEEDED'
-            WHEN input.outcome = 'review_required' THEN 'REVIEW_REQUIRED'
-            WHEN input.outcome = 'cancelled' THEN 'CANCELLED'
-            WHEN input.outcome = 'failed' THEN 'FAILED_TERMINAL'
-            WHEN input.outcome = 'released' THEN 'RETRY_SCHEDULED'
-            WHEN j.attempt >= j.max_attempts THEN 'FAILED_TERMINAL'
-            WHEN j.deadline_at IS NOT NULL
-                AND now() + (input.delay_ms + input.margin_ms) * interval '1 millisecond' > j.deadline_at
-                THEN 'FAILED_TERMINAL'
-            ELSE 'RETRY_SCHEDULED'
-        END AS new_state,
-        CASE
-            WHEN input.outcome <> 'retry' THEN input.error_class
-            WHEN j.attempt >= j.max_attempts THEN input.error_class
-            WHEN j.deadline_at IS NOT NULL
-                AND now() + (input.delay_ms + input.margin_ms) * interval '1 millisecond' > j.deadline_at
-                THEN 'deadline'
-            ELSE input.error_class
-        END AS new_class,
-        CASE
-            WHEN input.outcome <> 'retry' THEN input.error
-            WHEN j.attempt >= j.max_attempts
-                THEN input.error || ' (attempt ' || j.attempt || ' of ' || j.max_attempts || ': no attempts left)'
-            WHEN j.deadline_at IS NOT NULL
-                AND now() + (input.delay_ms + input.margin_ms) * interval '1 millisecond' > j.deadline_at
-                THEN input.error || ' (a retry in ' || input.delay_ms || ' ms would end after the deadline)'
-            ELSE input.error
-        END AS new_error
-    FROM input
-    JOIN /*schema*/jobs AS j ON j.id = input.id
-),
-updated AS (
+-- deadline (then FAILED_TERMINAL with class 'deadline'). In the same
+-- statement: each attempt's row, and the outbox event of each terminal
+-- transition.
+WITH updated AS (
     UPDATE /*schema*/jobs AS j
-    SET state         = d.new_state,
-        lease_owner   = NULL,
-        lease_until   = NULL,
-        available_at  = CASE WHEN d.new_state = 'RETRY_SCHEDULED'
-                            THEN now() + d.delay_ms * interval '1 millisecond'
-                            ELSE j.available_at END,
-        result        = coalesce(d.result::jsonb, j.result),
-        error_class   = d.new_class,
-        last_error    = coalesce(d.new_error, j.last_error),
-        finished_at   = CASE WHEN d.new_state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'FAILED_TERMINAL', 'CANCELLED')
-                            THEN now() END,
+    SET fence         = j.fence + 1, -- the lease ends
+        state         = CASE
+                            WHEN i.outcome = 'succeeded' THEN 'SUCCEEDED'
+                            WHEN i.outcome = 'review_required' THEN 'REVIEW_REQUIRED'
+                            WHEN i.outcome = 'cancelled' THEN 'CANCELLED'
+                            WHEN i.outcome = 'released' THEN 'RETRY_SCHEDULED'
+                            WHEN i.outcome = 'retry' AND j.attempt < j.max_attempts
+                                AND (j.deadline_at IS NULL OR now() + (i.delay_ms + i.margin_ms) * interval '1 millisecond' <= j.deadline_at)
+                                THEN 'RETRY_SCHEDULED'
+                            ELSE 'FAILED_TERMINAL'
+                        END,
+        available_at  = now() + i.delay_ms * interval '1 millisecond',
+        result        = coalesce(i.result::jsonb, j.result),
+        error_class   = CASE
+                            WHEN i.outcome = 'retry' AND j.attempt < j.max_attempts
+                                AND j.deadline_at IS NOT NULL
+                                AND now() + (i.delay_ms + i.margin_ms) * interval '1 millisecond' > j.deadline_at
+                                THEN 'deadline'
+                            ELSE i.error_class
+                        END,
+        last_error    = CASE
+                            WHEN i.outcome <> 'retry' THEN coalesce(i.error, j.last_error)
+                            WHEN j.attempt >= j.max_attempts
+                                THEN i.error || ' (attempt ' || j.attempt || ' of ' || j.max_attempts || ': no attempts left)'
+                            WHEN j.deadline_at IS NOT NULL
+                                AND now() + (i.delay_ms + i.margin_ms) * interval '1 millisecond' > j.deadline_at
+                                THEN i.error || ' (a retry in ' || i.delay_ms || ' ms would end after the deadline)'
+                            ELSE i.error
+                        END,
+        finished_at   = CASE
+                            WHEN i.outcome = 'released' THEN NULL
+                            WHEN i.outcome = 'retry' AND j.attempt < j.max_attempts
+                                AND (j.deadline_at IS NULL OR now() + (i.delay_ms + i.margin_ms) * interval '1 millisecond' <= j.deadline_at)
+                                THEN NULL
+                            ELSE now()
+                        END,
         state_version = j.state_version + 1,
         updated_at    = now()
-    FROM decided AS d
-    WHERE j.id = d.id
-        AND j.fence = d.fence
-        AND j.state = 'RUNNING'
+    FROM unnest(
+        $1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::text[],
+        $6::text[], $7::bigint[], $8::bigint[], $9::boolean[], $10::bigint[],
+        $11::bigint[], $12::uuid[]
+    ) AS i (
+        id, fence, outcome, result, error_class,
+        error, delay_ms, margin_ms, uncertain, input_tokens,
+        output_tokens, event_id
+    )
+    WHERE j.id = ANY ($1::uuid[])
+        AND j.id = i.id
+        AND j.fence = i.fence
     RETURNING
         j.id, j.tenant, j.kind, j.queue, j.priority, j.idempotency_key, j.request_hash, j.payload,
-        j.group_key, j.state, j.attempt, j.max_attempts, j.fence, j.lease_owner, j.lease_until,
+        j.group_key, j.state, j.attempt, j.max_attempts, j.fence, j.lease_owner, j.lease_until, j.attempted_at,
         j.available_at, j.deadline_at, j.state_version, j.estimated_tokens, j.result,
         j.error_class, j.last_error, j.replay_of, j.replayed_by, j.replay_reason,
-        j.cancel_requested_at, j.created_at, j.updated_at, j.finished_at
+        j.cancel_requested_at, j.created_at, j.updated_at, j.finished_at,
+        i.outcome AS reported, i.uncertain, i.input_tokens, i.output_tokens, i.event_id
 ),
 attempt AS (
-    UPDATE /*schema*/job_attempts AS a
-    SET ended_at      = now(),
-        outcome       = CASE u.state
-                            WHEN 'SUCCEEDED' THEN 'succeeded'
-                            WHEN 'REVIEW_REQUIRED' THEN 'review_required'
-                            WHEN 'CANCELLED' THEN 'cancelled'
-                            WHEN 'FAILED_TERMINAL' THEN 'failed'
-                            ELSE CASE WHEN d.outcome = 'released' THEN 'released' ELSE 'retry_scheduled' END
-                        END,
-        error_class   = u.error_class,
-        error         = d.new_error,
-        retry_at      = CASE WHEN u.state = 'RETRY_SCHEDULED' THEN u.available_at END,
-        input_tokens  = d.input_tokens,
-        output_tokens = d.output_tokens,
-        uncertain     = d.uncertain
-    FROM updated AS u
-    JOIN decided AS d ON d.id = u.id
-    WHERE a.job_id = u.id AND a.attempt = u.attempt
-),
-stale AS (
-    -- The fence moved on: only the attempt's own row records what happened.
-    UPDATE /*schema*/job_attempts AS a
-    SET ended_at      = coalesce(a.ended_at, now()),
-        outcome       = 'stale',
-        error         = 'completion (' || d.outcome || ') arrived after the lease was lost'
-                        || coalesce(' (attempt had ended: ' || a.outcome || ')', ''),
-        input_tokens  = d.input_tokens,
-        output_tokens = d.output_tokens,
-        uncertain     = a.uncertain OR d.uncertain
-    FROM decided AS d
-    WHERE a.job_id = d.id AND a.attempt = d.attempt AND a.fence = d.fence
-        AND NOT EXISTS (SELECT FROM updated AS u WHERE u.id = d.id)
+    INSERT INTO /*schema*/job_attempts (
+        job_id, attempt, fence, worker, started_at, outcome, error_class, error,
+        retry_at, input_tokens, output_tokens, uncertain
+    )
+    SELECT id, attempt, fence, lease_owner, attempted_at,
+        CASE state
+            WHEN 'SUCCEEDED' THEN 'succeeded'
+            WHEN 'REVIEW_REQUIRED' THEN 'review_required'
+            WHEN 'CANCELLED' THEN 'cancelled'
+            WHEN 'FAILED_TERMINAL' THEN 'failed'
+            ELSE CASE WHEN reported = 'released' THEN 'released' ELSE 'retry_scheduled' END
+        END,
+        error_class, CASE WHEN reported = 'succeeded' THEN NULL ELSE last_error END,
+        CASE WHEN state = 'RETRY_SCHEDULED' THEN available_at END,
+        input_tokens, output_tokens, uncertain
+    FROM updated
 ),
 event AS (
     INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload)
-    SELECT d.event_id, u.id, $14, u.id::text,
-        u.kind || CASE u.state
+    SELECT event_id, id, $13, id::text,
+        kind || CASE state
             WHEN 'SUCCEEDED' THEN '.completed'
             WHEN 'REVIEW_REQUIRED' THEN '.review_required'
             WHEN 'CANCELLED' THEN '.cancelled'
             ELSE '.dead_lettered'
         END,
         jsonb_build_object(
-            'job_id', u.id, 'tenant', u.tenant, 'kind', u.kind, 'queue', u.queue,
-            'state', u.state, 'state_version', u.state_version, 'attempt', u.attempt,
-            'error_class', u.error_class)
-    FROM updated AS u
-    JOIN decided AS d ON d.id = u.id
-    WHERE u.state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'FAILED_TERMINAL', 'CANCELLED')
+            'job_id', id, 'tenant', tenant, 'kind', kind, 'queue', queue,
+            'state', state, 'state_version', state_version, 'attempt', attempt,
+            'error_class', error_class)
+    FROM updated
+    WHERE state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'FAILED_TERMINAL', 'CANCELLED')
 )
 SELECT
     id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
-    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until,
+    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
     available_at, deadline_at, state_version, estimated_tokens, result,
     error_class, last_error, replay_of, replayed_by, replay_reason,
     cancel_requested_at, created_at, updated_at, finished_at
 FROM updated;
+
+-- name: MarkStaleAttempts
+-- Completions that arrived after their lease was lost: only the attempt's
+-- own row records them. The reaper wrote that row when it took the lease
+-- back (the only way a fence moves on under a live attempt); the insert
+-- covers a row that is missing anyway (its started_at is then unknown and
+-- recorded as now()).
+INSERT INTO /*schema*/job_attempts AS a (
+    job_id, attempt, fence, worker, started_at, outcome, error, input_tokens, output_tokens, uncertain
+)
+SELECT s.id, s.attempt, s.fence, s.worker, now(), 'stale',
+    'completion (' || s.outcome || ') arrived after the lease was lost',
+    s.input_tokens, s.output_tokens, s.uncertain
+FROM unnest($1::uuid[], $2::integer[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::boolean[])
+    AS s (id, attempt, fence, worker, outcome, input_tokens, output_tokens, uncertain)
+ON CONFLICT (job_id, attempt) DO UPDATE
+SET outcome       = 'stale',
+    error         = excluded.error || ' (the attempt had ended: ' || a.outcome || coalesce(': ' || a.error, '') || ')',
+    input_tokens  = excluded.input_tokens,
+    output_tokens = excluded.output_tokens,
+    uncertain     = a.uncertain OR excluded.uncertain
+-- Only the reaper's record is amended: an outcome already recorded by this
+-- attempt itself (a completion retried after an ambiguous commit) stands.
+WHERE a.fence = excluded.fence AND a.outcome = 'lease_expired';
 
 -- name: ReapExpiredLeases
 -- Takes back up to $1 jobs whose lease expired (their worker stopped
@@ -412,7 +404,6 @@ reaped AS (
     UPDATE /*schema*/jobs AS j
     SET state         = CASE WHEN d.terminal_class IS NULL THEN 'RETRY_SCHEDULED' ELSE 'FAILED_TERMINAL' END,
         fence         = j.fence + 1,
-        lease_owner   = NULL,
         lease_until   = NULL,
         available_at  = CASE WHEN d.terminal_class IS NULL
                             THEN now() + d.delay_ms * interval '1 millisecond'
@@ -429,20 +420,19 @@ reaped AS (
         updated_at    = now()
     FROM decided AS d
     WHERE j.id = d.id
-    RETURNING j.id, j.tenant, j.kind, j.queue, j.state, j.state_version, j.attempt,
-        j.available_at, j.error_class, j.last_error
+    RETURNING j.id, j.tenant, j.kind, j.queue, j.state, j.state_version, j.attempt, j.fence,
+        j.lease_owner, j.attempted_at, j.available_at, j.error_class, j.last_error
 ),
 attempt AS (
-    UPDATE /*schema*/job_attempts AS a
-    SET ended_at    = now(),
-        outcome     = 'lease_expired',
-        error_class = r.error_class,
-        error       = r.last_error,
-        retry_at    = CASE WHEN r.state = 'RETRY_SCHEDULED' THEN r.available_at END,
-        uncertain   = true
+    INSERT INTO /*schema*/job_attempts (
+        job_id, attempt, fence, worker, started_at, outcome, error_class, error, retry_at, uncertain
+    )
+    SELECT r.id, r.attempt, r.fence - 1, r.lease_owner, r.attempted_at, 'lease_expired',
+        r.error_class, r.last_error, CASE WHEN r.state = 'RETRY_SCHEDULED' THEN r.available_at END, true
     FROM reaped AS r
-    WHERE a.job_id = r.id AND a.attempt = r.attempt AND a.outcome IS NULL
+    ON CONFLICT (job_id, attempt) DO NOTHING
 ),
+
 event AS (
     INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload)
     SELECT gen_random_uuid(), r.id, $8, r.id::text, r.kind || '.dead_lettered',
@@ -512,7 +502,7 @@ job AS (
     FROM source
     RETURNING
         id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
-        group_key, state, attempt, max_attempts, fence, lease_owner, lease_until,
+        group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
         available_at, deadline_at, state_version, estimated_tokens, result,
         error_class, last_error, replay_of, replayed_by, replay_reason,
         cancel_requested_at, created_at, updated_at, finished_at
@@ -528,7 +518,7 @@ event AS (
 )
 SELECT
     id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
-    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until,
+    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
     available_at, deadline_at, state_version, estimated_tokens, result,
     error_class, last_error, replay_of, replayed_by, replay_reason,
     cancel_requested_at, created_at, updated_at, finished_at
@@ -536,10 +526,16 @@ FROM job
 WHERE $9::text = '' OR pg_notify($9, job.queue) IS NOT NULL;
 
 -- name: ListAttempts
--- A tenant's job's attempts in order; the join keeps the read tenant-scoped.
+-- A tenant's job's attempts in order: the recorded ones, then the live one,
+-- which its job row describes. The join keeps the read tenant-scoped.
 SELECT a.job_id, a.attempt, a.fence, a.worker, a.started_at, a.ended_at, a.outcome,
     a.error_class, a.error, a.retry_at, a.input_tokens, a.output_tokens, a.uncertain
 FROM /*schema*/job_attempts AS a
 JOIN /*schema*/jobs AS j ON j.id = a.job_id
 WHERE j.tenant = $1 AND a.job_id = $2
-ORDER BY a.attempt;
+UNION ALL
+SELECT id, attempt, fence, lease_owner, attempted_at, NULL, NULL,
+    NULL, NULL, NULL, NULL, NULL, false
+FROM /*schema*/jobs
+WHERE tenant = $1 AND id = $2 AND state = 'RUNNING'
+ORDER BY 2;

@@ -124,9 +124,9 @@ type PostgresStore struct {
 	channel string
 	notify  *notifyLimiter
 	sql     struct {
-		insertJobs, selectByKey, get, list, cancel, stats string
-		claim, heartbeat, complete, reap, failDeadlines   string
-		replay, attempts                                  string
+		insertJobs, selectByKey, get, list, cancel, stats          string
+		claim, heartbeat, complete, markStale, reap, failDeadlines string
+		replay, attempts                                           string
 	}
 }
 
@@ -181,6 +181,7 @@ func NewStore(cfg Config) (*PostgresStore, error) {
 	s.sql.claim = q.Must("ClaimJobs")
 	s.sql.heartbeat = q.Must("HeartbeatLeases")
 	s.sql.complete = q.Must("CompleteJobs")
+	s.sql.markStale = q.Must("MarkStaleAttempts")
 	s.sql.reap = q.Must("ReapExpiredLeases")
 	s.sql.failDeadlines = q.Must("FailExpiredDeadlines")
 	s.sql.replay = q.Must("ReplayJob")
@@ -500,14 +501,15 @@ func scanJob(row pgx.CollectableRow) (*Job, error) {
 		j                                          Job
 		key, hash, group, owner, errClass, lastErr *string
 		replayedBy, replayReason                   *string
-		leaseUntil, deadline, cancelReq, finished  *time.Time
+		leaseUntil, attemptedAt, deadline          *time.Time
+		cancelReq, finished                        *time.Time
 		replayOf                                   *uuid.UUID
 		priority                                   int16
 		state                                      string
 	)
 	err := row.Scan(
 		&j.ID, &j.Tenant, &j.Kind, &j.Queue, &priority, &key, &hash, &j.Payload,
-		&group, &state, &j.Attempt, &j.MaxAttempts, &j.Fence, &owner, &leaseUntil,
+		&group, &state, &j.Attempt, &j.MaxAttempts, &j.Fence, &owner, &leaseUntil, &attemptedAt,
 		&j.AvailableAt, &deadline, &j.StateVersion, &j.EstimatedTokens, &j.Result,
 		&errClass, &lastErr, &replayOf, &replayedBy, &replayReason,
 		&cancelReq, &j.CreatedAt, &j.UpdatedAt, &finished)
@@ -518,7 +520,7 @@ func scanJob(row pgx.CollectableRow) (*Job, error) {
 	j.State = State(state)
 	j.IdempotencyKey, j.RequestHash, j.GroupKey = dbsql.Deref(key), dbsql.Deref(hash), dbsql.Deref(group)
 	j.LeaseOwner, j.ErrorClass, j.LastError = dbsql.Deref(owner), dbsql.Deref(errClass), dbsql.Deref(lastErr)
-	j.LeaseUntil, j.DeadlineAt = dbsql.Deref(leaseUntil), dbsql.Deref(deadline)
+	j.LeaseUntil, j.AttemptedAt, j.DeadlineAt = dbsql.Deref(leaseUntil), dbsql.Deref(attemptedAt), dbsql.Deref(deadline)
 	j.CancelRequested, j.FinishedAt = dbsql.Deref(cancelReq), dbsql.Deref(finished)
 	j.ReplayOf = dbsql.Deref(replayOf)
 	j.ReplayedBy, j.ReplayReason = dbsql.Deref(replayedBy), dbsql.Deref(replayReason)

@@ -108,6 +108,8 @@ type Usage struct {
 type Completion struct {
 	Lease
 	Attempt int
+	// Worker is the lease holder reporting the outcome.
+	Worker  string
 	Outcome Outcome
 	// Result is the job's result (succeeded, review required): small, or a
 	// reference to where the result lives.
@@ -254,18 +256,21 @@ func (s *PostgresStore) Complete(ctx context.Context, db DBTX, completions []Com
 		return nil, nil
 	}
 	var (
-		ids, eventIDs               = make([]uuid.UUID, n), make([]uuid.UUID, n)
-		fences, delays, margins     = make([]int64, n), make([]int64, n), make([]int64, n)
-		inTokens, outTokens         = make([]int64, n), make([]int64, n)
-		attempts                    = make([]int32, n)
-		outcomes, classes, messages = make([]string, n), make([]*string, n), make([]*string, n)
-		results                     = make([]*string, n)
-		uncertain                   = make([]bool, n)
-		seen                        = make(map[uuid.UUID]bool, n)
+		ids, eventIDs              = make([]uuid.UUID, n), make([]uuid.UUID, n)
+		fences, delays, margins    = make([]int64, n), make([]int64, n), make([]int64, n)
+		inTokens, outTokens        = make([]int64, n), make([]int64, n)
+		outcomes                   = make([]string, n)
+		classes, messages, results = make([]*string, n), make([]*string, n), make([]*string, n)
+		uncertain                  = make([]bool, n)
+		seen                       = make(map[uuid.UUID]bool, n)
 	)
 	for i, c := range completions {
 		if err := checkCompletion(c); err != nil {
-			return nil, fmt.Errorf("completions[%d]: %w", i, err)
+			var fe *ValidationError
+			if errors.As(err, &fe) {
+				fe.Field = fmt.Sprintf("completions[%d].%s", i, fe.Field)
+			}
+			return nil, err
 		}
 		if seen[c.JobID] {
 			return nil, &ValidationError{Kind: ErrInvalidParams, Field: fmt.Sprintf("completions[%d].JobID", i), Problem: "appears twice in one batch"}
@@ -275,9 +280,7 @@ func (s *PostgresStore) Complete(ctx context.Context, db DBTX, completions []Com
 		if err != nil {
 			return nil, fmt.Errorf("jobs: new event id: %w", err)
 		}
-		// checkCompletion bounds the attempt number.
-		ids[i], eventIDs[i], fences[i], attempts[i] = c.JobID, id, c.Fence, int32(c.Attempt)
-		outcomes[i] = string(c.Outcome)
+		ids[i], eventIDs[i], fences[i], outcomes[i] = c.JobID, id, c.Fence, string(c.Outcome)
 		classes[i], messages[i] = dbsql.NullIfZero(c.ErrorClass), dbsql.NullIfZero(c.Error)
 		if len(c.Result) > 0 {
 			results[i] = dbsql.NullIfZero(string(c.Result))
@@ -286,9 +289,9 @@ func (s *PostgresStore) Complete(ctx context.Context, db DBTX, completions []Com
 		inTokens[i], outTokens[i], uncertain[i] = c.Usage.InputTokens, c.Usage.OutputTokens, c.Usage.Uncertain
 	}
 	rows, err := db.Query(ctx, s.sql.complete,
-		ids, fences, attempts, outcomes, results,
-		classes, messages, delays, margins, uncertain,
-		inTokens, outTokens, eventIDs, s.cfg.EventTopic)
+		ids, fences, outcomes, results, classes,
+		messages, delays, margins, uncertain, inTokens,
+		outTokens, eventIDs, s.cfg.EventTopic)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: complete: %w", err)
 	}
@@ -301,14 +304,40 @@ func (s *PostgresStore) Complete(ctx context.Context, db DBTX, completions []Com
 		byID[j.ID] = j
 	}
 	out := make([]CompletionResult, n)
+	var stale []Completion
 	for i, c := range completions {
 		if j, ok := byID[c.JobID]; ok {
 			out[i] = CompletionResult{Job: j}
-		} else {
-			out[i] = CompletionResult{Err: fmt.Errorf("%w: job %s, attempt %d (fence %d)", ErrLeaseLost, c.JobID, c.Attempt, c.Fence)}
+			continue
+		}
+		out[i] = CompletionResult{Err: fmt.Errorf("%w: job %s, attempt %d (fence %d)", ErrLeaseLost, c.JobID, c.Attempt, c.Fence)}
+		stale = append(stale, c)
+	}
+	if len(stale) > 0 {
+		if err := s.markStale(ctx, db, stale); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
+}
+
+// markStale records completions that lost their lease on their own attempt
+// rows, and nowhere else.
+func (s *PostgresStore) markStale(ctx context.Context, db DBTX, stale []Completion) error {
+	n := len(stale)
+	ids, attempts, fences := make([]uuid.UUID, n), make([]int32, n), make([]int64, n)
+	workers, outcomes := make([]string, n), make([]string, n)
+	inTokens, outTokens, uncertain := make([]int64, n), make([]int64, n), make([]bool, n)
+	for i, c := range stale {
+		// checkCompletion bounded the attempt number.
+		ids[i], attempts[i], fences[i] = c.JobID, int32(c.Attempt), c.Fence
+		workers[i], outcomes[i] = c.Worker, string(c.Outcome)
+		inTokens[i], outTokens[i], uncertain[i] = c.Usage.InputTokens, c.Usage.OutputTokens, c.Usage.Uncertain
+	}
+	if _, err := db.Exec(ctx, s.sql.markStale, ids, attempts, fences, workers, outcomes, inTokens, outTokens, uncertain); err != nil {
+		return fmt.Errorf("jobs: recording stale completions: %w", err)
+	}
+	return nil
 }
 
 func checkCompletion(c Completion) error {
@@ -322,6 +351,9 @@ func checkCompletion(c Completion) error {
 	}
 	if c.Attempt < 1 || c.Attempt > 1<<30 {
 		return fail("Attempt", fmt.Sprintf("is %d; attempts start at 1", c.Attempt))
+	}
+	if c.Worker == "" {
+		return fail("Worker", "must not be empty")
 	}
 	if len(c.Result) > 0 && !json.Valid(c.Result) {
 		return fail("Result", "is not valid JSON")

@@ -32,6 +32,7 @@ func succeeded(j *jobs.Job, result string) jobs.Completion {
 	return jobs.Completion{
 		Lease:   jobs.Lease{JobID: j.ID, Fence: j.Fence},
 		Attempt: j.Attempt,
+		Worker:  j.LeaseOwner,
 		Outcome: jobs.OutcomeSucceeded,
 		Result:  json.RawMessage(result),
 	}
@@ -153,23 +154,23 @@ func TestCompleteOutcomes(t *testing.T) {
 			return c
 		}, jobs.StateReviewRequired, "", jobs.AttemptReviewRequired, "k.review_required"},
 		{"permanent", jobs.EnqueueParams{}, func(j *jobs.Job) jobs.Completion {
-			return jobs.Completion{Lease: jobs.Lease{JobID: j.ID, Fence: j.Fence}, Attempt: j.Attempt,
+			return jobs.Completion{Lease: jobs.Lease{JobID: j.ID, Fence: j.Fence}, Attempt: j.Attempt, Worker: "w",
 				Outcome: jobs.OutcomeFailed, ErrorClass: jobs.ClassPermanent, Error: "400: bad document"}
 		}, jobs.StateFailedTerminal, jobs.ClassPermanent, jobs.AttemptFailed, "k.dead_lettered"},
 		{"retry", jobs.EnqueueParams{}, func(j *jobs.Job) jobs.Completion {
-			return jobs.Completion{Lease: jobs.Lease{JobID: j.ID, Fence: j.Fence}, Attempt: j.Attempt,
+			return jobs.Completion{Lease: jobs.Lease{JobID: j.ID, Fence: j.Fence}, Attempt: j.Attempt, Worker: "w",
 				Outcome: jobs.OutcomeRetry, ErrorClass: jobs.ClassTransient, Error: "503", RetryDelay: time.Minute}
 		}, jobs.StateRetryScheduled, jobs.ClassTransient, jobs.AttemptRetryScheduled, ""},
 		{"retry past the deadline", jobs.EnqueueParams{DeadlineAt: time.Now().Add(5 * time.Second)}, func(j *jobs.Job) jobs.Completion {
-			return jobs.Completion{Lease: jobs.Lease{JobID: j.ID, Fence: j.Fence}, Attempt: j.Attempt,
+			return jobs.Completion{Lease: jobs.Lease{JobID: j.ID, Fence: j.Fence}, Attempt: j.Attempt, Worker: "w",
 				Outcome: jobs.OutcomeRetry, ErrorClass: jobs.ClassTransient, Error: "429", RetryDelay: 10 * time.Second}
 		}, jobs.StateFailedTerminal, jobs.ClassDeadline, jobs.AttemptFailed, "k.dead_lettered"},
 		{"retry with no attempts left", jobs.EnqueueParams{MaxAttempts: 1}, func(j *jobs.Job) jobs.Completion {
-			return jobs.Completion{Lease: jobs.Lease{JobID: j.ID, Fence: j.Fence}, Attempt: j.Attempt,
+			return jobs.Completion{Lease: jobs.Lease{JobID: j.ID, Fence: j.Fence}, Attempt: j.Attempt, Worker: "w",
 				Outcome: jobs.OutcomeRetry, ErrorClass: jobs.ClassTransient, Error: "timeout"}
 		}, jobs.StateFailedTerminal, jobs.ClassTransient, jobs.AttemptFailed, "k.dead_lettered"},
 		{"released", jobs.EnqueueParams{}, func(j *jobs.Job) jobs.Completion {
-			return jobs.Completion{Lease: jobs.Lease{JobID: j.ID, Fence: j.Fence}, Attempt: j.Attempt,
+			return jobs.Completion{Lease: jobs.Lease{JobID: j.ID, Fence: j.Fence}, Attempt: j.Attempt, Worker: "w",
 				Outcome: jobs.OutcomeReleased, ErrorClass: jobs.ClassShutdown, Error: "shutting down"}
 		}, jobs.StateRetryScheduled, jobs.ClassShutdown, jobs.AttemptReleased, ""},
 	}
@@ -183,7 +184,7 @@ func TestCompleteOutcomes(t *testing.T) {
 		got := out[0].Job
 		require.Equal(t, tt.state, got.State, tt.name)
 		require.Equal(t, tt.class, got.ErrorClass, tt.name)
-		require.Empty(t, got.LeaseOwner, tt.name)
+		require.Equal(t, "w", got.LeaseOwner, "%s: the last lease holder is kept", tt.name)
 		require.Equal(t, tt.state.Terminal(), !got.FinishedAt.IsZero(), tt.name)
 		attempts, err := f.store.Attempts(ctx, f.pool, "acme", j.ID)
 		require.NoError(t, err)

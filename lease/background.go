@@ -33,8 +33,12 @@ type completionDone struct {
 	err error
 }
 
-// maxCompletionBatch bounds one completion transaction.
-const maxCompletionBatch = 200
+// maxCompletionBatch bounds one completion transaction, and
+// completionLinger how long the first outcome of a batch waits for others.
+const (
+	maxCompletionBatch = 200
+	completionLinger   = 2 * time.Millisecond
+)
 
 // completionAttempts is how often one outcome is tried on its own before
 // the runner gives up on it (the lease then expires and the reaper retries
@@ -63,7 +67,20 @@ func (c *completer) submit(completion jobs.Completion) (*jobs.Job, error) {
 
 func (c *completer) close() { c.once.Do(func() { close(c.closed) }) }
 
+// completers is how many completion transactions a runner keeps in flight:
+// while one commits, the next batch is already being written, and commits
+// of concurrent transactions share WAL flushes.
+const completers = 2
+
 func (c *completer) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range completers {
+		wg.Go(func() { c.loop(ctx) })
+	}
+	wg.Wait()
+}
+
+func (c *completer) loop(ctx context.Context) {
 	for {
 		var batch []*pendingCompletion
 		select {
@@ -72,18 +89,21 @@ func (c *completer) run(ctx context.Context) {
 		case p := <-c.pending:
 			batch = append(batch, p)
 		}
-		// Take whatever else is already waiting, without waiting for more:
-		// under load batches grow by themselves, and a lone completion is
-		// never delayed.
-	drain:
+		// Gather what arrives within completionLinger of the first outcome:
+		// under load one transaction then carries many outcomes instead of
+		// each paying for its own commit, at the cost of at most that much
+		// delay before an outcome is durable.
+		linger := time.NewTimer(completionLinger)
+	gather:
 		for len(batch) < maxCompletionBatch {
 			select {
 			case p := <-c.pending:
 				batch = append(batch, p)
-			default:
-				break drain
+			case <-linger.C:
+				break gather
 			}
 		}
+		linger.Stop()
 		c.apply(ctx, batch)
 	}
 }
@@ -149,8 +169,13 @@ func (e *hookError) Unwrap() error { return e.err }
 func (c *completer) record(ctx context.Context, completions []jobs.Completion) ([]jobs.CompletionResult, error) {
 	// The statement must finish even while the runner shuts down, but not
 	// hang forever on a dead connection.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.r.cfg.HeartbeatInterval)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.r.completionTimeout())
 	defer cancel()
+	if c.r.cfg.OnSucceeded == nil {
+		// One statement is its own transaction: no BEGIN and COMMIT round
+		// trips when there is nothing to add to it.
+		return c.r.store.Complete(ctx, c.r.pool, completions)
+	}
 	var results []jobs.CompletionResult
 	err := dbsql.WithTx(ctx, c.r.pool, func(tx pgx.Tx) error {
 		var err error

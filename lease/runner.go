@@ -136,9 +136,10 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.cfg.Logger.Info("llmq: shutdown grace over; cancelling attempts still running", "count", r.liveCount())
 		stopWork(ErrShutdown)
 		// Handlers that honour their context return at once; give the rest
-		// one more grace period, then leave them: their leases expire and the
-		// reaper takes the jobs back, and fencing discards anything they do.
-		grace.Reset(r.cfg.ShutdownGrace)
+		// one more grace period (and their outcomes time to be recorded),
+		// then leave them: their leases expire, the reaper takes the jobs
+		// back, and fencing discards anything they do.
+		grace.Reset(r.cfg.ShutdownGrace + r.completionTimeout())
 		select {
 		case <-finished:
 		case <-grace.C:
@@ -150,6 +151,10 @@ func (r *Runner) Run(ctx context.Context) error {
 	bg.Wait()
 	return err
 }
+
+// completionTimeout bounds one completion transaction: long enough to ride
+// out a slow commit, well within the lease the completion belongs to.
+func (r *Runner) completionTimeout() time.Duration { return r.cfg.LeaseDuration / 3 }
 
 func (r *Runner) liveCount() int {
 	r.mu.Lock()
@@ -171,14 +176,19 @@ func (p *producer) run(ctx, work context.Context, attempts *sync.WaitGroup, c *c
 	cfg := p.r.cfg
 	poll := time.NewTicker(cfg.PollInterval)
 	defer poll.Stop()
-	var activeUntil time.Time
+	var activeUntil, lastClaim time.Time
 	backoff := time.Duration(0)
 	for {
 		free := p.maxWorkers - int(p.inFlight.Load())
 		claimed := 0
 		if free > 0 {
+			if wait := cfg.ClaimCooldown - time.Since(lastClaim); wait > 0 && !sleep(ctx, wait) {
+				return
+			}
+			free = p.maxWorkers - int(p.inFlight.Load())
 			limit := min(free, cfg.ClaimBatch)
 			extendedAt := time.Now()
+			lastClaim = extendedAt
 			batch, err := p.r.store.Claim(ctx, p.r.pool, jobs.ClaimParams{
 				Queue: p.queue, Kinds: p.r.kinds, Worker: cfg.WorkerID, Limit: limit, LeaseDuration: cfg.LeaseDuration,
 			})
@@ -349,6 +359,7 @@ func (r *Runner) decide(job *jobs.Job, result json.RawMessage, err error, cause 
 	c := jobs.Completion{
 		Lease:          jobs.Lease{JobID: job.ID, Fence: job.Fence},
 		Attempt:        job.Attempt,
+		Worker:         r.cfg.WorkerID,
 		DeadlineMargin: r.cfg.DeadlineMargin,
 	}
 	retryIn := func(class string, retryAfter time.Duration) jobs.Completion {

@@ -8,6 +8,11 @@
 //	llmq migrate sql [-down] [-from N] [-to N]
 //	                                print the SQL, for teams that run their own migration tool
 //	llmq stats                      jobs by queue and state, oldest eligible job age
+//	llmq inspect -tenant T JOB_ID   a job, its attempts and its events
+//	llmq dead-letter list -tenant T
+//	llmq dead-letter replay -tenant T -by WHO -reason WHY JOB_ID
+//	llmq bench -mode drain|e2e|latency -jobs N -workers W [-producers P] [-rate R]
+//	                                measure against DATABASE_URL in a throwaway schema
 //
 // Every command takes -database-url (default $DATABASE_URL), -schema
 // (default $LLMQ_SCHEMA, else "llmq") and --json.
@@ -41,6 +46,11 @@ commands:
   migrate status                         list migrations and whether each is applied
   migrate sql [-down] [-from N] [-to N]  print the migration SQL
   stats                                  jobs by queue and state
+  inspect -tenant T JOB_ID               a job, its attempts and its events
+  dead-letter list -tenant T             the tenant's dead-lettered jobs
+  dead-letter replay -tenant T -by WHO -reason WHY JOB_ID
+                                         run a finished job again as a new, linked job
+  bench -mode drain|e2e|latency          measure throughput or pickup latency in a throwaway schema
 
 Run 'llmq <command> -h' for a command's flags.
 `
@@ -64,6 +74,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runMigrate(ctx, args[1:], stdout, stderr)
 	case "stats":
 		err = runStats(ctx, args[1:], stdout, stderr)
+	case "bench":
+		err = runBench(ctx, args[1:], stdout, stderr)
+	case "inspect":
+		err = runInspect(ctx, args[1:], stdout, stderr)
+	case "dead-letter":
+		err = runDeadLetter(ctx, args[1:], stdout, stderr)
 	default:
 		err = fmt.Errorf("%w: unknown command %q", errUsage, args[0])
 	}
@@ -101,15 +117,20 @@ func newFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *common) {
 // parse parses args and refuses stray positional arguments.
 func parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %w", errUsage, err)
+		return usageOrHelp(err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: %s: unexpected argument %q", errUsage, fs.Name(), fs.Arg(0))
 	}
 	return nil
+}
+
+// usageOrHelp passes -h through and marks other flag errors as usage errors.
+func usageOrHelp(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errUsage, err)
 }
 
 func (c *common) connect(ctx context.Context) (*pgxpool.Pool, error) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -123,4 +124,78 @@ func TestUsageErrors(t *testing.T) {
 	code := run(t.Context(), []string{"migrate", "up", "-schema", "public", "-database-url", dbtest.URL()}, &out, &errOut)
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut.String(), "invalid schema name")
+}
+
+func TestInspectAndDeadLetters(t *testing.T) {
+	t.Parallel()
+	c := setup(t)
+	code, _, stderr := c.run("migrate", "up")
+	require.Equal(t, 0, code, stderr)
+	store, err := jobs.NewStore(jobs.Config{Schema: c.schema})
+	require.NoError(t, err)
+	pool := dbtest.Pool(t, 1)
+	res, err := store.Enqueue(t.Context(), pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k", DeadlineAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	_, err = pool.Exec(t.Context(), "UPDATE "+c.schema+".jobs SET deadline_at = now() - interval '1 second'")
+	require.NoError(t, err)
+	_, err = store.Reap(t.Context(), pool, jobs.ReapParams{})
+	require.NoError(t, err)
+	id := res.Job.ID.String()
+	common := []string{"-database-url", dbtest.URL(), "-schema", c.schema}
+	call := func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := run(t.Context(), args, &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+
+	code, out, stderr := call(append(append([]string{"inspect"}, common...), "-tenant", "acme", id)...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "FAILED_TERMINAL")
+	require.Contains(t, out, "k.dead_lettered")
+
+	code, _, stderr = call(append(append([]string{"inspect"}, common...), "-tenant", "globex", id)...)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "not found", "tenant-scoped")
+
+	code, out, _ = call(append(append([]string{"dead-letter", "list"}, common...), "-tenant", "acme", "--json")...)
+	require.Equal(t, 0, code)
+	var dead []jobs.Job
+	require.NoError(t, json.Unmarshal([]byte(out), &dead))
+	require.Len(t, dead, 1)
+	require.Equal(t, jobs.ClassDeadline, dead[0].ErrorClass)
+
+	code, _, stderr = call(append(append([]string{"dead-letter", "replay"}, common...), "-tenant", "acme", id)...)
+	require.Equal(t, 2, code, "replay needs -by and -reason")
+	require.Contains(t, stderr, "-by WHO")
+	code, out, stderr = call(append(append([]string{"dead-letter", "replay"}, common...), "-tenant", "acme", "-by", "ops", "-reason", "deadline too tight", id)...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "replayed "+id)
+}
+
+// The bench command runs each mode end to end on a small scale and prints
+// its summary line; it leaves no schema behind.
+func TestBenchModes(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.Pool(t, 1)
+	countSchemas := func() int {
+		var n int
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'llmq\_bench\_%'`).Scan(&n))
+		return n
+	}
+	for _, args := range [][]string{
+		{"-mode", "drain", "-jobs", "300", "-workers", "20"},
+		{"-mode", "e2e", "-jobs", "200", "-workers", "20", "-producers", "4"},
+		{"-mode", "latency", "-jobs", "20", "-workers", "5", "-rate", "200"},
+	} {
+		var out, errOut bytes.Buffer
+		code := run(t.Context(), append([]string{"bench", "-database-url", dbtest.URL()}, args...), &out, &errOut)
+		require.Equal(t, 0, code, errOut.String())
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		last := lines[len(lines)-1]
+		require.Regexp(t, `^llmq (drain|e2e|latency) jobs=\d+ workers=\d+ seconds=[0-9.]+ jobs_per_s=\d+$`, last)
+		if args[1] == "latency" {
+			require.Contains(t, out.String(), "enqueue_to_start p50=")
+		}
+	}
+	require.Zero(t, countSchemas(), "throwaway schemas are dropped")
 }

@@ -16,6 +16,7 @@ CREATE TABLE /*schema*/jobs (
     fence               bigint      NOT NULL DEFAULT 0,       -- bumped on every claim and every lease revocation
     lease_owner         text,
     lease_until         timestamptz,
+    attempted_at        timestamptz,                          -- when the current (or last) attempt was claimed
     available_at        timestamptz NOT NULL DEFAULT now(),
     deadline_at         timestamptz,
     state_version       bigint      NOT NULL DEFAULT 1,       -- bumped on every change a client can observe
@@ -65,15 +66,20 @@ CREATE INDEX jobs_deadline_idx ON /*schema*/jobs (deadline_at)
 CREATE INDEX jobs_tenant_id_idx ON /*schema*/jobs (tenant, id DESC);
 
 -- Job attempts: one row per claim, never folded together, so every job's
--- history explains itself.
+-- history explains itself. A row is written once, when its attempt ends
+-- (completion, reaper, release): the live attempt is described by its job
+-- row (attempt, fence, lease_owner, attempted_at), which saves a write per
+-- attempt on the hot path. No foreign key to jobs, for the same reason:
+-- rows are only written next to their job's own update, and retention
+-- deletes both.
 CREATE TABLE /*schema*/job_attempts (
-    job_id        uuid        NOT NULL REFERENCES /*schema*/jobs (id) ON DELETE CASCADE,
+    job_id        uuid        NOT NULL,
     attempt       integer     NOT NULL,
     fence         bigint      NOT NULL,
     worker        text        NOT NULL,
-    started_at    timestamptz NOT NULL DEFAULT now(),
-    ended_at      timestamptz,
-    outcome       text,                                 -- NULL while the attempt is live; see jobs.AttemptOutcome
+    started_at    timestamptz NOT NULL,
+    ended_at      timestamptz NOT NULL DEFAULT now(),
+    outcome       text        NOT NULL,                 -- see jobs.AttemptOutcome
     error_class   text,
     error         text,
     retry_at      timestamptz,

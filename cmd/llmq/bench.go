@@ -1,0 +1,359 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/lease"
+)
+
+// benchOptions are the flags of `llmq bench`.
+type benchOptions struct {
+	mode       string
+	jobs       int
+	workers    int
+	producers  int
+	rate       float64
+	batch      int
+	notifyEach time.Duration
+	keep       bool
+	cpuProfile string
+}
+
+const benchKind = "bench.noop"
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, c := newFlagSet("bench", stderr)
+	var o benchOptions
+	fs.StringVar(&o.mode, "mode", "drain", "drain: work down a backlog enqueued up front; e2e: producers enqueue while the runner works; latency: open-loop arrivals at -rate, enqueue-to-start latency")
+	fs.IntVar(&o.jobs, "jobs", 50_000, "number of jobs")
+	fs.IntVar(&o.workers, "workers", 100, "runner concurrency (MaxWorkers of the queue)")
+	fs.IntVar(&o.producers, "producers", 16, "e2e: concurrent producers, each enqueueing one job (and its outbox event) per transaction")
+	fs.Float64Var(&o.rate, "rate", 100, "latency: arrivals per second")
+	fs.IntVar(&o.batch, "claim-batch", 0, "jobs per claim (0: the runner's default policy for the mode)")
+	fs.DurationVar(&o.notifyEach, "notify-interval", 0, "jobs.Config.NotifyInterval of the producers' store (0: NOTIFY on every enqueue)")
+	fs.BoolVar(&o.keep, "keep", false, "keep the throwaway schema instead of dropping it")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case o.mode != "drain" && o.mode != "e2e" && o.mode != "latency":
+		return fmt.Errorf("%w: -mode %q: use drain, e2e or latency", errUsage, o.mode)
+	case o.jobs < 1 || o.workers < 1 || o.producers < 1 || o.rate <= 0:
+		return fmt.Errorf("%w: -jobs, -workers, -producers and -rate must be positive", errUsage)
+	}
+	pool, err := c.connectBench(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	schema := "llmq_bench_" + randomSuffix()
+	if _, err := llmq.Migrate(ctx, pool, llmq.MigrateOptions{Schema: schema}); err != nil {
+		return err
+	}
+	if !o.keep {
+		defer func() {
+			dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			if _, err := pool.Exec(dropCtx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+				fmt.Fprintf(stderr, "llmq bench: dropping schema %s: %v\n", schema, err)
+			}
+		}()
+	}
+	b := &bench{o: o, pool: pool, schema: schema, progress: stderr, started: map[uuid.UUID]time.Time{}}
+	b.store, err = jobs.NewStore(jobs.Config{Schema: schema, NotifyInterval: o.notifyEach})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "llmq bench: mode=%s jobs=%d workers=%d schema=%s\n", o.mode, o.jobs, o.workers, schema)
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	var seconds float64
+	switch o.mode {
+	case "drain":
+		seconds, err = b.drain(ctx)
+	case "e2e":
+		seconds, err = b.e2e(ctx)
+	case "latency":
+		seconds, err = b.latency(ctx, stdout)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "llmq %s jobs=%d workers=%d seconds=%.3f jobs_per_s=%.0f\n", o.mode, o.jobs, o.workers, seconds, float64(o.jobs)/seconds)
+	return nil
+}
+
+func (c *common) connectBench(ctx context.Context, o benchOptions) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(c.databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("database url: %w", err)
+	}
+	cfg.MaxConns = int32(min(o.producers+8, 64))
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connecting to %s: %w", cfg.ConnConfig.Host, err)
+	}
+	return pool, nil
+}
+
+type bench struct {
+	o        benchOptions
+	pool     *pgxpool.Pool
+	store    *jobs.PostgresStore
+	schema   string
+	progress io.Writer
+	handled  atomic.Int64
+
+	mu      sync.Mutex
+	started map[uuid.UUID]time.Time // latency mode: when each job's handler started
+}
+
+// startRunner runs a runner with a no-op handler until the returned stop is
+// called.
+func (b *bench) startRunner(ctx context.Context, claimBatch int) (stop func() error, err error) {
+	handler := lease.HandlerFunc(func(_ context.Context, job *jobs.Job) (json.RawMessage, error) {
+		if b.o.mode == "latency" {
+			now := time.Now()
+			b.mu.Lock()
+			b.started[job.ID] = now
+			b.mu.Unlock()
+		}
+		b.handled.Add(1)
+		return nil, nil
+	})
+	r, err := lease.NewRunner(b.pool, b.store, lease.Config{
+		Handlers:   map[string]lease.Handler{benchKind: handler},
+		Queues:     map[string]lease.QueueConfig{jobs.DefaultQueue: {MaxWorkers: b.o.workers}},
+		ClaimBatch: claimBatch,
+	})
+	if err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	return func() error { cancel(); return <-done }, nil
+}
+
+func (b *bench) claimBatch(def int) int {
+	if b.o.batch > 0 {
+		return b.o.batch
+	}
+	return min(def, b.o.workers)
+}
+
+// waitDone polls until no job is left unfinished, reporting progress.
+func (b *bench) waitDone(ctx context.Context) error {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	lastReport := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		// Served by the partial claim and lease indexes: the cost follows the
+		// remaining backlog, not the finished jobs.
+		var left int
+		err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.schema+".jobs WHERE state IN ('READY', 'RETRY_SCHEDULED', 'RUNNING')").Scan(&left)
+		if err != nil {
+			return err
+		}
+		if left == 0 && b.handled.Load() >= int64(b.o.jobs) {
+			return nil
+		}
+		if time.Since(lastReport) >= time.Second {
+			lastReport = time.Now()
+			fmt.Fprintf(b.progress, "llmq bench: %d handled, %d unfinished\n", b.handled.Load(), left)
+		}
+	}
+}
+
+func (b *bench) drain(ctx context.Context) (float64, error) {
+	const batch = 1000
+	for done := 0; done < b.o.jobs; done += batch {
+		n := min(batch, b.o.jobs-done)
+		params := make([]jobs.EnqueueParams, n)
+		for i := range params {
+			params[i] = jobs.EnqueueParams{Tenant: "bench", Kind: benchKind}
+		}
+		if _, err := b.store.EnqueueMany(ctx, b.pool, params); err != nil {
+			return 0, err
+		}
+	}
+	// Start from a vacuumed, analysed table, as a long-running system with
+	// autovacuum would be (some machines run with autovacuum off).
+	if _, err := b.pool.Exec(ctx, "VACUUM ANALYZE "+b.schema+".jobs"); err != nil {
+		return 0, err
+	}
+	fmt.Fprintf(b.progress, "llmq bench: %d jobs enqueued; draining\n", b.o.jobs)
+	start := time.Now()
+	stop, err := b.startRunner(ctx, b.claimBatch(100))
+	if err != nil {
+		return 0, err
+	}
+	err = b.waitDone(ctx)
+	elapsed := time.Since(start).Seconds()
+	if stopErr := stop(); err == nil {
+		err = stopErr
+	}
+	return elapsed, err
+}
+
+func (b *bench) e2e(ctx context.Context) (float64, error) {
+	stop, err := b.startRunner(ctx, b.claimBatch(100))
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	var next atomic.Int64
+	errs := make(chan error, b.o.producers)
+	var wg sync.WaitGroup
+	for range b.o.producers {
+		wg.Go(func() {
+			for next.Add(1) <= int64(b.o.jobs) {
+				if _, err := b.store.Enqueue(ctx, b.pool, jobs.EnqueueParams{Tenant: "bench", Kind: benchKind}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	err = <-errs
+	if err == nil {
+		fmt.Fprintf(b.progress, "llmq bench: all %d jobs enqueued after %.1fs; waiting for the runner\n", b.o.jobs, time.Since(start).Seconds())
+		err = b.waitDone(ctx)
+	}
+	elapsed := time.Since(start).Seconds()
+	if stopErr := stop(); err == nil {
+		err = stopErr
+	}
+	return elapsed, err
+}
+
+// latency enqueues at a fixed rate, independent of completions, and reports
+// the time from each enqueue call to its handler's start.
+func (b *bench) latency(ctx context.Context, stdout io.Writer) (float64, error) {
+	stop, err := b.startRunner(ctx, b.claimBatch(10))
+	if err != nil {
+		return 0, err
+	}
+	interval := time.Duration(float64(time.Second) / b.o.rate)
+	sent := make(map[uuid.UUID]time.Time, b.o.jobs)
+	enqueueTook := make([]time.Duration, 0, b.o.jobs)
+	var sentMu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, 1)
+	start := time.Now()
+	for i := range b.o.jobs {
+		at := start.Add(time.Duration(i) * interval)
+		if !sleepUntil(ctx, at) {
+			break
+		}
+		wg.Go(func() {
+			t0 := time.Now()
+			res, err := b.store.Enqueue(ctx, b.pool, jobs.EnqueueParams{Tenant: "bench", Kind: benchKind})
+			if err != nil {
+				select {
+				case errs <- err:
+				default:
+				}
+				return
+			}
+			took := time.Since(t0)
+			sentMu.Lock()
+			sent[res.Job.ID] = t0
+			enqueueTook = append(enqueueTook, took)
+			sentMu.Unlock()
+		})
+	}
+	wg.Wait()
+	select {
+	case err = <-errs:
+	default:
+		err = b.waitDone(ctx)
+	}
+	elapsed := time.Since(start).Seconds()
+	if stopErr := stop(); err == nil {
+		err = stopErr
+	}
+	if err != nil {
+		return 0, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	latencies := make([]time.Duration, 0, len(sent))
+	for id, t0 := range sent {
+		latencies = append(latencies, b.started[id].Sub(t0))
+	}
+	fmt.Fprintf(stdout, "llmq latency rate=%.0f/s enqueue_to_start %s\n", b.o.rate, percentiles(latencies))
+	fmt.Fprintf(stdout, "llmq latency rate=%.0f/s enqueue_call     %s\n", b.o.rate, percentiles(enqueueTook))
+	return elapsed, nil
+}
+
+// percentiles formats p50, p90, p99 and the maximum of ds (sorted in place).
+func percentiles(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "n=0"
+	}
+	slices.Sort(ds)
+	p := func(q float64) time.Duration {
+		return ds[min(len(ds)-1, int(q*float64(len(ds))))].Round(10 * time.Microsecond)
+	}
+	return fmt.Sprintf("p50=%s p90=%s p99=%s max=%s", p(0.50), p(0.90), p(0.99), ds[len(ds)-1].Round(10*time.Microsecond))
+}
+
+func sleepUntil(ctx context.Context, at time.Time) bool {
+	d := time.Until(at)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func randomSuffix() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
