@@ -6,9 +6,10 @@
 // overwrites a newer result, and results leave through a transactional
 // outbox. The packages, lowest first:
 //
-//	internal/...   shared plumbing (SQL seam, migrations, test harness)
+//	internal/...   shared plumbing (SQL seam, migrations, retry math, test harness)
 //	outbox         the outbox writer (and, later, the relay)
-//	jobs           acceptance with idempotency, the state machine, queries
+//	jobs           acceptance with idempotency, the state machine, fenced transitions
+//	lease          the runner: claims, heartbeats, retries, reaper, shutdown
 //
 // This root package only migrates the schema. Call Migrate at start-up from
 // every replica; it is safe to run concurrently:

@@ -38,6 +38,21 @@
 //     never goes backwards.
 //   - Enqueue NOTIFYs "<schema>_jobs" with the queue name; Postgres delivers
 //     it on commit, so runners wake for committed work only.
+//   - Fencing: a job's fence changes whenever a lease begins (Claim) or ends
+//     (Complete, the reaper, a release at shutdown). Heartbeat and Complete
+//     apply only under the fence their attempt was claimed with, in one
+//     statement per batch, so a worker that lost its lease changes nothing;
+//     Complete reports ErrLeaseLost and records the attempt as stale.
+//   - Complete writes the job's new state, its attempt row and (for terminal
+//     states) its "<kind>.completed", ".review_required", ".dead_lettered" or
+//     ".cancelled" outbox event in one statement; run it in a transaction to
+//     add writes of your own (lease.Config.OnSucceeded does).
+//   - No job past its deadline is claimed; Reap fails such waiting jobs with
+//     class "deadline" and takes back expired leases (fence+1, full-jitter
+//     backoff, or terminal when attempts or time are used up). Reap is safe
+//     to run from every runner at once.
+//   - Replay leaves the finished job untouched and creates a new one linked
+//     by ReplayOf, recording who asked and why.
 //
 // # Decisions
 //
@@ -52,6 +67,12 @@
 //     reused key with another payload is still a conflict.
 //   - Cancel of a RUNNING job records the request and leaves the job to its
 //     worker: a job is never cancelled underneath the worker that holds it.
+//   - An attempt's row is written when the attempt ends; a live attempt is
+//     described by its job row (Attempt, Fence, LeaseOwner, AttemptedAt), and
+//     Attempts lists it last with no outcome. This saves a write per attempt.
+//     Events written by the reaper and the deadline sweep get random (v4)
+//     ids, since PostgreSQL 15 cannot make UUIDv7s; order events by their
+//     sequence, not their id.
 //   - Enqueue expects READ COMMITTED (Postgres' default). Under REPEATABLE
 //     READ a key taken by a concurrent transaction surfaces as a
 //     serialization failure for the caller to retry.

@@ -457,3 +457,68 @@ func TestOnSucceededJoinsTheCompletion(t *testing.T) {
 	require.Contains(t, got.LastError, "delivery table unavailable")
 	require.GreaterOrEqual(t, failures.Load(), int32(3))
 }
+
+// A heartbeat that finds the lease gone cancels the handler's context at
+// once, with ErrLeaseLost as the cause.
+func TestLostLeaseCancelsTheHandler(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	started, cause := make(chan struct{}), make(chan error, 1)
+	cfg := fastConfig(map[string]lease.Handler{"k": lease.HandlerFunc(func(ctx context.Context, _ *jobs.Job) (json.RawMessage, error) {
+		close(started)
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return nil, ctx.Err()
+	})})
+	cfg.ReapInterval = time.Hour
+	f.start(cfg)
+	job := f.enqueue(jobs.EnqueueParams{Kind: "k"})
+	<-started
+	// Another party took the job over: the fence moved on.
+	_, err := f.pool.Exec(t.Context(), "UPDATE "+f.schema+".jobs SET fence = fence + 1 WHERE id = $1", job.ID)
+	require.NoError(t, err)
+	select {
+	case err := <-cause:
+		require.ErrorIs(t, err, lease.ErrLeaseLost)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handler's context was not cancelled after its lease was lost")
+	}
+}
+
+// With polling effectively off, only NOTIFY wakes the runner. After its
+// LISTEN connection is killed, it reconnects and wakes again.
+func TestListenReconnects(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	started := make(chan uuid.UUID, 2)
+	cfg := fastConfig(map[string]lease.Handler{"k": lease.HandlerFunc(func(_ context.Context, job *jobs.Job) (json.RawMessage, error) {
+		started <- job.ID
+		return nil, nil
+	})})
+	cfg.PollInterval = time.Hour
+	f.start(cfg)
+	listening := func() int {
+		var pid int
+		err := f.pool.QueryRow(t.Context(), `SELECT coalesce(max(pid), 0) FROM pg_stat_activity WHERE query = 'LISTEN '||$1::text`,
+			pgx.Identifier{f.store.Channel()}.Sanitize()).Scan(&pid)
+		require.NoError(t, err)
+		return pid
+	}
+	var pid int
+	require.Eventually(t, func() bool { pid = listening(); return pid != 0 }, 5*time.Second, 10*time.Millisecond)
+
+	first := f.enqueue(jobs.EnqueueParams{Kind: "k"})
+	require.Equal(t, first.ID, <-started, "woken by NOTIFY")
+
+	_, err := f.pool.Exec(t.Context(), "SELECT pg_terminate_backend($1)", pid)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { p := listening(); return p != 0 && p != pid }, 10*time.Second, 10*time.Millisecond, "LISTEN is re-established")
+
+	second := f.enqueue(jobs.EnqueueParams{Kind: "k"})
+	select {
+	case id := <-started:
+		require.Equal(t, second.ID, id)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the runner was not woken after its LISTEN connection was replaced")
+	}
+}
