@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/llmq/llmq/internal/dbsql"
 )
@@ -242,7 +243,7 @@ func (s *PostgresStore) EnqueueMany(ctx context.Context, db DBTX, params []Enque
 
 // insertBatch is a validated batch in the column arrays InsertJobs takes.
 type insertBatch struct {
-	ids, eventIDs                    []uuid.UUID
+	ids, eventIDs                    [][16]byte // [16]byte, not uuid.UUID: pgx encodes it as binary, not through driver.Valuer
 	tenants, kinds, queues, payloads []string
 	keys, hashes, groupKeys          []*string
 	priorities                       []int16
@@ -262,7 +263,7 @@ func (s *PostgresStore) prepare(params []EnqueueParams) (*insertBatch, error) {
 	now := time.Now()
 	n := len(params)
 	b := &insertBatch{
-		ids: make([]uuid.UUID, n), eventIDs: make([]uuid.UUID, n),
+		ids: make([][16]byte, n), eventIDs: make([][16]byte, n),
 		tenants: make([]string, n), kinds: make([]string, n), queues: make([]string, n), payloads: make([]string, n),
 		keys: make([]*string, n), hashes: make([]*string, n), groupKeys: make([]*string, n),
 		priorities: make([]int16, n), maxAttempts: make([]int32, n),
@@ -279,12 +280,15 @@ func (s *PostgresStore) prepare(params []EnqueueParams) (*insertBatch, error) {
 			}
 			return nil, err
 		}
-		if b.ids[i], err = uuid.NewV7(); err != nil {
+		jobID, err := uuid.NewV7()
+		if err != nil {
 			return nil, fmt.Errorf("jobs: new job id: %w", err)
 		}
-		if b.eventIDs[i], err = uuid.NewV7(); err != nil {
+		eventID, err := uuid.NewV7()
+		if err != nil {
 			return nil, fmt.Errorf("jobs: new event id: %w", err)
 		}
+		b.ids[i], b.eventIDs[i] = jobID, eventID
 		b.tenants[i], b.kinds[i], b.queues[i], b.payloads[i] = p.Tenant, p.Kind, p.Queue, string(p.Payload)
 		b.keys[i] = dbsql.NullIfZero(p.IdempotencyKey)
 		b.hashes[i] = dbsql.NullIfZero(p.RequestHash)
@@ -321,7 +325,7 @@ func (s *PostgresStore) insert(ctx context.Context, db DBTX, b *insertBatch) ([]
 			byID[j.ID] = j
 		}
 		for i, id := range b.ids {
-			results[i] = EnqueueResult{Job: byID[id]}
+			results[i] = EnqueueResult{Job: byID[uuid.UUID(id)]}
 		}
 		return results, nil
 	}
@@ -340,7 +344,7 @@ func (s *PostgresStore) resolveExisting(ctx context.Context, db DBTX, b *insertB
 	}
 	var tenants, keys []string
 	for i, id := range b.ids {
-		if _, ok := insertedIDs[id]; !ok {
+		if _, ok := insertedIDs[uuid.UUID(id)]; !ok {
 			tenants = append(tenants, b.tenants[i])
 			keys = append(keys, *b.keys[i]) // only keyed jobs can conflict
 		}
@@ -358,7 +362,7 @@ func (s *PostgresStore) resolveExisting(ctx context.Context, db DBTX, b *insertB
 		byKey[tenantKey{j.Tenant, j.IdempotencyKey}] = j
 	}
 	for i, id := range b.ids {
-		if j, ok := insertedIDs[id]; ok {
+		if j, ok := insertedIDs[uuid.UUID(id)]; ok {
 			results[i] = EnqueueResult{Job: j}
 			continue
 		}
@@ -503,12 +507,12 @@ func scanJob(row pgx.CollectableRow) (*Job, error) {
 		replayedBy, replayReason                   *string
 		leaseUntil, attemptedAt, deadline          *time.Time
 		cancelReq, finished                        *time.Time
-		replayOf                                   *uuid.UUID
+		replayOf                                   pgtype.UUID
 		priority                                   int16
 		state                                      string
 	)
 	err := row.Scan(
-		&j.ID, &j.Tenant, &j.Kind, &j.Queue, &priority, &key, &hash, &j.Payload,
+		(*[16]byte)(&j.ID), &j.Tenant, &j.Kind, &j.Queue, &priority, &key, &hash, &j.Payload,
 		&group, &state, &j.Attempt, &j.MaxAttempts, &j.Fence, &owner, &leaseUntil, &attemptedAt,
 		&j.AvailableAt, &deadline, &j.StateVersion, &j.EstimatedTokens, &j.Result,
 		&errClass, &lastErr, &replayOf, &replayedBy, &replayReason,
@@ -522,7 +526,9 @@ func scanJob(row pgx.CollectableRow) (*Job, error) {
 	j.LeaseOwner, j.ErrorClass, j.LastError = dbsql.Deref(owner), dbsql.Deref(errClass), dbsql.Deref(lastErr)
 	j.LeaseUntil, j.AttemptedAt, j.DeadlineAt = dbsql.Deref(leaseUntil), dbsql.Deref(attemptedAt), dbsql.Deref(deadline)
 	j.CancelRequested, j.FinishedAt = dbsql.Deref(cancelReq), dbsql.Deref(finished)
-	j.ReplayOf = dbsql.Deref(replayOf)
+	if replayOf.Valid {
+		j.ReplayOf = replayOf.Bytes
+	}
 	j.ReplayedBy, j.ReplayReason = dbsql.Deref(replayedBy), dbsql.Deref(replayReason)
 	return &j, nil
 }

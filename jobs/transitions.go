@@ -219,7 +219,7 @@ func (s *PostgresStore) Heartbeat(ctx context.Context, db DBTX, worker string, l
 	if len(leases) == 0 {
 		return res, nil
 	}
-	ids := make([]uuid.UUID, len(leases))
+	ids := make([][16]byte, len(leases)) // binary-encoded by pgx, unlike uuid.UUID
 	fences := make([]int64, len(leases))
 	for i, l := range leases {
 		ids[i], fences[i] = l.JobID, l.Fence
@@ -232,7 +232,7 @@ func (s *PostgresStore) Heartbeat(ctx context.Context, db DBTX, worker string, l
 	for rows.Next() {
 		var id uuid.UUID
 		var cancel bool
-		if err := rows.Scan(&id, &cancel); err != nil {
+		if err := rows.Scan((*[16]byte)(&id), &cancel); err != nil {
 			return res, fmt.Errorf("jobs: heartbeat: %w", err)
 		}
 		res.Kept[id] = true
@@ -256,7 +256,7 @@ func (s *PostgresStore) Complete(ctx context.Context, db DBTX, completions []Com
 		return nil, nil
 	}
 	var (
-		ids, eventIDs              = make([]uuid.UUID, n), make([]uuid.UUID, n)
+		ids, eventIDs              = make([][16]byte, n), make([][16]byte, n) // binary-encoded by pgx, unlike uuid.UUID
 		fences, delays, margins    = make([]int64, n), make([]int64, n), make([]int64, n)
 		inTokens, outTokens        = make([]int64, n), make([]int64, n)
 		outcomes                   = make([]string, n)
@@ -325,7 +325,7 @@ func (s *PostgresStore) Complete(ctx context.Context, db DBTX, completions []Com
 // rows, and nowhere else.
 func (s *PostgresStore) markStale(ctx context.Context, db DBTX, stale []Completion) error {
 	n := len(stale)
-	ids, attempts, fences := make([]uuid.UUID, n), make([]int32, n), make([]int64, n)
+	ids, attempts, fences := make([][16]byte, n), make([]int32, n), make([]int64, n)
 	workers, outcomes := make([]string, n), make([]string, n)
 	inTokens, outTokens, uncertain := make([]int64, n), make([]int64, n), make([]bool, n)
 	for i, c := range stale {

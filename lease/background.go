@@ -36,7 +36,7 @@ type completionDone struct {
 // maxCompletionBatch bounds one completion transaction, and
 // completionLinger how long the first outcome of a batch waits for others.
 const (
-	maxCompletionBatch = 200
+	maxCompletionBatch = 1000
 	completionLinger   = 2 * time.Millisecond
 )
 

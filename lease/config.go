@@ -118,6 +118,11 @@ type Config struct {
 	// success. If it fails, the completion is retried a few times and then
 	// recorded as a transient failure (the job is retried) without the hook.
 	OnSucceeded SucceededHook
+	// AfterRecord, when set, is called once each attempt's outcome is
+	// durable (or recording it failed for good), outside any transaction:
+	// with the job as recorded, or with the error (jobs.ErrLeaseLost for a
+	// stale attempt). For metrics and tests; it must not block.
+	AfterRecord func(job *jobs.Job, err error)
 	// Logger receives the runner's operational messages. Default: discard.
 	Logger *slog.Logger
 }

@@ -319,6 +319,9 @@ func (r *Runner) execute(ctx context.Context, a *attempt, c *completer) {
 		completion.Usage.Uncertain = true
 	}
 	res, err := c.submit(completion)
+	if r.cfg.AfterRecord != nil {
+		r.cfg.AfterRecord(res, err)
+	}
 	switch {
 	case errors.Is(err, jobs.ErrLeaseLost):
 		r.cfg.Logger.Info("llmq: stale completion discarded", "job", job.ID, "attempt", job.Attempt, "kind", job.Kind)
