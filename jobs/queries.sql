@@ -1,6 +1,14 @@
 -- Queries of the job store. Tables are written /*schema*/name; the store
 -- renders them for its schema once, at construction.
 
+-- fragment: job_columns
+-- Every job query returns these columns in this order; scanJob reads them.
+id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
+group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
+available_at, deadline_at, state_version, estimated_tokens, result,
+error_class, last_error, replay_of, replayed_by, replay_reason,
+cancel_requested_at, created_at, updated_at, finished_at
+
 -- name: InsertJobs
 -- Inserts a batch of jobs and, in the same statement, one "<kind>.requested"
 -- outbox event per job actually inserted. One statement is atomic even on a
@@ -33,11 +41,7 @@ job AS (
     FROM input
     ON CONFLICT (tenant, idempotency_key) DO NOTHING
     RETURNING
-        id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
-        group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
-        available_at, deadline_at, state_version, estimated_tokens, result,
-        error_class, last_error, replay_of, replayed_by, replay_reason,
-        cancel_requested_at, created_at, updated_at, finished_at
+        /*job_columns*/
 ),
 event AS (
     INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload)
@@ -48,11 +52,7 @@ event AS (
     FROM job JOIN input ON input.id = job.id
 )
 SELECT
-    id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
-    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
-    available_at, deadline_at, state_version, estimated_tokens, result,
-    error_class, last_error, replay_of, replayed_by, replay_reason,
-    cancel_requested_at, created_at, updated_at, finished_at
+    /*job_columns*/
 FROM job
 -- Wake runners on commit for the queues in $17 (the store's notify limiter
 -- chose them). pg_notify returns void, which IS NOT NULL; calling it in
@@ -64,22 +64,14 @@ WHERE NOT (job.queue = ANY ($17::text[])) OR pg_notify($16, job.queue) IS NOT NU
 -- The jobs holding the given (tenant, key) pairs; served by the unique
 -- constraint's index.
 SELECT
-    id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
-    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
-    available_at, deadline_at, state_version, estimated_tokens, result,
-    error_class, last_error, replay_of, replayed_by, replay_reason,
-    cancel_requested_at, created_at, updated_at, finished_at
+    /*job_columns*/
 FROM /*schema*/jobs
 WHERE (tenant, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]));
 
 -- name: GetJob
 -- Every read is tenant-scoped: another tenant's id finds nothing.
 SELECT
-    id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
-    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
-    available_at, deadline_at, state_version, estimated_tokens, result,
-    error_class, last_error, replay_of, replayed_by, replay_reason,
-    cancel_requested_at, created_at, updated_at, finished_at
+    /*job_columns*/
 FROM /*schema*/jobs
 WHERE tenant = $1 AND id = $2;
 
@@ -87,11 +79,7 @@ WHERE tenant = $1 AND id = $2;
 -- Newest first with keyset pagination on the time-ordered id, served by
 -- jobs_tenant_id_idx; state and kind filters are applied while walking it.
 SELECT
-    id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
-    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
-    available_at, deadline_at, state_version, estimated_tokens, result,
-    error_class, last_error, replay_of, replayed_by, replay_reason,
-    cancel_requested_at, created_at, updated_at, finished_at
+    /*job_columns*/
 FROM /*schema*/jobs
 WHERE tenant = $1
     AND (cardinality($2::text[]) = 0 OR state = ANY ($2::text[]))
@@ -117,11 +105,7 @@ WITH changed AS (
         AND (state IN ('READY', 'RETRY_SCHEDULED')
             OR (state = 'RUNNING' AND cancel_requested_at IS NULL))
     RETURNING
-        id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
-        group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
-        available_at, deadline_at, state_version, estimated_tokens, result,
-        error_class, last_error, replay_of, replayed_by, replay_reason,
-        cancel_requested_at, created_at, updated_at, finished_at
+        /*job_columns*/
 ),
 event AS (
     INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload)
@@ -133,19 +117,11 @@ event AS (
     WHERE state = 'CANCELLED'
 )
 SELECT
-    id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
-    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
-    available_at, deadline_at, state_version, estimated_tokens, result,
-    error_class, last_error, replay_of, replayed_by, replay_reason,
-    cancel_requested_at, created_at, updated_at, finished_at
+    /*job_columns*/
 FROM changed
 UNION ALL
 SELECT
-    id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
-    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
-    available_at, deadline_at, state_version, estimated_tokens, result,
-    error_class, last_error, replay_of, replayed_by, replay_reason,
-    cancel_requested_at, created_at, updated_at, finished_at
+    /*job_columns*/
 FROM /*schema*/jobs
 WHERE tenant = $1 AND id = $2 AND NOT EXISTS (SELECT FROM changed);
 
@@ -194,12 +170,7 @@ SET state         = 'RUNNING',
     updated_at    = now()
 FROM picked
 WHERE j.id = picked.id
-RETURNING
-        j.id, j.tenant, j.kind, j.queue, j.priority, j.idempotency_key, j.request_hash, j.payload,
-        j.group_key, j.state, j.attempt, j.max_attempts, j.fence, j.lease_owner, j.lease_until, j.attempted_at,
-        j.available_at, j.deadline_at, j.state_version, j.estimated_tokens, j.result,
-        j.error_class, j.last_error, j.replay_of, j.replayed_by, j.replay_reason,
-        j.cancel_requested_at, j.created_at, j.updated_at, j.finished_at;
+RETURNING /*job_columns j*/;
 
 -- name: HeartbeatLeases
 -- Extends every lease worker $1 still holds, in one statement. A lease
@@ -294,11 +265,7 @@ WITH updated AS (
         AND j.id = i.id
         AND j.fence = i.fence
     RETURNING
-        j.id, j.tenant, j.kind, j.queue, j.priority, j.idempotency_key, j.request_hash, j.payload,
-        j.group_key, j.state, j.attempt, j.max_attempts, j.fence, j.lease_owner, j.lease_until, j.attempted_at,
-        j.available_at, j.deadline_at, j.state_version, j.estimated_tokens, j.result,
-        j.error_class, j.last_error, j.replay_of, j.replayed_by, j.replay_reason,
-        j.cancel_requested_at, j.created_at, j.updated_at, j.finished_at,
+        /*job_columns j*/,
         i.outcome AS reported, i.uncertain, i.input_tokens, i.output_tokens, i.event_id
 ),
 attempt AS (
@@ -336,11 +303,7 @@ event AS (
     WHERE state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'FAILED_TERMINAL', 'CANCELLED')
 )
 SELECT
-    id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
-    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
-    available_at, deadline_at, state_version, estimated_tokens, result,
-    error_class, last_error, replay_of, replayed_by, replay_reason,
-    cancel_requested_at, created_at, updated_at, finished_at
+    /*job_columns*/
 FROM updated;
 
 -- name: MarkStaleAttempts
@@ -501,11 +464,7 @@ job AS (
         $4, estimated_tokens, id, $5, $6
     FROM source
     RETURNING
-        id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
-        group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
-        available_at, deadline_at, state_version, estimated_tokens, result,
-        error_class, last_error, replay_of, replayed_by, replay_reason,
-        cancel_requested_at, created_at, updated_at, finished_at
+        /*job_columns*/
 ),
 event AS (
     INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload)
@@ -517,11 +476,7 @@ event AS (
     FROM job
 )
 SELECT
-    id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
-    group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
-    available_at, deadline_at, state_version, estimated_tokens, result,
-    error_class, last_error, replay_of, replayed_by, replay_reason,
-    cancel_requested_at, created_at, updated_at, finished_at
+    /*job_columns*/
 FROM job
 WHERE $9::text = '' OR pg_notify($9, job.queue) IS NOT NULL;
 

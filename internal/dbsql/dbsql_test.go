@@ -57,3 +57,26 @@ func TestNullIfZero(t *testing.T) {
 	require.Equal(t, "x", Deref(NullIfZero("x")))
 	require.Zero(t, Deref[int](nil))
 }
+
+func TestParseQueriesFragments(t *testing.T) {
+	t.Parallel()
+	schema, err := NewSchema("s")
+	require.NoError(t, err)
+	q, err := ParseQueries(`-- fragment: cols
+-- a comment about the list
+a, b,
+c
+-- name: Plain
+SELECT /*cols*/ FROM /*schema*/t;
+-- name: Qualified
+UPDATE /*schema*/t AS x SET a = 1 FROM u RETURNING /*cols x*/;
+`, schema)
+	require.NoError(t, err)
+	require.Equal(t, "SELECT a, b, c FROM s.t;", q.Must("Plain"))
+	require.Equal(t, "UPDATE s.t AS x SET a = 1 FROM u RETURNING x.a, x.b, x.c;", q.Must("Qualified"))
+	_, isQuery := q["cols"]
+	require.False(t, isQuery, "a fragment is not a query")
+
+	_, err = ParseQueries("-- name: A\nSELECT /*nope*/ FROM t;", schema)
+	require.ErrorContains(t, err, "undefined fragment")
+}

@@ -3,6 +3,7 @@ package dbsql
 import (
 	"bufio"
 	"fmt"
+	"regexp"
 	"strings"
 )
 
@@ -12,31 +13,92 @@ type Queries map[string]string
 
 // ParseQueries splits src into statements named by "-- name: X" lines, as
 // sqlc files are written, and renders each for schema. A statement runs from
-// its name line to the next one; comments inside it are kept because they
-// document lock and index choices.
+// its name line to the next name or fragment line; comments inside it are
+// kept because they document lock and index choices.
+//
+// A "-- fragment: F" block defines a comma-separated column list once;
+// statements insert it with /*F*/, or with /*F alias*/ to qualify every
+// column with alias. Fragments keep long column lists, which must match the
+// code that scans them, in one place.
 func ParseQueries(src string, schema Schema) (Queries, error) {
+	blocks, err := splitBlocks(src)
+	if err != nil {
+		return nil, err
+	}
+	fragments := map[string][]string{}
+	for _, b := range blocks {
+		if b.fragment {
+			fragments[b.name] = fragmentColumns(b.body)
+		}
+	}
 	queries := Queries{}
-	var name string
+	for _, b := range blocks {
+		if b.fragment {
+			continue
+		}
+		sql, err := expandFragments(b.name, b.body, fragments)
+		if err != nil {
+			return nil, err
+		}
+		queries[b.name] = schema.Render(sql)
+	}
+	return queries, nil
+}
+
+// fragmentColumns splits a fragment's comma-separated list, leaving out
+// comment lines.
+func fragmentColumns(body string) []string {
+	var list strings.Builder
+	for line := range strings.Lines(body) {
+		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
+			list.WriteString(line)
+		}
+	}
+	var cols []string
+	for _, c := range strings.Split(list.String(), ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			cols = append(cols, c)
+		}
+	}
+	return cols
+}
+
+type block struct {
+	name     string
+	body     string
+	fragment bool
+}
+
+func splitBlocks(src string) ([]block, error) {
+	var blocks []block
+	seen := map[string]bool{}
+	var cur *block
 	var body strings.Builder
 	flush := func() error {
-		if name == "" {
+		if cur == nil {
 			return nil
 		}
-		sql := strings.TrimSpace(body.String())
-		if sql == "" {
-			return fmt.Errorf("dbsql: query %q is empty", name)
-		}
-		if _, dup := queries[name]; dup {
-			return fmt.Errorf("dbsql: query %q is defined twice", name)
-		}
-		queries[name] = schema.Render(sql)
+		cur.body = strings.TrimSpace(body.String())
 		body.Reset()
+		if cur.body == "" {
+			return fmt.Errorf("dbsql: %q is empty", cur.name)
+		}
+		if seen[cur.name] {
+			return fmt.Errorf("dbsql: %q is defined twice", cur.name)
+		}
+		seen[cur.name] = true
+		blocks = append(blocks, *cur)
 		return nil
 	}
 	scanner := bufio.NewScanner(strings.NewReader(src))
 	for scanner.Scan() {
 		line := scanner.Text()
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "-- name:"); ok {
+		trimmed := strings.TrimSpace(line)
+		rest, isName := strings.CutPrefix(trimmed, "-- name:")
+		if !isName {
+			rest, _ = strings.CutPrefix(trimmed, "-- fragment:")
+		}
+		if isName || strings.HasPrefix(trimmed, "-- fragment:") {
 			if err := flush(); err != nil {
 				return nil, err
 			}
@@ -44,10 +106,10 @@ func ParseQueries(src string, schema Schema) (Queries, error) {
 			if len(fields) == 0 {
 				return nil, fmt.Errorf("dbsql: a name line has no name: %q", line)
 			}
-			name = fields[0]
+			cur = &block{name: fields[0], fragment: !isName}
 			continue
 		}
-		if name != "" {
+		if cur != nil {
 			body.WriteString(line)
 			body.WriteByte('\n')
 		}
@@ -58,7 +120,33 @@ func ParseQueries(src string, schema Schema) (Queries, error) {
 	if err := flush(); err != nil {
 		return nil, err
 	}
-	return queries, nil
+	return blocks, nil
+}
+
+// fragmentMarker matches /*name*/ and /*name alias*/.
+var fragmentMarker = regexp.MustCompile(`/\*([a-z_]+)(?: ([a-z_]+))?\*/`)
+
+func expandFragments(query, sql string, fragments map[string][]string) (string, error) {
+	var missing error
+	out := fragmentMarker.ReplaceAllStringFunc(sql, func(marker string) string {
+		m := fragmentMarker.FindStringSubmatch(marker)
+		cols, ok := fragments[m[1]]
+		if !ok {
+			if m[1] != "schema" && m[2] == "" && missing == nil {
+				missing = fmt.Errorf("dbsql: query %q uses undefined fragment %s", query, marker)
+			}
+			return marker
+		}
+		if m[2] == "" {
+			return strings.Join(cols, ", ")
+		}
+		qualified := make([]string, len(cols))
+		for i, c := range cols {
+			qualified[i] = m[2] + "." + c
+		}
+		return strings.Join(qualified, ", ")
+	})
+	return out, missing
 }
 
 // Must returns the statement called name. Stores look up every statement
