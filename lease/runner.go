@@ -72,6 +72,16 @@ func NewRunner(pool *pgxpool.Pool, store jobs.Store, cfg Config) (*Runner, error
 	if err != nil {
 		return nil, err
 	}
+	// A store that can say which queues it accepts lets a typo fail here
+	// rather than as a claim error logged on every poll.
+	if configured, ok := store.(interface{ Config() jobs.Config }); ok {
+		known := configured.Config().Queues
+		for q := range cfg.Queues {
+			if !slices.Contains(known, q) {
+				return nil, fmt.Errorf("%w: queue %q is not one of the store's queues %q", ErrInvalidConfig, q, known)
+			}
+		}
+	}
 	kinds := make([]string, 0, len(cfg.Handlers))
 	for kind := range cfg.Handlers {
 		kinds = append(kinds, kind)
