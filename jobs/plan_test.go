@@ -1,0 +1,70 @@
+package jobs_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/jobs"
+)
+
+// The fenced statements must probe the primary key once per job, whatever
+// the number of RUNNING jobs: a plan driven from jobs_lease_expiry_idx (all
+// running jobs) made completions slower as concurrency grew. Generic plans,
+// which a prepared statement ends up with, are where this went wrong, so
+// that is what is checked.
+func TestFencedStatementsProbeThePrimaryKey(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	// Enough rows that the planner's choice reflects a real table; on a
+	// few hundred rows a sequential scan is legitimately cheapest.
+	params := make([]jobs.EnqueueParams, jobs.MaxBatch)
+	for i := range params {
+		params[i] = jobs.EnqueueParams{Tenant: "acme", Kind: "k"}
+	}
+	for range 2 {
+		_, err := f.store.EnqueueMany(ctx, f.pool, params)
+		require.NoError(t, err)
+	}
+	claimed, err := f.store.Claim(ctx, f.pool, jobs.ClaimParams{Queue: "default", Kinds: []string{"k"}, Worker: "w", Limit: 300, LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	_, err = f.pool.Exec(ctx, "ANALYZE "+f.schema+".jobs")
+	require.NoError(t, err)
+
+	conn, err := f.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
+	require.NoError(t, err)
+	defer func() { _, _ = conn.Exec(ctx, "RESET plan_cache_mode") }()
+
+	require.NotEmpty(t, claimed)
+	explain := func(name string, params int) string {
+		t.Helper()
+		_, err := conn.Exec(ctx, "PREPARE plan_check AS "+f.store.QueryForTest(name))
+		require.NoError(t, err)
+		defer func() { _, _ = conn.Exec(ctx, "DEALLOCATE plan_check") }()
+		// A generic plan does not depend on the values: NULLs will do, and
+		// EXPLAIN without ANALYZE runs nothing.
+		args := strings.TrimSuffix(strings.Repeat("NULL, ", params), ", ")
+		rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE plan_check("+args+")")
+		require.NoError(t, err)
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return strings.Join(lines, "\n")
+	}
+
+	for name, params := range map[string]int{"HeartbeatLeases": 4, "CompleteJobs": 13} {
+		plan := explain(name, params)
+		require.Contains(t, plan, "jobs_pkey", "%s:\n%s", name, plan)
+		require.NotContains(t, plan, "jobs_lease_expiry_idx", "%s:\n%s", name, plan)
+	}
+
+	// And the claim walks the claim index, not the table.
+	plan := explain("ClaimJobs", 5)
+	require.Contains(t, plan, "jobs_claim_idx", plan)
+}
