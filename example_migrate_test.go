@@ -27,8 +27,9 @@ func ExampleMigrate() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("version 1 applied:", status[0].Applied())
+	fmt.Println("all applied:", status[len(status)-1].Applied())
 	// Output:
 	// applied 0001_init
-	// version 1 applied: true
+	// applied 0002_inbox
+	// all applied: true
 }

@@ -1,0 +1,229 @@
+package inbox
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/llmq/llmq/broker"
+	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/internal/validate"
+)
+
+//go:embed queries.sql
+var queriesSQL string
+
+// DBTX is the caller's transaction or connection: *pgxpool.Pool, *pgx.Conn
+// and pgx.Tx all satisfy it. Accept belongs in the transaction that does
+// the message's work.
+type DBTX = dbsql.DBTX
+
+// Result says whether a message is new.
+type Result int
+
+const (
+	// New means the message is recorded: do its work in the same
+	// transaction.
+	New Result = iota + 1
+	// Duplicate means the message was accepted before with the same
+	// payload: do nothing (and acknowledge the delivery).
+	Duplicate
+)
+
+func (r Result) String() string {
+	switch r {
+	case New:
+		return "new"
+	case Duplicate:
+		return "duplicate"
+	}
+	return fmt.Sprintf("Result(%d)", int(r))
+}
+
+var (
+	// ErrDigestMismatch reports a message that reused an accepted id with
+	// another payload. It was quarantined, not processed; alert on it.
+	ErrDigestMismatch = errors.New("inbox: message id reused with a different payload")
+	// ErrInvalidMessage is matched by every *ValidationError of this package.
+	ErrInvalidMessage = errors.New("inbox: invalid message")
+)
+
+// ValidationError names what was wrong with a message or parameter.
+type ValidationError = validate.Error
+
+// Limits and defaults.
+const (
+	MaxConsumerLen       = 200
+	MaxMessageIDLen      = 255
+	MaxQuarantinePayload = 64 << 10
+	DefaultRetention     = 7 * 24 * time.Hour
+	MinRetention         = time.Hour
+)
+
+// Config configures a Store. The zero value uses the "llmq" schema and a
+// retention of 7 days.
+type Config struct {
+	// Schema holds the llmq tables. Default "llmq".
+	Schema string
+	// Retention is how long accepted ids are remembered. It must exceed the
+	// sender's whole retry window (days, not minutes). Default 7 days;
+	// at least 1 hour.
+	Retention time.Duration
+}
+
+// Store is the inbox.
+type Store struct {
+	retention time.Duration
+	sql       struct{ insert, selectOne, quarantine, listQuarantine, prune string }
+}
+
+// NewStore validates cfg and prepares the inbox's SQL for its schema.
+func NewStore(cfg Config) (*Store, error) {
+	schema, err := dbsql.NewSchema(cfg.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: %w", err)
+	}
+	if cfg.Retention != 0 && cfg.Retention < MinRetention {
+		return nil, fmt.Errorf("inbox: Retention is %s; use 0 for the default of %s, or at least %s: it must outlast the sender's retries", cfg.Retention, DefaultRetention, MinRetention)
+	}
+	q, err := dbsql.ParseQueries(queriesSQL, schema)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: %w", err)
+	}
+	s := &Store{retention: cmp.Or(cfg.Retention, DefaultRetention)}
+	s.sql.insert = q.Must("InsertMessage")
+	s.sql.selectOne = q.Must("SelectMessage")
+	s.sql.quarantine = q.Must("InsertQuarantine")
+	s.sql.listQuarantine = q.Must("ListQuarantine")
+	s.sql.prune = q.Must("PruneMessages")
+	return s, nil
+}
+
+// Digest is the payload digest Accept compares: the hex SHA-256 of body.
+func Digest(body []byte) string {
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:])
+}
+
+// Accept records msg for consumer in tx, unless it was accepted before. It
+// returns New (do the work in tx), Duplicate (do nothing), or
+// ErrDigestMismatch after writing a quarantine row in tx. A message without
+// an id is a *ValidationError; quarantine it with Quarantine instead.
+func (s *Store) Accept(ctx context.Context, tx DBTX, consumer string, msg broker.Message, source broker.Source) (Result, error) {
+	if p := validate.Text(consumer, true, MaxConsumerLen); p != "" {
+		return 0, &ValidationError{Kind: ErrInvalidMessage, Field: "consumer", Problem: p}
+	}
+	if p := validate.Text(msg.ID, true, MaxMessageIDLen); p != "" {
+		return 0, &ValidationError{Kind: ErrInvalidMessage, Field: "Message.ID", Problem: p}
+	}
+	digest := Digest(msg.Body)
+	var inserted bool
+	err := tx.QueryRow(ctx, s.sql.insert, consumer, msg.ID, digest, source).Scan(&inserted)
+	switch {
+	case err == nil:
+		return New, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return 0, fmt.Errorf("inbox: accepting %s for %s: %w", msg.ID, consumer, err)
+	}
+	// The id was taken: by a committed transaction, which this second
+	// statement sees under READ COMMITTED.
+	var existing, status string
+	if err := tx.QueryRow(ctx, s.sql.selectOne, consumer, msg.ID).Scan(&existing, &status); err != nil {
+		return 0, fmt.Errorf("inbox: reading %s for %s: %w", msg.ID, consumer, err)
+	}
+	if existing == digest {
+		return Duplicate, nil
+	}
+	reason := fmt.Sprintf("message id %s was accepted before with payload digest %s; this delivery's digest is %s", msg.ID, existing, digest)
+	if _, err := s.Quarantine(ctx, tx, consumer, msg, source, reason); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("%w: consumer %s, %s", ErrDigestMismatch, consumer, reason)
+}
+
+// Quarantine keeps a message that must not be processed (undecodable,
+// without an id, or a reused id) for people to inspect, and returns its
+// quarantine id.
+func (s *Store) Quarantine(ctx context.Context, db DBTX, consumer string, msg broker.Message, source broker.Source, reason string) (int64, error) {
+	payload := msg.Body
+	if len(payload) > MaxQuarantinePayload {
+		payload = payload[:MaxQuarantinePayload]
+	}
+	headers := msg.Headers
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	var id int64
+	err := db.QueryRow(ctx, s.sql.quarantine, consumer, dbsql.NullIfZero(msg.ID), Digest(msg.Body), source, headers, payload, reason).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("inbox: quarantining a message for %s: %w", consumer, err)
+	}
+	return id, nil
+}
+
+// Quarantined is a message kept out of processing.
+type Quarantined struct {
+	ID            int64             `json:"id"`
+	Consumer      string            `json:"consumer"`
+	MessageID     string            `json:"message_id,omitempty"`
+	PayloadDigest string            `json:"payload_digest"`
+	Source        broker.Source     `json:"source"`
+	Headers       map[string]string `json:"headers,omitempty"`
+	Payload       []byte            `json:"payload"`
+	Reason        string            `json:"reason"`
+	ReceivedAt    time.Time         `json:"received_at"`
+}
+
+// ListQuarantined returns up to limit of consumer's quarantined messages,
+// oldest first.
+func (s *Store) ListQuarantined(ctx context.Context, db DBTX, consumer string, limit int) ([]Quarantined, error) {
+	rows, err := db.Query(ctx, s.sql.listQuarantine, consumer, max(limit, 1))
+	if err != nil {
+		return nil, fmt.Errorf("inbox: listing quarantine of %s: %w", consumer, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Quarantined, error) {
+		var (
+			q         Quarantined
+			messageID *string
+			source    []byte
+		)
+		err := row.Scan(&q.ID, &q.Consumer, &messageID, &q.PayloadDigest, &source, &q.Headers, &q.Payload, &q.Reason, &q.ReceivedAt)
+		if err != nil {
+			return q, err
+		}
+		q.MessageID = dbsql.Deref(messageID)
+		return q, json.Unmarshal(source, &q.Source)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inbox: listing quarantine of %s: %w", consumer, err)
+	}
+	return out, nil
+}
+
+// Prune deletes accepted ids older than the retention, in batches of up to
+// limit (0 means 10,000), and returns how many it deleted. Several pruners
+// may run at once.
+func (s *Store) Prune(ctx context.Context, db DBTX, limit int) (int64, error) {
+	if limit <= 0 {
+		limit = 10_000
+	}
+	var total int64
+	for {
+		tag, err := db.Exec(ctx, s.sql.prune, s.retention.Milliseconds(), limit)
+		if err != nil {
+			return total, fmt.Errorf("inbox: pruning: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(limit) {
+			return total, nil
+		}
+	}
+}

@@ -1,0 +1,2 @@
+DROP TABLE /*schema*/inbox_quarantine;
+DROP TABLE /*schema*/inbox;
