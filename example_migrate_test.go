@@ -30,6 +30,6 @@ func ExampleMigrate() {
 	fmt.Println("all applied:", status[len(status)-1].Applied())
 	// Output:
 	// applied 0001_init
-	// applied 0002_inbox
+	// applied 0002_inbox_relay
 	// all applied: true
 }

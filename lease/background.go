@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/internal/pglisten"
 	"github.com/llmq/llmq/jobs"
 )
 
@@ -253,49 +254,21 @@ func (r *Runner) heartbeat(ctx context.Context) {
 
 // listen wakes the queues' producers on the store's NOTIFY channel, over a
 // dedicated connection that is re-established with backoff when it drops.
-// After a reconnect every queue is woken, since notifications sent while
+// After a (re)connect every queue is woken, since notifications sent while
 // disconnected are lost.
 func (r *Runner) listen(ctx context.Context, wakes map[string]chan struct{}) {
-	channel := r.store.Channel()
-	backoff := time.Duration(0)
-	for ctx.Err() == nil {
-		err := r.listenOnce(ctx, channel, wakes)
-		if ctx.Err() != nil {
-			return
-		}
-		backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
-		r.cfg.Logger.Warn("llmq: LISTEN connection lost; polling until it is back", "err", err, "retry_in", backoff)
-		if !sleep(ctx, backoff) {
-			return
-		}
-	}
-}
-
-func (r *Runner) listenOnce(ctx context.Context, channel string, wakes map[string]chan struct{}) error {
-	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig.Copy())
-	if err != nil {
-		return err
-	}
-	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_ = conn.Close(closeCtx)
-	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-		return err
-	}
-	for _, w := range wakes {
-		signal(w)
-	}
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		if w, ok := wakes[n.Payload]; ok {
-			signal(w)
-		}
-	}
+	pglisten.Run(ctx, r.pool.Config().ConnConfig, []string{r.store.Channel()},
+		func(_, queue string) {
+			if w, ok := wakes[queue]; ok {
+				signal(w)
+			}
+		},
+		func() {
+			for _, w := range wakes {
+				signal(w)
+			}
+		},
+		r.cfg.Logger)
 }
 
 func signal(ch chan struct{}) {

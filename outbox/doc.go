@@ -3,12 +3,12 @@
 // and only if that change committed.
 //
 // Store.Write inserts one event on the caller's transaction or connection.
-// Nothing is published here; a relay (a later part of this package) claims
-// unpublished rows, publishes them through a broker and marks them published
-// only after the broker confirmed. Delivery is therefore at-least-once, and
+// A Relay claims unpublished rows in bounded batches, publishes them through
+// a broker.Publisher outside any transaction, and marks them published only
+// after the broker confirmed. Delivery is therefore at-least-once, and
 // consumers deduplicate by event ID (see package inbox).
 //
-// Guarantees of this package today:
+// Guarantees:
 //   - Write validates the whole event before it touches the database, and
 //     returns a *ValidationError naming the field otherwise; a rejected event
 //     writes nothing and leaves the caller's transaction usable.
@@ -17,5 +17,28 @@
 //   - Rows carry a write-order sequence, so events sharing a key can be
 //     published in the order they were written.
 //   - Write issues a NOTIFY on "<schema>_outbox", delivered on commit, so a
-//     relay can wake without polling.
+//     relay can wake without polling (it also wakes on the job store's
+//     enqueue channel, and polls as a fallback).
+//   - A relay's claim holds its events for ClaimLease; a relay that dies is
+//     replaced when the lease runs out. Only confirmed events are marked
+//     published; an event the broker did not confirm backs off (full jitter)
+//     on its own, without holding back other events.
+//   - Events sharing a key are published in write order, even with several
+//     relays: an event is not claimed while an earlier unpublished event of
+//     its key is held by another relay or backing off. Write order is commit
+//     order when the writers of a key serialise on a lock, as a job's
+//     transitions do on its row; writers of one key that do not are not
+//     ordered.
+//   - The event id travels as the message id and in the llmq-event-id
+//     header, with llmq-event-type and llmq-aggregate-id; the event's own
+//     headers (trace context) are carried as they are.
+//   - Relay.Stats reports the publication lag (age of the oldest unpublished
+//     event) and the backlog; Prune deletes events published longer than
+//     Retention ago.
+//
+// Decisions: claims are serialised by a transaction-scoped advisory lock
+// (one short statement each), because the key-order check must see every
+// other relay's committed claims. A relay that crashes after the broker
+// confirmed but before it recorded that republishes the event after its
+// claim lease: duplicates happen only around crashes and lost connections.
 package outbox

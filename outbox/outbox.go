@@ -91,6 +91,9 @@ type Store struct {
 	channel         string
 	insertEvent     string
 	listByAggregate string
+	sql             struct {
+		lockClaims, claimEvents, settleEvents, pendingStats, prunePublished string
+	}
 }
 
 // NewStore validates cfg and prepares the store's SQL for its schema.
@@ -106,13 +109,19 @@ func NewStore(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
-	return &Store{
+	s := &Store{
 		schema:          schema,
 		maxPayloadBytes: cmp.Or(cfg.MaxPayloadBytes, DefaultMaxPayloadBytes),
 		channel:         schema.Channel("outbox"),
 		insertEvent:     q.Must("InsertEvent"),
 		listByAggregate: q.Must("ListEventsByAggregate"),
-	}, nil
+	}
+	s.sql.lockClaims = q.Must("LockClaims")
+	s.sql.claimEvents = q.Must("ClaimEvents")
+	s.sql.settleEvents = q.Must("SettleEvents")
+	s.sql.pendingStats = q.Must("PendingStats")
+	s.sql.prunePublished = q.Must("PrunePublished")
+	return s, nil
 }
 
 // Channel is the NOTIFY channel Write signals on.

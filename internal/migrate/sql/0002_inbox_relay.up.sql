@@ -28,3 +28,14 @@ CREATE TABLE /*schema*/inbox_quarantine (
     reason         text        NOT NULL,
     received_at    timestamptz NOT NULL DEFAULT now()
 );
+
+-- The outbox relay publishes events sharing a key in write order: an event
+-- is claimable only while no earlier unpublished event of its key is held
+-- by another relay or waiting out a backoff. This index answers that
+-- "earlier unpublished event of the same key?" probe.
+CREATE INDEX outbox_pending_key_idx ON /*schema*/outbox (key, seq)
+    WHERE published_at IS NULL AND key IS NOT NULL;
+
+-- The pruner deletes published events oldest first.
+CREATE INDEX outbox_published_idx ON /*schema*/outbox (published_at)
+    WHERE published_at IS NOT NULL;

@@ -1,2 +1,0 @@
-DROP TABLE /*schema*/inbox_quarantine;
-DROP TABLE /*schema*/inbox;

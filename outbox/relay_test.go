@@ -1,0 +1,270 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/broker"
+	"github.com/llmq/llmq/broker/memory"
+	"github.com/llmq/llmq/inbox"
+	"github.com/llmq/llmq/internal/dbtest"
+	"github.com/llmq/llmq/outbox"
+)
+
+// drain receives every message on topic until want distinct ids arrived,
+// acking each, and returns them in arrival order (duplicates included).
+func drain(t *testing.T, b *memory.Broker, topic string, want int) []broker.Message {
+	t.Helper()
+	c := b.Consumer(topic)
+	defer func() { _ = c.Close() }()
+	seen := map[string]bool{}
+	var got []broker.Message
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	for len(seen) < want {
+		d, err := c.Receive(ctx)
+		require.NoError(t, err, "received %d of %d distinct messages", len(seen), want)
+		got = append(got, d.Message())
+		seen[d.Message().ID] = true
+		require.NoError(t, d.Ack(ctx))
+	}
+	return got
+}
+
+type relayFixture struct {
+	db    *dbtest.DB
+	store *outbox.Store
+}
+
+// pending counts the unpublished events.
+func (f relayFixture) pending(t *testing.T) int {
+	t.Helper()
+	var n int
+	require.NoError(t, f.db.Pool.QueryRow(t.Context(), "SELECT count(*) FROM "+f.db.Schema+".outbox WHERE published_at IS NULL").Scan(&n))
+	return n
+}
+
+func setupRelay(t *testing.T) relayFixture {
+	t.Helper()
+	db := dbtest.Setup(t, dbtest.Options{MaxConns: 16})
+	store, err := outbox.NewStore(outbox.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	return relayFixture{db: db, store: store}
+}
+
+func (f relayFixture) runRelay(t *testing.T, pub broker.Publisher, cfg outbox.RelayConfig) (*outbox.Relay, func()) {
+	t.Helper()
+	r, err := f.store.NewRelay(f.db.Pool, pub, cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); require.NoError(t, <-done) }) }
+	t.Cleanup(stop)
+	return r, stop
+}
+
+// 10,000 events from 8 concurrent writers, 3 relays: every event is
+// published, events sharing a key arrive in write order, and every row is
+// marked published.
+func TestRelayPublishesEverythingInKeyOrder(t *testing.T) {
+	t.Parallel()
+	f := setupRelay(t)
+	b := memory.New(memory.Config{})
+	const writers, perWriter, keys = 8, 1250, 40
+	for i := range 3 {
+		f.runRelay(t, b.Publisher(), outbox.RelayConfig{ID: fmt.Sprintf("relay-%d", i), PollInterval: 20 * time.Millisecond})
+	}
+
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range perWriter {
+				key := fmt.Sprintf("key-%d", (w*perWriter+i)%keys)
+				// Writers of one key serialise on a row lock, as a job's
+				// transitions do on the job row: write order is commit order.
+				err := pgx.BeginFunc(t.Context(), f.db.Pool, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(t.Context(), "SELECT pg_advisory_xact_lock(hashtext($1))", key); err != nil {
+						return err
+					}
+					_, err := f.store.Write(t.Context(), tx, outbox.Event{
+						Topic: "orders", Key: key, Type: "order.changed",
+						Payload: json.RawMessage(fmt.Sprintf(`{"writer":%d,"n":%d}`, w, i)),
+					})
+					return err
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	got := drain(t, b, "orders", writers*perWriter)
+	// Per key, the first deliveries of each id must follow write order (seq).
+	var seqOf = map[string]int64{}
+	rows, err := f.db.Pool.Query(t.Context(), "SELECT event_id::text, seq FROM "+f.db.Schema+".outbox")
+	require.NoError(t, err)
+	for rows.Next() {
+		var id string
+		var seq int64
+		require.NoError(t, rows.Scan(&id, &seq))
+		seqOf[id] = seq
+	}
+	require.NoError(t, rows.Err())
+	last := map[string]int64{}
+	firstSeen := map[string]bool{}
+	for _, m := range got {
+		if firstSeen[m.ID] {
+			continue // a redelivery: at-least-once
+		}
+		firstSeen[m.ID] = true
+		require.Greater(t, seqOf[m.ID], last[m.Key], "key %s out of order", m.Key)
+		last[m.Key] = seqOf[m.ID]
+		require.Equal(t, m.ID, m.Headers[outbox.HeaderEventID])
+		require.Equal(t, "order.changed", m.Headers[outbox.HeaderEventType])
+	}
+	require.Len(t, firstSeen, writers*perWriter)
+	require.Eventually(t, func() bool { return f.pending(t) == 0 }, 10*time.Second, 20*time.Millisecond, "published_at set for all")
+}
+
+// blockingPublisher confirms to the broker and then hangs, like a relay
+// process that dies between the broker's confirm and recording it.
+type blockingPublisher struct {
+	broker.Publisher
+	published chan struct{}
+}
+
+func (p *blockingPublisher) Publish(ctx context.Context, msgs []broker.Message) error {
+	if err := p.Publisher.Publish(ctx, msgs); err != nil {
+		return err
+	}
+	close(p.published)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A relay dies after the broker confirmed but before it marked the event
+// published: after its claim lease, another relay publishes the event again
+// (at-least-once), and the inbox downstream accepts it once.
+func TestRelayCrashAfterConfirmRepublishes(t *testing.T) {
+	t.Parallel()
+	f := setupRelay(t)
+	b := memory.New(memory.Config{})
+	rec, err := f.store.Write(t.Context(), f.db.Pool, outbox.Event{Topic: "orders", Key: "o-1", Type: "order.placed", Payload: json.RawMessage(`{"id":1}`)})
+	require.NoError(t, err)
+
+	dying := &blockingPublisher{Publisher: b.Publisher(), published: make(chan struct{})}
+	first, err := f.store.NewRelay(f.db.Pool, dying, outbox.RelayConfig{ID: "dying", ClaimLease: time.Second})
+	require.NoError(t, err)
+	ctx, kill := context.WithCancel(t.Context())
+	go func() {
+		<-dying.published
+		// The relay "dies" here; its settle runs against a dropped claim.
+		_, _ = f.db.Pool.Exec(context.Background(), "UPDATE "+f.db.Schema+".outbox SET claimed_by = 'someone-else' WHERE event_id = $1", rec.ID)
+		kill()
+	}()
+	_, _ = first.RelayOnce(ctx)
+	require.Equal(t, 1, f.pending(t), "the confirmed event was not recorded as published")
+
+	_, err = f.db.Pool.Exec(t.Context(), "UPDATE "+f.db.Schema+".outbox SET claimed_until = now() - interval '1 second' WHERE event_id = $1", rec.ID)
+	require.NoError(t, err)
+	second, err := f.store.NewRelay(f.db.Pool, b.Publisher(), outbox.RelayConfig{ID: "successor"})
+	require.NoError(t, err)
+	res, err := second.RelayOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Published)
+	require.Zero(t, f.pending(t))
+
+	msgs := drain(t, b, "orders", 1)
+	if len(msgs) < 2 {
+		msgs = append(msgs, drain(t, b, "orders", 1)...)
+	}
+	require.Len(t, msgs, 2, "published twice")
+	in, err := inbox.NewStore(inbox.Config{Schema: f.db.Schema})
+	require.NoError(t, err)
+	var results []inbox.Result
+	for _, m := range msgs {
+		r, err := in.Accept(t.Context(), f.db.Pool, "erp", m, broker.Source{Queue: "orders"})
+		require.NoError(t, err)
+		results = append(results, r)
+	}
+	require.Equal(t, []inbox.Result{inbox.New, inbox.Duplicate}, results, "accepted once")
+}
+
+// A publisher that fails 30 % of messages: nothing is lost, failures are
+// retried with backoff, and healthy events are not held behind them.
+func TestRelayRetriesFailuresWithoutBlockingOthers(t *testing.T) {
+	t.Parallel()
+	f := setupRelay(t)
+	var attempts sync.Map // event id → *atomic.Int32
+	rng := rand.New(rand.NewPCG(1, 2))
+	var rngMu sync.Mutex
+	b := memory.New(memory.Config{FailPublish: func(m broker.Message) error {
+		n, _ := attempts.LoadOrStore(m.ID, new(atomic.Int32))
+		counter, _ := n.(*atomic.Int32)
+		first := counter.Add(1) == 1
+		rngMu.Lock()
+		fail := first && rng.Float64() < 0.3
+		rngMu.Unlock()
+		if fail {
+			return errors.New("injected: broker refused")
+		}
+		return nil
+	}})
+	const events = 500
+	for i := range events {
+		_, err := f.store.Write(t.Context(), f.db.Pool, outbox.Event{Topic: "orders", Type: "order.placed", Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))})
+		require.NoError(t, err)
+	}
+	r, err := f.store.NewRelay(f.db.Pool, b.Publisher(), outbox.RelayConfig{
+		Backoff: outbox.BackoffPolicy{Base: 100 * time.Millisecond, Cap: 100 * time.Millisecond},
+	})
+	require.NoError(t, err)
+
+	res, err := r.RelayOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, 100, res.Claimed)
+	require.Positive(t, res.Failed)
+	failedFirst := 0
+	for res.Claimed > 0 { // the healthy events go out without waiting for the failed ones
+		failedFirst += res.Failed
+		res, err = r.RelayOnce(t.Context())
+		require.NoError(t, err)
+	}
+	failedFirst += res.Failed
+	require.InDelta(t, 0.3*events, failedFirst, 0.1*events)
+	var healthyWaiting int
+	require.NoError(t, f.db.Pool.QueryRow(t.Context(),
+		"SELECT count(*) FROM "+f.db.Schema+".outbox WHERE last_error IS NULL AND published_at IS NULL").Scan(&healthyWaiting))
+	require.Zero(t, healthyWaiting, "no event that did not fail waited behind the failed ones")
+
+	require.Eventually(t, func() bool {
+		_, err := r.RelayOnce(t.Context())
+		require.NoError(t, err)
+		return f.pending(t) == 0
+	}, 10*time.Second, 20*time.Millisecond, "the failed events are retried after their backoff")
+	var withErrors int
+	require.NoError(t, f.db.Pool.QueryRow(t.Context(), "SELECT count(*) FROM "+f.db.Schema+".outbox WHERE last_error LIKE '%injected: broker refused%' AND attempts = 2").Scan(&withErrors))
+	require.Equal(t, failedFirst, withErrors, "each failed event records its error and its second attempt")
+	require.Equal(t, events, b.Published("orders"))
+
+	st, err := r.Stats(t.Context())
+	require.NoError(t, err)
+	require.Zero(t, st.Pending)
+	require.Equal(t, int64(events), st.Published)
+	require.Equal(t, int64(failedFirst), st.Failed)
+}
