@@ -1,0 +1,173 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/broker"
+	"github.com/llmq/llmq/broker/memory"
+	"github.com/llmq/llmq/inbox"
+)
+
+// erpFixture is an ingress whose handler writes each message id to a
+// table, in the inbox's transaction, as an ERP integration would.
+type erpFixture struct {
+	*fixture
+	broker *memory.Broker
+	calls  atomic.Int32
+	fail   atomic.Int32 // fail this many calls with a transient error
+}
+
+func setupERP(t *testing.T) *erpFixture {
+	t.Helper()
+	f := &erpFixture{fixture: setup(t, 4), broker: memory.New(memory.Config{})}
+	_, err := f.pool.Exec(t.Context(), "CREATE TABLE "+f.schema+".erp_ops (message_id text PRIMARY KEY)")
+	require.NoError(t, err)
+	return f
+}
+
+func (f *erpFixture) handler(ctx context.Context, tx pgx.Tx, msg broker.Message) error {
+	f.calls.Add(1)
+	if string(msg.Body) == "not json" {
+		return inbox.Malformed(errors.New("body is not JSON"))
+	}
+	if f.fail.Add(-1) >= 0 {
+		return errors.New("ERP briefly unavailable")
+	}
+	_, err := tx.Exec(ctx, "INSERT INTO "+f.schema+".erp_ops (message_id) VALUES ($1)", msg.ID)
+	return err
+}
+
+func (f *erpFixture) ingress(t *testing.T, c broker.Consumer) *inbox.Ingress {
+	t.Helper()
+	in, err := f.store.NewIngress(f.pool, c, inbox.IngressConfig{Consumer: "erp", Handler: f.handler})
+	require.NoError(t, err)
+	return in
+}
+
+func (f *erpFixture) publish(t *testing.T, msgs ...broker.Message) {
+	t.Helper()
+	require.NoError(t, f.broker.Publisher().Publish(t.Context(), msgs))
+}
+
+func (f *erpFixture) ops(t *testing.T) int {
+	t.Helper()
+	var n int
+	require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT count(*) FROM "+f.schema+".erp_ops").Scan(&n))
+	return n
+}
+
+func receive(t *testing.T, c broker.Consumer) broker.Delivery {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	d, err := c.Receive(ctx)
+	require.NoError(t, err)
+	return d
+}
+
+// The consumer stops between the database commit and the ack: the broker
+// redelivers, and the redelivery is a duplicate that changes nothing.
+func TestIngressRedeliveryAfterCommitIsANoOp(t *testing.T) {
+	t.Parallel()
+	f := setupERP(t)
+	f.publish(t, broker.Message{ID: "op-1", Topic: "erp", Body: []byte(`{"invoice":1}`)})
+
+	first := f.broker.Consumer("erp")
+	in := f.ingress(t, first)
+	d := receive(t, first)
+	// Commit happens inside Handle; stop the consumer before its ack lands
+	// by handing Handle a delivery whose Ack never reaches the broker.
+	require.NoError(t, in.Handle(t.Context(), lostAck{d}))
+	require.NoError(t, first.Close()) // the process stopped: the delivery was never acked
+	require.Equal(t, 1, f.ops(t))
+
+	second := f.broker.Consumer("erp")
+	redelivered := receive(t, second)
+	require.Equal(t, "op-1", redelivered.Message().ID)
+	require.NoError(t, f.ingress(t, second).Handle(t.Context(), redelivered))
+	require.Equal(t, int32(1), f.calls.Load(), "the handler did not run again")
+	require.Equal(t, 1, f.ops(t), "the ERP operation exists once")
+}
+
+// idStripper delivers the message with id "strip-me" without an id.
+type idStripper struct{ broker.Consumer }
+
+func (c idStripper) Receive(ctx context.Context) (broker.Delivery, error) {
+	d, err := c.Consumer.Receive(ctx)
+	if err != nil || d.Message().ID != "strip-me" {
+		return d, err
+	}
+	return noID{d}, nil
+}
+
+type noID struct{ broker.Delivery }
+
+func (d noID) Message() broker.Message {
+	m := d.Delivery.Message()
+	m.ID = ""
+	return m
+}
+
+// lostAck is a delivery whose acknowledgement is lost on the way.
+type lostAck struct{ broker.Delivery }
+
+func (lostAck) Ack(context.Context) error { return nil }
+
+func TestIngressQuarantinesMalformedAndContinues(t *testing.T) {
+	t.Parallel()
+	f := setupERP(t)
+	// The memory broker refuses messages without an id; other producers on
+	// a real broker do not, so the consumer here blanks one on the way in.
+	c := idStripper{f.broker.Consumer("erp")}
+	in := f.ingress(t, c)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+
+	f.publish(t,
+		broker.Message{ID: "strip-me", Topic: "erp", Body: []byte(`{"no":"id"}`)},
+		broker.Message{ID: "op-bad", Topic: "erp", Body: []byte("not json")},
+		broker.Message{ID: "op-2", Topic: "erp", Body: []byte(`{"invoice":2}`)},
+	)
+	require.Eventually(t, func() bool { return f.ops(t) == 1 }, 5*time.Second, 10*time.Millisecond, "the good message after the bad ones is processed")
+	require.Eventually(t, func() bool { return len(f.broker.DeadLetters("erp")) == 2 }, 5*time.Second, 10*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+
+	q, err := f.store.ListQuarantined(t.Context(), f.pool, "erp", 10)
+	require.NoError(t, err)
+	require.Len(t, q, 2)
+	require.Contains(t, q[0].Reason, "no id")
+	require.Equal(t, "op-bad", q[1].MessageID)
+	require.Contains(t, q[1].Reason, "body is not JSON")
+}
+
+// A transient failure rolls back and nacks; the redelivery is processed.
+func TestIngressRetriesTransientFailures(t *testing.T) {
+	t.Parallel()
+	f := setupERP(t)
+	f.fail.Store(2)
+	c := f.broker.Consumer("erp")
+	in := f.ingress(t, c)
+	f.publish(t, broker.Message{ID: "op-3", Topic: "erp", Body: []byte(`{"invoice":3}`)})
+
+	for range 2 {
+		err := in.Handle(t.Context(), receive(t, c))
+		require.ErrorContains(t, err, "briefly unavailable")
+		require.Zero(t, f.ops(t))
+		require.Zero(t, f.accepted(t), "the inbox row rolled back with the work")
+	}
+	d := receive(t, c)
+	md, ok := d.(*memory.Delivery)
+	require.True(t, ok)
+	require.Equal(t, 3, md.Attempt(), "delivered a third time")
+	require.NoError(t, in.Handle(t.Context(), d))
+	require.Equal(t, 1, f.ops(t))
+}
