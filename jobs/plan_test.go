@@ -64,7 +64,10 @@ func TestFencedStatementsProbeThePrimaryKey(t *testing.T) {
 		require.NotContains(t, plan, "jobs_lease_expiry_idx", "%s:\n%s", name, plan)
 	}
 
-	// And the claim walks the claim index, not the table.
+	// And the claim walks the claim index, then updates by primary key;
+	// nothing scans the table.
 	plan := explain("ClaimJobs", 5)
 	require.Contains(t, plan, "jobs_claim_idx", plan)
+	require.Contains(t, plan, "jobs_pkey", plan)
+	require.NotContains(t, plan, "Seq Scan", plan)
 }

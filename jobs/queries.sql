@@ -168,9 +168,10 @@ SET state         = 'RUNNING',
     attempted_at  = now(),
     state_version = j.state_version + 1,
     updated_at    = now()
-FROM picked
-WHERE j.id = picked.id
-RETURNING /*job_columns j*/;
+-- The picked ids as an array probe the primary key, whatever the table's
+-- size; a join with the CTE can be planned as a scan of the whole table.
+WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+RETURNING /*job_columns*/;
 
 -- name: HeartbeatLeases
 -- Extends every lease worker $1 still holds, in one statement. A lease

@@ -92,7 +92,7 @@ type Store struct {
 	insertEvent     string
 	listByAggregate string
 	sql             struct {
-		lockClaims, claimEvents, settleEvents, pendingStats, prunePublished string
+		lockClaims, claimEvents, markPublished, markFailed, pendingStats, prunePublished string
 	}
 }
 
@@ -118,7 +118,8 @@ func NewStore(cfg Config) (*Store, error) {
 	}
 	s.sql.lockClaims = q.Must("LockClaims")
 	s.sql.claimEvents = q.Must("ClaimEvents")
-	s.sql.settleEvents = q.Must("SettleEvents")
+	s.sql.markPublished = q.Must("MarkPublished")
+	s.sql.markFailed = q.Must("MarkFailed")
 	s.sql.pendingStats = q.Must("PendingStats")
 	s.sql.prunePublished = q.Must("PrunePublished")
 	return s, nil

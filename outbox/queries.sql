@@ -28,7 +28,12 @@ SELECT pg_advisory_xact_lock(hashtextextended($1, 0));
 
 -- name: ClaimEvents
 -- Claims up to $1 due, unclaimed (or claim-expired) events in write order
--- for relay $2, for $3 ms. An event is left alone while an earlier
+-- for relay $2, for $3 ms, starting at seq $4. The relay passes the lowest
+-- seq of its previous full batch while it keeps finding full batches, so
+-- each claim does not step again over the index entries of everything
+-- published since the last vacuum; it starts from 0 again whenever a batch
+-- is not full, and at least once a second, so an event skipped meanwhile
+-- (one backing off, or committed late with a low seq) is never left behind. An event is left alone while an earlier
 -- unpublished event of its key is held by another relay or backing off, so
 -- events sharing a key are published in order even with several relays;
 -- outbox_pending_key_idx answers that probe, outbox_pending_idx the order.
@@ -36,6 +41,7 @@ WITH claimable AS (
     SELECT o.event_id
     FROM /*schema*/outbox AS o
     WHERE o.published_at IS NULL
+        AND o.seq >= $4
         AND o.next_attempt_at <= now()
         AND (o.claimed_until IS NULL OR o.claimed_until < now())
         AND (o.key IS NULL OR NOT EXISTS (
@@ -53,27 +59,37 @@ UPDATE /*schema*/outbox AS o
 SET claimed_by    = $2,
     claimed_until = now() + $3 * interval '1 millisecond',
     attempts      = o.attempts + 1
-FROM claimable
-WHERE o.event_id = claimable.event_id
+-- The claimed ids as an array probe the primary key; joining the CTE let the
+-- planner hash-join it against a scan of the whole outbox instead.
+WHERE o.event_id = ANY (ARRAY(SELECT event_id FROM claimable))
 RETURNING o.event_id, o.aggregate_id, o.topic, o.key, o.event_type, o.payload, o.headers,
     o.seq, o.created_at, o.attempts;
 
--- name: SettleEvents
--- Records the broker's verdict on a claimed batch: published events get
--- published_at; failed ones back off by $5 ms each and keep their error.
--- Only while the claim is still this relay's: if it expired and another
--- relay re-claimed the event, that relay's verdict is the one that counts
--- (the event may then be published twice: delivery is at-least-once).
+-- name: MarkPublished
+-- Records the broker's confirmation of claimed events, only while the claim
+-- is still this relay's: if it expired and another relay re-claimed an
+-- event, that relay's verdict is the one that counts (the event may then be
+-- published twice: delivery is at-least-once). A plain id list, so the
+-- primary key is probed once per event; no join to misplan.
+UPDATE /*schema*/outbox
+SET published_at  = now(),
+    claimed_by    = NULL,
+    claimed_until = NULL
+WHERE event_id = ANY ($2::uuid[])
+    AND claimed_by = $1;
+
+-- name: MarkFailed
+-- Backs off events the broker did not confirm, by $4 ms each, keeping the
+-- error; same claim rule as MarkPublished. Failures are few, so the join
+-- with the input is small.
 UPDATE /*schema*/outbox AS o
-SET published_at    = CASE WHEN v.ok THEN now() END,
-    last_error      = CASE WHEN v.ok THEN o.last_error ELSE v.error END,
-    next_attempt_at = CASE WHEN v.ok THEN o.next_attempt_at ELSE now() + v.delay_ms * interval '1 millisecond' END,
+SET last_error      = v.error,
+    next_attempt_at = now() + v.delay_ms * interval '1 millisecond',
     claimed_by      = NULL,
     claimed_until   = NULL
-FROM unnest($2::uuid[], $3::boolean[], $4::text[], $5::bigint[]) AS v (event_id, ok, error, delay_ms)
+FROM unnest($2::uuid[], $3::text[], $4::bigint[]) AS v (event_id, error, delay_ms)
 WHERE o.event_id = v.event_id
-    AND o.claimed_by = $1
-    AND o.published_at IS NULL;
+    AND o.claimed_by = $1;
 
 -- name: PendingStats
 -- The unpublished backlog: its size and the age of its oldest event, read

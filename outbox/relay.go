@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -70,6 +71,12 @@ type Relay struct {
 	cfg    RelayConfig
 	lockID string
 
+	// Where the next claim starts (see ClaimEvents), and when a claim last
+	// started from the beginning. RelayOnce calls are not concurrent for
+	// one Relay; Run makes them one at a time.
+	floor     atomic.Int64
+	fullScans atomic.Int64 // unix nanoseconds of the last claim from seq 0
+
 	published, failed atomic.Int64
 }
 
@@ -124,18 +131,33 @@ func (r *Relay) RelayOnce(ctx context.Context) (BatchResult, error) {
 		if _, err := tx.Exec(ctx, r.store.sql.lockClaims, r.lockID); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, r.store.sql.claimEvents, r.cfg.BatchSize, r.cfg.ID, r.cfg.ClaimLease.Milliseconds())
+		floor := r.floor.Load()
+		if time.Since(time.Unix(0, r.fullScans.Load())) >= time.Second {
+			floor = 0
+		}
+		if floor == 0 {
+			r.fullScans.Store(time.Now().UnixNano())
+		}
+		rows, err := tx.Query(ctx, r.store.sql.claimEvents, r.cfg.BatchSize, r.cfg.ID, r.cfg.ClaimLease.Milliseconds(), floor)
 		if err != nil {
 			return err
 		}
 		recs, err = pgx.CollectRows(rows, scanClaimed)
 		return err
 	})
-	if err != nil || len(recs) == 0 {
-		if err != nil {
-			err = fmt.Errorf("outbox: claiming events: %w", err)
-		}
-		return BatchResult{}, err
+	if err != nil {
+		return BatchResult{}, fmt.Errorf("outbox: claiming events: %w", err)
+	}
+	// UPDATE ... RETURNING has no order: restore write order, which the
+	// messages of one key must keep.
+	slices.SortFunc(recs, func(a, b Record) int { return cmp.Compare(a.Seq, b.Seq) })
+	if len(recs) < r.cfg.BatchSize {
+		r.floor.Store(0)
+	} else {
+		r.floor.Store(recs[0].Seq)
+	}
+	if len(recs) == 0 {
+		return BatchResult{}, nil
 	}
 	// Claims are ordered by seq, and so are the messages: events sharing a
 	// key reach the publisher in write order.
@@ -146,32 +168,38 @@ func (r *Relay) RelayOnce(ctx context.Context) (BatchResult, error) {
 	pubErr := r.pub.Publish(ctx, msgs)
 	failures := broker.Failures(len(msgs), pubErr)
 
-	n := len(recs)
-	ids, ok, errs, delays := make([][16]byte, n), make([]bool, n), make([]*string, n), make([]int64, n)
-	res := BatchResult{Claimed: n}
+	res := BatchResult{Claimed: len(recs)}
+	var published, failed [][16]byte
+	var errs []string
+	var delays []int64
 	for i, rec := range recs {
-		ids[i] = rec.ID
 		if failures[i] == nil {
-			ok[i] = true
-			res.Published++
+			published = append(published, rec.ID)
 			continue
 		}
-		res.Failed++
-		msg := failures[i].Error()
-		errs[i] = &msg
-		delays[i] = r.cfg.Backoff.Delay(rec.Attempts, nil).Milliseconds()
+		failed = append(failed, rec.ID)
+		errs = append(errs, failures[i].Error())
+		delays = append(delays, r.cfg.Backoff.Delay(rec.Attempts, nil).Milliseconds())
 	}
+	res.Published, res.Failed = len(published), len(failed)
 	// The verdict is recorded even if ctx ended while publishing: what the
 	// broker confirmed must be marked, or it is published again.
 	settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ClaimLease)
 	defer cancel()
-	if _, err := r.pool.Exec(settleCtx, r.store.sql.settleEvents, r.cfg.ID, ids, ok, errs, delays); err != nil {
-		return res, fmt.Errorf("outbox: recording publication of %d events: %w", n, err)
+	if len(published) > 0 {
+		if _, err := r.pool.Exec(settleCtx, r.store.sql.markPublished, r.cfg.ID, published); err != nil {
+			return res, fmt.Errorf("outbox: recording publication of %d events: %w", len(published), err)
+		}
+	}
+	if len(failed) > 0 {
+		if _, err := r.pool.Exec(settleCtx, r.store.sql.markFailed, r.cfg.ID, failed, errs, delays); err != nil {
+			return res, fmt.Errorf("outbox: recording %d failed publications: %w", len(failed), err)
+		}
 	}
 	r.published.Add(int64(res.Published))
 	r.failed.Add(int64(res.Failed))
 	if res.Failed > 0 {
-		r.cfg.Logger.Warn("llmq: outbox events not confirmed; they will be retried", "failed", res.Failed, "of", n, "err", pubErr)
+		r.cfg.Logger.Warn("llmq: outbox events not confirmed; they will be retried", "failed", res.Failed, "of", res.Claimed, "err", pubErr)
 	}
 	return res, nil
 }

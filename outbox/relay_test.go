@@ -139,6 +139,7 @@ func TestRelayPublishesEverythingInKeyOrder(t *testing.T) {
 	}
 	require.Len(t, firstSeen, writers*perWriter)
 	require.Eventually(t, func() bool { return f.pending(t) == 0 }, 10*time.Second, 20*time.Millisecond, "published_at set for all")
+	require.Equal(t, writers*perWriter, b.Published("orders"), "without injected crashes, nothing was published twice")
 }
 
 // blockingPublisher confirms to the broker and then hangs, like a relay

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,16 +11,20 @@ import (
 	"os"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/broker/memory"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
+	"github.com/llmq/llmq/outbox"
 )
 
 // benchOptions are the flags of `llmq bench`.
@@ -40,7 +45,7 @@ const benchKind = "bench.noop"
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, c := newFlagSet("bench", stderr)
 	var o benchOptions
-	fs.StringVar(&o.mode, "mode", "drain", "drain: work down a backlog enqueued up front; e2e: producers enqueue while the runner works; latency: open-loop arrivals at -rate, enqueue-to-start latency")
+	fs.StringVar(&o.mode, "mode", "drain", "drain: work down a backlog enqueued up front; e2e: producers enqueue while the runner works; latency: open-loop arrivals at -rate, enqueue-to-start latency; relay: publish a backlog of -jobs outbox events to the in-memory broker with -workers relays")
 	fs.IntVar(&o.jobs, "jobs", 50_000, "number of jobs")
 	fs.IntVar(&o.workers, "workers", 100, "runner concurrency (MaxWorkers of the queue)")
 	fs.IntVar(&o.producers, "producers", 16, "e2e: concurrent producers, each enqueueing one job (and its outbox event) per transaction")
@@ -53,8 +58,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	switch {
-	case o.mode != "drain" && o.mode != "e2e" && o.mode != "latency":
-		return fmt.Errorf("%w: -mode %q: use drain, e2e or latency", errUsage, o.mode)
+	case o.mode != "drain" && o.mode != "e2e" && o.mode != "latency" && o.mode != "relay":
+		return fmt.Errorf("%w: -mode %q: use drain, e2e, latency or relay", errUsage, o.mode)
 	case o.jobs < 1 || o.workers < 1 || o.producers < 1 || o.rate <= 0:
 		return fmt.Errorf("%w: -jobs, -workers, -producers and -rate must be positive", errUsage)
 	}
@@ -102,6 +107,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		seconds, err = b.e2e(ctx)
 	case "latency":
 		seconds, err = b.latency(ctx, stdout)
+	case "relay":
+		seconds, err = b.relay(ctx)
 	}
 	if err != nil {
 		return err
@@ -340,6 +347,71 @@ func percentiles(ds []time.Duration) string {
 		return ds[min(len(ds)-1, int(q*float64(len(ds))))].Round(10 * time.Microsecond)
 	}
 	return fmt.Sprintf("p50=%s p90=%s p99=%s max=%s", p(0.50), p(0.90), p(0.99), ds[len(ds)-1].Round(10*time.Microsecond))
+}
+
+// relay writes -jobs outbox events up front, then times -workers relays
+// publishing them all to the in-memory broker and marking them published.
+func (b *bench) relay(ctx context.Context) (float64, error) {
+	events, err := outbox.NewStore(outbox.Config{Schema: b.schema})
+	if err != nil {
+		return 0, err
+	}
+	const batch = 1000
+	for done := 0; done < b.o.jobs; done += batch {
+		err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			for i := done; i < min(done+batch, b.o.jobs); i++ {
+				_, err := events.Write(ctx, tx, outbox.Event{
+					Topic: "bench", Key: strconv.Itoa(i % 1000), Type: "bench.event",
+					Payload: json.RawMessage(`{"n":` + strconv.Itoa(i) + `}`),
+				})
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, err
+		}
+	}
+	if _, err := b.pool.Exec(ctx, "VACUUM ANALYZE "+b.schema+".outbox"); err != nil {
+		return 0, err
+	}
+	fmt.Fprintf(b.progress, "llmq bench: %d events written; relaying with %d relays\n", b.o.jobs, b.o.workers)
+	mem := memory.New(memory.Config{})
+	defer func() { _ = mem.Close() }()
+	relayBatch := cmp.Or(b.o.batch, 1000)
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, b.o.workers)
+	for i := range b.o.workers {
+		r, err := events.NewRelay(b.pool, mem.Publisher(), outbox.RelayConfig{ID: fmt.Sprintf("bench-%d", i), BatchSize: relayBatch})
+		if err != nil {
+			return 0, err
+		}
+		wg.Go(func() {
+			for {
+				res, err := r.RelayOnce(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if res.Claimed == 0 {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, err
+	}
+	if n := mem.Published("bench"); n < b.o.jobs {
+		return 0, fmt.Errorf("llmq bench: the broker confirmed %d of %d events", n, b.o.jobs)
+	}
+	return elapsed, nil
 }
 
 func sleepUntil(ctx context.Context, at time.Time) bool {

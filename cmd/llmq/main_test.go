@@ -186,13 +186,14 @@ func TestBenchModes(t *testing.T) {
 		{"-mode", "drain", "-jobs", "300", "-workers", "20"},
 		{"-mode", "e2e", "-jobs", "200", "-workers", "20", "-producers", "4"},
 		{"-mode", "latency", "-jobs", "20", "-workers", "5", "-rate", "200"},
+		{"-mode", "relay", "-jobs", "300", "-workers", "2"},
 	} {
 		var out, errOut bytes.Buffer
 		code := run(t.Context(), append([]string{"bench", "-database-url", dbtest.URL()}, args...), &out, &errOut)
 		require.Equal(t, 0, code, errOut.String())
 		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 		last := lines[len(lines)-1]
-		require.Regexp(t, `^llmq (drain|e2e|latency) jobs=\d+ workers=\d+ seconds=[0-9.]+ jobs_per_s=\d+$`, last)
+		require.Regexp(t, `^llmq (drain|e2e|latency|relay) jobs=\d+ workers=\d+ seconds=[0-9.]+ jobs_per_s=\d+$`, last)
 		if args[1] == "latency" {
 			require.Contains(t, out.String(), "enqueue_to_start p50=")
 		}
