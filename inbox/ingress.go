@@ -11,6 +11,7 @@ import (
 
 	"github.com/llmq/llmq/broker"
 	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/internal/retry"
 	"github.com/llmq/llmq/internal/validate"
 )
 
@@ -86,7 +87,7 @@ func (in *Ingress) Run(ctx context.Context) error {
 		}
 		if err != nil {
 			in.cfg.Logger.Warn("llmq: receive failed", "consumer", in.cfg.Consumer, "err", err)
-			if !sleepCtx(ctx, 200*time.Millisecond) {
+			if !retry.Sleep(ctx, 200*time.Millisecond) {
 				return nil
 			}
 			continue
@@ -147,15 +148,4 @@ func (in *Ingress) quarantine(ctx context.Context, d broker.Delivery, reason str
 // stopped reports whether a Receive ended because Run should end.
 func stopped(ctx context.Context, err error) bool {
 	return ctx.Err() != nil || errors.Is(err, broker.ErrClosed)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/pglisten"
+	"github.com/llmq/llmq/internal/retry"
 	"github.com/llmq/llmq/jobs"
 )
 
@@ -152,7 +153,7 @@ func (c *completer) applyOne(ctx context.Context, completion jobs.Completion) co
 			completion.Result = nil
 			completion.RetryDelay = c.r.cfg.Retry.Delay(completion.Attempt, nil)
 		}
-		if !sleep(ctx, backoff) {
+		if !retry.Sleep(ctx, backoff) {
 			break
 		}
 		backoff = min(2*backoff, 5*time.Second)

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/llmq/llmq/internal/retry"
 	"github.com/llmq/llmq/jobs"
 )
 
@@ -192,7 +193,7 @@ func (p *producer) run(ctx, work context.Context, attempts *sync.WaitGroup, c *c
 		free := p.maxWorkers - int(p.inFlight.Load())
 		claimed := 0
 		if free > 0 {
-			if wait := cfg.ClaimCooldown - time.Since(lastClaim); wait > 0 && !sleep(ctx, wait) {
+			if wait := cfg.ClaimCooldown - time.Since(lastClaim); wait > 0 && !retry.Sleep(ctx, wait) {
 				return
 			}
 			free = p.maxWorkers - int(p.inFlight.Load())
@@ -208,7 +209,7 @@ func (p *producer) run(ctx, work context.Context, attempts *sync.WaitGroup, c *c
 			case err != nil:
 				backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
 				cfg.Logger.Warn("llmq: claim failed", "queue", p.queue, "err", err, "retry_in", backoff)
-				if !sleep(ctx, backoff) {
+				if !retry.Sleep(ctx, backoff) {
 					return
 				}
 				continue
@@ -275,17 +276,6 @@ func (p *producer) release() {
 	select {
 	case p.freed <- struct{}{}:
 	default:
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -117,4 +118,17 @@ func (p Policy) Delay(attempt int, rnd func() float64) time.Duration {
 // exactly once either way, so a seeded sequence stays in step.
 func (p Policy) Next(attempt int, retryAfter time.Duration, rnd func() float64) time.Duration {
 	return max(p.Delay(attempt, rnd), min(retryAfter, MaxRetryAfter))
+}
+
+// Sleep waits for d or until ctx ends, and reports whether the full wait
+// passed: the one way llmq waits between tries, never holding anything.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
