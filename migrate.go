@@ -20,6 +20,12 @@ var ErrInvalidSchema = dbsql.ErrInvalidSchema
 // know, as a target or as an applied version Down would have to revert.
 var ErrUnknownVersion = migrate.ErrUnknownVersion
 
+// ErrMigrationChanged is returned when a schema's applied migration was
+// built from other SQL than this build's for the same version. Migrations
+// are never edited once released; this refuses to build on a schema that
+// does not match what the code expects.
+var ErrMigrationChanged = migrate.ErrMigrationChanged
+
 // DB starts transactions: *pgxpool.Pool and *pgx.Conn satisfy it. Migrate
 // opens one short transaction per migration step.
 type DB interface {
@@ -106,6 +112,9 @@ type MigrationState struct {
 	AppliedAt time.Time
 	// Known is false for a version applied by a newer build of llmq.
 	Known bool
+	// Changed is true for an applied version whose SQL differs from this
+	// build's (see ErrMigrationChanged).
+	Changed bool
 }
 
 // Applied reports whether the migration has been applied.
@@ -128,6 +137,7 @@ func MigrationStatus(ctx context.Context, db DB, opts MigrateOptions) ([]Migrati
 			Migration: Migration{Version: s.Version, Name: s.Name},
 			AppliedAt: s.AppliedAt,
 			Known:     s.Known,
+			Changed:   s.Changed,
 		})
 	}
 	return out, nil

@@ -179,3 +179,28 @@ func TestMigrationSQLMatchesMigrate(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"migrations"}, tablesIn(t, pool, opts.Schema))
 }
+
+// A schema migrated from other SQL than this build's for an applied version
+// is refused, not built upon.
+func TestMigrateRefusesAChangedMigration(t *testing.T) {
+	t.Parallel()
+	pool, opts := setup(t)
+	ctx := t.Context()
+	_, err := llmq.Migrate(ctx, pool, opts)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "UPDATE "+opts.Schema+".migrations SET checksum = 'edited' WHERE version = 1")
+	require.NoError(t, err)
+
+	status, err := llmq.MigrationStatus(ctx, pool, opts)
+	require.NoError(t, err)
+	require.True(t, status[0].Changed)
+	require.False(t, status[1].Changed)
+
+	_, err = llmq.Migrate(ctx, pool, opts)
+	require.ErrorIs(t, err, llmq.ErrMigrationChanged)
+	down := opts
+	down.Direction = llmq.DirectionDown
+	_, err = llmq.Migrate(ctx, pool, down)
+	require.ErrorIs(t, err, llmq.ErrMigrationChanged)
+	require.Contains(t, tablesIn(t, pool, opts.Schema), "jobs", "nothing was reverted")
+}

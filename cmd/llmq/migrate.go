@@ -103,6 +103,7 @@ type migrationRow struct {
 	Applied   bool       `json:"applied"`
 	AppliedAt *time.Time `json:"applied_at,omitempty"`
 	Known     bool       `json:"known"`
+	Changed   bool       `json:"changed"`
 }
 
 func migrateStatus(ctx context.Context, c *common, stdout io.Writer) error {
@@ -117,7 +118,7 @@ func migrateStatus(ctx context.Context, c *common, stdout io.Writer) error {
 	}
 	rows := make([]migrationRow, 0, len(states))
 	for _, s := range states {
-		r := migrationRow{Version: s.Version, Name: s.Name, Applied: s.Applied(), Known: s.Known}
+		r := migrationRow{Version: s.Version, Name: s.Name, Applied: s.Applied(), Known: s.Known, Changed: s.Changed}
 		if s.Applied() {
 			at := s.AppliedAt
 			r.AppliedAt = &at
@@ -139,6 +140,9 @@ func migrateStatus(ctx context.Context, c *common, stdout io.Writer) error {
 		}
 		if !r.Known {
 			status += " (unknown to this build)"
+		}
+		if r.Changed {
+			status += " (CHANGED: applied from other SQL than this build's)"
 		}
 		fmt.Fprintf(tw, "%04d\t%s\t%s\t%s\n", r.Version, r.Name, status, at)
 	}

@@ -13,5 +13,9 @@
 //     needed.
 //   - Versions applied by a newer build are left alone by Up and reported by
 //     Status; Down refuses to revert a version it has no SQL for.
+//   - Each applied migration records a checksum of its SQL. Up and Down
+//     refuse to work on a schema whose applied migrations were built from
+//     other SQL than this build's (ErrMigrationChanged): released migrations
+//     are never edited, only added.
 //   - Nothing outside the chosen schema is created or changed.
 package migrate

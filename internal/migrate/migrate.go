@@ -2,7 +2,9 @@ package migrate
 
 import (
 	"context"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -24,12 +26,20 @@ var files embed.FS
 // revert, is not one this build knows.
 var ErrUnknownVersion = errors.New("unknown migration version")
 
+// ErrMigrationChanged is returned when an applied migration's recorded
+// checksum differs from this build's SQL for it: the schema was built by
+// other SQL than this build expects, and migrating further could go wrong.
+var ErrMigrationChanged = errors.New("applied migration differs from this build's")
+
 // Migration is one versioned step, its SQL rendered for a schema.
 type Migration struct {
 	Version int
 	Name    string
 	Up      string
 	Down    string
+	// Checksum identifies the up SQL as written (before the schema is
+	// rendered into it), so every schema records the same value.
+	Checksum string
 }
 
 // Status is a migration and, when applied, when that happened.
@@ -38,6 +48,7 @@ type Status struct {
 	Name      string
 	AppliedAt time.Time // zero while pending
 	Known     bool      // false for a version applied by a newer build
+	Changed   bool      // applied with SQL other than this build's
 }
 
 // Applied reports whether the migration has been applied.
@@ -72,6 +83,7 @@ func (m *Migrator) Bootstrap() string {
 CREATE TABLE IF NOT EXISTS /*schema*/migrations (
     version    integer     PRIMARY KEY,
     name       text        NOT NULL,
+    checksum   text        NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now()
 );`)
 }
@@ -83,7 +95,7 @@ func (m *Migrator) Schema() string { return m.schema.Name() }
 // come from embedded file names matching [a-z0-9_]+, so they need no quoting.
 func (m *Migrator) Record(mig Migration) string {
 	return m.schema.Render(fmt.Sprintf(
-		"INSERT INTO /*schema*/migrations (version, name) VALUES (%d, '%s');", mig.Version, mig.Name))
+		"INSERT INTO /*schema*/migrations (version, name, checksum) VALUES (%d, '%s', '%s');", mig.Version, mig.Name, mig.Checksum))
 }
 
 // Unrecord is the SQL that forgets mig, the counterpart of Record.
@@ -118,7 +130,7 @@ func (m *Migrator) Up(ctx context.Context, db dbsql.Beginner, target int) ([]Mig
 			if _, err := tx.Exec(ctx, step.Up); err != nil {
 				return fmt.Errorf("migration %d_%s up: %w", step.Version, step.Name, err)
 			}
-			_, err := tx.Exec(ctx, m.schema.Render(`INSERT INTO /*schema*/migrations (version, name) VALUES ($1, $2)`), step.Version, step.Name)
+			_, err := tx.Exec(ctx, m.schema.Render(`INSERT INTO /*schema*/migrations (version, name, checksum) VALUES ($1, $2, $3)`), step.Version, step.Name, step.Checksum)
 			return err
 		})
 		if err != nil {
@@ -187,6 +199,7 @@ func (m *Migrator) Status(ctx context.Context, db dbsql.Beginner) ([]Status, err
 			st := Status{Version: mig.Version, Name: mig.Name, Known: true}
 			if a, ok := applied[mig.Version]; ok {
 				st.AppliedAt = a.at
+				st.Changed = a.checksum != mig.Checksum
 				delete(applied, mig.Version)
 			}
 			statuses = append(statuses, st)
@@ -201,8 +214,9 @@ func (m *Migrator) Status(ctx context.Context, db dbsql.Beginner) ([]Status, err
 }
 
 type appliedRow struct {
-	name string
-	at   time.Time
+	name     string
+	checksum string
+	at       time.Time
 }
 
 // applied reads the migrations table, treating a missing table as nothing
@@ -216,7 +230,7 @@ func (m *Migrator) applied(ctx context.Context, tx pgx.Tx) (map[int]appliedRow, 
 	if !exists {
 		return out, nil
 	}
-	rows, err := tx.Query(ctx, m.schema.Render(`SELECT version, name, applied_at FROM /*schema*/migrations`))
+	rows, err := tx.Query(ctx, m.schema.Render(`SELECT version, name, checksum, applied_at FROM /*schema*/migrations`))
 	if err != nil {
 		return nil, fmt.Errorf("migrate: reading applied versions: %w", err)
 	}
@@ -224,7 +238,7 @@ func (m *Migrator) applied(ctx context.Context, tx pgx.Tx) (map[int]appliedRow, 
 	for rows.Next() {
 		var v int
 		var r appliedRow
-		if err := rows.Scan(&v, &r.name, &r.at); err != nil {
+		if err := rows.Scan(&v, &r.name, &r.checksum, &r.at); err != nil {
 			return nil, fmt.Errorf("migrate: reading applied versions: %w", err)
 		}
 		out[v] = r
@@ -249,8 +263,12 @@ func (m *Migrator) locked(ctx context.Context, db dbsql.Beginner, step func(tx p
 			return err
 		}
 		done := make(map[int]bool, len(applied))
-		for v := range applied {
+		for v, a := range applied {
 			done[v] = true
+			if mig, ok := m.find(v); ok && a.checksum != mig.Checksum {
+				return fmt.Errorf("migrate: version %d (%s) in schema %s was applied from other SQL than this build's: %w",
+					v, mig.Name, m.schema.Name(), ErrMigrationChanged)
+			}
 		}
 		return step(tx, done)
 	})
@@ -294,6 +312,8 @@ func load(fsys fs.FS, schema dbsql.Schema) ([]Migration, error) {
 		}
 		if match[3] == "up" {
 			mig.Up = schema.Render(string(body))
+			sum := sha256.Sum256(body)
+			mig.Checksum = hex.EncodeToString(sum[:])
 		} else {
 			mig.Down = schema.Render(string(body))
 		}
