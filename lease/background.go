@@ -42,9 +42,8 @@ const (
 	completionLinger   = 2 * time.Millisecond
 )
 
-// completionAttempts is how often one outcome is tried on its own before
-// the runner gives up on it (the lease then expires and the reaper retries
-// the job).
+// completionAttempts is how often an outcome is tried before the runner
+// gives up on it (the lease then expires and the reaper retries the job).
 const completionAttempts = 5
 
 func newCompleter(r *Runner) *completer {
@@ -110,29 +109,59 @@ func (c *completer) loop(ctx context.Context) {
 	}
 }
 
-// apply records a batch in one transaction; if that fails (a hook error, a
-// lost connection), each outcome is retried on its own so one bad outcome
-// cannot hold back the others.
+// apply records a batch in one transaction. If the database failed, the
+// whole batch is retried with backoff; if the host's OnSucceeded hook
+// failed, the outcomes are recorded one by one, so one bad outcome cannot
+// hold back the others.
 func (c *completer) apply(ctx context.Context, batch []*pendingCompletion) {
 	completions := make([]jobs.Completion, len(batch))
 	for i, p := range batch {
 		completions[i] = p.completion
 	}
-	results, err := c.record(ctx, completions)
-	if err == nil {
+	results, err := c.recordWithRetry(ctx, completions)
+	var hookErr *hookError
+	switch {
+	case err == nil:
 		for i, p := range batch {
 			p.done <- completionDone{job: results[i].Job, err: results[i].Err}
 		}
-		return
-	}
-	if len(batch) > 1 {
-		c.r.cfg.Logger.Warn("llmq: completion batch failed; recording its outcomes one by one", "size", len(batch), "err", err)
-	}
-	for _, p := range batch {
+	case errors.As(err, &hookErr) && len(batch) > 1:
+		c.r.cfg.Logger.Warn("llmq: OnSucceeded failed in a batch; recording its outcomes one by one", "size", len(batch), "err", err)
+		for _, p := range batch {
+			p.done <- c.applyOne(ctx, p.completion)
+		}
+	case errors.As(err, &hookErr):
+		p := batch[0]
 		p.done <- c.applyOne(ctx, p.completion)
+	default:
+		for _, p := range batch {
+			p.done <- completionDone{err: fmt.Errorf("lease: recording attempt %d of job %s: %w", p.completion.Attempt, p.completion.JobID, err)}
+		}
 	}
 }
 
+// recordWithRetry retries a batch that failed for a reason other than the
+// hook (a lost connection, a failover) with backoff, a few times.
+func (c *completer) recordWithRetry(ctx context.Context, completions []jobs.Completion) ([]jobs.CompletionResult, error) {
+	backoff := 100 * time.Millisecond
+	for try := 1; ; try++ {
+		results, err := c.record(ctx, completions)
+		var hookErr *hookError
+		if err == nil || errors.As(err, &hookErr) || try == completionAttempts {
+			return results, err
+		}
+		c.r.cfg.Logger.Warn("llmq: recording outcomes failed; retrying", "size", len(completions), "err", err, "retry_in", backoff)
+		if !retry.Sleep(ctx, backoff) {
+			return nil, err
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// applyOne records one outcome whose batch failed in the host's hook. It
+// tries with the hook a few times; if the hook keeps failing, it records
+// the attempt as a transient failure without the hook, so the job is
+// retried rather than left RUNNING until its lease expires.
 func (c *completer) applyOne(ctx context.Context, completion jobs.Completion) completionDone {
 	backoff := 100 * time.Millisecond
 	var err error
@@ -144,9 +173,6 @@ func (c *completer) applyOne(ctx context.Context, completion jobs.Completion) co
 		}
 		var hookErr *hookError
 		if errors.As(err, &hookErr) && try >= 3 {
-			// The host's hook keeps failing: record the attempt as a
-			// transient failure without it, so the job is retried rather
-			// than stuck.
 			completion.Outcome = jobs.OutcomeRetry
 			completion.ErrorClass = jobs.ClassTransient
 			completion.Error = err.Error()
@@ -182,7 +208,7 @@ func (c *completer) record(ctx context.Context, completions []jobs.Completion) (
 	err := dbsql.WithTx(ctx, c.r.pool, func(tx pgx.Tx) error {
 		var err error
 		results, err = c.r.store.Complete(ctx, tx, completions)
-		if err != nil || c.r.cfg.OnSucceeded == nil {
+		if err != nil {
 			return err
 		}
 		for _, res := range results {

@@ -522,3 +522,49 @@ func TestListenReconnects(t *testing.T) {
 		t.Fatal("the runner was not woken after its LISTEN connection was replaced")
 	}
 }
+
+// The runner's database connections are killed while attempts are in
+// flight (a failover, pg_terminate_backend): their outcomes are still
+// recorded, on fresh connections.
+func TestOutcomesSurviveKilledConnections(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	cfg, err := pgxpool.ParseConfig(dbtest.URL())
+	require.NoError(t, err)
+	app := "llmq-runner-" + f.schema
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	cfg.MaxConns = 4
+	runnerPool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(runnerPool.Close)
+
+	release := make(chan struct{})
+	var started atomic.Int32
+	rcfg := fastConfig(map[string]lease.Handler{"k": lease.HandlerFunc(func(context.Context, *jobs.Job) (json.RawMessage, error) {
+		started.Add(1)
+		<-release
+		return json.RawMessage(`{"ok":true}`), nil
+	})})
+	r, err := lease.NewRunner(runnerPool, f.store, rcfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+
+	var ids []uuid.UUID
+	for range 3 {
+		ids = append(ids, f.enqueue(jobs.EnqueueParams{Kind: "k"}).ID)
+	}
+	require.Eventually(t, func() bool { return started.Load() == 3 }, 5*time.Second, 5*time.Millisecond)
+
+	var killed int
+	require.NoError(t, f.pool.QueryRow(t.Context(),
+		`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&killed))
+	require.Positive(t, killed, "the runner's connections were killed")
+	close(release)
+
+	for _, id := range ids {
+		require.Equal(t, jobs.StateSucceeded, f.await(id).State)
+	}
+}
