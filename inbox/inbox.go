@@ -87,16 +87,12 @@ type Store struct {
 
 // NewStore validates cfg and prepares the inbox's SQL for its schema.
 func NewStore(cfg Config) (*Store, error) {
-	schema, err := dbsql.NewSchema(cfg.Schema)
+	_, q, err := dbsql.Prepare(cfg.Schema, queriesSQL)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
 	if cfg.Retention != 0 && cfg.Retention < MinRetention {
 		return nil, fmt.Errorf("inbox: Retention is %s; use 0 for the default of %s, or at least %s: it must outlast the sender's retries", cfg.Retention, DefaultRetention, MinRetention)
-	}
-	q, err := dbsql.ParseQueries(queriesSQL, schema)
-	if err != nil {
-		return nil, fmt.Errorf("inbox: %w", err)
 	}
 	s := &Store{retention: cmp.Or(cfg.Retention, DefaultRetention)}
 	s.sql.insert = q.Must("InsertMessage")

@@ -135,7 +135,7 @@ var _ Store = (*PostgresStore)(nil)
 
 // NewStore validates cfg once and prepares the store's SQL for its schema.
 func NewStore(cfg Config) (*PostgresStore, error) {
-	schema, err := dbsql.NewSchema(cfg.Schema)
+	schema, q, err := dbsql.Prepare(cfg.Schema, queriesSQL)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: %w", err)
 	}
@@ -160,10 +160,6 @@ func NewStore(cfg Config) (*PostgresStore, error) {
 	cfg.DefaultMaxAttempts = cmp.Or(cfg.DefaultMaxAttempts, DefaultMaxAttempts)
 	cfg.EventTopic = cmp.Or(cfg.EventTopic, DefaultEventTopic)
 
-	q, err := dbsql.ParseQueries(queriesSQL, schema)
-	if err != nil {
-		return nil, fmt.Errorf("jobs: %w", err)
-	}
 	if cfg.NotifyInterval < 0 {
 		return nil, fmt.Errorf("jobs: NotifyInterval is %s; use 0 to notify on every enqueue, or a positive interval", cfg.NotifyInterval)
 	}

@@ -229,7 +229,52 @@ func (c *completer) record(ctx context.Context, completions []jobs.Completion) (
 // are cancelled once their lease must have run out, so a cut-off worker
 // stops spending on work whose result would be discarded.
 func (r *Runner) heartbeat(ctx context.Context) {
-	tick := time.NewTicker(r.cfg.HeartbeatInterval)
+	every(ctx, r.cfg.HeartbeatInterval, func() { r.heartbeatOnce(ctx) })
+}
+
+func (r *Runner) heartbeatOnce(ctx context.Context) {
+	r.mu.Lock()
+	live := make([]*attempt, 0, len(r.leases))
+	leases := make([]jobs.Lease, 0, len(r.leases))
+	for _, a := range r.leases {
+		live = append(live, a)
+		leases = append(leases, jobs.Lease{JobID: a.job.ID, Fence: a.job.Fence})
+	}
+	r.mu.Unlock()
+	if len(live) == 0 {
+		return
+	}
+	sentAt := time.Now()
+	hbCtx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatInterval)
+	res, err := r.store.Heartbeat(hbCtx, r.pool, r.cfg.WorkerID, r.cfg.LeaseDuration, leases)
+	cancel()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		r.cfg.Logger.Warn("llmq: heartbeat failed", "leases", len(leases), "err", err)
+		for _, a := range live {
+			if time.Since(a.extendedAt) >= r.cfg.LeaseDuration {
+				a.cancel(ErrLeaseLost)
+			}
+		}
+		return
+	}
+	for _, a := range live {
+		switch {
+		case !res.Kept[a.job.ID]:
+			a.cancel(ErrLeaseLost)
+		case res.CancelRequested[a.job.ID]:
+			a.extendedAt = sentAt
+			a.cancel(ErrCancelRequested)
+		default:
+			a.extendedAt = sentAt
+		}
+	}
+}
+
+// every calls fn once per interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, fn func()) {
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		select {
@@ -237,45 +282,7 @@ func (r *Runner) heartbeat(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		r.mu.Lock()
-		live := make([]*attempt, 0, len(r.leases))
-		leases := make([]jobs.Lease, 0, len(r.leases))
-		for _, a := range r.leases {
-			live = append(live, a)
-			leases = append(leases, jobs.Lease{JobID: a.job.ID, Fence: a.job.Fence})
-		}
-		r.mu.Unlock()
-		if len(live) == 0 {
-			continue
-		}
-		sentAt := time.Now()
-		hbCtx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatInterval)
-		res, err := r.store.Heartbeat(hbCtx, r.pool, r.cfg.WorkerID, r.cfg.LeaseDuration, leases)
-		cancel()
-		if err != nil {
-			r.cfg.Logger.Warn("llmq: heartbeat failed", "leases", len(leases), "err", err)
-			r.mu.Lock()
-			for _, a := range live {
-				if time.Since(a.extendedAt) >= r.cfg.LeaseDuration {
-					a.cancel(ErrLeaseLost)
-				}
-			}
-			r.mu.Unlock()
-			continue
-		}
-		r.mu.Lock()
-		for _, a := range live {
-			switch {
-			case !res.Kept[a.job.ID]:
-				a.cancel(ErrLeaseLost)
-			case res.CancelRequested[a.job.ID]:
-				a.extendedAt = sentAt
-				a.cancel(ErrCancelRequested)
-			default:
-				a.extendedAt = sentAt
-			}
-		}
-		r.mu.Unlock()
+		fn()
 	}
 }
 
@@ -308,18 +315,11 @@ func signal(ch chan struct{}) {
 // reap takes back expired leases and fails jobs past their deadline, every
 // ReapInterval. Every runner reaps; passes skip rows another holds.
 func (r *Runner) reap(ctx context.Context) {
-	tick := time.NewTicker(r.cfg.ReapInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	every(ctx, r.cfg.ReapInterval, func() {
 		if _, err := r.ReapOnce(ctx); err != nil && ctx.Err() == nil {
 			r.cfg.Logger.Warn("llmq: reaper pass failed", "err", err)
 		}
-	}
+	})
 }
 
 // ReapOnce runs the reaper until a pass finds less than a full batch, and

@@ -98,16 +98,12 @@ type Store struct {
 
 // NewStore validates cfg and prepares the store's SQL for its schema.
 func NewStore(cfg Config) (*Store, error) {
-	schema, err := dbsql.NewSchema(cfg.Schema)
+	schema, q, err := dbsql.Prepare(cfg.Schema, queriesSQL)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
 	if cfg.MaxPayloadBytes < 0 {
 		return nil, fmt.Errorf("outbox: MaxPayloadBytes is %d; use 0 for the default or a positive limit", cfg.MaxPayloadBytes)
-	}
-	q, err := dbsql.ParseQueries(queriesSQL, schema)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: %w", err)
 	}
 	s := &Store{
 		schema:          schema,

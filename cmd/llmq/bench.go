@@ -22,6 +22,7 @@ import (
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/broker/memory"
+	"github.com/llmq/llmq/internal/retry"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
 	"github.com/llmq/llmq/outbox"
@@ -415,18 +416,7 @@ func (b *bench) relay(ctx context.Context) (float64, error) {
 }
 
 func sleepUntil(ctx context.Context, at time.Time) bool {
-	d := time.Until(at)
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return retry.Sleep(ctx, max(time.Until(at), 0)) && ctx.Err() == nil
 }
 
 func randomSuffix() string {

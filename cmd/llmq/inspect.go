@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"text/tabwriter"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/outbox"
@@ -20,31 +22,24 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := fs.Parse(args); err != nil {
 		return usageOrHelp(err)
 	}
-	if *tenant == "" || fs.NArg() != 1 {
-		return fmt.Errorf("%w: inspect -tenant T JOB_ID", errUsage)
-	}
-	id, err := uuid.Parse(fs.Arg(0))
-	if err != nil {
-		return fmt.Errorf("%w: %q is not a job id", errUsage, fs.Arg(0))
-	}
-	store, events, err := c.stores()
+	id, err := jobArg(fs, *tenant != "", "inspect -tenant T JOB_ID")
 	if err != nil {
 		return err
 	}
-	pool, err := c.connect(ctx)
+	s, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	job, err := store.Get(ctx, pool, *tenant, id)
+	defer s.close()
+	job, err := s.jobs.Get(ctx, s.pool, *tenant, id)
 	if err != nil {
 		return err
 	}
-	attempts, err := store.Attempts(ctx, pool, *tenant, id)
+	attempts, err := s.jobs.Attempts(ctx, s.pool, *tenant, id)
 	if err != nil {
 		return err
 	}
-	recs, err := events.ListByAggregate(ctx, pool, id)
+	recs, err := s.events.ListByAggregate(ctx, s.pool, id)
 	if err != nil {
 		return err
 	}
@@ -105,16 +100,12 @@ func runDeadLetter(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if *tenant == "" {
 			return fmt.Errorf("%w: dead-letter list needs -tenant", errUsage)
 		}
-		store, _, err := c.stores()
+		s, err := c.open(ctx)
 		if err != nil {
 			return err
 		}
-		pool, err := c.connect(ctx)
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
-		page, err := store.List(ctx, pool, jobs.ListParams{Tenant: *tenant, States: []jobs.State{jobs.StateFailedTerminal}, Limit: *limit})
+		defer s.close()
+		page, err := s.jobs.List(ctx, s.pool, jobs.ListParams{Tenant: *tenant, States: []jobs.State{jobs.StateFailedTerminal}, Limit: *limit})
 		if err != nil {
 			return err
 		}
@@ -133,23 +124,16 @@ func runDeadLetter(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if err := fs.Parse(args); err != nil {
 			return usageOrHelp(err)
 		}
-		if *tenant == "" || *by == "" || *reason == "" || fs.NArg() != 1 {
-			return fmt.Errorf("%w: dead-letter replay -tenant T -by WHO -reason WHY JOB_ID", errUsage)
-		}
-		id, err := uuid.Parse(fs.Arg(0))
-		if err != nil {
-			return fmt.Errorf("%w: %q is not a job id", errUsage, fs.Arg(0))
-		}
-		store, _, err := c.stores()
+		id, err := jobArg(fs, *tenant != "" && *by != "" && *reason != "", "dead-letter replay -tenant T -by WHO -reason WHY JOB_ID")
 		if err != nil {
 			return err
 		}
-		pool, err := c.connect(ctx)
+		s, err := c.open(ctx)
 		if err != nil {
 			return err
 		}
-		defer pool.Close()
-		job, err := store.Replay(ctx, pool, jobs.ReplayParams{Tenant: *tenant, JobID: id, By: *by, Reason: *reason})
+		defer s.close()
+		job, err := s.jobs.Replay(ctx, s.pool, jobs.ReplayParams{Tenant: *tenant, JobID: id, By: *by, Reason: *reason})
 		if err != nil {
 			return err
 		}
@@ -163,17 +147,44 @@ func runDeadLetter(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 }
 
-func (c *common) stores() (*jobs.PostgresStore, *outbox.Store, error) {
+// jobArg reads the one JOB_ID argument of a command whose required flags
+// are present (flagsOK), or reports usage.
+func jobArg(fs *flag.FlagSet, flagsOK bool, usage string) (uuid.UUID, error) {
+	if !flagsOK || fs.NArg() != 1 {
+		return uuid.Nil, fmt.Errorf("%w: %s", errUsage, usage)
+	}
+	id, err := uuid.Parse(fs.Arg(0))
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("%w: %q is not a job id", errUsage, fs.Arg(0))
+	}
+	return id, nil
+}
+
+// session is what a command reading jobs works with: the stores for the
+// chosen schema and a pool.
+type session struct {
+	pool   *pgxpool.Pool
+	jobs   *jobs.PostgresStore
+	events *outbox.Store
+}
+
+func (c *common) open(ctx context.Context) (*session, error) {
 	store, err := jobs.NewStore(jobs.Config{Schema: c.schema})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	events, err := outbox.NewStore(outbox.Config{Schema: c.schema})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return store, events, nil
+	pool, err := c.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &session{pool: pool, jobs: store, events: events}, nil
 }
+
+func (s *session) close() { s.pool.Close() }
 
 func firstLine(s string) string {
 	for i, r := range s {

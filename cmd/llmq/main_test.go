@@ -25,14 +25,29 @@ func setup(t *testing.T) *cli {
 	return &cli{t: t, schema: db.Schema}
 }
 
-// run runs the CLI in-process against the test's schema.
-func (c *cli) run(args ...string) (code int, stdout, stderr string) {
-	c.t.Helper()
+// runCLI runs the CLI in-process with exactly args.
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	args = append(args, "-database-url", dbtest.URL(), "-schema", c.schema)
-	code = run(c.t.Context(), args, &out, &errOut)
+	code = run(t.Context(), args, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
+
+// run runs a command against the test's schema, its flags after args.
+func (c *cli) run(args ...string) (code int, stdout, stderr string) {
+	c.t.Helper()
+	return runCLI(c.t, append(args, c.flags()...)...)
+}
+
+// runCommand runs command (its words, such as "dead-letter", "list") with
+// the test's schema flags first, then args, for commands that end in
+// positional arguments.
+func (c *cli) runCommand(command []string, args ...string) (code int, stdout, stderr string) {
+	c.t.Helper()
+	return runCLI(c.t, append(append(command, c.flags()...), args...)...)
+}
+
+func (c *cli) flags() []string { return []string{"-database-url", dbtest.URL(), "-schema", c.schema} }
 
 func TestMigrateCommands(t *testing.T) {
 	t.Parallel()
@@ -115,15 +130,13 @@ func TestStats(t *testing.T) {
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{{"frobnicate"}, {"migrate"}, {"migrate", "sideways"}, {"migrate", "up", "extra"}} {
-		var out, errOut bytes.Buffer
-		code := run(t.Context(), args, &out, &errOut)
+		code, _, stderr := runCLI(t, args...)
 		require.Equal(t, 2, code, strings.Join(args, " "))
-		require.Contains(t, errOut.String(), "usage:")
+		require.Contains(t, stderr, "usage:")
 	}
-	var out, errOut bytes.Buffer
-	code := run(t.Context(), []string{"migrate", "up", "-schema", "public", "-database-url", dbtest.URL()}, &out, &errOut)
+	code, _, stderr := runCLI(t, "migrate", "up", "-schema", "public", "-database-url", dbtest.URL())
 	require.Equal(t, 1, code)
-	require.Contains(t, errOut.String(), "invalid schema name")
+	require.Contains(t, stderr, "invalid schema name")
 }
 
 func TestInspectAndDeadLetters(t *testing.T) {
@@ -141,33 +154,27 @@ func TestInspectAndDeadLetters(t *testing.T) {
 	_, err = store.Reap(t.Context(), pool, jobs.ReapParams{})
 	require.NoError(t, err)
 	id := res.Job.ID.String()
-	common := []string{"-database-url", dbtest.URL(), "-schema", c.schema}
-	call := func(args ...string) (int, string, string) {
-		var out, errOut bytes.Buffer
-		code := run(t.Context(), args, &out, &errOut)
-		return code, out.String(), errOut.String()
-	}
 
-	code, out, stderr := call(append(append([]string{"inspect"}, common...), "-tenant", "acme", id)...)
+	code, out, stderr := c.runCommand([]string{"inspect"}, "-tenant", "acme", id)
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, "FAILED_TERMINAL")
 	require.Contains(t, out, "k.dead_lettered")
 
-	code, _, stderr = call(append(append([]string{"inspect"}, common...), "-tenant", "globex", id)...)
+	code, _, stderr = c.runCommand([]string{"inspect"}, "-tenant", "globex", id)
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "not found", "tenant-scoped")
 
-	code, out, _ = call(append(append([]string{"dead-letter", "list"}, common...), "-tenant", "acme", "--json")...)
+	code, out, _ = c.runCommand([]string{"dead-letter", "list"}, "-tenant", "acme", "--json")
 	require.Equal(t, 0, code)
 	var dead []jobs.Job
 	require.NoError(t, json.Unmarshal([]byte(out), &dead))
 	require.Len(t, dead, 1)
 	require.Equal(t, jobs.ClassDeadline, dead[0].ErrorClass)
 
-	code, _, stderr = call(append(append([]string{"dead-letter", "replay"}, common...), "-tenant", "acme", id)...)
+	code, _, stderr = c.runCommand([]string{"dead-letter", "replay"}, "-tenant", "acme", id)
 	require.Equal(t, 2, code, "replay needs -by and -reason")
 	require.Contains(t, stderr, "-by WHO")
-	code, out, stderr = call(append(append([]string{"dead-letter", "replay"}, common...), "-tenant", "acme", "-by", "ops", "-reason", "deadline too tight", id)...)
+	code, out, stderr = c.runCommand([]string{"dead-letter", "replay"}, "-tenant", "acme", "-by", "ops", "-reason", "deadline too tight", id)
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, "replayed "+id)
 }
@@ -189,14 +196,13 @@ func TestBenchModes(t *testing.T) {
 		{"-mode", "latency", "-jobs", "20", "-workers", "5", "-rate", "200"},
 		{"-mode", "relay", "-jobs", "300", "-workers", "2"},
 	} {
-		var out, errOut bytes.Buffer
-		code := run(t.Context(), append([]string{"bench", "-database-url", dbtest.URL()}, args...), &out, &errOut)
-		require.Equal(t, 0, code, errOut.String())
-		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		code, out, stderr := runCLI(t, append([]string{"bench", "-database-url", dbtest.URL()}, args...)...)
+		require.Equal(t, 0, code, stderr)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
 		last := lines[len(lines)-1]
 		require.Regexp(t, `^llmq (drain|e2e|latency|relay) jobs=\d+ workers=\d+ seconds=[0-9.]+ jobs_per_s=\d+$`, last)
 		if args[1] == "latency" {
-			require.Contains(t, out.String(), "enqueue_to_start p50=")
+			require.Contains(t, out, "enqueue_to_start p50=")
 		}
 	}
 	require.Equal(t, before, countSchemas(), "throwaway schemas are dropped")

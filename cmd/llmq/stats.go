@@ -15,16 +15,12 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	store, err := jobs.NewStore(jobs.Config{Schema: c.schema})
+	s, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
-	pool, err := c.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	stats, err := store.Stats(ctx, pool)
+	defer s.close()
+	stats, err := s.jobs.Stats(ctx, s.pool)
 	if err != nil {
 		return err
 	}

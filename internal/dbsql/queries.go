@@ -158,3 +158,17 @@ func (q Queries) Must(name string) string {
 	}
 	return sql
 }
+
+// Prepare validates a store's schema name and renders its SQL file for it:
+// the first step of every store's constructor.
+func Prepare(schemaName, src string) (Schema, Queries, error) {
+	schema, err := NewSchema(schemaName)
+	if err != nil {
+		return Schema{}, nil, err
+	}
+	q, err := ParseQueries(src, schema)
+	if err != nil {
+		return Schema{}, nil, err
+	}
+	return schema, q, nil
+}
