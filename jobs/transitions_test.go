@@ -52,6 +52,7 @@ func TestStaleCompletionCannotOverwrite(t *testing.T) {
 	require.Equal(t, jobs.StateRunning, a.State)
 	require.Equal(t, 1, a.Attempt)
 	require.Equal(t, int64(1), a.Fence)
+	require.Equal(t, res.Job.StateVersion+1, a.StateVersion, "the claim is a transition too")
 
 	f.expireLease(t, a.ID)
 	reaped, err := f.store.Reap(ctx, f.pool, jobs.ReapParams{Backoff: jobs.BackoffPolicy{Base: time.Millisecond, Cap: time.Millisecond}})
@@ -183,6 +184,8 @@ func TestCompleteOutcomes(t *testing.T) {
 		require.NoError(t, out[0].Err, tt.name)
 		got := out[0].Job
 		require.Equal(t, tt.state, got.State, tt.name)
+		require.Equal(t, j.StateVersion+1, got.StateVersion, "%s: the transition bumps state_version", tt.name)
+		require.Equal(t, j.Fence+1, got.Fence, "%s: the lease ended, so the fence moved", tt.name)
 		require.Equal(t, tt.class, got.ErrorClass, tt.name)
 		require.Equal(t, "w", got.LeaseOwner, "%s: the last lease holder is kept", tt.name)
 		require.Equal(t, tt.state.Terminal(), !got.FinishedAt.IsZero(), tt.name)

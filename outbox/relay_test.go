@@ -21,11 +21,12 @@ import (
 	"github.com/llmq/llmq/outbox"
 )
 
-// drain receives every message on topic until want distinct ids arrived,
-// acking each, and returns them in arrival order (duplicates included).
-func drain(t *testing.T, b *memory.Broker, topic string, want int) []broker.Message {
+// drain receives messages on the "orders" topic until want distinct ids
+// arrived, acking each, and returns them in arrival order (duplicates
+// included).
+func drain(t *testing.T, b *memory.Broker, want int) []broker.Message {
 	t.Helper()
-	c := b.Consumer(topic)
+	c := b.Consumer("orders")
 	defer func() { _ = c.Close() }()
 	seen := map[string]bool{}
 	var got []broker.Message
@@ -113,7 +114,7 @@ func TestRelayPublishesEverythingInKeyOrder(t *testing.T) {
 	}
 	wg.Wait()
 
-	got := drain(t, b, "orders", writers*perWriter)
+	got := drain(t, b, writers*perWriter)
 	// Per key, the first deliveries of each id must follow write order (seq).
 	var seqOf = map[string]int64{}
 	rows, err := f.db.Pool.Query(t.Context(), "SELECT event_id::text, seq FROM "+f.db.Schema+".outbox")
@@ -190,9 +191,9 @@ func TestRelayCrashAfterConfirmRepublishes(t *testing.T) {
 	require.Equal(t, 1, res.Published)
 	require.Zero(t, f.pending(t))
 
-	msgs := drain(t, b, "orders", 1)
+	msgs := drain(t, b, 1)
 	if len(msgs) < 2 {
-		msgs = append(msgs, drain(t, b, "orders", 1)...)
+		msgs = append(msgs, drain(t, b, 1)...)
 	}
 	require.Len(t, msgs, 2, "published twice")
 	in, err := inbox.NewStore(inbox.Config{Schema: f.db.Schema})
@@ -268,4 +269,59 @@ func TestRelayRetriesFailuresWithoutBlockingOthers(t *testing.T) {
 	require.Zero(t, st.Pending)
 	require.Equal(t, int64(events), st.Published)
 	require.Equal(t, int64(failedFirst), st.Failed)
+}
+
+// Trace context travels with the message; the backlog's age is reported as
+// the publication lag; published events are pruned after the retention and
+// unpublished ones never are.
+func TestRelayHeadersLagAndPruning(t *testing.T) {
+	t.Parallel()
+	f := setupRelay(t)
+	ctx := t.Context()
+	b := memory.New(memory.Config{})
+	r, err := f.store.NewRelay(f.db.Pool, b.Publisher(), outbox.RelayConfig{Retention: time.Hour})
+	require.NoError(t, err)
+
+	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	old, err := f.store.Write(ctx, f.db.Pool, outbox.Event{Topic: "orders", Type: "order.placed",
+		Payload: json.RawMessage(`{}`), Headers: map[string]string{"traceparent": traceparent}})
+	require.NoError(t, err)
+	_, err = f.db.Pool.Exec(ctx, "UPDATE "+f.db.Schema+".outbox SET created_at = now() - interval '90 seconds'")
+	require.NoError(t, err)
+
+	st, err := r.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), st.Pending)
+	require.InDelta(t, 90, st.OldestPending.Seconds(), 30, "the lag is the oldest unpublished event's age")
+
+	_, err = r.RelayOnce(ctx)
+	require.NoError(t, err)
+	msg := drain(t, b, 1)[0]
+	require.Equal(t, traceparent, msg.Headers["traceparent"])
+	st, err = r.Stats(ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.Pending)
+	require.Zero(t, st.OldestPending)
+
+	// One published event past the retention, one published recently, one
+	// never published (and old).
+	recent, err := f.store.Write(ctx, f.db.Pool, outbox.Event{Topic: "orders", Type: "order.placed", Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	_, err = r.RelayOnce(ctx)
+	require.NoError(t, err)
+	stuck, err := f.store.Write(ctx, f.db.Pool, outbox.Event{Topic: "orders", Type: "order.placed", Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	_, err = f.db.Pool.Exec(ctx, "UPDATE "+f.db.Schema+".outbox SET published_at = now() - interval '2 hours' WHERE event_id = $1", old.ID)
+	require.NoError(t, err)
+	_, err = f.db.Pool.Exec(ctx, "UPDATE "+f.db.Schema+".outbox SET created_at = now() - interval '2 days' WHERE event_id = $1", stuck.ID)
+	require.NoError(t, err)
+
+	n, err := r.Prune(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	rows, err := f.db.Pool.Query(ctx, "SELECT event_id FROM "+f.db.Schema+".outbox ORDER BY seq")
+	require.NoError(t, err)
+	left, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
+	require.NoError(t, err)
+	require.Equal(t, [][16]byte{recent.ID, stuck.ID}, left, "only the event published longer ago than the retention is gone")
 }
