@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq"
@@ -45,6 +46,17 @@ func (c *cli) run(args ...string) (code int, stdout, stderr string) {
 func (c *cli) runCommand(command []string, args ...string) (code int, stdout, stderr string) {
 	c.t.Helper()
 	return runCLI(c.t, append(append(command, c.flags()...), args...)...)
+}
+
+// migrated migrates the test's schema through the CLI and returns a job
+// store on it, with a pool, to set up data for the commands to read.
+func (c *cli) migrated() (*jobs.PostgresStore, *pgxpool.Pool) {
+	c.t.Helper()
+	code, _, stderr := c.run("migrate", "up")
+	require.Equal(c.t, 0, code, stderr)
+	store, err := jobs.NewStore(jobs.Config{Schema: c.schema})
+	require.NoError(c.t, err)
+	return store, dbtest.Pool(c.t, 1)
 }
 
 func (c *cli) flags() []string { return []string{"-database-url", dbtest.URL(), "-schema", c.schema} }
@@ -102,13 +114,8 @@ func TestMigrateSQL(t *testing.T) {
 func TestStats(t *testing.T) {
 	t.Parallel()
 	c := setup(t)
-	code, _, stderr := c.run("migrate", "up")
-	require.Equal(t, 0, code, stderr)
-
-	store, err := jobs.NewStore(jobs.Config{Schema: c.schema})
-	require.NoError(t, err)
-	pool := dbtest.Pool(t, 1)
-	_, err = store.Enqueue(t.Context(), pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k"})
+	store, pool := c.migrated()
+	_, err := store.Enqueue(t.Context(), pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k"})
 	require.NoError(t, err)
 
 	code, out, _ := c.run("stats")
@@ -142,11 +149,7 @@ func TestUsageErrors(t *testing.T) {
 func TestInspectAndDeadLetters(t *testing.T) {
 	t.Parallel()
 	c := setup(t)
-	code, _, stderr := c.run("migrate", "up")
-	require.Equal(t, 0, code, stderr)
-	store, err := jobs.NewStore(jobs.Config{Schema: c.schema})
-	require.NoError(t, err)
-	pool := dbtest.Pool(t, 1)
+	store, pool := c.migrated()
 	res, err := store.Enqueue(t.Context(), pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k", DeadlineAt: time.Now().Add(time.Hour)})
 	require.NoError(t, err)
 	_, err = pool.Exec(t.Context(), "UPDATE "+c.schema+".jobs SET deadline_at = now() - interval '1 second'")
