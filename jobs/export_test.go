@@ -8,6 +8,8 @@ func (s *PostgresStore) QueryForTest(name string) string {
 		return s.sql.complete
 	case "HeartbeatLeases":
 		return s.sql.heartbeat
+	case "LockClaimTenants":
+		return s.sql.lockClaimTenants
 	case "ClaimJobs":
 		return s.sql.claim
 	}
