@@ -653,7 +653,10 @@ SELECT count(*) FROM failed;
 -- name: ReplayJob
 -- A new job from a finished one of the same tenant, linked by replay_of and
 -- recording who asked and why. The old row is only read, never changed. The
--- new job has no idempotency key: the old job keeps its own.
+-- new job has no idempotency key: the old job keeps its own. Its tenant is
+-- not made active here: if the tenant is idle, the runners' idle-tenant
+-- sweep brings it back within a poll interval, which is soon enough for an
+-- operator's replay.
 WITH source AS (
     SELECT *
     FROM /*schema*/jobs
