@@ -203,12 +203,9 @@ func (p *producer) run(ctx, work context.Context, attempts *sync.WaitGroup, c *c
 			limit := min(free, cfg.ClaimBatch)
 			extendedAt := time.Now()
 			lastClaim = extendedAt
-			batch, err := p.r.store.Claim(ctx, p.r.pool, jobs.ClaimParams{
-				Queue: p.queue, Kinds: p.r.kinds, Worker: cfg.WorkerID, Limit: limit, LeaseDuration: cfg.LeaseDuration,
-				LowPriorityShare: p.lowShare,
-			})
+			batch, err := p.claim(ctx, limit)
 			switch {
-			case ctx.Err() != nil:
+			case err != nil && ctx.Err() != nil:
 				return
 			case err != nil:
 				backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
@@ -220,6 +217,9 @@ func (p *producer) run(ctx, work context.Context, attempts *sync.WaitGroup, c *c
 			}
 			backoff = 0
 			claimed = len(batch)
+			// Claimed jobs start even if shutdown began meanwhile: the grace
+			// period and the release at its end cover them, where dropping
+			// them would leave them RUNNING until their leases expired.
 			for _, job := range batch {
 				p.inFlight.Add(1)
 				attemptCtx, a := p.r.track(work, job, extendedAt)
@@ -227,6 +227,9 @@ func (p *producer) run(ctx, work context.Context, attempts *sync.WaitGroup, c *c
 					defer p.release()
 					p.r.execute(attemptCtx, a, c)
 				})
+			}
+			if ctx.Err() != nil {
+				return
 			}
 			if claimed == limit {
 				continue // there may be more: claim again while slots are free
@@ -246,6 +249,19 @@ func (p *producer) run(ctx, work context.Context, attempts *sync.WaitGroup, c *c
 			return
 		}
 	}
+}
+
+// claim claims up to limit jobs. The claim is not cancelled by shutdown:
+// cancelling it mid-commit could leave it committed with the runner never
+// hearing of its jobs. It is bounded by a timeout instead.
+func (p *producer) claim(ctx context.Context, limit int) ([]*jobs.Job, error) {
+	cfg := p.r.cfg
+	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.r.completionTimeout())
+	defer cancel()
+	return p.r.store.Claim(claimCtx, p.r.pool, jobs.ClaimParams{
+		Queue: p.queue, Kinds: p.r.kinds, Worker: cfg.WorkerID, Limit: limit, LeaseDuration: cfg.LeaseDuration,
+		LowPriorityShare: p.lowShare,
+	})
 }
 
 // recentIdle is how far back wakeRecentlyIdle looks: far longer than any

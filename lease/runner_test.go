@@ -448,6 +448,45 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 }
 
+// cancelOnClaim cancels the runner's context as its first successful claim
+// returns: shutdown begins while the claimed jobs are in the runner's hands.
+type cancelOnClaim struct {
+	jobs.Store
+	cancel context.CancelFunc
+	once   sync.Once
+}
+
+func (s *cancelOnClaim) Claim(ctx context.Context, db jobs.DBTX, p jobs.ClaimParams) ([]*jobs.Job, error) {
+	claimed, err := s.Store.Claim(ctx, db, p)
+	if len(claimed) > 0 {
+		s.once.Do(s.cancel)
+	}
+	return claimed, err
+}
+
+// Jobs claimed just as shutdown begins are run or released, never left
+// RUNNING for their leases to expire.
+func TestShutdownDuringAClaim(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for range 3 {
+		f.enqueue(jobs.EnqueueParams{Kind: "quick"})
+	}
+	cfg := fastConfig(map[string]lease.Handler{"quick": lease.HandlerFunc(func(context.Context, *jobs.Job) (json.RawMessage, error) {
+		return json.RawMessage(`{}`), nil
+	})})
+	cfg.LeaseDuration, cfg.HeartbeatInterval = time.Minute, 10*time.Second
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	r, err := lease.NewRunner(f.pool, &cancelOnClaim{Store: f.store, cancel: cancel}, cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.Run(ctx))
+
+	var running int
+	require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT count(*) FROM "+f.schema+".jobs WHERE state = 'RUNNING'").Scan(&running))
+	require.Zero(t, running, "no claimed job is left RUNNING after Run returned")
+}
+
 func TestCancelRunningJob(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
