@@ -22,13 +22,16 @@
 //   - A relay's claim holds its events for ClaimLease; a relay that dies is
 //     replaced when the lease runs out. Only confirmed events are marked
 //     published; an event the broker did not confirm backs off (full jitter)
-//     on its own, without holding back other events.
+//     on its own, without holding back events of other keys.
 //   - Events sharing a key are published in write order, even with several
-//     relays: an event is not claimed while an earlier unpublished event of
-//     its key is held by another relay or backing off. Write order is commit
-//     order when the writers of a key serialise on a lock, as a job's
-//     transitions do on its row; writers of one key that do not are not
-//     ordered.
+//     relays and through failed publications: only the oldest unpublished
+//     event of a key is ever claimed, so a key has one event in flight at a
+//     time and a refused event holds back the later events of its key (and
+//     only those) until it is published. Write order is commit order when
+//     the writers of a key serialise on a lock, as a job's transitions do on
+//     its row; writers of one key that do not are not ordered. Keys are for
+//     ordering: a key carries one event per claim, so make keys as narrow
+//     as the order needed (the job store keys events by job).
 //   - The event id travels as the message id and in the llmq-event-id
 //     header, with llmq-event-type and llmq-aggregate-id; the event's own
 //     headers (trace context) are carried as they are.

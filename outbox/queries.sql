@@ -33,10 +33,16 @@ SELECT pg_advisory_xact_lock(hashtextextended($1, 0));
 -- each claim does not step again over the index entries of everything
 -- published since the last vacuum; it starts from 0 again whenever a batch
 -- is not full, and at least once a second, so an event skipped meanwhile
--- (one backing off, or committed late with a low seq) is never left behind. An event is left alone while an earlier
--- unpublished event of its key is held by another relay or backing off, so
--- events sharing a key are published in order even with several relays;
--- outbox_pending_key_idx answers that probe, outbox_pending_idx the order.
+-- (one backing off, or committed late with a low seq) is never left behind.
+--
+-- Key order: an event with a key is claimed only when it is the oldest
+-- unpublished event of its key. So a key has at most one event in flight,
+-- in any relay: a refused publication cannot let a later event of its key
+-- overtake it (in the same call, or in the next claim while it backs off or
+-- sits below the starting seq). outbox_pending_key_idx answers that probe,
+-- outbox_pending_idx the order. The cost is one event per key per claim:
+-- keys are for ordering, and should be as narrow as the order needed (a
+-- job, an invoice), never one key for everything.
 WITH claimable AS (
     SELECT o.event_id
     FROM /*schema*/outbox AS o
@@ -49,7 +55,6 @@ WITH claimable AS (
             WHERE p.key = o.key
                 AND p.seq < o.seq
                 AND p.published_at IS NULL
-                AND (p.next_attempt_at > now() OR p.claimed_until >= now())
         ))
     ORDER BY o.seq
     LIMIT $1
