@@ -35,12 +35,12 @@ func (t *tracker) add(offset int64, epoch int32) bool {
 	return true
 }
 
-// done marks offset settled and advances the committable prefix. It
-// reports false if offset is not tracked or already done.
-func (t *tracker) done(offset int64) bool {
+// done marks offset settled and advances the committable prefix. An
+// offset not tracked, or already done, changes nothing.
+func (t *tracker) done(offset int64) {
 	i := sort.Search(len(t.pending), func(i int) bool { return t.pending[i].offset >= offset })
 	if i == len(t.pending) || t.pending[i].offset != offset || t.pending[i].done {
-		return false
+		return
 	}
 	t.pending[i].done = true
 	n := 0
@@ -55,7 +55,6 @@ func (t *tracker) done(offset int64) bool {
 			t.pending = nil // let the old backing array go
 		}
 	}
-	return true
 }
 
 // committable returns the offset to commit (one past the done prefix) and
