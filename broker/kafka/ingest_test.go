@@ -38,12 +38,12 @@ func (w *watched) Receive(ctx context.Context) (broker.Delivery, error) {
 // ingestFixture ingests a topic through package inbox into its own schema.
 type ingestFixture struct {
 	*cluster
-	db            *dbtest.DB
-	store         *inbox.Store
-	topic, group  string
-	seen          sync.Map
-	mu            sync.Mutex
-	handled       map[string]int // handler calls by message id
+	db           *dbtest.DB
+	store        *inbox.Store
+	topic, group string
+	seen         sync.Map
+	mu           sync.Mutex
+	handled      map[string]int // handler calls by message id
 }
 
 // durable reads what the inbox holds: the partitions and offsets of the
