@@ -105,8 +105,10 @@ type ConsumerConfig struct {
 	// committable: waiting for Receive, delivered and unsettled, or
 	// settled behind one that is not. A partition reaching it is paused
 	// (its fetching stops while the client keeps polling and
-	// heartbeating) and resumed once it is down to half. It also bounds
-	// what a crash redelivers per partition. Default 256.
+	// heartbeating) and resumed once it is down to half. A poll takes at
+	// most MaxInFlight records (and at most 500), so a partition holds
+	// fewer than twice MaxInFlight. It also bounds what a crash redelivers
+	// per partition. Default 256.
 	MaxInFlight int
 	// CommitInterval is how often the committable prefix of each partition
 	// is committed. Commits also happen on revocation and Close. Default 1s.

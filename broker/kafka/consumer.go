@@ -15,9 +15,9 @@ import (
 	"github.com/llmq/llmq/internal/retry"
 )
 
-// pollRecords bounds one poll: the records admitted between a poll and
+// maxPollRecords bounds one poll: the records admitted between a poll and
 // AllowRebalance, during which a rebalance waits.
-const pollRecords = 500
+const maxPollRecords = 500
 
 // fetchMaxWait bounds how long a fetch with no new data waits at the broker;
 // a resumed partition is fetched at the latest this long after resuming.
@@ -107,7 +107,11 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 // polling and AllowRebalance is never held back by slow processing.
 func (c *Consumer) poll(ctx context.Context) {
 	for {
-		fetches := c.cl.PollRecords(ctx, pollRecords)
+		// At most MaxInFlight records a poll: a partition that reaches the
+		// bound within a poll overshoots it by less than MaxInFlight. The
+		// rest of a fetch stays in the client, and is dropped and fetched
+		// again later if its partition is paused meanwhile.
+		fetches := c.cl.PollRecords(ctx, min(c.cfg.MaxInFlight, maxPollRecords))
 		if ctx.Err() != nil || fetches.IsClientClosed() {
 			c.cl.AllowRebalance()
 			return
@@ -294,8 +298,9 @@ func (c *Consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 	defer c.commitMu.Unlock()
 	c.mu.Lock()
 	offsets, _ := c.committableLocked(revoked)
-	c.dropLocked(revoked)
-	c.revocations++
+	if c.dropLocked(revoked) {
+		c.revocations++
+	}
 	c.mu.Unlock()
 	// The client's context is cancelled during Close, and this commit must
 	// still go out: it has its own bound.
@@ -312,17 +317,21 @@ func (c *Consumer) onLost(_ context.Context, _ *kgo.Client, lost map[string][]in
 	defer c.commitMu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.dropLocked(lost)
-	c.losses++
+	if c.dropLocked(lost) {
+		c.losses++
+	}
 }
 
 // dropLocked forgets the partitions: their queued deliveries are removed,
 // their outstanding ones can no longer settle, and their pause is lifted so
-// that a later assignment of the partition starts fetching afresh.
-func (c *Consumer) dropLocked(tps map[string][]int32) {
+// that a later assignment of the partition starts fetching afresh. It
+// reports whether tps named any partition (kgo also calls its revocation
+// callback with none at the end of a group session).
+func (c *Consumer) dropLocked(tps map[string][]int32) (named bool) {
 	resume := map[string][]int32{}
 	for topic, ps := range tps {
 		for _, n := range ps {
+			named = true
 			tp := topicPartition{topic, n}
 			p := c.parts[tp]
 			if p == nil {
@@ -346,6 +355,7 @@ func (c *Consumer) dropLocked(tps map[string][]int32) {
 	if len(resume) > 0 {
 		c.cl.ResumeFetchPartitions(resume)
 	}
+	return named
 }
 
 // Stats is a snapshot of a Consumer.
@@ -357,7 +367,8 @@ type Stats struct {
 	InFlight, Ready int
 	// Paused lists the partitions the client is not fetching, by topic.
 	Paused map[string][]int32
-	// Revocations and Losses count the rebalance callbacks run.
+	// Revocations and Losses count the rebalance callbacks that took
+	// partitions away.
 	Revocations, Losses int64
 }
 

@@ -180,7 +180,7 @@ func TestIngestCommitsOnlyDurableRecordsAcrossRebalances(t *testing.T) {
 				}
 			}
 			require.Eventually(t, accepted(n/3), 60*time.Second, 10*time.Millisecond)
-			k3, w3 := f.consumer(t)
+			_, w3 := f.consumer(t)
 			f.ingest(t, w3, 4)
 			require.Eventually(t, accepted(2*n/3), 60*time.Second, 10*time.Millisecond)
 			stop1()
@@ -209,15 +209,9 @@ func TestIngestCommitsOnlyDurableRecordsAcrossRebalances(t *testing.T) {
 			require.True(t, ok, "the held record is delivered again")
 			require.Positive(t, again.(*atomic.Int32).Load()) //nolint:errcheck,forcetypeassert // only *atomic.Int32 is stored
 			require.Positive(t, w3.deliveries.Load(), "the joining consumer received records")
-			require.Positive(t, k3.Stats().Revocations+f.revocations(w2), "a rebalance happened")
+			// The first consumer gave partitions up when the second joined,
+			// and the rest when it left.
+			require.GreaterOrEqual(t, k1.Stats().Revocations, int64(2))
 		})
 	}
-}
-
-func (f *ingestFixture) revocations(w *watched) int64 {
-	k, ok := w.Consumer.(*kafka.Consumer)
-	if !ok {
-		return 0
-	}
-	return k.Stats().Revocations
 }
