@@ -18,6 +18,11 @@ var ErrInvalidConfig = errors.New("kafka: invalid config")
 // refuses before producing it: one without an ID or a Topic.
 var ErrInvalidMessage = errors.New("kafka: invalid message")
 
+// ErrEarlierFailed fails, in a *broker.PublishError, a message that was not
+// produced because an earlier message of the same Publish call with the
+// same Key failed: producing it would put it ahead of that one.
+var ErrEarlierFailed = errors.New("an earlier message with the same key failed")
+
 // ErrRevoked is returned by a delivery's Ack, Nack or Reject after its
 // partition was revoked from (or lost by) this consumer. Its record is not
 // settled here: the partition's new owner receives it again from the last

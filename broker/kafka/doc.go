@@ -20,11 +20,16 @@
 //   - Publish waits for each record's acknowledgement and returns nil only
 //     if all were acknowledged; a *broker.PublishError names the others.
 //     A record fails after PublisherConfig.DeliveryTimeout (or
-//     RecordRetries attempts); a retriable failure or timeout fails the
-//     partition's later buffered records too, so a key's later message is
-//     never confirmed after an earlier one failed. A record the broker
-//     refuses outright (too large, invalid) fails alone: the outbox relay
-//     then keeps the key's order across calls, not within the call.
+//     RecordRetries attempts).
+//   - Within one Publish call a key's messages are produced one at a time,
+//     each after the previous was acknowledged, and once one fails the
+//     rest of its key fail unproduced (ErrEarlierFailed). The client's own
+//     ordering is not enough: a failed batch fails the records buffered
+//     behind it, but records produced a moment later go through, so a
+//     key's later message could be confirmed while an earlier one failed.
+//     Across calls the outbox relay keeps the order (it holds a key's later
+//     events while an earlier one is backing off). Different keys, and
+//     messages without a key, are produced concurrently.
 //
 // # Consumer
 //

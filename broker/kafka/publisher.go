@@ -3,7 +3,7 @@ package kafka
 import (
 	"context"
 	"fmt"
-	"sync"
+	"slices"
 	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -34,17 +34,17 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	return &Publisher{cl: cl}, nil
 }
 
-// Publish produces msgs, in order, and waits for the brokers'
-// acknowledgement of each. It returns nil only when every record was
-// acknowledged by all in-sync replicas; otherwise a *broker.PublishError
-// names the messages that were not, and all others were. A message without
-// ID or Topic fails with ErrInvalidMessage and is not produced.
+// Publish produces msgs and waits for the brokers' acknowledgement of each.
+// It returns nil only when every record was acknowledged by all in-sync
+// replicas; otherwise a *broker.PublishError names the messages that were
+// not, and all others were. A message without ID or Topic fails with
+// ErrInvalidMessage and is not produced.
 //
-// Records of one partition fail gaplessly for retriable errors and
-// timeouts: the client fails every later record it buffered for that
-// partition too, so a key's later message is never confirmed after its
-// earlier one failed. A record the broker refuses outright (too large,
-// invalid) fails alone.
+// Messages sharing a Key are produced one after another, each once the one
+// before it is acknowledged; if one fails, the key's later messages are not
+// produced and fail with ErrEarlierFailed. A key's messages therefore reach
+// Kafka in order, with no gap, whatever fails. Messages of different keys,
+// and those without a key, are produced concurrently.
 //
 // When ctx ends first, the unacknowledged messages are reported failed
 // with ctx's error; some of them may still reach the broker, which the
@@ -56,49 +56,66 @@ func (p *Publisher) Publish(ctx context.Context, msgs []broker.Message) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("kafka: publish: %w", err)
 	}
-	var (
-		mu        sync.Mutex
-		failed    = map[int]error{}
-		finished  = make([]bool, len(msgs))
-		abandoned bool // ctx ended: results arriving later are not reported
-		wg        sync.WaitGroup
-	)
+	failed := map[int]error{}
+	chains := map[string][]int{} // by key: indexes in call order, the head in flight
+	var heads []int
 	for i, msg := range msgs {
-		if msg.ID == "" || msg.Topic == "" {
+		switch {
+		case msg.ID == "" || msg.Topic == "":
 			failed[i] = fmt.Errorf("%w: message %d needs an ID and a Topic", ErrInvalidMessage, i)
-			finished[i] = true
-			continue
+		case msg.Key == "":
+			heads = append(heads, i)
+		default:
+			if len(chains[msg.Key]) == 0 {
+				heads = append(heads, i)
+			}
+			chains[msg.Key] = append(chains[msg.Key], i)
 		}
-		wg.Add(1)
-		p.cl.Produce(ctx, toRecord(msg), func(_ *kgo.Record, err error) {
-			defer wg.Done()
-			mu.Lock()
-			defer mu.Unlock()
-			if abandoned {
-				return
-			}
-			finished[i] = true
-			if err != nil {
-				failed[i] = fmt.Errorf("kafka: producing %q to %s: %w", msg.ID, msg.Topic, err)
-			}
-		})
 	}
-	all := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(all)
-	}()
-	select {
-	case <-all:
-	case <-ctx.Done():
-		mu.Lock()
-		abandoned = true
-		for i, ok := range finished {
-			if !ok {
-				failed[i] = fmt.Errorf("kafka: producing %q: %w", msgs[i].ID, ctx.Err())
+	type result struct {
+		i   int
+		err error
+	}
+	// Buffered for every message, so that a promise never blocks, even
+	// after Publish returned on ctx.
+	results := make(chan result, len(msgs))
+	produce := func(i int) {
+		p.cl.Produce(ctx, toRecord(msgs[i]), func(_ *kgo.Record, err error) { results <- result{i, err} })
+	}
+	slices.Sort(heads)
+	for _, i := range heads {
+		produce(i)
+	}
+	finished := make([]bool, len(msgs))
+	for outstanding := len(heads); outstanding > 0; outstanding-- {
+		var r result
+		select {
+		case r = <-results:
+		case <-ctx.Done():
+			for i := range msgs {
+				if !finished[i] && failed[i] == nil {
+					failed[i] = fmt.Errorf("kafka: producing %q: %w", msgs[i].ID, ctx.Err())
+				}
 			}
+			return &broker.PublishError{Failed: failed}
 		}
-		mu.Unlock()
+		finished[r.i] = true
+		key := msgs[r.i].Key
+		var rest []int
+		if key != "" {
+			rest = chains[key][1:]
+			chains[key] = rest
+		}
+		switch {
+		case r.err != nil:
+			failed[r.i] = fmt.Errorf("kafka: producing %q to %s: %w", msgs[r.i].ID, msgs[r.i].Topic, r.err)
+			for _, j := range rest {
+				failed[j] = fmt.Errorf("kafka: %q not produced: %w (%q)", msgs[j].ID, ErrEarlierFailed, msgs[r.i].ID)
+			}
+		case len(rest) > 0:
+			produce(rest[0])
+			outstanding++
+		}
 	}
 	if len(failed) > 0 {
 		return &broker.PublishError{Failed: failed}
