@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/llmq/llmq/broker"
 	"github.com/llmq/llmq/broker/kafka"
@@ -214,4 +215,38 @@ func TestIngestCommitsOnlyDurableRecordsAcrossRebalances(t *testing.T) {
 			require.GreaterOrEqual(t, k1.Stats().Revocations, int64(2))
 		})
 	}
+}
+
+// A record from a producer that sets no id header arrives with an empty
+// ID: the ingress quarantines it, with its Kafka source, and rejects it to
+// the dead-letter topic; the partition's commit moves past it.
+func TestIngressDeadLettersARecordWithoutID(t *testing.T) {
+	t.Parallel()
+	c := setup(t, "")
+	db := dbtest.Setup(t, dbtest.Options{MaxConns: 4})
+	store, err := inbox.NewStore(inbox.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	topic, group := c.topic(t, "foreign", 1), c.group("foreign")
+	foreign, err := kgo.NewClient(kgo.SeedBrokers(c.brokers...))
+	require.NoError(t, err)
+	defer foreign.Close()
+	require.NoError(t, foreign.ProduceSync(t.Context(), &kgo.Record{Topic: topic, Value: []byte(`{"total":"1.00"}`)}).FirstErr())
+
+	k := c.consumer(t, kafka.ConsumerConfig{Group: group, Topics: []string{topic}, CommitInterval: time.Hour})
+	in, err := store.NewIngress(db.Pool, k, inbox.IngressConfig{Consumer: "ingest", Handler: func(context.Context, pgx.Tx, broker.Message) error {
+		t.Error("the handler must not see a message without an id")
+		return nil
+	}})
+	require.NoError(t, err)
+	require.ErrorIs(t, in.Handle(t.Context(), receive(t, k)), inbox.ErrMalformed)
+
+	q, err := store.ListQuarantined(t.Context(), db.Pool, "ingest", 10)
+	require.NoError(t, err)
+	require.Len(t, q, 1)
+	require.Equal(t, broker.Source{Topic: topic}, q[0].Source)
+	require.Equal(t, map[int32]int64{0: 1}, c.ends(t, topic+".dlq"))
+	require.NoError(t, k.Commit(t.Context()))
+	got, err := c.committed(t.Context(), group, topic)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), got[0])
 }
