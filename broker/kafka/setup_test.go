@@ -55,7 +55,7 @@ func (tg target) setup(t *testing.T) *cluster {
 }
 
 // setup returns a cluster: kfake when brokers is empty.
-func setup(t *testing.T, brokers string) *cluster {
+func setup(t testing.TB, brokers string) *cluster {
 	t.Helper()
 	c := &cluster{prefix: "llmq-test-" + suffix()}
 	if brokers == "" {
@@ -80,7 +80,7 @@ func suffix() string {
 }
 
 // topic creates a topic with a unique name and its dead-letter topic.
-func (c *cluster) topic(t *testing.T, name string, partitions int32) string {
+func (c *cluster) topic(t testing.TB, name string, partitions int32) string {
 	t.Helper()
 	topic := c.prefix + "-" + name
 	resps, err := c.adm.CreateTopics(t.Context(), partitions, 1, nil, topic, topic+".dlq")
@@ -93,7 +93,7 @@ func (c *cluster) topic(t *testing.T, name string, partitions int32) string {
 
 func (c *cluster) group(name string) string { return c.prefix + "-" + name }
 
-func (c *cluster) publisher(t *testing.T, cfg kafka.PublisherConfig) *kafka.Publisher {
+func (c *cluster) publisher(t testing.TB, cfg kafka.PublisherConfig) *kafka.Publisher {
 	t.Helper()
 	cfg.Brokers = c.brokers
 	p, err := kafka.NewPublisher(cfg)

@@ -121,3 +121,17 @@ func FuzzRecordToMessage(f *testing.F) {
 		require.Equal(t, string(msg.Body), string(back.Body))
 	})
 }
+
+// BenchmarkTracker tracks and settles 1,000 records in reverse order, the
+// worst case for the prefix: nothing is committable until the last.
+func BenchmarkTracker(b *testing.B) {
+	for b.Loop() {
+		tr := newTracker()
+		for o := range int64(1000) {
+			tr.add(o, 0)
+		}
+		for o := int64(999); o >= 0; o-- {
+			tr.done(o)
+		}
+	}
+}
