@@ -54,8 +54,10 @@ type PublisherConfig struct {
 	// so there is nothing to gain by waiting for more records first.
 	Linger time.Duration
 	// Options are appended to the client's options: TLS, SASL, a logger,
-	// a client id. Options that would undo the publisher's guarantees
-	// (acks, idempotence) are the caller's responsibility.
+	// a client id, kgo.MetadataMinAge (a retry after a leadership error
+	// waits for a metadata refresh, at most one per MetadataMinAge, 5s by
+	// default). Options that would undo the publisher's guarantees (acks,
+	// idempotence) are the caller's responsibility.
 	Options []kgo.Opt
 }
 

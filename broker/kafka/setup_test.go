@@ -27,8 +27,9 @@ type cluster struct {
 	fake    *kfake.Cluster // nil on a real cluster
 	adm     *kadm.Client
 	prefix  string
-	// sessionTimeout is the shortest group session the cluster allows:
-	// kfake's is lowered; a real broker's default minimum is 6s.
+	// sessionTimeout is the tests' group session: short on kfake (whose
+	// minimum is lowered) yet long enough for a loaded machine; a real
+	// broker's default minimum, 6s, elsewhere.
 	sessionTimeout time.Duration
 }
 
@@ -62,7 +63,7 @@ func setup(t testing.TB, brokers string) *cluster {
 		fake, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(200*time.Millisecond))
 		require.NoError(t, err)
 		t.Cleanup(fake.Close)
-		c.fake, c.brokers, c.sessionTimeout = fake, fake.ListenAddrs(), time.Second
+		c.fake, c.brokers, c.sessionTimeout = fake, fake.ListenAddrs(), 2*time.Second
 	} else {
 		c.brokers, c.sessionTimeout = strings.Split(brokers, ","), 6*time.Second
 	}
