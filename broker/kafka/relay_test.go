@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/llmq/llmq/broker"
 	"github.com/llmq/llmq/broker/kafka"
 	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/outbox"
@@ -31,22 +32,27 @@ func failProduce(c *cluster, failures int32) *atomic.Int32 {
 			return nil, nil, false // the cluster handles it
 		}
 		failed.Add(1)
-		req := r.(*kmsg.ProduceRequest)                    //nolint:errcheck,forcetypeassert // the control key is Produce
-		resp := req.ResponseKind().(*kmsg.ProduceResponse) //nolint:errcheck,forcetypeassert // a produce request's response
-		resp.Version = req.Version
-		for _, rt := range req.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, kerr.NotEnoughReplicas.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return produceError(r, kerr.NotEnoughReplicas), nil, true
 	})
 	return &failed
+}
+
+// produceError answers a produce request with err for every partition in it.
+func produceError(r kmsg.Request, err *kerr.Error) kmsg.Response {
+	req := r.(*kmsg.ProduceRequest)                    //nolint:errcheck,forcetypeassert // the control key is Produce
+	resp := req.ResponseKind().(*kmsg.ProduceResponse) //nolint:errcheck,forcetypeassert // a produce request's response
+	resp.Version = req.Version
+	for _, rt := range req.Topics {
+		st := kmsg.NewProduceResponseTopic()
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewProduceResponseTopicPartition()
+			sp.Partition, sp.ErrorCode = rp.Partition, err.Code
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
 }
 
 // The broker refuses most produce requests for a while; the publisher gives
@@ -136,4 +142,30 @@ func TestRelayRetriesInjectedProduceErrors(t *testing.T) {
 		last[m.Key] = seqOf[m.ID]
 		require.Equal(t, "invoice.changed", m.Headers[outbox.HeaderEventType])
 	}
+}
+
+// The broker refuses the first produce request outright: its records fail,
+// and the later message of a failed key is not produced at all (it would
+// otherwise land ahead of its predecessor's retry). The next call goes
+// through.
+func TestPublishFailsTheRestOfAFailedKey(t *testing.T) {
+	t.Parallel()
+	c := setup(t, "")
+	topic := c.topic(t, "chain", 1)
+	c.fake.ControlKey(kmsg.Produce.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		return produceError(r, kerr.InvalidRecord), nil, true
+	})
+	pub := c.publisher(t, kafka.PublisherConfig{})
+	msgs := []broker.Message{
+		{ID: "a1", Topic: topic, Key: "a", Body: []byte("1")},
+		{ID: "a2", Topic: topic, Key: "a", Body: []byte("2")},
+	}
+	var pe *broker.PublishError
+	require.ErrorAs(t, pub.Publish(t.Context(), msgs), &pe)
+	require.ErrorIs(t, pe.Failed[0], kerr.InvalidRecord)
+	require.ErrorIs(t, pe.Failed[1], kafka.ErrEarlierFailed)
+	require.Equal(t, map[int32]int64{0: 0}, c.ends(t, topic), "nothing was written")
+
+	require.NoError(t, pub.Publish(t.Context(), msgs))
+	require.Equal(t, map[int32]int64{0: 2}, c.ends(t, topic))
 }
