@@ -72,7 +72,12 @@
 //     handed out in offset order, which concurrent receivers then process
 //     in any order.
 //
-// Decisions where the contract is silent: redelivery after Nack is local
+// Decisions where the contract is silent: offsets are committed with
+// kgo's CommitOffsetsSync and an explicit offset per partition, not
+// CommitRecords or CommitUncommittedOffsets, which commit past the highest
+// record polled or named and so past records still pending; the commit
+// loop and the revocation callback share a lock, so a commit computed
+// before a revocation is never sent after it. Redelivery after Nack is local
 // (Kafka has no per-record requeue, and seeking back would redeliver
 // everything after it); a consumer that closes commits its settled prefix
 // and leaves the group at once, so its partitions move without waiting for
