@@ -107,7 +107,7 @@ func (c *cluster) consumer(t *testing.T, cfg kafka.ConsumerConfig) *kafka.Consum
 	t.Helper()
 	cfg.Brokers = c.brokers
 	cfg.SessionTimeout = cmpOr(cfg.SessionTimeout, c.sessionTimeout)
-	cfg.Options = append(cfg.Options, kgo.HeartbeatInterval(cfg.SessionTimeout/5))
+	cfg.Options = append(cfg.Options, kgo.HeartbeatInterval(cfg.SessionTimeout/10)) // quick rebalances
 	k, err := kafka.NewConsumer(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = k.Close() })
