@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/broker"
 	"github.com/llmq/llmq/broker/memory"
 	"github.com/llmq/llmq/internal/retry"
 	"github.com/llmq/llmq/jobs"
@@ -41,6 +42,7 @@ type benchOptions struct {
 	cpuProfile string
 	tenants    int
 	backlog    int
+	broker     string
 }
 
 const benchKind = "bench.noop"
@@ -59,12 +61,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.backlog, "backlog", 0, "drain: jobs queued up front (0: -jobs); the bench times the first -jobs of them")
 	fs.BoolVar(&o.keep, "keep", false, "keep the throwaway schema instead of dropping it")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file")
+	fs.StringVar(&o.broker, "broker", "memory", "relay: the broker published to: memory, or kafka (in-process kfake unless KAFKA_BROKERS is set)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	switch {
 	case o.mode != "drain" && o.mode != "e2e" && o.mode != "latency" && o.mode != "relay":
 		return fmt.Errorf("%w: -mode %q: use drain, e2e, latency or relay", errUsage, o.mode)
+	case o.broker != "memory" && o.broker != "kafka":
+		return fmt.Errorf("%w: -broker %q: use memory or kafka", errUsage, o.broker)
 	case o.jobs < 1 || o.workers < 1 || o.producers < 1 || o.rate <= 0 || o.tenants < 1:
 		return fmt.Errorf("%w: -jobs, -workers, -producers, -rate and -tenants must be positive", errUsage)
 	case o.backlog != 0 && o.backlog < o.jobs:
@@ -402,14 +407,29 @@ func (b *bench) relay(ctx context.Context) (float64, error) {
 		return 0, err
 	}
 	fmt.Fprintf(b.progress, "llmq bench: %d events written; relaying with %d relays\n", b.o.jobs, b.o.workers)
+	if b.o.broker == "kafka" {
+		return b.relayKafka(ctx, events)
+	}
 	mem := memory.New(memory.Config{})
 	defer func() { _ = mem.Close() }()
-	relayBatch := cmp.Or(b.o.batch, 1000)
+	elapsed, err := b.runRelays(ctx, events, mem.Publisher(), cmp.Or(b.o.batch, 1000))
+	if err != nil {
+		return 0, err
+	}
+	if n := mem.Published("bench"); n < b.o.jobs {
+		return 0, fmt.Errorf("llmq bench: the broker confirmed %d of %d events", n, b.o.jobs)
+	}
+	return elapsed, nil
+}
+
+// runRelays times -workers relays publishing the outbox's backlog through
+// pub, each claiming batch events at a time, until none is left.
+func (b *bench) runRelays(ctx context.Context, events *outbox.Store, pub broker.Publisher, batch int) (float64, error) {
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, b.o.workers)
 	for i := range b.o.workers {
-		r, err := events.NewRelay(b.pool, mem.Publisher(), outbox.RelayConfig{ID: fmt.Sprintf("bench-%d", i), BatchSize: relayBatch})
+		r, err := events.NewRelay(b.pool, pub, outbox.RelayConfig{ID: fmt.Sprintf("bench-%d", i), BatchSize: batch})
 		if err != nil {
 			return 0, err
 		}
@@ -429,13 +449,7 @@ func (b *bench) relay(ctx context.Context) (float64, error) {
 	wg.Wait()
 	elapsed := time.Since(start).Seconds()
 	close(errs)
-	if err := <-errs; err != nil {
-		return 0, err
-	}
-	if n := mem.Published("bench"); n < b.o.jobs {
-		return 0, fmt.Errorf("llmq bench: the broker confirmed %d of %d events", n, b.o.jobs)
-	}
-	return elapsed, nil
+	return elapsed, <-errs
 }
 
 func sleepUntil(ctx context.Context, at time.Time) bool {
