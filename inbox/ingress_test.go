@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -170,4 +171,86 @@ func TestIngressRetriesTransientFailures(t *testing.T) {
 	require.Equal(t, 3, md.Attempt(), "delivered a third time")
 	require.NoError(t, in.Handle(t.Context(), d))
 	require.Equal(t, 1, f.ops(t))
+}
+
+// Deliveries available together are handled in one transaction, each in
+// its own savepoint: a transient failure and a malformed message in the
+// middle of a batch leave the others committed.
+func TestIngressBatchesAndIsolatesFailures(t *testing.T) {
+	t.Parallel()
+	f := setupERP(t)
+	_, err := f.pool.Exec(t.Context(), "CREATE TABLE "+f.schema+".batch_ops (message_id text PRIMARY KEY, txid bigint NOT NULL)")
+	require.NoError(t, err)
+	var failedOnce atomic.Bool
+	handler := func(ctx context.Context, tx pgx.Tx, msg broker.Message) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO "+f.schema+".batch_ops VALUES ($1, txid_current())", msg.ID); err != nil {
+			return err
+		}
+		switch {
+		case msg.ID == "op-7":
+			return inbox.Malformed(errors.New("unusable"))
+		case msg.ID == "op-5" && failedOnce.CompareAndSwap(false, true):
+			return errors.New("ERP briefly unavailable") // after its insert: the savepoint must undo it
+		}
+		return nil
+	}
+	msgs := make([]broker.Message, 20)
+	for i := range msgs {
+		msgs[i] = broker.Message{ID: fmt.Sprintf("op-%d", i), Topic: "erp", Body: []byte(`{}`)}
+	}
+	f.publish(t, msgs...)
+	in, err := f.store.NewIngress(f.pool, f.broker.Consumer("erp"), inbox.IngressConfig{Consumer: "erp", Handler: handler, MaxBatch: 10, Linger: 50 * time.Millisecond})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+
+	count := func(q string) int {
+		var n int
+		require.NoError(t, f.pool.QueryRow(t.Context(), q).Scan(&n))
+		return n
+	}
+	require.Eventually(t, func() bool {
+		return count("SELECT count(*) FROM "+f.schema+".batch_ops") == 19
+	}, 10*time.Second, 10*time.Millisecond, "all but the malformed message committed, the transient one after its retry")
+	cancel()
+	require.NoError(t, <-done)
+	require.Less(t, count("SELECT count(DISTINCT txid) FROM "+f.schema+".batch_ops"), 10, "messages shared transactions")
+	require.Equal(t, 1, count("SELECT count(*) FROM "+f.schema+".batch_ops WHERE message_id = 'op-5'"))
+	require.Equal(t, 19, f.accepted(t))
+	require.Len(t, f.broker.DeadLetters("erp"), 1)
+	q, err := f.store.ListQuarantined(t.Context(), f.pool, "erp", 10)
+	require.NoError(t, err)
+	require.Len(t, q, 1)
+	require.Equal(t, "op-7", q[0].MessageID)
+}
+
+// Concurrent batches accept each message exactly once.
+func TestIngressConcurrentBatches(t *testing.T) {
+	t.Parallel()
+	f := setupERP(t)
+	msgs := make([]broker.Message, 300)
+	for i := range msgs {
+		msgs[i] = broker.Message{ID: fmt.Sprintf("op-%d", i), Topic: "erp", Body: []byte(`{}`)}
+	}
+	f.publish(t, msgs...)
+	in, err := f.store.NewIngress(f.pool, f.broker.Consumer("erp"), inbox.IngressConfig{Consumer: "erp", Handler: f.handler, MaxBatch: 20, Concurrency: 3})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+	require.Eventually(t, func() bool { return f.ops(t) == len(msgs) }, 20*time.Second, 10*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	require.Equal(t, int32(len(msgs)), f.calls.Load())
+}
+
+func TestIngressConfigValidation(t *testing.T) {
+	t.Parallel()
+	f := setupERP(t)
+	c := f.broker.Consumer("erp")
+	_, err := f.store.NewIngress(f.pool, c, inbox.IngressConfig{Consumer: "erp", Handler: f.handler, MaxBatch: inbox.MaxIngressBatch + 1})
+	require.ErrorContains(t, err, "MaxBatch")
+	_, err = f.store.NewIngress(f.pool, c, inbox.IngressConfig{Consumer: "erp", Handler: f.handler, Linger: -time.Second})
+	require.ErrorContains(t, err, "Linger")
 }
