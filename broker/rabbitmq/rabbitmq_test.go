@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"strconv"
@@ -84,7 +85,7 @@ func (f *fixture) conn(t *testing.T, viaProxy bool) rabbitmq.ConnConfig {
 		URL:       url,
 		Name:      t.Name(),
 		Heartbeat: time.Second,
-		Reconnect: rabbitmq.ConnConfig{}.Reconnect, // defaults
+		Logger:    slog.New(slog.NewTextHandler(t.Output(), nil)),
 	}
 }
 
