@@ -3,6 +3,7 @@ package inbox
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -201,35 +202,183 @@ func reject(reason error) verdict {
 	return verdict{settle: func(ctx context.Context, d broker.Delivery) error { return d.Reject(ctx, reason) }, err: reason}
 }
 
-// handleBatch processes batch in one transaction, each delivery in a
-// savepoint, then settles each and returns why each was not accepted.
+// handleBatch processes batch in one transaction, then settles each
+// delivery and returns why each was not accepted.
+//
+// It first tries the batch whole: one statement records every id, the
+// handlers run directly in the transaction. Only if that fails (a handler
+// or the database returned an error) is it rolled back and redone with a
+// savepoint per message, so that the failure stays with its message. A
+// handler may therefore run twice for one message, the first time in a
+// transaction that rolled back, as after any rollback and redelivery.
 func (in *Ingress) handleBatch(ctx context.Context, batch []broker.Delivery) []error {
-	verdicts := make([]verdict, len(batch))
-	err := dbsql.WithTx(ctx, in.db, func(tx pgx.Tx) error {
-		for i, d := range batch {
-			verdicts[i] = in.process(ctx, tx, d)
-		}
-		return nil
-	})
+	var verdicts []verdict
+	err := errors.New("a batch of one")
+	if len(batch) > 1 {
+		verdicts, err = in.wholeBatch(ctx, batch)
+	}
+	if err != nil && ctx.Err() == nil {
+		verdicts = make([]verdict, len(batch))
+		err = dbsql.WithTx(ctx, in.db, func(tx pgx.Tx) error {
+			for i, d := range batch {
+				verdicts[i] = in.process(ctx, tx, d)
+			}
+			return nil
+		})
+	}
+	// Settle even if ctx ended meanwhile: what committed should not be
+	// delivered again for want of an ack.
+	settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
 	errs := make([]error, len(batch))
 	for i, d := range batch {
-		v := verdicts[i]
+		var v verdict
 		if err != nil {
 			// Nothing committed: every delivery, quarantined ones included,
 			// is redelivered and processed again.
 			v = verdict{settle: nack, err: err}
+		} else {
+			v = verdicts[i]
 		}
 		// Committed: only now may the broker forget the message.
-		errs[i] = errors.Join(v.err, v.settle(ctx, d))
+		errs[i] = errors.Join(v.err, v.settle(settleCtx, d))
 	}
 	return errs
+}
+
+// wholeBatch processes batch in one transaction without savepoints, and
+// fails (rolling everything back) at the first error.
+func (in *Ingress) wholeBatch(ctx context.Context, batch []broker.Delivery) ([]verdict, error) {
+	verdicts := make([]verdict, len(batch))
+	err := dbsql.WithTx(ctx, in.db, func(tx pgx.Tx) error {
+		results, err := in.store.acceptMany(ctx, tx, in.cfg.Consumer, batch)
+		if err != nil {
+			return err
+		}
+		for i, d := range batch {
+			msg := d.Message()
+			switch r := results[i]; {
+			case msg.ID == "":
+				if _, err := in.store.Quarantine(ctx, tx, in.cfg.Consumer, msg, d.Source(), noIDReason); err != nil {
+					return err
+				}
+				verdicts[i] = reject(fmt.Errorf("%w: %s", ErrMalformed, noIDReason))
+			case r.mismatch != nil:
+				verdicts[i] = reject(r.mismatch)
+			case r.result == Duplicate:
+				verdicts[i] = verdict{settle: ack}
+			default:
+				if err := in.cfg.Handler(ctx, tx, msg); err != nil {
+					return err
+				}
+				verdicts[i] = verdict{settle: ack}
+			}
+		}
+		return nil
+	})
+	return verdicts, err
+}
+
+const (
+	noIDReason    = "the message has no id"
+	settleTimeout = 10 * time.Second
+)
+
+// accepted is acceptMany's verdict on one message.
+type accepted struct {
+	result   Result
+	mismatch error // ErrDigestMismatch, after a quarantine row was written
+}
+
+// acceptMany is Accept for a batch of deliveries in two statements (plus a
+// quarantine row per reused id). Deliveries without an id are left to the
+// caller; any other invalid id fails the whole batch.
+func (s *Store) acceptMany(ctx context.Context, tx pgx.Tx, consumer string, batch []broker.Delivery) ([]accepted, error) {
+	ids := make([]string, 0, len(batch))
+	digests := make([]string, 0, len(batch))
+	sources := make([]string, 0, len(batch))
+	for _, d := range batch {
+		msg := d.Message()
+		if msg.ID == "" {
+			continue
+		}
+		if p := validate.Text(msg.ID, true, MaxMessageIDLen); p != "" {
+			return nil, &ValidationError{Kind: ErrInvalidMessage, Field: "Message.ID", Problem: p}
+		}
+		src, err := json.Marshal(d.Source())
+		if err != nil {
+			return nil, err
+		}
+		ids, digests, sources = append(ids, msg.ID), append(digests, Digest(msg.Body)), append(sources, string(src))
+	}
+	rows, err := tx.Query(ctx, s.sql.insertMany, consumer, ids, digests, sources)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: accepting %d messages for %s: %w", len(ids), consumer, err)
+	}
+	inserted, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("inbox: accepting %d messages for %s: %w", len(ids), consumer, err)
+	}
+	// Each id's digest as recorded: by this batch (its first occurrence) or
+	// by an earlier, committed transaction.
+	recorded := make(map[string]string, len(ids))
+	isNew := make(map[string]bool, len(inserted))
+	for _, id := range inserted {
+		isNew[id] = true
+	}
+	var older []string
+	for i, id := range ids {
+		switch _, seen := recorded[id]; {
+		case seen:
+		case isNew[id]:
+			recorded[id] = digests[i]
+		default:
+			recorded[id] = ""
+			older = append(older, id)
+		}
+	}
+	if len(older) > 0 {
+		rows, err := tx.Query(ctx, s.sql.selectMany, consumer, older)
+		if err != nil {
+			return nil, fmt.Errorf("inbox: reading %d messages for %s: %w", len(older), consumer, err)
+		}
+		var id, digest string
+		_, err = pgx.ForEachRow(rows, []any{&id, &digest}, func() error {
+			recorded[id] = digest
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("inbox: reading %d messages for %s: %w", len(older), consumer, err)
+		}
+	}
+	out := make([]accepted, len(batch))
+	for i, d := range batch {
+		msg := d.Message()
+		if msg.ID == "" {
+			continue
+		}
+		existing := recorded[msg.ID]
+		switch {
+		case isNew[msg.ID]:
+			out[i].result = New
+			delete(isNew, msg.ID) // a second copy in this batch is a duplicate
+		case existing == Digest(msg.Body):
+			out[i].result = Duplicate
+		default:
+			out[i].mismatch = s.quarantineMismatch(ctx, tx, consumer, msg, d.Source(), existing)
+			if !errors.Is(out[i].mismatch, ErrDigestMismatch) {
+				return nil, out[i].mismatch
+			}
+		}
+	}
+	return out, nil
 }
 
 // process accepts and handles one delivery in a savepoint of tx.
 func (in *Ingress) process(ctx context.Context, tx pgx.Tx, d broker.Delivery) verdict {
 	msg, source := d.Message(), d.Source()
 	if msg.ID == "" {
-		return in.quarantine(ctx, tx, d, "the message has no id")
+		return in.quarantine(ctx, tx, d, noIDReason)
 	}
 	var mismatch error
 	err := dbsql.WithTx(ctx, tx, func(sp pgx.Tx) error {

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/broker"
 	"github.com/llmq/llmq/broker/memory"
 	"github.com/llmq/llmq/internal/retry"
 	"github.com/llmq/llmq/jobs"
@@ -39,6 +40,9 @@ type benchOptions struct {
 	notifyEach time.Duration
 	keep       bool
 	cpuProfile string
+	broker     string // relay, ingress: memory or rabbitmq
+	amqpURL    string
+	window     int
 }
 
 const benchKind = "bench.noop"
@@ -46,7 +50,7 @@ const benchKind = "bench.noop"
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, c := newFlagSet("bench", stderr)
 	var o benchOptions
-	fs.StringVar(&o.mode, "mode", "drain", "drain: work down a backlog enqueued up front; e2e: producers enqueue while the runner works; latency: open-loop arrivals at -rate, enqueue-to-start latency; relay: publish a backlog of -jobs outbox events to the in-memory broker with -workers relays")
+	fs.StringVar(&o.mode, "mode", "drain", "drain: work down a backlog enqueued up front; e2e: producers enqueue while the runner works; latency: open-loop arrivals at -rate, enqueue-to-start latency; relay: publish a backlog of -jobs outbox events to -broker with -workers relays; ingress: publish -jobs messages to -broker, then time an inbox ingress with -workers concurrent batches taking them all")
 	fs.IntVar(&o.jobs, "jobs", 50_000, "number of jobs")
 	fs.IntVar(&o.workers, "workers", 100, "runner concurrency (MaxWorkers of the queue)")
 	fs.IntVar(&o.producers, "producers", 16, "e2e: concurrent producers, each enqueueing one job (and its outbox event) per transaction")
@@ -55,12 +59,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&o.notifyEach, "notify-interval", 0, "jobs.Config.NotifyInterval of the producers' store (0: NOTIFY on every enqueue)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the throwaway schema instead of dropping it")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file")
+	fs.StringVar(&o.broker, "broker", "memory", "relay, ingress: memory or rabbitmq")
+	fs.StringVar(&o.amqpURL, "amqp-url", os.Getenv("AMQP_URL"), "rabbitmq: the broker (default $AMQP_URL, else amqp://guest:guest@127.0.0.1:5672/)")
+	fs.IntVar(&o.window, "window", 0, "rabbitmq: unconfirmed publishes in flight (0: the publisher's default)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	switch {
-	case o.mode != "drain" && o.mode != "e2e" && o.mode != "latency" && o.mode != "relay":
-		return fmt.Errorf("%w: -mode %q: use drain, e2e, latency or relay", errUsage, o.mode)
+	case o.mode != "drain" && o.mode != "e2e" && o.mode != "latency" && o.mode != "relay" && o.mode != "ingress":
+		return fmt.Errorf("%w: -mode %q: use drain, e2e, latency, relay or ingress", errUsage, o.mode)
+	case o.broker != "memory" && o.broker != "rabbitmq":
+		return fmt.Errorf("%w: -broker %q: use memory or rabbitmq", errUsage, o.broker)
 	case o.jobs < 1 || o.workers < 1 || o.producers < 1 || o.rate <= 0:
 		return fmt.Errorf("%w: -jobs, -workers, -producers and -rate must be positive", errUsage)
 	}
@@ -109,7 +118,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case "latency":
 		seconds, err = b.latency(ctx, stdout)
 	case "relay":
-		seconds, err = b.relay(ctx)
+		if o.broker == "rabbitmq" {
+			seconds, err = b.relayRabbitMQ(ctx, stdout)
+		} else {
+			seconds, err = b.relay(ctx)
+		}
+	case "ingress":
+		seconds, err = b.ingress(ctx)
 	}
 	if err != nil {
 		return err
@@ -353,9 +368,28 @@ func percentiles(ds []time.Duration) string {
 // relay writes -jobs outbox events up front, then times -workers relays
 // publishing them all to the in-memory broker and marking them published.
 func (b *bench) relay(ctx context.Context) (float64, error) {
-	events, err := outbox.NewStore(outbox.Config{Schema: b.schema})
+	events, err := b.writeOutboxEvents(ctx)
 	if err != nil {
 		return 0, err
+	}
+	mem := memory.New(memory.Config{})
+	defer func() { _ = mem.Close() }()
+	elapsed, err := b.runRelays(ctx, events, mem.Publisher())
+	if err != nil {
+		return 0, err
+	}
+	if n := mem.Published("bench"); n < b.o.jobs {
+		return 0, fmt.Errorf("llmq bench: the broker confirmed %d of %d events", n, b.o.jobs)
+	}
+	return elapsed, nil
+}
+
+// writeOutboxEvents writes -jobs outbox events on 1,000 keys, topic
+// "bench", and vacuums the outbox.
+func (b *bench) writeOutboxEvents(ctx context.Context) (*outbox.Store, error) {
+	events, err := outbox.NewStore(outbox.Config{Schema: b.schema})
+	if err != nil {
+		return nil, err
 	}
 	const batch = 1000
 	for done := 0; done < b.o.jobs; done += batch {
@@ -372,21 +406,25 @@ func (b *bench) relay(ctx context.Context) (float64, error) {
 			return nil
 		})
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
 	if _, err := b.pool.Exec(ctx, "VACUUM ANALYZE "+b.schema+".outbox"); err != nil {
-		return 0, err
+		return nil, err
 	}
+	return events, nil
+}
+
+// runRelays times -workers relays publishing every outbox event through
+// pub and marking it published.
+func (b *bench) runRelays(ctx context.Context, events *outbox.Store, pub broker.Publisher) (float64, error) {
 	fmt.Fprintf(b.progress, "llmq bench: %d events written; relaying with %d relays\n", b.o.jobs, b.o.workers)
-	mem := memory.New(memory.Config{})
-	defer func() { _ = mem.Close() }()
 	relayBatch := cmp.Or(b.o.batch, 1000)
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, b.o.workers)
 	for i := range b.o.workers {
-		r, err := events.NewRelay(b.pool, mem.Publisher(), outbox.RelayConfig{ID: fmt.Sprintf("bench-%d", i), BatchSize: relayBatch})
+		r, err := events.NewRelay(b.pool, pub, outbox.RelayConfig{ID: fmt.Sprintf("bench-%d", i), BatchSize: relayBatch})
 		if err != nil {
 			return 0, err
 		}
@@ -408,9 +446,6 @@ func (b *bench) relay(ctx context.Context) (float64, error) {
 	close(errs)
 	if err := <-errs; err != nil {
 		return 0, err
-	}
-	if n := mem.Published("bench"); n < b.o.jobs {
-		return 0, fmt.Errorf("llmq bench: the broker confirmed %d of %d events", n, b.o.jobs)
 	}
 	return elapsed, nil
 }

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/llmq/llmq/broker"
+	"github.com/llmq/llmq/broker/rabbitmq"
+	"github.com/llmq/llmq/outbox"
+)
+
+// rabbitBench is one bench run's own exchange and quorum queue (bound to
+// the "bench" routing key), deleted at the end.
+type rabbitBench struct {
+	url  string
+	topo rabbitmq.Topology
+	conn *amqp.Connection
+}
+
+func (b *bench) newRabbitBench() (*rabbitBench, error) {
+	url := cmp.Or(b.o.amqpURL, rabbitmq.DefaultURL)
+	name := "llmq.bench." + randomSuffix()
+	r := &rabbitBench{url: url, topo: rabbitmq.Topology{Exchange: name, Queues: []rabbitmq.Queue{{Name: name, Bindings: []string{"bench"}}}}}
+	var err error
+	if r.conn, err = amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)}); err != nil {
+		return nil, fmt.Errorf("connecting to rabbitmq: %w", err)
+	}
+	if err := r.withChannel(r.topo.Declare); err != nil {
+		_ = r.conn.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *rabbitBench) withChannel(fn func(*amqp.Channel) error) error {
+	ch, err := r.conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ch.Close() }()
+	return fn(ch)
+}
+
+func (r *rabbitBench) close(keep bool) error {
+	defer func() { _ = r.conn.Close() }()
+	if keep {
+		return nil
+	}
+	return r.withChannel(r.topo.Delete)
+}
+
+func (r *rabbitBench) queue() string { return r.topo.Queues[0].Name }
+
+// depth is the number of ready messages in the queue.
+func (r *rabbitBench) depth() (int, error) {
+	var n int
+	err := r.withChannel(func(ch *amqp.Channel) error {
+		q, err := ch.QueueDeclarePassive(r.queue(), true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
+		n = q.Messages
+		return err
+	})
+	return n, err
+}
+
+func (r *rabbitBench) purge() error {
+	return r.withChannel(func(ch *amqp.Channel) error {
+		_, err := ch.QueuePurge(r.queue(), false)
+		return err
+	})
+}
+
+func (r *rabbitBench) publisher(ctx context.Context, window int) (*rabbitmq.Publisher, error) {
+	p, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{ConnConfig: rabbitmq.ConnConfig{URL: r.url, Name: "llmq-bench"}, Exchange: r.topo.Exchange, Window: window})
+	if err != nil {
+		return nil, err
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := p.WaitConnected(waitCtx); err != nil {
+		_ = p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// benchMessages are -jobs messages shaped as the relay sends the bench's
+// outbox events: the same body, key and headers.
+func (b *bench) benchMessages() []broker.Message {
+	msgs := make([]broker.Message, b.o.jobs)
+	for i := range msgs {
+		id := uuid.NewString()
+		msgs[i] = broker.Message{
+			ID: id, Topic: "bench", Key: strconv.Itoa(i % 1000),
+			Headers: map[string]string{outbox.HeaderEventID: id, outbox.HeaderEventType: "bench.event"},
+			Body:    []byte(`{"n":` + strconv.Itoa(i) + `}`),
+		}
+	}
+	return msgs
+}
+
+// rawPublish times the broker's confirmed-publish rate without llmq: one
+// channel in confirm mode, window publishes in flight, mandatory and
+// persistent, as the Publisher sends them.
+func (r *rabbitBench) rawPublish(ctx context.Context, msgs []broker.Message, window int) (float64, error) {
+	ch, err := r.conn.Channel()
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = ch.Close() }()
+	if err := ch.Confirm(false); err != nil {
+		return 0, err
+	}
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, window))
+	returns := ch.NotifyReturn(make(chan amqp.Return, window))
+	sent, confirmed := 0, 0
+	await := func() error {
+		select {
+		case c, ok := <-confirms:
+			if !ok || !c.Ack {
+				return fmt.Errorf("raw publish: message %d was not confirmed (channel open: %t)", c.DeliveryTag, ok)
+			}
+			confirmed++
+			return nil
+		case ret := <-returns:
+			return fmt.Errorf("raw publish: message %s returned: %s", ret.MessageId, ret.ReplyText)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	start := time.Now()
+	for _, m := range msgs {
+		for sent-confirmed >= window {
+			if err := await(); err != nil {
+				return 0, err
+			}
+		}
+		headers := amqp.Table{rabbitmq.HeaderKey: m.Key}
+		for k, v := range m.Headers {
+			headers[k] = v
+		}
+		err := ch.PublishWithContext(ctx, r.topo.Exchange, m.Topic, true, false, amqp.Publishing{
+			Headers: headers, DeliveryMode: amqp.Persistent, MessageId: m.ID, Timestamp: time.Now(), Body: m.Body,
+		})
+		if err != nil {
+			return 0, err
+		}
+		sent++
+	}
+	for confirmed < sent {
+		if err := await(); err != nil {
+			return 0, err
+		}
+	}
+	return time.Since(start).Seconds(), nil
+}
+
+// relayRabbitMQ measures, in one run, the broker's raw confirmed-publish
+// rate for -jobs messages and then -workers relays publishing -jobs outbox
+// events of the same shape through the rabbitmq Publisher, with the same
+// window, and prints both and their ratio.
+func (b *bench) relayRabbitMQ(ctx context.Context, stdout io.Writer) (float64, error) {
+	r, err := b.newRabbitBench()
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if err := r.close(b.o.keep); err != nil {
+			fmt.Fprintf(b.progress, "llmq bench: deleting %s: %v\n", r.queue(), err)
+		}
+	}()
+	window := cmp.Or(b.o.window, rabbitmq.DefaultWindow)
+	events, err := b.writeOutboxEvents(ctx)
+	if err != nil {
+		return 0, err
+	}
+	fmt.Fprintf(b.progress, "llmq bench: raw confirmed publishing of %d messages, window %d\n", b.o.jobs, window)
+	raw, err := r.rawPublish(ctx, b.benchMessages(), window)
+	if err != nil {
+		return 0, err
+	}
+	if err := r.purge(); err != nil {
+		return 0, err
+	}
+	pub, err := r.publisher(ctx, window)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = pub.Close() }()
+	elapsed, err := b.runRelays(ctx, events, pub)
+	if err != nil {
+		return 0, err
+	}
+	var unpublished int
+	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.schema+".outbox WHERE published_at IS NULL").Scan(&unpublished); err != nil {
+		return 0, err
+	}
+	depth, err := r.depth()
+	switch {
+	case err != nil:
+		return 0, err
+	case unpublished > 0:
+		return 0, fmt.Errorf("llmq bench: %d events were not confirmed by the broker", unpublished)
+	case depth < b.o.jobs:
+		return 0, fmt.Errorf("llmq bench: the queue holds %d of %d events", depth, b.o.jobs)
+	}
+	rawRate, relayRate := float64(b.o.jobs)/raw, float64(b.o.jobs)/elapsed
+	fmt.Fprintf(stdout, "llmq relay broker=rabbitmq window=%d raw_confirmed_per_s=%.0f relay_per_s=%.0f relay_to_raw=%.2f\n", window, rawRate, relayRate, relayRate/rawRate)
+	return elapsed, nil
+}
