@@ -375,3 +375,87 @@ func TestConfigValidation(t *testing.T) {
 	require.ErrorIs(t, err, rabbitmq.ErrInvalidConfig)
 	require.ErrorContains(t, err, "DeliveryLimit")
 }
+
+// A quorum queue with a delivery limit dead-letters a message that keeps
+// failing instead of redelivering it forever.
+func TestDeliveryLimitDeadLetters(t *testing.T) {
+	t.Parallel()
+	f := setup(t, rabbitmq.Queue{Bindings: []string{"orders.#"}, DeliveryLimit: 1})
+	p := f.publisher(t, false)
+	require.NoError(t, p.Publish(t.Context(), []broker.Message{msg(1)}))
+	c := f.consumer(t, false)
+	deliveries := 0
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		d, err := c.Receive(ctx)
+		cancel()
+		if err != nil {
+			break // no more deliveries: dead-lettered
+		}
+		deliveries++
+		require.LessOrEqual(t, deliveries, 3)
+		require.NoError(t, d.Nack(t.Context()))
+	}
+	dead, ok := f.getDeadLetter(t)
+	require.True(t, ok)
+	require.Equal(t, "ev-1", dead.MessageId)
+	deaths, ok := dead.Headers["x-death"].([]any)
+	require.True(t, ok)
+	death, ok := deaths[0].(amqp.Table)
+	require.True(t, ok)
+	require.Equal(t, "delivery_limit", death["reason"])
+}
+
+// Classic queues are an option; their dead-lettering works the same way
+// (at most once).
+func TestClassicQueueRejectDeadLetters(t *testing.T) {
+	t.Parallel()
+	f := setup(t, rabbitmq.Queue{Bindings: []string{"orders.#"}, Type: rabbitmq.Classic})
+	p := f.publisher(t, false)
+	require.NoError(t, p.Publish(t.Context(), []broker.Message{msg(1)}))
+	c := f.consumer(t, false)
+	require.NoError(t, receive(t, c).Reject(t.Context(), errors.New("bad")))
+	require.Eventually(t, func() bool {
+		d, ok := f.getDeadLetter(t)
+		return ok && d.MessageId == "ev-1"
+	}, 10*time.Second, 20*time.Millisecond)
+}
+
+// Concurrent Receive calls share the deliveries: each message goes to one.
+func TestConcurrentReceive(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	p := f.publisher(t, false)
+	msgs := make([]broker.Message, 200)
+	for i := range msgs {
+		msgs[i] = msg(i)
+	}
+	require.NoError(t, p.Publish(t.Context(), msgs))
+	c := f.consumer(t, false)
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+				d, err := c.Receive(ctx)
+				cancel()
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				seen[d.Message().ID]++
+				mu.Unlock()
+				if err := d.Ack(t.Context()); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Len(t, seen, len(msgs))
+	for id, n := range seen {
+		require.Equal(t, 1, n, id)
+	}
+}
