@@ -342,13 +342,15 @@ func (s *Store) acceptMany(ctx context.Context, tx pgx.Tx, consumer string, batc
 		if err != nil {
 			return nil, fmt.Errorf("inbox: reading %d messages for %s: %w", len(older), consumer, err)
 		}
-		var id, digest string
-		_, err = pgx.ForEachRow(rows, []any{&id, &digest}, func() error {
-			recorded[id] = digest
-			return nil
+		found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) ([2]string, error) {
+			var r [2]string
+			return r, row.Scan(&r[0], &r[1])
 		})
 		if err != nil {
 			return nil, fmt.Errorf("inbox: reading %d messages for %s: %w", len(older), consumer, err)
+		}
+		for _, r := range found {
+			recorded[r[0]] = r[1]
 		}
 	}
 	out := make([]accepted, len(batch))

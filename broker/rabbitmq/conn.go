@@ -215,7 +215,7 @@ func (s *supervisor) connectOnce() error {
 	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
 	defer func() {
 		go func() {
-			for range blocked { //nolint:revive // draining until the library closes it
+			for range blocked { // drained until the library closes it
 			}
 		}()
 	}()

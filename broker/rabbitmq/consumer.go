@@ -166,7 +166,8 @@ func (c *Consumer) openSession(conn *amqp.Connection) (session, error) {
 	s := &consSession{ch: ch, deadCh: make(chan struct{})}
 	go func() {
 		select {
-		case <-closed:
+		case e := <-closed:
+			c.cfg.Logger.Debug("llmq: rabbitmq consuming channel closed", "queue", c.cfg.Queue, "err", e)
 			s.kill()
 		case <-s.deadCh:
 		}

@@ -122,7 +122,8 @@ func TestRelayAndIngressSurviveSeveredConnections(t *testing.T) {
 	defer cancel()
 	relayDone, ingressDone := make(chan error, 1), make(chan error, 1)
 	go func() { relayDone <- relay.Run(ctx) }()
-	go func() { ingressDone <- p.ingress(t, consumer).Run(ctx) }()
+	in := p.ingress(t, consumer)
+	go func() { ingressDone <- in.Run(ctx) }()
 
 	for i := 1; i <= 5; i++ {
 		require.Eventually(t, func() bool {

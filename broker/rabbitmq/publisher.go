@@ -139,7 +139,10 @@ func (p *Publisher) Publish(ctx context.Context, msgs []broker.Message) error {
 	if err != nil {
 		return err
 	}
-	sess := s.(*pubSession)
+	sess, ok := s.(*pubSession)
+	if !ok {
+		return fmt.Errorf("rabbitmq: unexpected session %T", s)
+	}
 	call := newPublishCall(len(msgs))
 sending:
 	for i, m := range msgs {
@@ -317,7 +320,7 @@ func (s *pubSession) close(cause error) {
 func (s *pubSession) err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return cmp.Or(s.cause, error(ErrConnectionLost))
+	return cmp.Or(s.cause, ErrConnectionLost)
 }
 
 // send publishes one message holding a window slot, which settle (or a
@@ -419,7 +422,7 @@ func (s *pubSession) confirm(c amqp.Confirmation) {
 
 // failPending fails what the closed channel never confirmed.
 func (s *pubSession) failPending() {
-	cause := error(ErrConnectionLost)
+	cause := ErrConnectionLost
 	select {
 	case e, ok := <-s.chClosed:
 		if ok && e != nil {
