@@ -200,6 +200,12 @@ func (s *supervisor) run() {
 	}
 }
 
+// closeConn closes conn, waiting for the broker's answer at most
+// DialTimeout.
+func (s *supervisor) closeConn(conn *amqp.Connection) {
+	_ = conn.CloseDeadline(time.Now().Add(s.cfg.DialTimeout))
+}
+
 // connectOnce dials, sets up a session and serves it until the connection
 // or session dies or the supervisor stops. It returns nil after a clean
 // stop or a connection that worked for a while (redial at once).
@@ -221,14 +227,14 @@ func (s *supervisor) connectOnce() error {
 	}()
 	if s.cfg.Topology != nil {
 		if err := s.cfg.Topology.declareOn(conn); err != nil {
-			_ = conn.Close()
+			s.closeConn(conn)
 			s.set(func() { s.lastErr = err })
 			return err
 		}
 	}
 	sess, err := s.setup(conn)
 	if err != nil {
-		_ = conn.Close()
+		s.closeConn(conn)
 		s.set(func() { s.lastErr = err })
 		return err
 	}
@@ -261,8 +267,10 @@ func (s *supervisor) connectOnce() error {
 		}
 	}
 	s.set(func() { s.cur, s.blocked, s.lastErr = nil, "", cause })
+	// The connection first, within a deadline: closing its channels then
+	// cannot wait on a peer that stopped answering.
+	s.closeConn(conn)
 	sess.close(fmt.Errorf("%w: %w", ErrConnectionLost, cause))
-	_ = conn.Close()
 	select {
 	case <-s.stop:
 		return nil
