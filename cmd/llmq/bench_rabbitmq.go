@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -180,19 +181,26 @@ func (b *bench) relayRabbitMQ(ctx context.Context, stdout io.Writer) (float64, e
 	if err != nil {
 		return 0, err
 	}
-	fmt.Fprintf(b.progress, "llmq bench: raw confirmed publishing of %d messages, window %d\n", b.o.jobs, window)
-	raw, err := r.rawPublish(ctx, b.benchMessages(), window)
+	// The machine's load moves the broker's rate during a run: measure the
+	// raw rate before and after the relay and compare with their mean.
+	rawRate := func() (float64, error) {
+		fmt.Fprintf(b.progress, "llmq bench: raw confirmed publishing of %d messages, window %d\n", b.o.jobs, window)
+		seconds, err := r.rawPublish(ctx, b.benchMessages(), window)
+		if err != nil {
+			return 0, err
+		}
+		return float64(b.o.jobs) / seconds, r.purge()
+	}
+	rawBefore, err := rawRate()
 	if err != nil {
 		return 0, err
 	}
-	if err := r.purge(); err != nil {
-		return 0, err
-	}
-	pub, err := r.publisher(ctx, window)
+	p, err := r.publisher(ctx, window)
 	if err != nil {
 		return 0, err
 	}
-	defer func() { _ = pub.Close() }()
+	defer func() { _ = p.Close() }()
+	pub := &timedPublisher{Publisher: p}
 	elapsed, err := b.runRelays(ctx, events, pub)
 	if err != nil {
 		return 0, err
@@ -210,7 +218,27 @@ func (b *bench) relayRabbitMQ(ctx context.Context, stdout io.Writer) (float64, e
 	case depth < b.o.jobs:
 		return 0, fmt.Errorf("llmq bench: the queue holds %d of %d events", depth, b.o.jobs)
 	}
-	rawRate, relayRate := float64(b.o.jobs)/raw, float64(b.o.jobs)/elapsed
-	fmt.Fprintf(stdout, "llmq relay broker=rabbitmq window=%d raw_confirmed_per_s=%.0f relay_per_s=%.0f relay_to_raw=%.2f\n", window, rawRate, relayRate, relayRate/rawRate)
+	if err := r.purge(); err != nil {
+		return 0, err
+	}
+	rawAfter, err := rawRate()
+	if err != nil {
+		return 0, err
+	}
+	raw, relayRate := (rawBefore+rawAfter)/2, float64(b.o.jobs)/elapsed
+	fmt.Fprintf(stdout, "llmq relay broker=rabbitmq window=%d relays=%d raw_confirmed_per_s=%.0f (before %.0f, after %.0f) relay_per_s=%.0f relay_to_raw=%.2f publish_share=%.2f\n",
+		window, b.o.workers, raw, rawBefore, rawAfter, relayRate, relayRate/raw, time.Duration(pub.busy.Load()).Seconds()/float64(b.o.workers)/elapsed)
 	return elapsed, nil
+}
+
+// timedPublisher sums the time relays spend inside Publish.
+type timedPublisher struct {
+	broker.Publisher
+	busy atomic.Int64 // a time.Duration
+}
+
+func (p *timedPublisher) Publish(ctx context.Context, msgs []broker.Message) error {
+	start := time.Now()
+	defer func() { p.busy.Add(int64(time.Since(start))) }()
+	return p.Publisher.Publish(ctx, msgs)
 }
