@@ -185,6 +185,9 @@ func toPublishing(m broker.Message) (amqp.Publishing, error) {
 		if p := validate.Text(k, true, maxNameLen); p != "" {
 			return amqp.Publishing{}, fail("Message.Headers key", p)
 		}
+		if k == HeaderKey {
+			return amqp.Publishing{}, fail("Message.Headers", "must not use "+HeaderKey+", which carries Message.Key")
+		}
 		headers[k] = v
 	}
 	if m.Key != "" {
