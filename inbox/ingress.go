@@ -212,12 +212,15 @@ func reject(reason error) verdict {
 // handler may therefore run twice for one message, the first time in a
 // transaction that rolled back, as after any rollback and redelivery.
 func (in *Ingress) handleBatch(ctx context.Context, batch []broker.Delivery) []error {
-	var verdicts []verdict
-	err := errors.New("a batch of one")
-	if len(batch) > 1 {
+	var (
+		verdicts []verdict
+		err      error
+	)
+	whole := len(batch) > 1
+	if whole {
 		verdicts, err = in.wholeBatch(ctx, batch)
 	}
-	if err != nil && ctx.Err() == nil {
+	if !whole || err != nil && ctx.Err() == nil {
 		verdicts = make([]verdict, len(batch))
 		err = dbsql.WithTx(ctx, in.db, func(tx pgx.Tx) error {
 			for i, d := range batch {

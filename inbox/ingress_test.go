@@ -265,3 +265,48 @@ func TestIngressConfigValidation(t *testing.T) {
 	_, err = f.store.NewIngress(f.pool, c, inbox.IngressConfig{Consumer: "erp", Handler: f.handler, Linger: -time.Second})
 	require.ErrorContains(t, err, "Linger")
 }
+
+// A batch whose commit fails is nacked whole, quarantined messages
+// included, and processed again from scratch.
+func TestIngressFailedCommitNacksTheBatch(t *testing.T) {
+	t.Parallel()
+	f := setupERP(t)
+	// A deferred constraint fails at COMMIT, after every handler succeeded.
+	_, err := f.pool.Exec(t.Context(), "CREATE TABLE "+f.schema+".parent (id int PRIMARY KEY); "+
+		"CREATE TABLE "+f.schema+".child (parent int REFERENCES "+f.schema+".parent DEFERRABLE INITIALLY DEFERRED)")
+	require.NoError(t, err)
+	var broken atomic.Bool
+	broken.Store(true)
+	handler := func(ctx context.Context, tx pgx.Tx, msg broker.Message) error {
+		if msg.ID == "op-0" && broken.CompareAndSwap(true, false) {
+			if _, err := tx.Exec(ctx, "INSERT INTO "+f.schema+".child VALUES (1)"); err != nil {
+				return err
+			}
+		}
+		return f.handler(ctx, tx, msg)
+	}
+	_, err = f.store.Accept(t.Context(), f.pool, "erp", broker.Message{ID: "reused", Body: []byte(`{}`)}, broker.Source{})
+	require.NoError(t, err)
+	f.publish(t,
+		broker.Message{ID: "op-0", Topic: "erp", Body: []byte(`{}`)},
+		broker.Message{ID: "op-1", Topic: "erp", Body: []byte(`{}`)},
+		broker.Message{ID: "reused", Topic: "erp", Body: []byte(`{"other":1}`)},
+	)
+	c := f.broker.Consumer("erp")
+	in, err := f.store.NewIngress(f.pool, c, inbox.IngressConfig{Consumer: "erp", Handler: handler, MaxBatch: 3, Linger: time.Second})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+	require.Eventually(t, func() bool {
+		return f.ops(t) == 2 && len(f.broker.DeadLetters("erp")) == 1
+	}, 10*time.Second, 10*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	require.Equal(t, int32(4), f.calls.Load(), "op-0 and op-1 were handled twice: the first commit failed")
+	require.Equal(t, 3, f.accepted(t))
+	q, err := f.store.ListQuarantined(t.Context(), f.pool, "erp", 10)
+	require.NoError(t, err)
+	require.Len(t, q, 1, "the quarantine row of the failed commit rolled back; the retry wrote one")
+	require.Equal(t, "reused", q[0].MessageID)
+}
