@@ -368,7 +368,7 @@ func percentiles(ds []time.Duration) string {
 // relay writes -jobs outbox events up front, then times -workers relays
 // publishing them all to the in-memory broker and marking them published.
 func (b *bench) relay(ctx context.Context) (float64, error) {
-	events, err := b.writeOutboxEvents(ctx)
+	events, err := b.writeOutboxEvents(ctx, b.o.jobs)
 	if err != nil {
 		return 0, err
 	}
@@ -384,17 +384,17 @@ func (b *bench) relay(ctx context.Context) (float64, error) {
 	return elapsed, nil
 }
 
-// writeOutboxEvents writes -jobs outbox events on 1,000 keys, topic
-// "bench", and vacuums the outbox.
-func (b *bench) writeOutboxEvents(ctx context.Context) (*outbox.Store, error) {
+// writeOutboxEvents writes n outbox events on 1,000 keys, topic "bench",
+// and vacuums the outbox.
+func (b *bench) writeOutboxEvents(ctx context.Context, n int) (*outbox.Store, error) {
 	events, err := outbox.NewStore(outbox.Config{Schema: b.schema})
 	if err != nil {
 		return nil, err
 	}
 	const batch = 1000
-	for done := 0; done < b.o.jobs; done += batch {
+	for done := 0; done < n; done += batch {
 		err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-			for i := done; i < min(done+batch, b.o.jobs); i++ {
+			for i := done; i < min(done+batch, n); i++ {
 				_, err := events.Write(ctx, tx, outbox.Event{
 					Topic: "bench", Key: strconv.Itoa(i % 1000), Type: "bench.event",
 					Payload: json.RawMessage(`{"n":` + strconv.Itoa(i) + `}`),
@@ -418,7 +418,7 @@ func (b *bench) writeOutboxEvents(ctx context.Context) (*outbox.Store, error) {
 // runRelays times -workers relays publishing every outbox event through
 // pub and marking it published.
 func (b *bench) runRelays(ctx context.Context, events *outbox.Store, pub broker.Publisher) (float64, error) {
-	fmt.Fprintf(b.progress, "llmq bench: %d events written; relaying with %d relays\n", b.o.jobs, b.o.workers)
+	fmt.Fprintf(b.progress, "llmq bench: events written; relaying with %d relays\n", b.o.workers)
 	relayBatch := cmp.Or(b.o.batch, 1000)
 	start := time.Now()
 	var wg sync.WaitGroup

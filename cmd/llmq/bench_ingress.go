@@ -60,7 +60,7 @@ func (b *bench) ingress(ctx context.Context) (float64, error) {
 		defer func() { _ = mem.Close() }()
 		pub, cons = mem.Publisher(), mem.Consumer("bench")
 	}
-	msgs := b.benchMessages()
+	msgs := b.benchMessages(b.o.jobs)
 	for start := 0; start < len(msgs); start += 1000 {
 		if err := pub.Publish(ctx, msgs[start:min(start+1000, len(msgs))]); err != nil {
 			return 0, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -91,10 +92,10 @@ func (r *rabbitBench) publisher(ctx context.Context, window int) (*rabbitmq.Publ
 	return p, nil
 }
 
-// benchMessages are -jobs messages shaped as the relay sends the bench's
+// benchMessages are n messages shaped as the relay sends the bench's
 // outbox events: the same body, key and headers.
-func (b *bench) benchMessages() []broker.Message {
-	msgs := make([]broker.Message, b.o.jobs)
+func (b *bench) benchMessages(n int) []broker.Message {
+	msgs := make([]broker.Message, n)
 	for i := range msgs {
 		id := uuid.NewString()
 		msgs[i] = broker.Message{
@@ -162,10 +163,16 @@ func (r *rabbitBench) rawPublish(ctx context.Context, msgs []broker.Message, win
 	return time.Since(start).Seconds(), nil
 }
 
+// relayRounds splits a relay run into rounds, each measuring the raw rate
+// and then the relay on its share of -jobs: the machine's load moves the
+// broker's rate during a run, and interleaving exposes both measurements to
+// the same load.
+const relayRounds = 4
+
 // relayRabbitMQ measures, in one run, the broker's raw confirmed-publish
-// rate for -jobs messages and then -workers relays publishing -jobs outbox
-// events of the same shape through the rabbitmq Publisher, with the same
-// window, and prints both and their ratio.
+// rate and the rate of -workers relays publishing outbox events of the same
+// shape through the rabbitmq Publisher, with the same window, in
+// relayRounds interleaved rounds, and prints both and their ratio.
 func (b *bench) relayRabbitMQ(ctx context.Context, stdout io.Writer) (float64, error) {
 	r, err := b.newRabbitBench()
 	if err != nil {
@@ -177,58 +184,65 @@ func (b *bench) relayRabbitMQ(ctx context.Context, stdout io.Writer) (float64, e
 		}
 	}()
 	window := cmp.Or(b.o.window, rabbitmq.DefaultWindow)
-	events, err := b.writeOutboxEvents(ctx)
-	if err != nil {
-		return 0, err
-	}
-	// The machine's load moves the broker's rate during a run: measure the
-	// raw rate before and after the relay and compare with their mean.
-	rawRate := func() (float64, error) {
-		fmt.Fprintf(b.progress, "llmq bench: raw confirmed publishing of %d messages, window %d\n", b.o.jobs, window)
-		seconds, err := r.rawPublish(ctx, b.benchMessages(), window)
-		if err != nil {
-			return 0, err
-		}
-		return float64(b.o.jobs) / seconds, r.purge()
-	}
-	rawBefore, err := rawRate()
-	if err != nil {
-		return 0, err
-	}
 	p, err := r.publisher(ctx, window)
 	if err != nil {
 		return 0, err
 	}
 	defer func() { _ = p.Close() }()
 	pub := &timedPublisher{Publisher: p}
-	elapsed, err := b.runRelays(ctx, events, pub)
-	if err != nil {
-		return 0, err
+	var rawSeconds, relaySeconds float64
+	rounds := min(relayRounds, b.o.jobs)
+	ratios := make([]string, 0, rounds)
+	for round := range rounds {
+		n := b.o.jobs / rounds
+		if round == rounds-1 {
+			n = b.o.jobs - round*n
+		}
+		events, err := b.writeOutboxEvents(ctx, n)
+		if err != nil {
+			return 0, err
+		}
+		fmt.Fprintf(b.progress, "llmq bench: round %d: raw confirmed publishing of %d messages, window %d\n", round+1, n, window)
+		raw, err := r.rawPublish(ctx, b.benchMessages(n), window)
+		if err != nil {
+			return 0, err
+		}
+		if err := r.purge(); err != nil {
+			return 0, err
+		}
+		relay, err := b.runRelays(ctx, events, pub)
+		if err != nil {
+			return 0, err
+		}
+		if err := r.checkRelayed(ctx, b, n); err != nil {
+			return 0, err
+		}
+		rawSeconds, relaySeconds = rawSeconds+raw, relaySeconds+relay
+		ratios = append(ratios, fmt.Sprintf("%.2f", raw/relay))
 	}
+	raw, relay := float64(b.o.jobs)/rawSeconds, float64(b.o.jobs)/relaySeconds
+	fmt.Fprintf(stdout, "llmq relay broker=rabbitmq window=%d relays=%d raw_confirmed_per_s=%.0f relay_per_s=%.0f relay_to_raw=%.2f (rounds %s) publish_share=%.2f\n",
+		window, b.o.workers, raw, relay, relay/raw, strings.Join(ratios, " "), time.Duration(pub.busy.Load()).Seconds()/float64(b.o.workers)/relaySeconds)
+	return relaySeconds, nil
+}
+
+// checkRelayed checks that the relay marked every event published and the
+// queue holds the n it received, then empties it.
+func (r *rabbitBench) checkRelayed(ctx context.Context, b *bench, n int) error {
 	var unpublished int
 	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.schema+".outbox WHERE published_at IS NULL").Scan(&unpublished); err != nil {
-		return 0, err
+		return err
 	}
 	depth, err := r.depth()
 	switch {
 	case err != nil:
-		return 0, err
+		return err
 	case unpublished > 0:
-		return 0, fmt.Errorf("llmq bench: %d events were not confirmed by the broker", unpublished)
-	case depth < b.o.jobs:
-		return 0, fmt.Errorf("llmq bench: the queue holds %d of %d events", depth, b.o.jobs)
+		return fmt.Errorf("llmq bench: %d events were not confirmed by the broker", unpublished)
+	case depth < n:
+		return fmt.Errorf("llmq bench: the queue holds %d of %d events", depth, n)
 	}
-	if err := r.purge(); err != nil {
-		return 0, err
-	}
-	rawAfter, err := rawRate()
-	if err != nil {
-		return 0, err
-	}
-	raw, relayRate := (rawBefore+rawAfter)/2, float64(b.o.jobs)/elapsed
-	fmt.Fprintf(stdout, "llmq relay broker=rabbitmq window=%d relays=%d raw_confirmed_per_s=%.0f (before %.0f, after %.0f) relay_per_s=%.0f relay_to_raw=%.2f publish_share=%.2f\n",
-		window, b.o.workers, raw, rawBefore, rawAfter, relayRate, relayRate/raw, time.Duration(pub.busy.Load()).Seconds()/float64(b.o.workers)/elapsed)
-	return elapsed, nil
+	return r.purge()
 }
 
 // timedPublisher sums the time relays spend inside Publish.

@@ -212,7 +212,7 @@ func TestBenchModes(t *testing.T) {
 			require.Contains(t, out, "enqueue_to_start p50=")
 		}
 		if args[1] == "relay" && slices.Contains(args, "rabbitmq") {
-			require.Regexp(t, `raw_confirmed_per_s=\d+ .* relay_per_s=\d+ relay_to_raw=[0-9.]+`, out)
+			require.Regexp(t, `raw_confirmed_per_s=\d+ relay_per_s=\d+ relay_to_raw=[0-9.]+ \(rounds [0-9. ]+\)`, out)
 		}
 	}
 	require.Equal(t, before, countSchemas(), "throwaway schemas are dropped")
