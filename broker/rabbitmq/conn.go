@@ -112,6 +112,9 @@ type session interface {
 type supervisor struct {
 	cfg   ConnConfig
 	setup func(*amqp.Connection) (session, error)
+	// publishes says a blocked connection is unusable: the broker blocks
+	// only connections that publish, and a consumer's goes on acking.
+	publishes bool
 
 	mu      sync.Mutex
 	cur     session // nil while disconnected
@@ -123,9 +126,9 @@ type supervisor struct {
 	done chan struct{}
 }
 
-func newSupervisor(cfg ConnConfig, setup func(*amqp.Connection) (session, error)) *supervisor {
+func newSupervisor(cfg ConnConfig, publishes bool, setup func(*amqp.Connection) (session, error)) *supervisor {
 	s := &supervisor{
-		cfg: cfg, setup: setup,
+		cfg: cfg, setup: setup, publishes: publishes,
 		lastErr: errors.New("not connected yet"),
 		changed: make(chan struct{}),
 		stop:    make(chan struct{}), done: make(chan struct{}),
@@ -141,7 +144,7 @@ func (s *supervisor) current() (session, error) {
 	switch {
 	case s.cur == nil:
 		return nil, fmt.Errorf("%w: %w", ErrNotConnected, s.lastErr)
-	case s.blocked != "":
+	case s.blocked != "" && s.publishes:
 		return nil, fmt.Errorf("%w: %s", ErrBlocked, s.blocked)
 	}
 	return s.cur, nil

@@ -77,7 +77,7 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 	cfg.Prefetch = cmp.Or(cfg.Prefetch, DefaultPrefetch)
 	cfg.RequeueDelay = cmp.Or(cfg.RequeueDelay, DefaultRequeueDelay)
 	c := &Consumer{cfg: cfg, out: make(chan *Delivery), closing: make(chan struct{}), timers: map[*time.Timer]struct{}{}}
-	c.sup = newSupervisor(cfg.ConnConfig, c.openSession)
+	c.sup = newSupervisor(cfg.ConnConfig, false, c.openSession)
 	return c, nil
 }
 

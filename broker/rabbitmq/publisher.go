@@ -85,7 +85,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	cfg.Window = cmp.Or(cfg.Window, DefaultWindow)
 	cfg.PublishTimeout = cmp.Or(cfg.PublishTimeout, DefaultPublishTimeout)
 	p := &Publisher{cfg: cfg, window: make(chan struct{}, cfg.Window)}
-	p.sup = newSupervisor(cfg.ConnConfig, p.openSession)
+	p.sup = newSupervisor(cfg.ConnConfig, true, p.openSession)
 	return p, nil
 }
 
