@@ -1,15 +1,19 @@
 package rabbitmq_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -145,15 +149,18 @@ func msg(i int) broker.Message {
 }
 
 // proxy is a TCP proxy to the broker that the test can cut: Sever drops
-// every connection through it, and while down it refuses new ones. Only
-// this test's connections pass through it.
+// every connection through it, and while down it refuses new ones. It
+// forwards the broker's side frame by frame, so that Inject can slip a
+// frame of the broker's protocol in between. Only this test's connections
+// pass through it.
 type proxy struct {
 	ln     net.Listener
 	target string
 
-	mu    sync.Mutex
-	down  bool
-	conns map[net.Conn]struct{}
+	mu      sync.Mutex
+	down    bool
+	conns   map[net.Conn]struct{}
+	clients map[net.Conn]*sync.Mutex // guards writes to each client
 }
 
 func newProxy(t *testing.T) *proxy {
@@ -162,7 +169,7 @@ func newProxy(t *testing.T) *proxy {
 	require.NoError(t, err)
 	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &proxy{ln: ln, target: net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port)), conns: map[net.Conn]struct{}{}}
+	p := &proxy{ln: ln, target: net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port)), conns: map[net.Conn]struct{}{}, clients: map[net.Conn]*sync.Mutex{}}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -204,20 +211,62 @@ func (p *proxy) serve() {
 			_ = client.Close()
 			continue
 		}
+		writeMu := &sync.Mutex{}
 		p.mu.Lock()
 		p.conns[client], p.conns[server] = struct{}{}, struct{}{}
+		p.clients[client] = writeMu
 		p.mu.Unlock()
-		pipe := func(dst, src net.Conn) {
-			_, _ = io.Copy(dst, src)
+		pipe := func(dst, src net.Conn, copyFn func() error) {
+			_ = copyFn()
 			_ = dst.Close()
 			_ = src.Close()
 			p.mu.Lock()
 			delete(p.conns, dst)
 			delete(p.conns, src)
+			delete(p.clients, client)
 			p.mu.Unlock()
 		}
-		go pipe(server, client)
-		go pipe(client, server)
+		go pipe(server, client, func() error { _, err := io.Copy(server, client); return err })
+		go pipe(client, server, func() error { return copyFrames(client, server, writeMu) })
+	}
+}
+
+// copyFrames forwards AMQP frames (type, channel, size, payload, end byte)
+// whole, each under mu.
+func copyFrames(dst io.Writer, src io.Reader, mu *sync.Mutex) error {
+	r := bufio.NewReader(src)
+	header := make([]byte, 7)
+	for {
+		if _, err := io.ReadFull(r, header); err != nil {
+			return err
+		}
+		rest := make([]byte, binary.BigEndian.Uint32(header[3:])+1)
+		if _, err := io.ReadFull(r, rest); err != nil {
+			return err
+		}
+		mu.Lock()
+		_, err := dst.Write(append(slices.Clone(header), rest...))
+		mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// Inject sends an AMQP method frame on channel 0 to every client, as if
+// the broker had sent it: class 10 (connection), the given method and
+// arguments.
+func (p *proxy) Inject(method uint16, args []byte) {
+	payload := binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint16(nil, 10), method)
+	payload = append(payload, args...)
+	frame := append([]byte{1, 0, 0}, binary.BigEndian.AppendUint32(nil, uint32(len(payload)))...)
+	frame = append(append(frame, payload...), 0xCE)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c, mu := range p.clients {
+		mu.Lock()
+		_, _ = c.Write(frame)
+		mu.Unlock()
 	}
 }
 
@@ -359,6 +408,28 @@ func TestAckAfterConnectionLossFailsAndRedelivers(t *testing.T) {
 	require.Equal(t, "ev-1", again.Message().ID)
 	require.ErrorIs(t, d.Ack(t.Context()), rabbitmq.ErrConnectionLost)
 	require.NoError(t, again.Ack(t.Context()))
+}
+
+// While the broker blocks the connection (a resource alarm, here a
+// connection.blocked frame slipped in by the proxy), Publish fails at once
+// with ErrBlocked; once unblocked, it publishes again.
+func TestBlockedConnectionFailsPublishFast(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	p := f.publisher(t, true)
+	const blocked, unblocked = 60, 61
+	reason := "low on memory"
+	f.proxy.Inject(blocked, append([]byte{byte(len(reason))}, reason...))
+	require.Eventually(t, func() bool {
+		start := time.Now()
+		err := p.Publish(t.Context(), []broker.Message{msg(1)})
+		return errors.Is(err, rabbitmq.ErrBlocked) && strings.Contains(err.Error(), reason) && time.Since(start) < 100*time.Millisecond
+	}, 10*time.Second, 10*time.Millisecond)
+
+	f.proxy.Inject(unblocked, nil)
+	require.Eventually(t, func() bool {
+		return p.Publish(t.Context(), []broker.Message{msg(1)}) == nil
+	}, 10*time.Second, 10*time.Millisecond)
 }
 
 func TestConfigValidation(t *testing.T) {
