@@ -40,7 +40,7 @@ type fixture struct {
 	proxy *proxy
 }
 
-func setup(t *testing.T, q ...rabbitmq.Queue) *fixture {
+func setup(t testing.TB, q ...rabbitmq.Queue) *fixture {
 	t.Helper()
 	suffix := randomSuffix(t)
 	queue := rabbitmq.Queue{Name: "llmq.test." + suffix, Bindings: []string{"orders.#"}}
@@ -61,7 +61,7 @@ func setup(t *testing.T, q ...rabbitmq.Queue) *fixture {
 }
 
 // withChannel runs fn on a channel of a connection of its own.
-func withChannel(t *testing.T, fn func(*amqp.Channel) error) {
+func withChannel(t testing.TB, fn func(*amqp.Channel) error) {
 	t.Helper()
 	conn, err := amqp.DialConfig(amqpURL(), amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
 	require.NoError(t, err)
@@ -71,7 +71,7 @@ func withChannel(t *testing.T, fn func(*amqp.Channel) error) {
 	require.NoError(t, fn(ch))
 }
 
-func randomSuffix(t *testing.T) string {
+func randomSuffix(t testing.TB) string {
 	t.Helper()
 	var b [6]byte
 	_, err := rand.Read(b[:])
@@ -79,7 +79,7 @@ func randomSuffix(t *testing.T) string {
 	return hex.EncodeToString(b[:])
 }
 
-func (f *fixture) conn(t *testing.T, viaProxy bool) rabbitmq.ConnConfig {
+func (f *fixture) conn(t testing.TB, viaProxy bool) rabbitmq.ConnConfig {
 	t.Helper()
 	url := amqpURL()
 	if viaProxy {
@@ -93,7 +93,7 @@ func (f *fixture) conn(t *testing.T, viaProxy bool) rabbitmq.ConnConfig {
 	}
 }
 
-func (f *fixture) publisher(t *testing.T, viaProxy bool) *rabbitmq.Publisher {
+func (f *fixture) publisher(t testing.TB, viaProxy bool) *rabbitmq.Publisher {
 	t.Helper()
 	p, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{ConnConfig: f.conn(t, viaProxy), Exchange: f.topo.Exchange, Window: 256})
 	require.NoError(t, err)
@@ -163,7 +163,7 @@ type proxy struct {
 	clients map[net.Conn]*sync.Mutex // guards writes to each client
 }
 
-func newProxy(t *testing.T) *proxy {
+func newProxy(t testing.TB) *proxy {
 	t.Helper()
 	uri, err := amqp.ParseURI(amqpURL())
 	require.NoError(t, err)
@@ -183,7 +183,7 @@ func newProxy(t *testing.T) *proxy {
 	return p
 }
 
-func (p *proxy) url(t *testing.T) string {
+func (p *proxy) url(t testing.TB) string {
 	t.Helper()
 	uri, err := amqp.ParseURI(amqpURL())
 	require.NoError(t, err)
@@ -529,4 +529,21 @@ func TestConcurrentReceive(t *testing.T) {
 	for id, n := range seen {
 		require.Equal(t, 1, n, id)
 	}
+}
+
+// BenchmarkPublish measures confirmed publishing through the Publisher in
+// batches of 100 (the queue is a durable quorum queue on the real broker).
+func BenchmarkPublish(b *testing.B) {
+	f := setup(b)
+	p := f.publisher(b, false)
+	msgs := make([]broker.Message, 100)
+	for i := range msgs {
+		msgs[i] = msg(i)
+	}
+	for b.Loop() {
+		if err := p.Publish(b.Context(), msgs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*len(msgs))/b.Elapsed().Seconds(), "msgs/s")
 }
