@@ -130,6 +130,9 @@ func (p *Publisher) Publish(ctx context.Context, msgs []broker.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("rabbitmq: publish: %w", err)
+	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.cfg.PublishTimeout)
