@@ -193,10 +193,9 @@ type verdict struct {
 	err    error // why it was not accepted
 }
 
-var (
-	ack  = func(ctx context.Context, d broker.Delivery) error { return d.Ack(ctx) }
-	nack = func(ctx context.Context, d broker.Delivery) error { return d.Nack(ctx) }
-)
+func ack(ctx context.Context, d broker.Delivery) error { return d.Ack(ctx) }
+
+func nack(ctx context.Context, d broker.Delivery) error { return d.Nack(ctx) }
 
 func reject(reason error) verdict {
 	return verdict{settle: func(ctx context.Context, d broker.Delivery) error { return d.Reject(ctx, reason) }, err: reason}
