@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
@@ -14,8 +13,8 @@ import (
 	"github.com/llmq/llmq/internal/retry"
 )
 
-// DefaultURL is the broker ConnConfig.URL defaults to, when AMQP_URL is
-// unset too.
+// DefaultURL is the broker ConnConfig.URL defaults to: a local RabbitMQ
+// with its default account.
 const DefaultURL = "amqp://guest:guest@127.0.0.1:5672/"
 
 var (
@@ -37,7 +36,7 @@ var (
 // ConnConfig says how a Publisher or Consumer reaches the broker. Zero
 // values mean the documented defaults.
 type ConnConfig struct {
-	// URL of the broker. Default: AMQP_URL, else DefaultURL.
+	// URL of the broker. Default DefaultURL.
 	URL string
 	// Name is the client-provided connection name the broker shows (and
 	// rabbitmqctl close_connection can find). Default "llmq".
@@ -58,7 +57,7 @@ type ConnConfig struct {
 }
 
 func (c ConnConfig) withDefaults() (ConnConfig, error) {
-	c.URL = cmp.Or(c.URL, os.Getenv("AMQP_URL"), DefaultURL)
+	c.URL = cmp.Or(c.URL, DefaultURL)
 	if _, err := amqp.ParseURI(c.URL); err != nil {
 		return c, fmt.Errorf("%w: URL: %w", ErrInvalidConfig, err)
 	}
