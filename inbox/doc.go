@@ -30,4 +30,12 @@
 // carry transport details such as trace context, which may differ between
 // redeliveries of the same message). Quarantined payloads are stored
 // truncated to MaxQuarantinePayload bytes.
+//
+// Ingress takes deliveries in batches (IngressConfig.MaxBatch, Linger):
+// one transaction records the batch's ids in one statement and runs the
+// handlers, then commits once and settles each delivery. If anything in it
+// fails, it is rolled back and redone with a savepoint per message, so a bad
+// message is nacked or rejected alone. A handler can therefore run in a
+// transaction that rolls back and then again, as after any redelivery: its
+// effects belong in tx.
 package inbox

@@ -82,7 +82,10 @@ type Config struct {
 // Store is the inbox.
 type Store struct {
 	retention time.Duration
-	sql       struct{ insert, selectOne, quarantine, listQuarantine, prune string }
+	sql       struct {
+		insert, selectOne, quarantine, listQuarantine, prune string
+		insertMany, selectMany                               string // the ingress's batches
+	}
 }
 
 // NewStore validates cfg and prepares the inbox's SQL for its schema.
@@ -100,6 +103,8 @@ func NewStore(cfg Config) (*Store, error) {
 	s.sql.quarantine = q.Must("InsertQuarantine")
 	s.sql.listQuarantine = q.Must("ListQuarantine")
 	s.sql.prune = q.Must("PruneMessages")
+	s.sql.insertMany = q.Must("InsertMessages")
+	s.sql.selectMany = q.Must("SelectMessages")
 	return s, nil
 }
 
@@ -138,11 +143,17 @@ func (s *Store) Accept(ctx context.Context, tx DBTX, consumer string, msg broker
 	if existing == digest {
 		return Duplicate, nil
 	}
-	reason := fmt.Sprintf("message id %s was accepted before with payload digest %s; this delivery's digest is %s", msg.ID, existing, digest)
+	return 0, s.quarantineMismatch(ctx, tx, consumer, msg, source, existing)
+}
+
+// quarantineMismatch quarantines msg, whose id was accepted before with the
+// payload digest existing, and returns the ErrDigestMismatch to report.
+func (s *Store) quarantineMismatch(ctx context.Context, tx DBTX, consumer string, msg broker.Message, source broker.Source, existing string) error {
+	reason := fmt.Sprintf("message id %s was accepted before with payload digest %s; this delivery's digest is %s", msg.ID, existing, Digest(msg.Body))
 	if _, err := s.Quarantine(ctx, tx, consumer, msg, source, reason); err != nil {
-		return 0, err
+		return err
 	}
-	return 0, fmt.Errorf("%w: consumer %s, %s", ErrDigestMismatch, consumer, reason)
+	return fmt.Errorf("%w: consumer %s, %s", ErrDigestMismatch, consumer, reason)
 }
 
 // Quarantine keeps a message that must not be processed (undecodable,

@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -137,7 +138,6 @@ func TestIngressQuarantinesMalformedAndContinues(t *testing.T) {
 		broker.Message{ID: "op-2", Topic: "erp", Body: []byte(`{"invoice":2}`)},
 	)
 	require.Eventually(t, func() bool { return f.ops(t) == 1 }, 5*time.Second, 10*time.Millisecond, "the good message after the bad ones is processed")
-	require.Eventually(t, func() bool { return len(f.broker.DeadLetters("erp")) == 2 }, 5*time.Second, 10*time.Millisecond)
 	cancel()
 	require.NoError(t, <-done)
 
@@ -170,4 +170,143 @@ func TestIngressRetriesTransientFailures(t *testing.T) {
 	require.Equal(t, 3, md.Attempt(), "delivered a third time")
 	require.NoError(t, in.Handle(t.Context(), d))
 	require.Equal(t, 1, f.ops(t))
+}
+
+// Deliveries available together are handled in one transaction, each in
+// its own savepoint: a transient failure and a malformed message in the
+// middle of a batch leave the others committed.
+func TestIngressBatchesAndIsolatesFailures(t *testing.T) {
+	t.Parallel()
+	f := setupERP(t)
+	_, err := f.pool.Exec(t.Context(), "CREATE TABLE "+f.schema+".batch_ops (message_id text PRIMARY KEY, txid bigint NOT NULL)")
+	require.NoError(t, err)
+	var op5Failures atomic.Int32
+	handler := func(ctx context.Context, tx pgx.Tx, msg broker.Message) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO "+f.schema+".batch_ops VALUES ($1, txid_current())", msg.ID); err != nil {
+			return err
+		}
+		switch {
+		case msg.ID == "op-7":
+			return inbox.Malformed(errors.New("unusable"))
+		case msg.ID == "op-5" && op5Failures.Add(1) <= 2:
+			// Twice: in the whole batch, then in its savepoint, which must
+			// undo its insert alone.
+			return errors.New("ERP briefly unavailable")
+		}
+		return nil
+	}
+	// Accepted before: one redelivered as it was, one reused with another
+	// payload.
+	for _, id := range []string{"seen-same", "seen-other"} {
+		_, err := f.store.Accept(t.Context(), f.pool, "erp", broker.Message{ID: id, Body: []byte(`{}`)}, broker.Source{})
+		require.NoError(t, err)
+	}
+	msgs := make([]broker.Message, 20)
+	for i := range msgs {
+		msgs[i] = broker.Message{ID: fmt.Sprintf("op-%d", i), Topic: "erp", Body: []byte(`{}`)}
+	}
+	msgs = append(msgs,
+		broker.Message{ID: "seen-same", Topic: "erp", Body: []byte(`{}`)},
+		broker.Message{ID: "seen-other", Topic: "erp", Body: []byte(`{"other":1}`)})
+	f.publish(t, msgs...)
+	in, err := f.store.NewIngress(f.pool, f.broker.Consumer("erp"), inbox.IngressConfig{Consumer: "erp", Handler: handler, MaxBatch: 11, Linger: 50 * time.Millisecond})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+
+	count := func(q string) int {
+		var n int
+		require.NoError(t, f.pool.QueryRow(t.Context(), q).Scan(&n))
+		return n
+	}
+	require.Eventually(t, func() bool {
+		return count("SELECT count(*) FROM "+f.schema+".batch_ops") == 19 && len(f.broker.DeadLetters("erp")) == 2
+	}, 10*time.Second, 10*time.Millisecond, "all but the malformed message committed, the transient one after its retry; two rejected")
+	cancel()
+	require.NoError(t, <-done)
+	require.Less(t, count("SELECT count(DISTINCT txid) FROM "+f.schema+".batch_ops"), 10, "messages shared transactions")
+	require.Equal(t, 1, count("SELECT count(*) FROM "+f.schema+".batch_ops WHERE message_id = 'op-5'"))
+	require.Equal(t, int32(3), op5Failures.Load(), "op-5 was nacked once and then committed")
+	require.Equal(t, 19+2, f.accepted(t))
+	q, err := f.store.ListQuarantined(t.Context(), f.pool, "erp", 10)
+	require.NoError(t, err)
+	require.Len(t, q, 2)
+	require.ElementsMatch(t, []string{"op-7", "seen-other"}, []string{q[0].MessageID, q[1].MessageID})
+	require.Zero(t, count("SELECT count(*) FROM "+f.schema+".batch_ops WHERE message_id LIKE 'seen-%'"), "the handler never saw the duplicates")
+}
+
+// Concurrent batches accept each message exactly once.
+func TestIngressConcurrentBatches(t *testing.T) {
+	t.Parallel()
+	f := setupERP(t)
+	msgs := make([]broker.Message, 300)
+	for i := range msgs {
+		msgs[i] = broker.Message{ID: fmt.Sprintf("op-%d", i), Topic: "erp", Body: []byte(`{}`)}
+	}
+	f.publish(t, msgs...)
+	in, err := f.store.NewIngress(f.pool, f.broker.Consumer("erp"), inbox.IngressConfig{Consumer: "erp", Handler: f.handler, MaxBatch: 20, Concurrency: 3})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+	require.Eventually(t, func() bool { return f.ops(t) == len(msgs) }, 20*time.Second, 10*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	require.Equal(t, int32(len(msgs)), f.calls.Load())
+}
+
+func TestIngressConfigValidation(t *testing.T) {
+	t.Parallel()
+	f := setupERP(t)
+	c := f.broker.Consumer("erp")
+	_, err := f.store.NewIngress(f.pool, c, inbox.IngressConfig{Consumer: "erp", Handler: f.handler, MaxBatch: inbox.MaxIngressBatch + 1})
+	require.ErrorContains(t, err, "MaxBatch")
+	_, err = f.store.NewIngress(f.pool, c, inbox.IngressConfig{Consumer: "erp", Handler: f.handler, Linger: -time.Second})
+	require.ErrorContains(t, err, "Linger")
+}
+
+// A batch whose commit fails is nacked whole, quarantined messages
+// included, and processed again from scratch.
+func TestIngressFailedCommitNacksTheBatch(t *testing.T) {
+	t.Parallel()
+	f := setupERP(t)
+	// A deferred constraint fails at COMMIT, after every handler succeeded.
+	_, err := f.pool.Exec(t.Context(), "CREATE TABLE "+f.schema+".parent (id int PRIMARY KEY); "+
+		"CREATE TABLE "+f.schema+".child (parent int REFERENCES "+f.schema+".parent DEFERRABLE INITIALLY DEFERRED)")
+	require.NoError(t, err)
+	var broken atomic.Bool
+	broken.Store(true)
+	handler := func(ctx context.Context, tx pgx.Tx, msg broker.Message) error {
+		if msg.ID == "op-0" && broken.CompareAndSwap(true, false) {
+			if _, err := tx.Exec(ctx, "INSERT INTO "+f.schema+".child VALUES (1)"); err != nil {
+				return err
+			}
+		}
+		return f.handler(ctx, tx, msg)
+	}
+	_, err = f.store.Accept(t.Context(), f.pool, "erp", broker.Message{ID: "reused", Body: []byte(`{}`)}, broker.Source{})
+	require.NoError(t, err)
+	f.publish(t,
+		broker.Message{ID: "op-0", Topic: "erp", Body: []byte(`{}`)},
+		broker.Message{ID: "op-1", Topic: "erp", Body: []byte(`{}`)},
+		broker.Message{ID: "reused", Topic: "erp", Body: []byte(`{"other":1}`)},
+	)
+	c := f.broker.Consumer("erp")
+	in, err := f.store.NewIngress(f.pool, c, inbox.IngressConfig{Consumer: "erp", Handler: handler, MaxBatch: 3, Linger: time.Second})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+	require.Eventually(t, func() bool {
+		return f.ops(t) == 2 && len(f.broker.DeadLetters("erp")) == 1
+	}, 10*time.Second, 10*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	require.Equal(t, int32(4), f.calls.Load(), "op-0 and op-1 were handled twice: the first commit failed")
+	require.Equal(t, 3, f.accepted(t))
+	q, err := f.store.ListQuarantined(t.Context(), f.pool, "erp", 10)
+	require.NoError(t, err)
+	require.Len(t, q, 1, "the quarantine row of the failed commit rolled back; the retry wrote one")
+	require.Equal(t, "reused", q[0].MessageID)
 }

@@ -15,6 +15,24 @@ SELECT payload_digest, status
 FROM /*schema*/inbox
 WHERE consumer = $1 AND message_id = $2;
 
+-- name: InsertMessages
+-- Records a batch of messages for consumer $1 ($2 ids, $3 digests, $4
+-- sources as JSON text, arrays of one length) and returns the ids it
+-- recorded. Inserting in id order makes concurrent batches with common ids
+-- wait for each other rather than deadlock; an id given twice is recorded
+-- once.
+INSERT INTO /*schema*/inbox (consumer, message_id, payload_digest, source)
+SELECT $1, m.message_id, m.payload_digest, m.source::jsonb
+FROM unnest($2::text[], $3::text[], $4::text[]) AS m(message_id, payload_digest, source)
+ORDER BY m.message_id
+ON CONFLICT (consumer, message_id) DO NOTHING
+RETURNING message_id;
+
+-- name: SelectMessages
+SELECT message_id, payload_digest
+FROM /*schema*/inbox
+WHERE consumer = $1 AND message_id = ANY($2::text[]);
+
 -- name: InsertQuarantine
 INSERT INTO /*schema*/inbox_quarantine (consumer, message_id, payload_digest, source, headers, payload, reason)
 VALUES ($1, $2, $3, $4, $5, $6, $7)

@@ -42,7 +42,9 @@ type benchOptions struct {
 	cpuProfile string
 	tenants    int
 	backlog    int
-	broker     string
+	broker     string // relay: memory, rabbitmq or kafka; ingress: memory or rabbitmq
+	amqpURL    string
+	window     int
 }
 
 const benchKind = "bench.noop"
@@ -50,7 +52,7 @@ const benchKind = "bench.noop"
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, c := newFlagSet("bench", stderr)
 	var o benchOptions
-	fs.StringVar(&o.mode, "mode", "drain", "drain: work down a backlog enqueued up front; e2e: producers enqueue while the runner works; latency: open-loop arrivals at -rate, enqueue-to-start latency; relay: publish a backlog of -jobs outbox events to the in-memory broker with -workers relays")
+	fs.StringVar(&o.mode, "mode", "drain", "drain: work down a backlog enqueued up front; e2e: producers enqueue while the runner works; latency: open-loop arrivals at -rate, enqueue-to-start latency; relay: publish a backlog of -jobs outbox events to -broker with -workers relays; ingress: publish -jobs messages to -broker, then time an inbox ingress with -workers concurrent batches taking them all")
 	fs.IntVar(&o.jobs, "jobs", 50_000, "number of jobs")
 	fs.IntVar(&o.workers, "workers", 100, "runner concurrency (MaxWorkers of the queue)")
 	fs.IntVar(&o.producers, "producers", 16, "e2e: concurrent producers, each enqueueing one job (and its outbox event) per transaction")
@@ -61,15 +63,19 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.backlog, "backlog", 0, "drain: jobs queued up front (0: -jobs); the bench times the first -jobs of them")
 	fs.BoolVar(&o.keep, "keep", false, "keep the throwaway schema instead of dropping it")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file")
-	fs.StringVar(&o.broker, "broker", "memory", "relay: the broker published to: memory, or kafka (in-process kfake unless KAFKA_BROKERS is set)")
+	fs.StringVar(&o.broker, "broker", "memory", "relay: memory, rabbitmq, or kafka (in-process kfake unless KAFKA_BROKERS is set); ingress: memory or rabbitmq")
+	fs.StringVar(&o.amqpURL, "amqp-url", os.Getenv("AMQP_URL"), "rabbitmq: the broker (default $AMQP_URL, else amqp://guest:guest@127.0.0.1:5672/)")
+	fs.IntVar(&o.window, "window", 0, "rabbitmq: unconfirmed publishes in flight (0: the publisher's default)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	switch {
-	case o.mode != "drain" && o.mode != "e2e" && o.mode != "latency" && o.mode != "relay":
-		return fmt.Errorf("%w: -mode %q: use drain, e2e, latency or relay", errUsage, o.mode)
-	case o.broker != "memory" && o.broker != "kafka":
-		return fmt.Errorf("%w: -broker %q: use memory or kafka", errUsage, o.broker)
+	case o.mode != "drain" && o.mode != "e2e" && o.mode != "latency" && o.mode != "relay" && o.mode != "ingress":
+		return fmt.Errorf("%w: -mode %q: use drain, e2e, latency, relay or ingress", errUsage, o.mode)
+	case o.broker != "memory" && o.broker != "rabbitmq" && o.broker != "kafka":
+		return fmt.Errorf("%w: -broker %q: use memory, rabbitmq or kafka", errUsage, o.broker)
+	case o.broker == "kafka" && o.mode == "ingress":
+		return fmt.Errorf("%w: -mode ingress: use -broker memory or rabbitmq", errUsage)
 	case o.jobs < 1 || o.workers < 1 || o.producers < 1 || o.rate <= 0 || o.tenants < 1:
 		return fmt.Errorf("%w: -jobs, -workers, -producers, -rate and -tenants must be positive", errUsage)
 	case o.backlog != 0 && o.backlog < o.jobs:
@@ -121,7 +127,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case "latency":
 		seconds, err = b.latency(ctx, stdout)
 	case "relay":
-		seconds, err = b.relay(ctx)
+		switch o.broker {
+		case "rabbitmq":
+			seconds, err = b.relayRabbitMQ(ctx, stdout)
+		case "kafka":
+			seconds, err = b.relayKafka(ctx)
+		default:
+			seconds, err = b.relay(ctx)
+		}
+	case "ingress":
+		seconds, err = b.ingress(ctx)
 	}
 	if err != nil {
 		return err
@@ -381,14 +396,33 @@ func percentiles(ds []time.Duration) string {
 // relay writes -jobs outbox events up front, then times -workers relays
 // publishing them all to the in-memory broker and marking them published.
 func (b *bench) relay(ctx context.Context) (float64, error) {
-	events, err := outbox.NewStore(outbox.Config{Schema: b.schema})
+	events, err := b.writeOutboxEvents(ctx, b.o.jobs)
 	if err != nil {
 		return 0, err
 	}
+	mem := memory.New(memory.Config{})
+	defer func() { _ = mem.Close() }()
+	elapsed, err := b.runRelays(ctx, events, mem.Publisher())
+	if err != nil {
+		return 0, err
+	}
+	if n := mem.Published("bench"); n < b.o.jobs {
+		return 0, fmt.Errorf("llmq bench: the broker confirmed %d of %d events", n, b.o.jobs)
+	}
+	return elapsed, nil
+}
+
+// writeOutboxEvents writes n outbox events on 1,000 keys, topic "bench",
+// and vacuums the outbox.
+func (b *bench) writeOutboxEvents(ctx context.Context, n int) (*outbox.Store, error) {
+	events, err := outbox.NewStore(outbox.Config{Schema: b.schema})
+	if err != nil {
+		return nil, err
+	}
 	const batch = 1000
-	for done := 0; done < b.o.jobs; done += batch {
+	for done := 0; done < n; done += batch {
 		err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-			for i := done; i < min(done+batch, b.o.jobs); i++ {
+			for i := done; i < min(done+batch, n); i++ {
 				_, err := events.Write(ctx, tx, outbox.Event{
 					Topic: "bench", Key: strconv.Itoa(i % 1000), Type: "bench.event",
 					Payload: json.RawMessage(`{"n":` + strconv.Itoa(i) + `}`),
@@ -400,36 +434,25 @@ func (b *bench) relay(ctx context.Context) (float64, error) {
 			return nil
 		})
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
 	if _, err := b.pool.Exec(ctx, "VACUUM ANALYZE "+b.schema+".outbox"); err != nil {
-		return 0, err
+		return nil, err
 	}
-	fmt.Fprintf(b.progress, "llmq bench: %d events written; relaying with %d relays\n", b.o.jobs, b.o.workers)
-	if b.o.broker == "kafka" {
-		return b.relayKafka(ctx, events)
-	}
-	mem := memory.New(memory.Config{})
-	defer func() { _ = mem.Close() }()
-	elapsed, err := b.runRelays(ctx, events, mem.Publisher(), cmp.Or(b.o.batch, 1000))
-	if err != nil {
-		return 0, err
-	}
-	if n := mem.Published("bench"); n < b.o.jobs {
-		return 0, fmt.Errorf("llmq bench: the broker confirmed %d of %d events", n, b.o.jobs)
-	}
-	return elapsed, nil
+	return events, nil
 }
 
-// runRelays times -workers relays publishing the outbox's backlog through
-// pub, each claiming batch events at a time, until none is left.
-func (b *bench) runRelays(ctx context.Context, events *outbox.Store, pub broker.Publisher, batch int) (float64, error) {
+// runRelays times -workers relays publishing every outbox event through
+// pub and marking it published.
+func (b *bench) runRelays(ctx context.Context, events *outbox.Store, pub broker.Publisher) (float64, error) {
+	fmt.Fprintf(b.progress, "llmq bench: events written; relaying with %d relays\n", b.o.workers)
+	relayBatch := cmp.Or(b.o.batch, 1000)
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, b.o.workers)
 	for i := range b.o.workers {
-		r, err := events.NewRelay(b.pool, pub, outbox.RelayConfig{ID: fmt.Sprintf("bench-%d", i), BatchSize: batch})
+		r, err := events.NewRelay(b.pool, pub, outbox.RelayConfig{ID: fmt.Sprintf("bench-%d", i), BatchSize: relayBatch})
 		if err != nil {
 			return 0, err
 		}
@@ -449,7 +472,10 @@ func (b *bench) runRelays(ctx context.Context, events *outbox.Store, pub broker.
 	wg.Wait()
 	elapsed := time.Since(start).Seconds()
 	close(errs)
-	return elapsed, <-errs
+	if err := <-errs; err != nil {
+		return 0, err
+	}
+	return elapsed, nil
 }
 
 func sleepUntil(ctx context.Context, at time.Time) bool {

@@ -25,14 +25,19 @@ import (
 // benchKafkaPartitions is the partition count of the bench's topics.
 const benchKafkaPartitions = 6
 
-// relayKafka relays the events relay wrote to Kafka: an in-process kfake
-// cluster, or the cluster of KAFKA_BROKERS, on topics of its own. First it
+// relayKafka writes -jobs outbox events and relays them to Kafka: an
+// in-process kfake cluster, or the cluster of KAFKA_BROKERS, on topics of
+// its own. First it
 // measures the raw produce rate of the same number of messages of the same
 // shape (id, key, the relay's headers, the same body), published by
 // -workers goroutines in calls of -claim-batch messages through the same
 // Publisher, so the two rates compare the relay's overhead (claiming and
 // marking in Postgres) with the broker's own.
-func (b *bench) relayKafka(ctx context.Context, events *outbox.Store) (float64, error) {
+func (b *bench) relayKafka(ctx context.Context) (float64, error) {
+	events, err := b.writeOutboxEvents(ctx, b.o.jobs)
+	if err != nil {
+		return 0, err
+	}
 	brokers, where, closeCluster, err := benchKafkaCluster()
 	if err != nil {
 		return 0, err
@@ -57,7 +62,7 @@ func (b *bench) relayKafka(ctx context.Context, events *outbox.Store) (float64, 
 	fmt.Fprintf(b.progress, "llmq bench: kafka (%s) raw produce: messages=%d publishers=%d batch=%d seconds=%.3f msgs_per_s=%.0f\n",
 		where, b.o.jobs, b.o.workers, batch, raw, float64(b.o.jobs)/raw)
 
-	elapsed, err := b.runRelays(ctx, events, renameTopic{Publisher: pub, topic: relayTopic}, batch)
+	elapsed, err := b.runRelays(ctx, events, renameTopic{Publisher: pub, topic: relayTopic})
 	if err != nil {
 		return 0, err
 	}

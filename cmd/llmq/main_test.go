@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -198,14 +199,20 @@ func TestBenchModes(t *testing.T) {
 		{"-mode", "e2e", "-jobs", "200", "-workers", "20", "-producers", "4"},
 		{"-mode", "latency", "-jobs", "20", "-workers", "5", "-rate", "200"},
 		{"-mode", "relay", "-jobs", "300", "-workers", "2"},
+		{"-mode", "relay", "-jobs", "300", "-workers", "2", "-broker", "rabbitmq"},
+		{"-mode", "ingress", "-jobs", "300", "-workers", "2"},
+		{"-mode", "ingress", "-jobs", "300", "-workers", "2", "-broker", "rabbitmq"},
 	} {
 		code, out, stderr := runCLI(t, append([]string{"bench", "-database-url", dbtest.URL()}, args...)...)
 		require.Equal(t, 0, code, stderr)
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		last := lines[len(lines)-1]
-		require.Regexp(t, `^llmq (drain|e2e|latency|relay) jobs=\d+ workers=\d+ seconds=[0-9.]+ jobs_per_s=\d+$`, last)
+		require.Regexp(t, `^llmq (drain|e2e|latency|relay|ingress) jobs=\d+ workers=\d+ seconds=[0-9.]+ jobs_per_s=\d+$`, last)
 		if args[1] == "latency" {
 			require.Contains(t, out, "enqueue_to_start p50=")
+		}
+		if args[1] == "relay" && slices.Contains(args, "rabbitmq") {
+			require.Regexp(t, `raw_confirmed_per_s=\d+ relay_per_s=\d+ relay_to_raw=[0-9.]+ \(rounds [0-9. ]+\)`, out)
 		}
 	}
 	require.Equal(t, before, countSchemas(), "throwaway schemas are dropped")

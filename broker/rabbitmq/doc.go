@@ -1,0 +1,102 @@
+// Package rabbitmq is llmq's RabbitMQ adapter (AMQP 0-9-1, on
+// github.com/rabbitmq/amqp091-go): a broker.Publisher that reports success
+// only for messages the broker confirmed and routed, a broker.Consumer whose
+// deliveries are acknowledged only after the receiver's transaction
+// committed, and a Topology helper that declares durable queues with
+// dead-lettering. It implements the broker contract without extending it.
+//
+//	topo := rabbitmq.Topology{Exchange: "llmq", Queues: []rabbitmq.Queue{{Name: "erp", Bindings: []string{"invoice.#"}}}}
+//	pub, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{ConnConfig: rabbitmq.ConnConfig{Topology: &topo}, Exchange: "llmq"})
+//	relay, err := events.NewRelay(pool, pub, outbox.RelayConfig{})
+//
+//	cons, err := rabbitmq.NewConsumer(rabbitmq.ConsumerConfig{Queue: "erp"})
+//	ingress, err := inboxStore.NewIngress(pool, cons, inbox.IngressConfig{Consumer: "erp", Handler: apply})
+//
+// # Publisher guarantees
+//
+//   - The channel is in confirm mode; messages are persistent, mandatory,
+//     with MessageId = Message.ID, Message.Topic as routing key on
+//     PublisherConfig.Exchange, Message.Headers as AMQP headers and
+//     Message.Key in the HeaderKey header (AMQP has no message key).
+//   - Publish returns nil only when every message was confirmed (basic.ack)
+//     and not returned. A message the broker returned (no queue bound for
+//     its routing key: ErrUnroutable) is a failure even though its confirm
+//     follows: RabbitMQ sends basic.return before basic.ack, and the
+//     library delivers both from one reader goroutine in that order, so the
+//     goroutine that reads the confirms drains the returns first and matches
+//     them to their message by MessageId. A nack (ErrNacked, e.g. a queue at
+//     its length limit with reject-publish), a connection or channel lost
+//     before the confirm (ErrConnectionLost), and the context ending fail the
+//     messages concerned, each in the *broker.PublishError; the others are
+//     confirmed. Two messages with one id in flight on one channel cannot be
+//     told apart by a return; the outbox never does that.
+//   - At most PublisherConfig.Window messages are unconfirmed at once,
+//     across concurrent Publish calls; a Publish waits for room within its
+//     context. Every wait is bounded by the context or PublishTimeout.
+//
+// # Connection management
+//
+// amqp091-go's own recovery is left off. Each Publisher and Consumer has one
+// connection (publishers and consumers are kept apart, so that the broker
+// throttling a publishing connection never stalls acknowledgements) watched
+// by a supervisor: it drains the connection's close and blocked
+// notifications (buffered, read until closed), and when the connection or
+// its channel closes it fails what was in flight, redials with full-jitter
+// backoff (ConnConfig.Reconnect), re-declares ConnConfig.Topology, reopens
+// the channel and re-enables confirms or QoS and consuming. While it is
+// down, Publish fails at once with ErrNotConnected, and while the broker
+// blocks the connection (a resource alarm) with ErrBlocked: nothing is
+// sent, the outbox relay backs the events off and retries, nothing is lost.
+// The connection carries ConnConfig.Name as its client-provided name.
+//
+// # Consumer guarantees
+//
+//   - Acknowledgement is manual. Prefetch bounds the unsettled deliveries of
+//     the consumer: the ingress work in flight into the database, not model
+//     concurrency (which the job runner and admission limit).
+//   - Ack, Nack and Reject go to the channel that delivered the message. If
+//     that channel closed, they fail with ErrConnectionLost and the broker
+//     redelivers the message (the inbox makes that a no-op if it had been
+//     committed). Receive skips deliveries of a closed channel.
+//   - Reject does not requeue: the queue dead-letters the message to its
+//     dead-letter exchange. AMQP carries no reason with it (the broker adds
+//     an x-death header saying "rejected"); the reason is logged, and the
+//     inbox quarantine row records it.
+//   - Nack requeues after ConsumerConfig.RequeueDelay, measured by a timer so
+//     nothing sleeps; the delivery keeps its prefetch slot meanwhile. A
+//     consumer or connection closing requeues it at once.
+//   - Receive is safe for concurrent callers, each delivery going to one.
+//
+// # Topology trade-offs
+//
+// Queues are quorum queues by default: replicated, durable, and with
+// x-dead-letter-strategy at-least-once the broker keeps a dead-lettered
+// message in the source queue until the dead-letter queue confirmed it, so a
+// rejected message is not lost in transit. RabbitMQ honours at-least-once
+// only with x-overflow reject-publish, which the helper therefore always
+// sets: a queue at Queue.MaxLength refuses new messages (the publisher sees
+// a nack and the relay retries) instead of dropping the oldest. The price
+// is memory and disk (messages awaiting dead-lettering stay in the source
+// queue) and that a full queue pushes back on publishers. Queue.DeliveryLimit
+// (x-delivery-limit) dead-letters a message redelivered too often, which
+// ends a poison message's loop even when no receiver rejects it; RabbitMQ
+// 3.10 has no limit by default.
+//
+// Classic queues (Queue.Type = Classic) are single-node and lighter, but
+// their dead-lettering is at most once (a message can be lost between the
+// queues if a node fails), they support no delivery limit, and a node loss
+// makes them unavailable. Use them for disposable signals, not for the
+// records an outbox relays.
+//
+// Each queue gets its own durable fanout dead-letter exchange and
+// dead-letter queue (Name+".dlx", Name+".dlq" by default). Declaring an
+// existing queue with other arguments fails; change arguments under a new
+// name.
+//
+// # Ordering
+//
+// A queue delivers in publish order to a single consumer, but redeliveries,
+// delayed requeues and several consumers or ingress batches in parallel
+// reorder messages. Per-key order needs one consumer per queue (or a
+// single-active-consumer queue) with IngressConfig.Concurrency 1.
+package rabbitmq
