@@ -20,5 +20,5 @@ func TestBenchRelayKafka(t *testing.T) {
 
 	code, _, stderr = runCLI(t, "bench", "-database-url", dbtest.URL(), "-mode", "relay", "-broker", "pulsar")
 	require.NotEqual(t, 0, code)
-	require.Contains(t, stderr, `-broker "pulsar": use memory or kafka`)
+	require.Contains(t, stderr, `-broker "pulsar": use memory, rabbitmq or kafka`)
 }

@@ -11,7 +11,7 @@
 //	llmq inspect -tenant T JOB_ID   a job, its attempts and its events
 //	llmq dead-letter list -tenant T
 //	llmq dead-letter replay -tenant T -by WHO -reason WHY JOB_ID
-//	llmq bench -mode drain|e2e|latency -jobs N -workers W [-producers P] [-rate R]
+//	llmq bench -mode drain|e2e|latency|relay|ingress -jobs N -workers W [flags]
 //	                                measure against DATABASE_URL in a throwaway schema
 //
 // Every command takes -database-url (default $DATABASE_URL), -schema
@@ -50,7 +50,8 @@ commands:
   dead-letter list -tenant T             the tenant's dead-lettered jobs
   dead-letter replay -tenant T -by WHO -reason WHY JOB_ID
                                          run a finished job again as a new, linked job
-  bench -mode drain|e2e|latency          measure throughput or pickup latency in a throwaway schema
+  bench -mode drain|e2e|latency|relay|ingress
+                                         measure throughput or latency in a throwaway schema
 
 Run 'llmq <command> -h' for a command's flags.
 `
