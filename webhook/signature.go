@@ -64,16 +64,16 @@ func (s Scheme) Valid() bool { return s == SchemeStandard || s == SchemeTimestam
 // Errors a verifier returns. Every one is a reason to answer 4xx; callers
 // branch on them with errors.Is.
 var (
-	// ErrMissingHeader: webhook-id, webhook-timestamp or webhook-signature
+	// ErrMissingHeader means webhook-id, webhook-timestamp or webhook-signature
 	// is absent or empty.
 	ErrMissingHeader = errors.New("webhook: missing signature header")
-	// ErrMalformedHeader: a header is too long or not in its format.
+	// ErrMalformedHeader means a header is too long or not in its format.
 	ErrMalformedHeader = errors.New("webhook: malformed signature header")
-	// ErrTimestampTooOld and ErrTimestampTooNew: the timestamp lies outside
+	// ErrTimestampTooOld and ErrTimestampTooNew mean the timestamp lies outside
 	// the verifier's tolerance (a replay, or a badly skewed clock).
 	ErrTimestampTooOld = errors.New("webhook: timestamp too old")
 	ErrTimestampTooNew = errors.New("webhook: timestamp too far in the future")
-	// ErrNoMatchingSignature: no signature in the header was made by one of
+	// ErrNoMatchingSignature means no signature in the header was made by one of
 	// the verifier's keys over this exact body.
 	ErrNoMatchingSignature = errors.New("webhook: no matching signature")
 	// ErrInvalidKey is matched by every *ValidationError about a key or
