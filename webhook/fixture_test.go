@@ -99,7 +99,7 @@ func runnerConfig(handlers map[string]lease.Handler) lease.Config {
 }
 
 // start runs a runner until the test ends or stop is called.
-func (f *fixture) start(cfg lease.Config) (*lease.Runner, func()) {
+func (f *fixture) start(cfg lease.Config) func() {
 	f.t.Helper()
 	r, err := lease.NewRunner(f.pool, f.jobs, cfg)
 	require.NoError(f.t, err)
@@ -114,7 +114,7 @@ func (f *fixture) start(cfg lease.Config) (*lease.Runner, func()) {
 		})
 	}
 	f.t.Cleanup(stop)
-	return r, stop
+	return stop
 }
 
 func (f *fixture) enqueue(ev webhook.Event) []webhook.Delivery {
