@@ -1,7 +1,9 @@
 package webhook_test
 
 import (
+	"context"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -104,4 +106,49 @@ func TestBreakerIsSharedByDispatchersAndPerEndpoint(t *testing.T) {
 			require.NotEqual(t, jobs.AttemptSnoozed, a.Outcome, "the healthy endpoint's deliveries were never deferred")
 		}
 	}
+}
+
+// However many dispatchers ask at once after the cool-down, exactly one is
+// let through as the probe; a failed probe re-opens the breaker.
+func TestBreakerAdmitsExactlyOneProbe(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	var h hits
+	ep, _ := f.register(statusServer(&h, always(http.StatusServiceUnavailable)))
+	dispatchers := []*webhook.Dispatcher{
+		f.dispatcher(webhook.DispatcherConfig{}), f.dispatcher(webhook.DispatcherConfig{}),
+	}
+	open := func() {
+		_, err := f.pool.Exec(t.Context(), "UPDATE "+f.schema+".webhook_endpoints SET breaker_state = 'open', breaker_until = now() - interval '1 second' WHERE id = $1", ep.ID)
+		require.NoError(t, err)
+	}
+	open()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			ok, err := webhook.Admit(context.Background(), dispatchers[i%2], tenant, ep.ID)
+			if err == nil && ok {
+				admitted.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, int64(1), admitted.Load())
+	got, err := f.store.Endpoint(t.Context(), f.pool, tenant, ep.ID)
+	require.NoError(t, err)
+	require.Equal(t, webhook.BreakerHalfOpen, got.Breaker)
+
+	// The probe (a real delivery) fails: the breaker opens again.
+	open()
+	d := f.enqueue(webhook.Event{})[0]
+	f.start(runnerConfig(map[string]lease.Handler{webhook.Kind: dispatchers[0]}))
+	require.Eventually(t, func() bool {
+		got, err := f.store.Endpoint(t.Context(), f.pool, tenant, ep.ID)
+		return err == nil && got.Breaker == webhook.BreakerOpen && got.BreakerUntil.After(time.Now())
+	}, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, 1, h.count(), "one probe")
+	attempts := f.attempts(d.ID)
+	require.Len(t, attempts, 1)
+	require.Equal(t, http.StatusServiceUnavailable, attempts[0].Status)
 }

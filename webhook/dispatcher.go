@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/llmq/llmq/internal/dbsql"
@@ -102,6 +103,7 @@ func (s *Store) NewDispatcher(db DBTX, cfg DispatcherConfig) (*Dispatcher, error
 }
 
 type attemptTarget struct {
+	endpointID  uuid.UUID
 	body        []byte
 	url         string
 	scheme      Scheme
@@ -122,6 +124,7 @@ func (d *Dispatcher) Work(ctx context.Context, job *jobs.Job) (json.RawMessage, 
 	if err != nil {
 		return nil, err
 	}
+	p.EndpointID = t.endpointID
 	if t.status != StatusEnabled {
 		return nil, jobs.Permanent(fmt.Errorf("%w: %s", ErrEndpointDisabled, p.EndpointID))
 	}
@@ -166,7 +169,7 @@ func (d *Dispatcher) load(ctx context.Context, tenant string, p deliveryPayload)
 	var scheme, status, breaker string
 	var keyIDs []string
 	var secrets [][]byte
-	err := d.db.QueryRow(ctx, d.store.sql.loadAttempt, tenant, p.DeliveryID).Scan(
+	err := d.db.QueryRow(ctx, d.store.sql.loadAttempt, tenant, p.DeliveryID).Scan(&t.endpointID,
 		&t.body, &t.url, &scheme, &t.sendKeyIDs, &status, &breaker, &t.breakerTill, &keyIDs, &secrets)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, jobs.Permanent(fmt.Errorf("webhook: delivery %s: %w", p.DeliveryID, ErrNotFound))

@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"strconv"
 	"testing"
@@ -196,4 +197,72 @@ func closedPort(t *testing.T) int {
 	require.NoError(t, err)
 	require.NoError(t, ln.ln.Close())
 	return port
+}
+
+func TestAttemptTimeoutIsRetried(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 0, 10*time.Millisecond)
+	var h hits
+	release := make(chan struct{})
+	f.register(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Read the body first: only then does the server notice the client
+		// hanging up and cancel r.Context().
+		_, _ = io.Copy(io.Discard, r.Body)
+		if h.add(r) == 1 {
+			select { // hang until the client gives up
+			case <-r.Context().Done():
+			case <-release:
+			}
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(func() { close(release) }) // runs before the server's Close
+	client, err := webhook.NewClient(webhook.ClientConfig{AllowHTTP: true, Allow: loopback, AttemptTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	d := f.enqueue(webhook.Event{})[0]
+	f.start(runnerConfig(map[string]lease.Handler{webhook.Kind: f.dispatcher(webhook.DispatcherConfig{Client: client})}))
+	require.Equal(t, jobs.StateSucceeded, f.await(d.JobID).State)
+	attempts := f.attempts(d.ID)
+	require.Len(t, attempts, 2)
+	require.Equal(t, webhook.ClassNetwork, attempts[0].ErrorClass)
+	require.GreaterOrEqual(t, attempts[0].Latency, 200*time.Millisecond)
+	require.Less(t, attempts[0].Latency, 2*time.Second, "the per-attempt timeout fired")
+}
+
+func TestForbiddenOrDisabledEndpointsFailWithoutSending(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	var h hits
+	ep, _ := f.register(statusServer(&h, always(http.StatusNoContent)))
+	// A dispatcher whose client has no allow-list: the endpoint resolves to
+	// loopback, which it refuses.
+	strict, err := webhook.NewClient(webhook.ClientConfig{AllowHTTP: true})
+	require.NoError(t, err)
+	d := f.enqueue(webhook.Event{})[0]
+	stop := f.start(runnerConfig(map[string]lease.Handler{webhook.Kind: f.dispatcher(webhook.DispatcherConfig{Client: strict})}))
+	job := f.await(d.JobID)
+	require.Equal(t, jobs.StateFailedTerminal, job.State)
+	require.Contains(t, job.LastError, "forbidden address")
+	attempts := f.attempts(d.ID)
+	require.Len(t, attempts, 1)
+	require.Equal(t, webhook.ClassForbidden, attempts[0].ErrorClass)
+	stop()
+
+	// Disabled after the delivery was enqueued: it fails when it comes up.
+	d = f.enqueue(webhook.Event{})[0]
+	_, err = f.store.DisableEndpoint(t.Context(), f.pool, tenant, ep.ID, "tenant asked")
+	require.NoError(t, err)
+	f.start(runnerConfig(map[string]lease.Handler{webhook.Kind: f.dispatcher(webhook.DispatcherConfig{})}))
+	job = f.await(d.JobID)
+	require.Equal(t, jobs.StateFailedTerminal, job.State)
+	require.Contains(t, job.LastError, webhook.ErrEndpointDisabled.Error())
+	require.Zero(t, h.count(), "nothing was ever sent")
+
+	// Re-enabled: new deliveries flow again.
+	_, err = f.store.EnableEndpoint(t.Context(), f.pool, tenant, ep.ID)
+	require.NoError(t, err)
+	d = f.enqueue(webhook.Event{})[0]
+	require.Equal(t, jobs.StateSucceeded, f.await(d.JobID).State)
+	require.Equal(t, 1, h.count())
 }

@@ -70,8 +70,9 @@ WHERE d.tenant = $1 AND d.id = $2;
 
 -- name: LoadAttempt
 -- Everything one attempt needs, read without locks: the delivery, its
--- endpoint (status, URL, scheme, breaker) and the keys signing now.
-SELECT d.body, e.url, e.scheme, e.send_key_ids, e.status, e.breaker_state, e.breaker_until,
+-- endpoint (id, status, URL, scheme, breaker) and the keys signing now. The
+-- endpoint is the delivery's, whatever the job payload says.
+SELECT e.id, d.body, e.url, e.scheme, e.send_key_ids, e.status, e.breaker_state, e.breaker_until,
     ARRAY(SELECT k.key_id FROM /*schema*/webhook_endpoint_keys AS k
           WHERE k.endpoint_id = e.id AND (k.expires_at IS NULL OR k.expires_at > now())
           ORDER BY k.created_at DESC, k.key_id),
