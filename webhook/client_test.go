@@ -175,3 +175,31 @@ func TestClientConfigIsValidated(t *testing.T) {
 		require.NotErrorIs(t, err, webhook.ErrForbiddenAddress)
 	}
 }
+
+// FuzzCheckURL feeds arbitrary URLs to the client's URL check: it never
+// panics, and a URL it accepts with an address for a host names a public
+// address that the dial-time check also lets through.
+func FuzzCheckURL(f *testing.F) {
+	for _, seed := range []string{
+		"https://erp.example.com/hook", "http://127.0.0.1:8080/", "https://[::ffff:127.0.0.1]/", "https://2130706433/",
+		"https://0177.0.0.1/", "https://0x7f.1/", "https://93.184.216.34/", "https://[2606:2800:220:1::1]/",
+		"https://[fe80::1%25eth0]/", "https://user@host/", "ftp://x/", "https://%zz/", "",
+	} {
+		f.Add(seed)
+	}
+	client, err := webhook.NewClient(webhook.ClientConfig{AllowHTTP: true})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		u, err := client.CheckURL(raw)
+		if err != nil {
+			return
+		}
+		if a, perr := netip.ParseAddr(u.Hostname()); perr == nil {
+			if cerr := webhook.Control(client, netip.AddrPortFrom(a, 443).String()); cerr != nil {
+				t.Fatalf("accepted %q, whose address %s the dialer refuses: %v", raw, a, cerr)
+			}
+		}
+	})
+}
