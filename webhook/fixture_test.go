@@ -27,7 +27,7 @@ const tenant = "acme"
 var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
 
 type fixture struct {
-	t      *testing.T
+	t      testing.TB
 	pool   *pgxpool.Pool
 	schema string
 	jobs   *jobs.PostgresStore
@@ -40,7 +40,7 @@ type fixture struct {
 // setup migrates a schema of the test's own and builds the stores, with a
 // delivery schedule of schedule (default: 10 attempts 20ms apart) and a
 // client that may reach loopback over plain http.
-func setup(t *testing.T, schedule ...time.Duration) *fixture {
+func setup(t testing.TB, schedule ...time.Duration) *fixture {
 	t.Helper()
 	db := dbtest.Setup(t, dbtest.Options{MaxConns: 16})
 	js, err := jobs.NewStore(jobs.Config{Schema: db.Schema, Queues: []string{jobs.DefaultQueue, webhook.DefaultQueue}})
