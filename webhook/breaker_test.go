@@ -39,11 +39,13 @@ func TestBreakerIsSharedByDispatchersAndPerEndpoint(t *testing.T) {
 	good, _ := f.register(statusServer(&healthy, always(http.StatusNoContent)))
 	breaker := webhook.DispatcherConfig{BreakerThreshold: threshold, BreakerCooldown: 5 * time.Second}
 
-	var jobsOf = map[uuid.UUID][]uuid.UUID{}
+	jobsOf := map[uuid.UUID][]uuid.UUID{}   // endpoint -> delivery jobs
+	deliveryOf := map[uuid.UUID]uuid.UUID{} // job -> delivery
 	enqueue := func(count int) {
 		for range count {
 			for _, d := range f.enqueue(webhook.Event{}) {
 				jobsOf[d.EndpointID] = append(jobsOf[d.EndpointID], d.JobID)
+				deliveryOf[d.JobID] = d.ID
 			}
 		}
 	}
@@ -99,6 +101,16 @@ func TestBreakerIsSharedByDispatchersAndPerEndpoint(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, webhook.BreakerClosed, ep.Breaker)
 	require.Zero(t, ep.BreakerFails)
+	byRunner := map[string]int{}
+	for _, id := range jobsOf[bad.ID] {
+		for _, a := range f.attempts(deliveryOf[id]) {
+			if a.Status == http.StatusBadGateway {
+				byRunner[a.Worker]++
+			}
+		}
+	}
+	require.Equal(t, sent, byRunner["runner-a"], "every attempt is recorded under its runner")
+	require.LessOrEqual(t, byRunner["runner-b"], 1, "runner B sent at most one failing probe")
 	for _, id := range jobsOf[good.ID] {
 		attempts, err := f.jobs.Attempts(t.Context(), f.pool, tenant, id)
 		require.NoError(t, err)

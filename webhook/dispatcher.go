@@ -64,7 +64,8 @@ type DispatcherConfig struct {
 	// a misconfigured receiver is retried slowly rather than given up on.
 	// Default 4.
 	AuthSlowdown int
-	// Worker names this dispatcher in attempt records. Optional.
+	// Worker names this dispatcher in attempt records. Default: the job's
+	// lease owner (the runner's WorkerID).
 	Worker string
 	// Logger receives operational messages. Default: discard.
 	Logger *slog.Logger
@@ -297,7 +298,7 @@ func (d *Dispatcher) record(ctx context.Context, r attemptRecord) error {
 	}
 	tenant, ep := r.job.Tenant, r.p.EndpointID
 	return dbsql.WithTx(ctx, d.db, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, d.store.sql.insertAttempt, r.p.DeliveryID, r.job.ID, r.job.Attempt, d.cfg.Worker, r.url, r.started,
+		_, err := tx.Exec(ctx, d.store.sql.insertAttempt, r.p.DeliveryID, r.job.ID, r.job.Attempt, cmp.Or(d.cfg.Worker, r.job.LeaseOwner), r.url, r.started,
 			float64(r.latency)/float64(time.Millisecond), status, r.verdict.outcome, dbsql.NullIfZero(r.verdict.class),
 			dbsql.NullIfZero(r.verdict.message), keyIDs, headers, respBody)
 		if err != nil {
