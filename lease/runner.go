@@ -126,10 +126,11 @@ func (r *Runner) Run(ctx context.Context) error {
 	var loops sync.WaitGroup
 	loops.Go(func() { r.listen(ctx, wakes) })
 	loops.Go(func() { r.reap(ctx) })
+	loops.Go(func() { r.wakeIdleTenants(ctx, wakes) })
 
 	var attempts sync.WaitGroup
 	for name, q := range r.cfg.Queues {
-		p := &producer{r: r, queue: name, maxWorkers: q.MaxWorkers, wake: wakes[name], freed: make(chan struct{}, 1)}
+		p := &producer{r: r, queue: name, maxWorkers: q.MaxWorkers, lowShare: q.LowPriorityShare, wake: wakes[name], freed: make(chan struct{}, 1)}
 		loops.Go(func() { p.run(ctx, work, &attempts, completer) })
 	}
 
@@ -178,6 +179,7 @@ type producer struct {
 	r          *Runner
 	queue      string
 	maxWorkers int
+	lowShare   float64
 	inFlight   atomic.Int64
 	wake       chan struct{} // a NOTIFY for this queue arrived
 	freed      chan struct{} // an attempt finished and released its slot
@@ -202,6 +204,7 @@ func (p *producer) run(ctx, work context.Context, attempts *sync.WaitGroup, c *c
 			lastClaim = extendedAt
 			batch, err := p.r.store.Claim(ctx, p.r.pool, jobs.ClaimParams{
 				Queue: p.queue, Kinds: p.r.kinds, Worker: cfg.WorkerID, Limit: limit, LeaseDuration: cfg.LeaseDuration,
+				LowPriorityShare: p.lowShare,
 			})
 			switch {
 			case ctx.Err() != nil:
