@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/jobs"
@@ -265,4 +266,30 @@ func TestForbiddenOrDisabledEndpointsFailWithoutSending(t *testing.T) {
 	d = f.enqueue(webhook.Event{})[0]
 	require.Equal(t, jobs.StateSucceeded, f.await(d.JobID).State)
 	require.Equal(t, 1, h.count())
+}
+
+// One endpoint's deliveries arrive in the order they were enqueued, even
+// when the first needs retries.
+func TestEndpointDeliveriesKeepTheirOrder(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	var h hits
+	f.register(statusServer(&h, func(n int) int {
+		if n <= 2 {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusNoContent
+	}))
+	var want []string
+	var last uuid.UUID
+	for i := range 4 {
+		d := f.enqueue(webhook.Event{ID: "evt-" + strconv.Itoa(i)})[0]
+		want = append(want, d.ID.String())
+		last = d.JobID
+	}
+	f.start(runnerConfig(map[string]lease.Handler{webhook.Kind: f.dispatcher(webhook.DispatcherConfig{})}))
+	require.Equal(t, jobs.StateSucceeded, f.await(last).State)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.Equal(t, append([]string{want[0], want[0]}, want...), h.ids)
 }

@@ -30,6 +30,9 @@
 //     never to a URL taken from an event. Enqueue runs in the caller's
 //     transaction: the deliveries exist if and only if it commits. An event id
 //     reaches an endpoint once, however often it is enqueued.
+//   - One endpoint's deliveries go out one at a time, in the order they were
+//     enqueued (their jobs share the endpoint's group key): a delivery that is
+//     retrying holds back the endpoint's later ones, never another endpoint's.
 //   - Delivering never re-runs the work that produced the event: deliveries
 //     are separate jobs in their own queue, so an endpoint that is down for
 //     hours grows a backlog of deliveries, not of extractions.
