@@ -18,6 +18,7 @@ import (
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/retry"
 	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/lease"
 	"github.com/llmq/llmq/outbox"
 )
 
@@ -40,11 +41,12 @@ const (
 
 // Error classes of delivery attempts, in attempt records.
 const (
-	ClassHTTP      = "http_status"       // the endpoint answered with a failure status
-	ClassNetwork   = "network"           // no response: timeout, refused, reset, TLS
-	ClassForbidden = "forbidden_address" // the URL's address is not public
-	ClassAuth      = "auth"              // 401 or 403
-	ClassGone      = "gone"              // 410: the endpoint was disabled
+	ClassHTTP        = "http_status"       // the endpoint answered with a failure status
+	ClassNetwork     = "network"           // no response: timeout, refused, reset, TLS
+	ClassForbidden   = "forbidden_address" // the URL's address is not public
+	ClassAuth        = "auth"              // 401 or 403
+	ClassGone        = "gone"              // 410: the endpoint was disabled
+	ClassInterrupted = "interrupted"       // the attempt's own context ended (shutdown, lost lease) before a response
 )
 
 // DispatcherConfig configures a Dispatcher.
@@ -144,7 +146,7 @@ func (d *Dispatcher) Work(ctx context.Context, job *jobs.Job) (json.RawMessage, 
 	header := Sign(t.scheme, t.keys, p.DeliveryID.String(), started, t.body, t.sendKeyIDs)
 	resp, sendErr := d.cfg.Client.Post(ctx, t.url, header, t.body)
 	latency := time.Since(started)
-	v := d.classify(job, resp, sendErr)
+	v := d.classify(ctx, job, resp, sendErr)
 
 	rec := attemptRecord{p: p, job: job, url: t.url, started: started, latency: latency, header: header, keys: t.keys, resp: resp, verdict: v}
 	// Record even if the attempt's context ended (lease lost, shutdown): the
@@ -214,11 +216,17 @@ type verdict struct {
 	gone        bool  // a 410
 }
 
-func (d *Dispatcher) classify(job *jobs.Job, resp *Response, err error) verdict {
+func (d *Dispatcher) classify(ctx context.Context, job *jobs.Job, resp *Response, err error) verdict {
 	delay := d.store.delay(job.Attempt)
 	switch {
 	case errors.Is(err, ErrForbiddenAddress), errors.Is(err, ErrInvalidURL), errors.Is(err, ErrInsecureURL):
 		return verdict{outcome: "failed", class: ClassForbidden, message: err.Error(), err: jobs.Permanent(err)}
+	case err != nil && resp == nil && ctx.Err() != nil && !errors.Is(context.Cause(ctx), lease.ErrAttemptTimeout):
+		// Our own attempt ended (shutdown, lost lease, cancellation): no
+		// verdict on the endpoint, so the breaker is untouched. The runner's
+		// attempt timeout, like the client's, is the endpoint being slow.
+		cause := context.Cause(ctx)
+		return verdict{outcome: "retry", class: ClassInterrupted, message: cause.Error(), err: jobs.RetryAfter(cause, delay)}
 	case err != nil && resp == nil:
 		return verdict{outcome: "retry", class: ClassNetwork, message: err.Error(), breakerFail: true,
 			err: jobs.RetryAfter(err, delay)}

@@ -293,3 +293,32 @@ func TestEndpointDeliveriesKeepTheirOrder(t *testing.T) {
 	defer h.mu.Unlock()
 	require.Equal(t, append([]string{want[0], want[0]}, want...), h.ids)
 }
+
+// An attempt cut short by the runner shutting down says nothing about the
+// endpoint: it is recorded, and the breaker is untouched.
+func TestShutdownMidRequestDoesNotCountAgainstTheEndpoint(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	arrived := make(chan struct{}, 1)
+	ep, _ := f.register(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		arrived <- struct{}{}
+		<-r.Context().Done() // hang until the sender hangs up
+	}))
+	d := f.enqueue(webhook.Event{})[0]
+	cfg := runnerConfig(map[string]lease.Handler{webhook.Kind: f.dispatcher(webhook.DispatcherConfig{})})
+	cfg.ShutdownGrace = 50 * time.Millisecond
+	stop := f.start(cfg)
+	<-arrived
+	stop()
+
+	attempts := f.attempts(d.ID)
+	require.Len(t, attempts, 1)
+	require.Equal(t, webhook.ClassInterrupted, attempts[0].ErrorClass)
+	got, err := f.store.Endpoint(t.Context(), f.pool, tenant, ep.ID)
+	require.NoError(t, err)
+	require.Zero(t, got.BreakerFails)
+	job, err := f.jobs.Get(t.Context(), f.pool, tenant, d.JobID)
+	require.NoError(t, err)
+	require.False(t, job.State.Terminal(), "released for another runner")
+}

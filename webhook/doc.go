@@ -92,6 +92,13 @@
 //   - The breaker defers for the rest of its cool-down (at least MinDefer);
 //     deliveries that arrive while a probe is out wait for the probe's
 //     attempt timeout, so a dying probe cannot hold the breaker half open.
+//   - An attempt cut short by its own runner (shutdown, lost lease) is
+//     recorded as ClassInterrupted and does not count towards the breaker;
+//     the runner's attempt timeout counts, like the client's, because a slow
+//     endpoint is what it measures. Keep the client's AttemptTimeout below the
+//     runner's so the client's fires first.
+//   - Deliveries and their attempts are kept for Config.Retention (default
+//     30 days, at least the schedule's span plus a day) and removed by Prune.
 //   - Garbage in one signature entry is skipped, not fatal: a header may hold
 //     several entries and another may match, as in the Standard Webhooks
 //     libraries. Timestamps are whole Unix seconds of at most 12 digits.

@@ -142,3 +142,16 @@ FROM /*schema*/webhook_attempts AS a
 JOIN /*schema*/webhook_deliveries AS d ON d.id = a.delivery_id
 WHERE d.tenant = $1 AND a.delivery_id = $2
 ORDER BY a.id;
+
+-- name: PruneDeliveries
+-- Deliveries created more than $1 ms ago, oldest first, $2 at a time, with
+-- their attempts (ON DELETE CASCADE). webhook_deliveries_created_idx serves
+-- the scan; SKIP LOCKED lets several pruners run at once without waiting.
+DELETE FROM /*schema*/webhook_deliveries
+WHERE id IN (
+    SELECT id FROM /*schema*/webhook_deliveries
+    WHERE created_at < now() - $1 * interval '1 millisecond'
+    ORDER BY created_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+);

@@ -35,6 +35,8 @@ const (
 	DefaultQueue        = "webhooks"
 	DefaultAlertTopic   = "llmq.webhooks"
 	DefaultMaxBodyBytes = 256 << 10
+	DefaultRetention    = 30 * 24 * time.Hour
+	DefaultPruneBatch   = 10_000
 	MaxEventTypes       = 100
 	MaxEventTypeLen     = 200
 	MaxEventIDLen       = 255
@@ -201,6 +203,12 @@ type Config struct {
 	// AlertTopic is the outbox topic of alert events. Default
 	// "llmq.webhooks".
 	AlertTopic string
+	// Retention is how long Prune keeps deliveries and their attempts.
+	// Default 30 days; it must exceed the schedule's whole span by a day,
+	// so that no delivery is pruned while it may still be retried (a
+	// dead letter replayed after its delivery was pruned fails with
+	// ErrNotFound).
+	Retention time.Duration
 }
 
 // Store registers endpoints and enqueues deliveries.
@@ -211,6 +219,7 @@ type Store struct {
 		insertEndpoint, insertKey, expireKeys, lockEndpoint, getEndpoint, listEndpoints, setStatus string
 		subscribed, insertDeliveries, getDelivery, loadAttempt                                     string
 		breakerAdmit, breakerSuccess, breakerFailure, authFailure, insertAttempt, listAttempts     string
+		pruneDeliveries                                                                            string
 	}
 }
 
@@ -246,6 +255,14 @@ func NewStore(cfg Config) (*Store, error) {
 		}
 	}
 	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes)
+	cfg.Retention = cmp.Or(cfg.Retention, DefaultRetention)
+	var span time.Duration
+	for _, d := range cfg.Schedule {
+		span += d
+	}
+	if cfg.Retention < span+24*time.Hour {
+		return nil, invalid("Retention", fmt.Sprintf("%s does not exceed the schedule's span %s by a day", cfg.Retention, span))
+	}
 	cfg.AlertTopic = cmp.Or(cfg.AlertTopic, DefaultAlertTopic)
 	s := &Store{cfg: cfg, schema: schema}
 	for name, dst := range map[string]*string{
@@ -254,7 +271,7 @@ func NewStore(cfg Config) (*Store, error) {
 		"SetStatus": &s.sql.setStatus, "SubscribedEndpoints": &s.sql.subscribed, "InsertDeliveries": &s.sql.insertDeliveries,
 		"GetDelivery": &s.sql.getDelivery, "LoadAttempt": &s.sql.loadAttempt, "BreakerAdmit": &s.sql.breakerAdmit,
 		"BreakerSuccess": &s.sql.breakerSuccess, "BreakerFailure": &s.sql.breakerFailure, "AuthFailure": &s.sql.authFailure,
-		"InsertAttempt": &s.sql.insertAttempt, "ListAttempts": &s.sql.listAttempts,
+		"InsertAttempt": &s.sql.insertAttempt, "ListAttempts": &s.sql.listAttempts, "PruneDeliveries": &s.sql.pruneDeliveries,
 	} {
 		*dst = q.Must(name)
 	}
@@ -567,4 +584,18 @@ func (s *Store) Attempts(ctx context.Context, db DBTX, tenant string, deliveryID
 		a.Latency = time.Duration(ms * float64(time.Millisecond))
 		return a, err
 	})
+}
+
+// Prune deletes deliveries older than Config.Retention with their attempts,
+// in batches of up to limit (0 means DefaultPruneBatch), and returns how many
+// deliveries it deleted. Several pruners may run at once.
+func (s *Store) Prune(ctx context.Context, db DBTX, limit int) (int64, error) {
+	if limit < 0 {
+		return 0, &ValidationError{Kind: ErrInvalidConfig, Field: "limit", Problem: "must not be negative"}
+	}
+	tag, err := db.Exec(ctx, s.sql.pruneDeliveries, s.cfg.Retention.Milliseconds(), cmp.Or(limit, DefaultPruneBatch))
+	if err != nil {
+		return 0, fmt.Errorf("webhook: pruning deliveries: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }

@@ -138,3 +138,27 @@ func TestRotationSignsWithOldAndNewKeyDuringTheOverlap(t *testing.T) {
 	_, err = f.store.RotateSecret(ctx, f.pool, "globex", ep.ID, 0)
 	require.ErrorIs(t, err, webhook.ErrNotFound)
 }
+
+func TestPruneDeletesOldDeliveriesWithTheirAttempts(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.register(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	old := f.enqueue(webhook.Event{ID: "old"})[0]
+	fresh := f.enqueue(webhook.Event{ID: "fresh"})[0]
+	f.start(runnerConfig(map[string]lease.Handler{webhook.Kind: f.dispatcher(webhook.DispatcherConfig{})}))
+	f.await(old.JobID)
+	f.await(fresh.JobID)
+	_, err := f.pool.Exec(t.Context(), "UPDATE "+f.schema+".webhook_deliveries SET created_at = now() - interval '31 days' WHERE id = $1", old.ID)
+	require.NoError(t, err)
+
+	n, err := f.store.Prune(t.Context(), f.pool, 0)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	_, err = f.store.Delivery(t.Context(), f.pool, tenant, old.ID)
+	require.ErrorIs(t, err, webhook.ErrNotFound)
+	require.Empty(t, f.attempts(old.ID))
+	require.Len(t, f.attempts(fresh.ID), 1, "recent deliveries stay")
+
+	_, err = webhook.NewStore(webhook.Config{Schema: f.schema, Jobs: f.jobs, Outbox: f.outbox, Retention: time.Hour})
+	require.ErrorIs(t, err, webhook.ErrInvalidConfig, "shorter than the default schedule's span")
+}

@@ -61,6 +61,10 @@ CREATE TABLE /*schema*/webhook_deliveries (
     CONSTRAINT webhook_deliveries_event_key UNIQUE (endpoint_id, event_id)
 );
 
+-- The pruner deletes the oldest deliveries first (their attempts follow by
+-- cascade, through webhook_attempts_delivery_idx).
+CREATE INDEX webhook_deliveries_created_idx ON /*schema*/webhook_deliveries (created_at);
+
 -- One row per HTTP attempt, never folded: what was sent (headers, key ids),
 -- what came back (status, a bounded body), how long it took, and why it
 -- failed.
