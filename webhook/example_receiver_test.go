@@ -10,9 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/inbox"
-	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/webhook"
 )
 
@@ -23,11 +21,8 @@ import (
 func ExampleReceiver() {
 	ctx := context.Background()
 	const schema = "llmq_example_webhook_receiver"
-	pool, cleanup := dbtest.ForExample(ctx, schema)
+	pool, cleanup := migratedForExample(ctx, schema) // a pool on DATABASE_URL and a fresh, migrated schema
 	defer cleanup()
-	if _, err := llmq.Migrate(ctx, pool, llmq.MigrateOptions{Schema: schema}); err != nil {
-		panic(err)
-	}
 	in, err := inbox.NewStore(inbox.Config{Schema: schema})
 	if err != nil {
 		panic(err)
