@@ -18,9 +18,10 @@ import (
 )
 
 // The ERP is down (its receiver answers 503) while extractions complete;
-// deliveries back off and arrive once it recovers: each exactly once in the
-// ERP's inbox-backed table, under the delivery id it had from the start, and
-// no extraction runs twice.
+// deliveries back off and arrive once it recovers, and when it first commits
+// a delivery its answer is lost on the way back: each delivery still lands
+// exactly once in the ERP's inbox-backed table, under the delivery id it had
+// from the start, and no extraction runs twice.
 func TestERPDowntimeDeliversEverythingOnceAfterRecovery(t *testing.T) {
 	t.Parallel()
 	const n = 8
@@ -65,6 +66,7 @@ func TestERPDowntimeDeliversEverythingOnceAfterRecovery(t *testing.T) {
 
 	// Every delivery meets the outage a few times before the ERP recovers.
 	require.Eventually(t, func() bool { return e.runs.Load() >= 3*n }, 20*time.Second, 10*time.Millisecond)
+	e.loseAcks.Store(true)
 	e.down.Store(false)
 
 	for _, id := range ids {
@@ -88,6 +90,7 @@ func TestERPDowntimeDeliversEverythingOnceAfterRecovery(t *testing.T) {
 		}
 	}
 	require.True(t, saw503, "the outage was seen")
+	require.Equal(t, int64(n), e.lostAcks.Load(), "every first commit lost its answer")
 
 	arrived := e.rows(t)
 	require.Len(t, arrived, n)

@@ -26,6 +26,8 @@ type erp struct {
 	down     atomic.Bool  // the work fails (503) while set
 	runs     atomic.Int64 // the work's runs that committed or not
 	mismatch atomic.Int64
+	loseAcks atomic.Bool  // drop the answer to every delivery committed for the first time
+	lostAcks atomic.Int64 // answers dropped
 }
 
 func newERP(t *testing.T, f *fixture, maxBody int64) *erp {
@@ -48,7 +50,25 @@ func newERP(t *testing.T, f *fixture, maxBody int64) *erp {
 		OnDigestMismatch: func(context.Context, webhook.Received) { e.mismatch.Add(1) },
 	})
 	require.NoError(t, err)
-	e.srv = httptest.NewServer(rc)
+	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !e.loseAcks.Load() {
+			rc.ServeHTTP(w, r)
+			return
+		}
+		// The receiver commits, then the connection drops before its answer
+		// leaves: the sender cannot tell and must retry.
+		rec := httptest.NewRecorder()
+		rc.ServeHTTP(rec, r)
+		if rec.Code == http.StatusNoContent {
+			e.lostAcks.Add(1)
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				_ = conn.Close()
+				return
+			}
+		}
+		w.WriteHeader(rec.Code)
+	}))
 	t.Cleanup(e.srv.Close)
 	return e
 }

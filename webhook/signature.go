@@ -198,7 +198,10 @@ type Verifier struct {
 // VerifierConfig configures a Verifier.
 type VerifierConfig struct {
 	// Keys are the secrets a delivery may be signed with: during the
-	// sender's rotation, the old and the new one. At least one.
+	// sender's rotation, the old and the new one. At least one. If the
+	// sender sends KeyIDHeader, the IDs must be the sender's key ids
+	// (RegisterEndpoint and RotateSecret return them); otherwise any ID will
+	// do.
 	Keys []Key
 	// Scheme is the one layout accepted. Default SchemeStandard.
 	Scheme Scheme
