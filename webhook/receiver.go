@@ -61,7 +61,8 @@ type ReceiverConfig struct {
 // deliveries:
 //
 //   - 413 for a body over the limit, 405 for anything but POST;
-//   - 400 for missing or malformed signature headers, 401 for a signature
+//   - 400 for missing or malformed signature headers (or an id the inbox
+//     cannot record), 401 for a signature
 //     that does not match or a timestamp outside the window;
 //   - then, in one transaction, the delivery id is accepted in the inbox and
 //     the work runs: 204 only after the commit; 200 for a duplicate, without
@@ -165,6 +166,8 @@ func (rc *Receiver) accept(ctx context.Context, d Received) (int, error) {
 			return http.StatusServiceUnavailable, errors.Join(err, qerr)
 		}
 		return http.StatusConflict, err
+	case errors.Is(err, inbox.ErrInvalidMessage):
+		return http.StatusBadRequest, err // an id the inbox cannot hold: no retry will fix it
 	case err != nil:
 		return http.StatusServiceUnavailable, err
 	case res == inbox.Duplicate:

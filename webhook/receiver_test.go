@@ -140,6 +140,7 @@ func TestReceiverAcceptsOnceAndAnswersAfterCommit(t *testing.T) {
 		{"future timestamp", sign("d3", now.Add(10*time.Minute), body), body, http.StatusUnauthorized},
 		{"wrong key", webhook.Sign(webhook.SchemeStandard, []webhook.Key{{ID: "erp", Secret: webhook.NewSecret()}}, "d3", now, []byte(body), false), body, http.StatusUnauthorized},
 		{"no headers", http.Header{}, body, http.StatusBadRequest},
+		{"id with a control character", sign("d\t3", now, body), body, http.StatusBadRequest},
 		{"oversize body", sign("d3", now, strings.Repeat("x", 2048)), strings.Repeat("x", 2048), http.StatusRequestEntityTooLarge},
 	}
 	for _, tc := range cases {
