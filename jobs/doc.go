@@ -87,10 +87,12 @@
 // A tenant found with nothing to run (no eligible job, all held back by
 // their groups, or at its cap) is marked idle and leaves the claim's scan.
 // It becomes active again when work arrives for it (Enqueue), when one of its
-// jobs finishes (Complete), or at the next WakeIdleTenants sweep, which a
-// runner makes every poll interval: that sweep is what brings back a tenant
-// whose only work was a retry scheduled for later, or whose enqueue
-// committed while a claim was deciding it was idle.
+// jobs finishes (Complete), or at a WakeIdleTenants sweep. A runner sweeps
+// every idle tenant once per poll interval, which brings back a tenant whose
+// only work was a retry scheduled for later; and it sweeps the tenants idled
+// in the last seconds whenever a NOTIFY led to a claim that came up short,
+// which brings back at once a tenant whose enqueue committed while a claim
+// was deciding it was idle (that claim could not see the job).
 //
 // # Decisions
 //

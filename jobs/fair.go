@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -153,13 +154,20 @@ func (h *finishHeap) Pop() any {
 }
 
 // WakeIdleTenants implements Store: it makes active again the idle tenants
-// of queue that have work eligible now, and returns how many it woke. The
-// runner calls it once per poll interval; see queries.sql.
-func (s *PostgresStore) WakeIdleTenants(ctx context.Context, db DBTX, queue string) (int64, error) {
+// of queue that have work eligible now, and returns how many it woke. With
+// idleFor > 0 it looks only at tenants marked idle that recently, which is
+// cheap whatever the number of idle tenants. The runner sweeps every idle
+// tenant once per poll interval, and the recent ones when a NOTIFY brought
+// it to a claim that came up short; see queries.sql.
+func (s *PostgresStore) WakeIdleTenants(ctx context.Context, db DBTX, queue string, idleFor time.Duration) (int64, error) {
 	if !s.queues[queue] {
 		return 0, &ValidationError{Kind: ErrInvalidParams, Field: "queue", Problem: fmt.Sprintf("%q is not one of the configured queues %q", queue, s.cfg.Queues), Cause: ErrUnknownQueue}
 	}
-	tag, err := db.Exec(ctx, s.sql.wakeIdleTenants, queue)
+	seconds := math.MaxInt32 * 1.0 // every idle tenant
+	if idleFor > 0 {
+		seconds = idleFor.Seconds()
+	}
+	tag, err := db.Exec(ctx, s.sql.wakeIdleTenants, queue, seconds)
 	if err != nil {
 		return 0, fmt.Errorf("jobs: waking idle tenants of %s: %w", queue, err)
 	}

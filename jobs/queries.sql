@@ -317,15 +317,16 @@ SELECT /*job_columns*/
 FROM claimed;
 
 -- name: WakeIdleTenants
--- The sweep: marks active again the idle tenants of queue $1 that have work
--- eligible now (a retry whose time came, a claim that raced an enqueue).
--- Reads every idle tenant of the queue, one index probe each; it runs once
--- per poll interval. SKIP LOCKED: a tenant being claimed or woken right now
--- is left alone.
+-- The sweep: marks active again the idle tenants of queue $1, marked idle
+-- in the last $2 seconds, that have work eligible now (a retry whose time
+-- came, a claim that raced an enqueue). Reads those idle tenants through
+-- tenant_queues_idle_idx, one probe of the claim index each. SKIP LOCKED: a
+-- tenant being claimed or woken right now is left alone.
 WITH due AS (
     SELECT q.tenant
     FROM /*schema*/tenant_queues AS q
     WHERE q.queue = $1 AND q.idle
+        AND q.updated_at > now() - make_interval(secs => $2)
         AND EXISTS (
             SELECT 1 FROM /*schema*/jobs AS j
             WHERE j.queue = q.queue AND j.tenant = q.tenant
@@ -336,7 +337,7 @@ WITH due AS (
 ),
 -- Read once, before the first update (see InsertJobs).
 floor AS MATERIALIZED (
-    SELECT /*schema*/active_vtime_floor($1) AS vtime
+    SELECT /*schema*/active_vtime_floor($1::text) AS vtime
 )
 UPDATE /*schema*/tenant_queues AS q
 SET idle       = false,
@@ -652,7 +653,10 @@ SELECT count(*) FROM failed;
 -- name: ReplayJob
 -- A new job from a finished one of the same tenant, linked by replay_of and
 -- recording who asked and why. The old row is only read, never changed. The
--- new job has no idempotency key: the old job keeps its own.
+-- new job has no idempotency key: the old job keeps its own. Its tenant is
+-- not made active here: if the tenant is idle, the runners' idle-tenant
+-- sweep brings it back within a poll interval, which is soon enough for an
+-- operator's replay.
 WITH source AS (
     SELECT *
     FROM /*schema*/jobs

@@ -55,8 +55,9 @@ type Store interface {
 	// fairly among its tenants.
 	Claim(ctx context.Context, db DBTX, params ClaimParams) ([]*Job, error)
 	// WakeIdleTenants makes tenants of queue that a claim found without
-	// runnable work active again once they have some (a retry's time came).
-	WakeIdleTenants(ctx context.Context, db DBTX, queue string) (int64, error)
+	// runnable work active again once they have some (a retry's time came);
+	// idleFor > 0 looks only at those idle for less than that.
+	WakeIdleTenants(ctx context.Context, db DBTX, queue string, idleFor time.Duration) (int64, error)
 	// Heartbeat extends the leases worker still holds.
 	Heartbeat(ctx context.Context, db DBTX, worker string, leaseDuration time.Duration, leases []Lease) (HeartbeatResult, error)
 	// Complete applies attempt outcomes, each only under its fence.

@@ -318,7 +318,7 @@ func signal(ch chan struct{}) {
 func (r *Runner) wakeIdleTenants(ctx context.Context, wakes map[string]chan struct{}) {
 	every(ctx, r.cfg.PollInterval, func() {
 		for queue, wake := range wakes {
-			woken, err := r.store.WakeIdleTenants(ctx, r.pool, queue)
+			woken, err := r.store.WakeIdleTenants(ctx, r.pool, queue, 0)
 			switch {
 			case err != nil && ctx.Err() == nil:
 				r.cfg.Logger.Warn("llmq: idle-tenant sweep failed", "queue", queue, "err", err)

@@ -387,3 +387,38 @@ func runCappedWorker() int {
 	}
 	return 0
 }
+
+// A claim that marks a tenant idle while that tenant's enqueue is
+// committing cannot see the new job. The enqueue's NOTIFY then brings the
+// runner to a claim that comes up short, and the runner wakes the recently
+// idled tenant at once instead of at the next poll-interval sweep (a minute
+// here, past the test's patience). The race is set up by hand: the job is
+// enqueued without a NOTIFY and its tenant marked idle in one commit, and
+// the NOTIFY comes after.
+func TestNotifyWakesATenantIdledByARacingClaim(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	cfg := fastConfig(map[string]lease.Handler{"extract": lease.HandlerFunc(func(context.Context, *jobs.Job) (json.RawMessage, error) {
+		return json.RawMessage(`{}`), nil
+	})})
+	cfg.PollInterval = time.Minute
+	cfg.LeaseDuration, cfg.HeartbeatInterval, cfg.ReapInterval = 2*time.Minute, 20*time.Second, time.Minute
+	f.start(cfg)
+	warmUp := f.enqueue(jobs.EnqueueParams{Kind: "extract"})
+	require.Equal(t, jobs.StateSucceeded, f.await(warmUp.ID).State, "the runner is up and listening")
+
+	quiet, err := jobs.NewStore(jobs.Config{Schema: f.schema, DisableNotify: true})
+	require.NoError(t, err)
+	tx, err := f.pool.Begin(ctx)
+	require.NoError(t, err)
+	res, err := quiet.Enqueue(ctx, tx, jobs.EnqueueParams{Tenant: "acme", Kind: "extract"})
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "UPDATE "+f.schema+".tenant_queues SET idle = true, updated_at = now()")
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+
+	_, err = f.pool.Exec(ctx, "SELECT pg_notify($1, 'default')", f.store.Channel())
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateSucceeded, f.await(res.Job.ID).State)
+}

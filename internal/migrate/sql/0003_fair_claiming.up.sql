@@ -26,6 +26,12 @@ CREATE TABLE /*schema*/tenant_queues (
 CREATE INDEX tenant_queues_vtime_idx ON /*schema*/tenant_queues (queue, vtime, tenant)
     WHERE NOT idle;
 
+-- The sweeps that bring idle tenants back: all of a queue's idle tenants,
+-- or those marked idle in the last seconds (updated_at is when a claim
+-- marked it idle: an idle row is not written again until it wakes).
+CREATE INDEX tenant_queues_idle_idx ON /*schema*/tenant_queues (queue, updated_at)
+    WHERE idle;
+
 -- Weights and caps, as data: a change applies to the next claim. The row
 -- whose tenant is '' (never a valid tenant name) holds the defaults for
 -- tenants without a row of their own. max_running 0 means no cap.
