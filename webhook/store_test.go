@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -161,4 +162,29 @@ func TestPruneDeletesOldDeliveriesWithTheirAttempts(t *testing.T) {
 
 	_, err = webhook.NewStore(webhook.Config{Schema: f.schema, Jobs: f.jobs, Outbox: f.outbox, Retention: time.Hour})
 	require.ErrorIs(t, err, webhook.ErrInvalidConfig, "shorter than the default schedule's span")
+}
+
+func TestEndpointSchemeAndKeyIDsReachTheWire(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	got := make(chan http.Header, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	_, key, err := f.store.RegisterEndpoint(t.Context(), f.pool, webhook.EndpointParams{
+		Tenant: tenant, URL: srv.URL, EventTypes: []string{webhook.AllEvents}, Scheme: webhook.SchemeTimestampFirst, SendKeyIDs: true,
+	})
+	require.NoError(t, err)
+	d := f.enqueue(webhook.Event{})[0]
+	f.start(runnerConfig(map[string]lease.Handler{webhook.Kind: f.dispatcher(webhook.DispatcherConfig{})}))
+	h := <-got
+	require.Equal(t, key.ID, h.Get(webhook.KeyIDHeader))
+	v, err := webhook.NewVerifier(webhook.VerifierConfig{Keys: []webhook.Key{key}, Scheme: webhook.SchemeTimestampFirst})
+	require.NoError(t, err)
+	verified, err := v.Verify(h, d.Body)
+	require.NoError(t, err)
+	require.Equal(t, key.ID, verified.KeyID)
+	require.Equal(t, d.ID.String(), verified.ID)
 }
