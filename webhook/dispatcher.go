@@ -125,7 +125,7 @@ func (d *Dispatcher) Work(ctx context.Context, job *jobs.Job) (json.RawMessage, 
 	}
 	t, err := d.load(ctx, job.Tenant, p)
 	if err != nil {
-		return nil, err
+		return nil, d.onSchedule(job, err)
 	}
 	p.EndpointID = t.endpointID
 	if t.status != StatusEnabled {
@@ -133,7 +133,7 @@ func (d *Dispatcher) Work(ctx context.Context, job *jobs.Job) (json.RawMessage, 
 	}
 	if t.breaker != BreakerClosed {
 		if wait, admitted, err := d.admit(ctx, job.Tenant, p); err != nil {
-			return nil, err
+			return nil, d.onSchedule(job, err)
 		} else if !admitted {
 			return nil, jobs.Snooze(max(wait, MinDefer))
 		}
@@ -158,13 +158,23 @@ func (d *Dispatcher) Work(ctx context.Context, job *jobs.Job) (json.RawMessage, 
 		if v.err == nil {
 			// Delivered but not recorded: retry; the receiver deduplicates
 			// on the delivery id.
-			return nil, fmt.Errorf("webhook: recording the attempt: %w", err)
+			return nil, d.onSchedule(job, fmt.Errorf("webhook: recording the attempt: %w", err))
 		}
 	}
 	if v.err != nil {
 		return nil, v.err
 	}
 	return json.Marshal(map[string]any{"delivery_id": p.DeliveryID, "status": resp.Status})
+}
+
+// onSchedule retries a failure of our own (the database, not the endpoint)
+// on the delivery schedule, since the runner's backoff for Kind is none;
+// permanent failures stay permanent.
+func (d *Dispatcher) onSchedule(job *jobs.Job, err error) error {
+	if _, ok := errors.AsType[*jobs.PermanentError](err); ok {
+		return err
+	}
+	return jobs.RetryAfter(err, d.store.delay(job.Attempt))
 }
 
 func (d *Dispatcher) load(ctx context.Context, tenant string, p deliveryPayload) (*attemptTarget, error) {
