@@ -1,7 +1,9 @@
 package webhook_test
 
 import (
+	"bytes"
 	"encoding/base64"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -222,6 +224,30 @@ func FuzzVerify(f *testing.F) {
 		}
 		if got.ID != id || got.KeyID != "k1" {
 			t.Fatalf("verified %+v for id %q", got, id)
+		}
+	})
+}
+
+// FuzzParseSecret: any text either parses to a usable key whose text form
+// parses back to the same bytes, or is refused with ErrInvalidKey.
+func FuzzParseSecret(f *testing.F) {
+	for _, seed := range []string{vectorSecret, "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_", "whsec_====", "whsec_" + strings.Repeat("A", 200), ""} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		raw, err := webhook.ParseSecret(s)
+		if err != nil {
+			if !errors.Is(err, webhook.ErrInvalidKey) {
+				t.Fatalf("%q: untyped error %v", s, err)
+			}
+			return
+		}
+		if err := (webhook.Key{ID: "k", Secret: raw}).Validate(); err != nil {
+			t.Fatalf("%q parsed to an unusable key: %v", s, err)
+		}
+		again, err := webhook.ParseSecret(webhook.FormatSecret(raw))
+		if err != nil || !bytes.Equal(again, raw) {
+			t.Fatalf("%q does not round-trip: %v", s, err)
 		}
 	})
 }
