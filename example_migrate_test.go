@@ -32,5 +32,6 @@ func ExampleMigrate() {
 	// applied 0001_init
 	// applied 0002_inbox_relay
 	// applied 0003_fair_claiming
+	// applied 0004_webhook
 	// all applied: true
 }

@@ -3,6 +3,7 @@ module github.com/llmq/llmq
 go 1.26.0
 
 require (
+	code.dny.dev/ssrf v0.3.0
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/rabbitmq/amqp091-go v1.16.0

@@ -18,6 +18,7 @@ import (
 var allTables = []string{
 	"inbox", "inbox_quarantine", "job_attempts", "jobs", "migrations", "outbox",
 	"tenant_limits", "tenant_queues",
+	"webhook_attempts", "webhook_deliveries", "webhook_endpoint_keys", "webhook_endpoints",
 }
 
 func setup(t *testing.T) (*pgxpool.Pool, llmq.MigrateOptions) {

@@ -1,0 +1,109 @@
+// Package webhook delivers events to the HTTP endpoints tenants register,
+// signed so receivers can trust them, and helps receivers accept each
+// delivery exactly once.
+//
+// It owns: endpoints (per tenant, with rotating signing keys, subscribed
+// event types and a status), deliveries (one per event and endpoint, each a
+// job of Kind run by the lease runner through a Dispatcher), the SSRF-safe
+// Client, the per-endpoint circuit breaker shared through Postgres, and the
+// receiving side's Verifier and Receiver.
+//
+//	store, _ := webhook.NewStore(webhook.Config{Jobs: jobStore, Outbox: outboxStore})
+//	ep, key, _ := store.RegisterEndpoint(ctx, pool, webhook.EndpointParams{
+//		Tenant: tenant, URL: "https://erp.example.com/llmq", EventTypes: []string{"invoice.extract.completed"},
+//	}) // show key's secret to the tenant once
+//	client, _ := webhook.NewClient(webhook.ClientConfig{})
+//	dispatcher, _ := store.NewDispatcher(pool, webhook.DispatcherConfig{Client: client})
+//	runner, _ := lease.NewRunner(pool, jobStore, lease.Config{
+//		Handlers:    map[string]lease.Handler{webhook.Kind: dispatcher, "invoice.extract": extractor},
+//		Queues:      map[string]lease.QueueConfig{"default": {}, webhook.DefaultQueue: {}},
+//		RetryByKind: map[string]jobs.BackoffPolicy{webhook.Kind: webhook.Backoff()},
+//		OnSucceeded: func(ctx context.Context, tx pgx.Tx, job *jobs.Job) error {
+//			_, err := store.Enqueue(ctx, tx, job.Tenant, webhook.Event{ID: job.ID.String(), Type: job.Kind + ".completed", Payload: job.Result})
+//			return err
+//		},
+//	})
+//
+// # Guarantees
+//
+//   - Deliveries go only to endpoints registered for the tenant and enabled,
+//     never to a URL taken from an event. Enqueue runs in the caller's
+//     transaction: the deliveries exist if and only if it commits. An event id
+//     reaches an endpoint once, however often it is enqueued.
+//   - One endpoint's deliveries go out one at a time, in the order they were
+//     enqueued (their jobs share the endpoint's group key): a delivery that is
+//     retrying holds back the endpoint's later ones, never another endpoint's.
+//   - Delivering never re-runs the work that produced the event: deliveries
+//     are separate jobs in their own queue, so an endpoint that is down for
+//     hours grows a backlog of deliveries, not of extractions.
+//   - The delivery id (webhook-id) is fixed when the delivery is created and
+//     is the same on every retry and every replay; each attempt signs a fresh
+//     timestamp over exactly the bytes it sends. During a rotation every
+//     active key signs (several entries in webhook-signature); the key ids
+//     are recorded with each attempt and optionally sent in KeyIDHeader.
+//   - Every attempt leaves a row: URL, request headers, key ids, status,
+//     latency, a bounded response body, outcome and error. Exhausted
+//     deliveries are dead-lettered by the job store (FAILED_TERMINAL with
+//     their job attempts) and can be replayed with jobs.Replay.
+//   - Retry policy: timeouts, connection errors, 408, 425, 429 and 5xx retry
+//     on Config.Schedule (raised to a Retry-After); 3xx is a failure
+//     (redirects are never followed) and retries; 410 disables the endpoint
+//     and stops; 401/403 retry on a schedule AuthSlowdown times slower and
+//     raise an AlertAuthFailing outbox event when they reach
+//     AuthAlertThreshold in a row; any other 4xx stops at once.
+//   - The circuit breaker lives in the endpoint's row, so every dispatcher in
+//     every process sees it: BreakerThreshold consecutive failures (no
+//     response, 408, 5xx) open it; while open, deliveries are snoozed
+//     (jobs.Snooze: not attempted, not counted against their attempts);
+//     after BreakerCooldown exactly one dispatcher sends a probe (the row
+//     lock decides), whose success closes the breaker and whose failure
+//     re-opens it.
+//   - The Client resolves names itself, refuses non-public addresses (the
+//     IANA special-purpose registries, IPv4-mapped, NAT64, 6to4 and Teredo
+//     forms, numeric host spellings such as 2130706433 or 0177.0.0.1) before
+//     dialling, and checks again in the dialer's Control hook, which sees the
+//     address the socket connects to, so DNS rebinding cannot slip through.
+//     No proxy, no redirects, TLS unless AllowHTTP, bounded response bodies,
+//     a timeout per attempt.
+//   - Verify compares MACs in constant time (hmac.Equal), enforces the
+//     timestamp window in both directions and never accepts a signature of
+//     another scheme or over other bytes. The Receiver bounds the body,
+//     verifies, then accepts the delivery id in the inbox and runs the
+//     receiver's work in one transaction, answering 2xx only after commit.
+//
+// # Decisions
+//
+//   - Signatures follow Standard Webhooks by default (SchemeStandard, "v1"),
+//     so receivers can use that specification's libraries; the earlier
+//     layout over "timestamp.id.body" is SchemeTimestampFirst, tagged "t1"
+//     so that the two can never be confused.
+//   - The body is built once at Enqueue, in the Standard Webhooks shape
+//     {"type", "timestamp", "data"}, and stored as bytes: every attempt sends
+//     the identical body, so a receiver's inbox digest stays the same.
+//   - Secrets are stored raw in webhook_endpoint_keys: HMAC signing needs them
+//     in clear. Encrypt the database at rest, or keep the schema's access
+//     narrow.
+//   - A name that resolves to several addresses is refused if any of them is
+//     forbidden: a public address next to an internal one is a rebinding
+//     attempt, not a configuration.
+//   - 3xx retries rather than stopping, since a moved endpoint is usually
+//     fixed by its owner; 429 does not count towards the breaker (the endpoint
+//     is alive and asking for less), 5xx and 408 do.
+//   - The breaker defers for the rest of its cool-down (at least MinDefer);
+//     deliveries that arrive while a probe is out wait for the probe's
+//     attempt timeout, so a dying probe cannot hold the breaker half open.
+//   - An attempt cut short by its own runner (shutdown, lost lease) is
+//     recorded as ClassInterrupted and does not count towards the breaker;
+//     the runner's attempt timeout counts, like the client's, because a slow
+//     endpoint is what it measures. Keep the client's AttemptTimeout below the
+//     runner's so the client's fires first.
+//   - Deliveries and their attempts are kept for Config.Retention (default
+//     30 days, at least the schedule's span plus a day) and removed by Prune.
+//   - Garbage in one signature entry is skipped, not fatal: a header may hold
+//     several entries and another may match, as in the Standard Webhooks
+//     libraries. Timestamps are whole Unix seconds of at most 12 digits.
+//   - The receiver answers 400 for missing or malformed headers, 401 for a
+//     signature that does not match or a timestamp out of the window, 409 for
+//     a delivery id reused with another body (quarantined in the inbox and
+//     reported through OnDigestMismatch), 503 when its transaction failed.
+package webhook
