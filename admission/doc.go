@@ -1,0 +1,83 @@
+// Package admission keeps provider calls inside a provider's shared quota:
+// requests per minute, tokens per minute and calls in flight, taken
+// together for a pool (the provider project or model deployment whose quota
+// every process shares, never the pod), and it checks tenant quotas at
+// acceptance.
+//
+// # Contract
+//
+// Limiter.Acquire takes one request unit, a token reservation and an
+// in-flight slot from a pool, all or nothing. A denial takes nothing and
+// returns a *WaitError (errors.Is ErrWait) carrying how long to wait and the
+// dimension that denied; a request reserving more tokens than the pool's
+// token burst is a *NeverAdmissibleError, since no wait would admit it.
+// Permit.Release reconciles the reservation with what happened:
+//
+//   - NotSent: the call never left the process; everything is refunded.
+//   - Answered: the request unit is spent; the reservation minus the tokens
+//     the provider reported is refunded (a negative refund, when the
+//     provider used more, is a debt that delays later grants). A pool with
+//     ChargeReserved, for providers that count max_tokens, refunds nothing.
+//   - Uncertain: sent, then a timeout, a 5xx, a 429 or a lost connection.
+//     The request unit is spent and, unless the pool has RefundUncertain,
+//     the whole reservation too; the caller marks its attempt uncertain.
+//
+// A provider's 429 or 503 with Retry-After (seconds, HTTP-date, or
+// retry-after-ms) sets a pool cooldown that every holder obeys: Observe
+// reads the response and applies it. OpenAI's x-ratelimit-* and
+// Anthropic's anthropic-ratelimit-* headers can only lower the buckets,
+// never raise them, and a budget reported as 0 cools the pool down until
+// its reset.
+//
+// # Postgres limiter
+//
+// One row per pool holds every dimension: lazily refilled request and
+// token buckets, the in-flight count and the cooldown. Acquire is a single
+// statement: an UPDATE of that row whose WHERE re-checks every dimension,
+// with the permit row inserted from its RETURNING. Under READ COMMITTED a
+// concurrent update makes the UPDATE wait for the row lock and re-evaluate
+// its WHERE on the newest row version, so every grant is decided on the
+// latest state under the lock (queries.sql explains it in full). A denial
+// matches no row and writes nothing.
+//
+// Permits are rows with an expiry. A holder that dies never releases; once
+// its permit expires, the next acquire that an in-flight shortage would
+// deny (or Reap) deletes it and returns its slot. Release and the reaper
+// both start by deleting the permit row, so exactly one of them adjusts the
+// pool. An expired permit's tokens and request are not refunded: its call
+// may have reached the provider. PermitTTL must therefore exceed the
+// longest call: the runner's attempt timeout.
+//
+// Pool limits are data: SetPool changes them for every process at once,
+// keeping current levels clamped to the new bursts.
+//
+// Limiter statements commit with synchronous_commit off, for their own
+// transaction only. A pool row's lock is held until commit; waiting for a
+// WAL flush per grant would cap a hot pool at the disk's flush rate. The
+// cost: if Postgres itself crashes, the last few hundred milliseconds of
+// limiter writes (at most 3 × wal_writer_delay) may be lost, which can
+// re-grant budget that calls already used, once.
+//
+// # Local limiter
+//
+// Local has the same contract for one process: x/time/rate buckets plus a
+// counting semaphore under one mutex. It is also the basis of the
+// emergency allowance.
+//
+// # When the database is unreachable
+//
+// Config.OnUnavailable decides. The zero value fails closed: Acquire
+// returns ErrUnavailable and nothing is admitted. A FailurePolicy with a
+// Fraction and a For lets each process admit from a local limiter holding
+// that fraction of the pool's limits, for at most For from the first
+// failure of an outage; its doc states the worst-case overshoot. Errors
+// that are answers (a denial, an unknown pool) are never treated as an
+// outage, nor is the caller's own cancellation.
+//
+// # Retries
+//
+// llmq owns retries. Turn off every SDK's own retries (for openai-go,
+// option.WithMaxRetries(0); for anthropic-sdk-go likewise), or one attempt
+// would make several provider calls under one permit, invisible to the
+// limiter and to the attempt history.
+package admission
