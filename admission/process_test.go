@@ -1,0 +1,322 @@
+package admission_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/admission"
+	"github.com/llmq/llmq/internal/dbtest"
+)
+
+// The test binary re-executes itself as limiter processes for tests that
+// must prove a limit across real processes, or kill one.
+const childEnv = "LLMQ_ADMISSION_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(childEnv) {
+	case "hammer":
+		os.Exit(child(runHammer))
+	case "holder":
+		os.Exit(child(runHolder))
+	}
+	os.Exit(m.Run())
+}
+
+func child(run func(ctx context.Context, l *admission.Postgres) error) int {
+	ctx := context.Background()
+	db, err := pgxpool.New(ctx, dbtest.URL())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer db.Close()
+	ttl, _ := time.ParseDuration(os.Getenv("LLMQ_TEST_TTL"))
+	l, err := admission.NewPostgres(db, admission.Config{
+		Schema: os.Getenv("LLMQ_TEST_SCHEMA"), Holder: fmt.Sprint(os.Getpid()),
+		PermitTTL: ttl, InFlightRetry: 100 * time.Millisecond,
+	})
+	if err == nil {
+		err = run(ctx, l)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// runHolder takes one permit, says so, and holds it until killed.
+func runHolder(ctx context.Context, l *admission.Postgres) error {
+	if _, err := l.Acquire(ctx, admission.Request{Pool: "held", Tenant: "acme"}); err != nil {
+		return err
+	}
+	fmt.Println("held")
+	<-ctx.Done() // never: killed here
+	return nil
+}
+
+// runHammer calls the provider as fast as the limiter allows from
+// several goroutines until LLMQ_TEST_END, then prints what it did.
+func runHammer(ctx context.Context, l *admission.Postgres) error {
+	end, err := time.Parse(time.RFC3339Nano, os.Getenv("LLMQ_TEST_END"))
+	if err != nil {
+		return err
+	}
+	provider := os.Getenv("LLMQ_TEST_PROVIDER")
+	var (
+		mu    sync.Mutex
+		stats hammerStats
+		wg    sync.WaitGroup
+	)
+	for range 5 {
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				tokens := 100 + rand.Int64N(201)
+				permit, err := l.Acquire(ctx, admission.Request{Pool: "shared", Tenant: "acme", Tokens: tokens})
+				if wait, ok := admission.RetryAfter(err); ok {
+					// Jittered, so waiting clients do not retry in step.
+					time.Sleep(wait + rand.N(wait+time.Millisecond))
+					continue
+				}
+				if err != nil {
+					mu.Lock()
+					stats.Errors = append(stats.Errors, err.Error())
+					mu.Unlock()
+					return
+				}
+				status, used, err := callProvider(ctx, l, provider, tokens)
+				outcome := admission.Outcome{Result: admission.Answered, InputTokens: used}
+				if err != nil || status != http.StatusOK {
+					outcome = admission.Outcome{Result: admission.Uncertain}
+				}
+				if err := permit.Release(ctx, outcome); err != nil {
+					mu.Lock()
+					stats.Errors = append(stats.Errors, err.Error())
+					mu.Unlock()
+				}
+				mu.Lock()
+				stats.Calls++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return json.NewEncoder(os.Stdout).Encode(stats)
+}
+
+type hammerStats struct {
+	Calls  int
+	Errors []string
+}
+
+func callProvider(ctx context.Context, l admission.Limiter, url string, tokens int64) (int, int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, http.NoBody)
+	if err != nil {
+		return 0, 0, err
+	}
+	req.Header.Set("X-Max-Tokens", strconv.FormatInt(tokens, 10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	if _, err := admission.Observe(ctx, l, "shared", resp.StatusCode, resp.Header); err != nil {
+		return 0, 0, err
+	}
+	var body struct{ Usage int64 }
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil && !errors.Is(err, io.EOF) {
+		return resp.StatusCode, 0, err
+	}
+	return resp.StatusCode, body.Usage, nil
+}
+
+// fakeProvider enforces a pool's limits the way a provider does, on
+// arrival: in-flight calls, and requests and tokens in every window of the
+// given lengths, at most rate·window + burst. It answers a violation with
+// 429 and counts it; it charges 60% of max_tokens.
+type fakeProvider struct {
+	pool    admission.Pool
+	windows []time.Duration
+	latency func() time.Duration
+
+	mu          sync.Mutex
+	arrivals    []arrival
+	inFlight    int
+	peak        int
+	rejected    int
+	worstWindow map[time.Duration]int // most requests seen in a window of each length
+}
+
+type arrival struct {
+	at     time.Time
+	tokens int64
+}
+
+func (p *fakeProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	maxTokens, _ := strconv.ParseInt(r.Header.Get("X-Max-Tokens"), 10, 64)
+	used := maxTokens * 6 / 10
+	if !p.admit(time.Now(), used) {
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+		return
+	}
+	time.Sleep(p.latency()) // the model thinking
+	p.mu.Lock()
+	p.inFlight--
+	p.mu.Unlock()
+	_, _ = fmt.Fprintf(w, `{"usage": %d}`, used)
+}
+
+func (p *fakeProvider) admit(now time.Time, tokens int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inFlight+1 > p.pool.MaxInFlight {
+		p.rejected++
+		return false
+	}
+	for _, w := range p.windows {
+		n, sum := 1, tokens
+		for i := len(p.arrivals) - 1; i >= 0 && now.Sub(p.arrivals[i].at) < w; i-- {
+			n++
+			sum += p.arrivals[i].tokens
+		}
+		maxN := int(float64(p.pool.RPM)/60*w.Seconds()) + p.pool.RequestBurst
+		maxTokens := int64(float64(p.pool.TPM)/60*w.Seconds()) + p.pool.TokenBurst
+		if n > maxN || sum > maxTokens {
+			p.rejected++
+			return false
+		}
+		p.worstWindow[w] = max(p.worstWindow[w], n)
+	}
+	p.arrivals = append(p.arrivals, arrival{now, tokens})
+	p.inFlight++
+	p.peak = max(p.peak, p.inFlight)
+	return true
+}
+
+// startChild re-executes the test binary as one limiter process.
+func startChild(t *testing.T, f *fixture, role string, env ...string) (*exec.Cmd, *bufio.Reader) {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), append(env,
+		childEnv+"="+role, "LLMQ_TEST_SCHEMA="+f.schema, "DATABASE_URL="+dbtest.URL())...)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, bufio.NewReader(stdout)
+}
+
+// Eight processes share one pool of RPM 600, TPM 120,000 and 20 in
+// flight, against a provider that enforces exactly those limits.
+//
+// Time is compressed by speedup so the test ends in about half a minute:
+// the pool's rates are speedup times the real ones and the provider checks
+// windows speedup times shorter (1s, 10s and 60s become 0.5s, 5s and
+// 30s), with the same bursts and in-flight limit. Counts per window are
+// invariant under that scaling (rate·window is the same), so this is the
+// real experiment played faster; only the tolerance for scheduling jitter
+// between a grant and its arrival at the provider shrinks, to one request
+// interval (50ms).
+func TestEightProcessesStayWithinProviderLimits(t *testing.T) {
+	t.Parallel()
+	const speedup = 2
+	f := setup(t)
+	pool := admission.Pool{
+		Name: "shared", RPM: 600 * speedup, TPM: 120_000 * speedup, MaxInFlight: 20,
+		RequestBurst: 10, TokenBurst: 12_000,
+	}
+	require.NoError(t, f.pg.SetPool(t.Context(), pool))
+	fake := &fakeProvider{
+		pool:        pool,
+		windows:     []time.Duration{time.Second / speedup, 10 * time.Second / speedup, 60 * time.Second / speedup},
+		latency:     func() time.Duration { return 300*time.Millisecond + rand.N(1200*time.Millisecond) },
+		worstWindow: map[time.Duration]int{},
+	}
+	provider := httptest.NewServer(fake)
+	t.Cleanup(provider.Close)
+
+	run := 60 * time.Second / speedup
+	end := time.Now().Add(run + 2*time.Second) // the processes start within 2s
+	var readers []*bufio.Reader
+	for range 8 {
+		_, out := startChild(t, f, "hammer", "LLMQ_TEST_PROVIDER="+provider.URL, "LLMQ_TEST_END="+end.Format(time.RFC3339Nano))
+		readers = append(readers, out)
+	}
+	calls := 0
+	for _, r := range readers {
+		var s hammerStats
+		require.NoError(t, json.NewDecoder(r).Decode(&s))
+		require.Empty(t, s.Errors)
+		calls += s.Calls
+	}
+
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	t.Logf("calls %d, provider 429s %d, peak in flight %d, busiest windows %v", calls, fake.rejected, fake.peak, fake.worstWindow)
+	require.Zero(t, fake.rejected, "the provider never had to refuse a call")
+	require.LessOrEqual(t, fake.peak, 20)
+	for _, w := range fake.windows {
+		require.LessOrEqual(t, fake.worstWindow[w], int(float64(pool.RPM)/60*w.Seconds())+pool.RequestBurst, "window %v", w)
+	}
+	// The limiter is not trivially safe: it used most of the quota.
+	require.Greater(t, float64(calls), 0.7*float64(pool.RPM)/60*run.Seconds())
+	inFlight, permits, err := f.pg.Counts(t.Context(), "shared")
+	require.NoError(t, err)
+	require.Zero(t, inFlight)
+	require.Zero(t, permits)
+}
+
+// A process killed (SIGKILL) while holding a permit: the slot returns once
+// the permit expires, and the pool's counter equals the live permits.
+func TestKilledHolderPermitExpires(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	require.NoError(t, f.pg.SetPool(t.Context(), admission.Pool{Name: "held", RPM: 600, TPM: 1e6, MaxInFlight: 2}))
+	doomed, doomedOut := startChild(t, f, "holder", "LLMQ_TEST_TTL=1s")
+	_, aliveOut := startChild(t, f, "holder", "LLMQ_TEST_TTL=1m")
+	for _, out := range []*bufio.Reader{doomedOut, aliveOut} {
+		line, err := out.ReadString('\n')
+		require.NoError(t, err)
+		require.Equal(t, "held\n", line)
+	}
+	require.NoError(t, doomed.Process.Kill())
+	_ = doomed.Wait()
+
+	_, err := f.pg.Acquire(t.Context(), admission.Request{Pool: "held"})
+	var wait *admission.WaitError
+	require.ErrorAs(t, err, &wait, "both slots are held until the dead holder's permit expires")
+	require.Equal(t, admission.ReasonInFlight, wait.Reason)
+
+	var permit *admission.Permit
+	require.Eventually(t, func() bool {
+		permit, err = f.pg.Acquire(t.Context(), admission.Request{Pool: "held"})
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond)
+	inFlight, permits, err := f.pg.Counts(t.Context(), "held")
+	require.NoError(t, err)
+	require.Equal(t, 2, inFlight, "the live holder's and ours")
+	require.Equal(t, permits, inFlight)
+	require.NoError(t, permit.Release(t.Context(), admission.Outcome{Result: admission.Answered}))
+	inFlight, permits, err = f.pg.Counts(t.Context(), "held")
+	require.NoError(t, err)
+	require.Equal(t, 1, inFlight)
+	require.Equal(t, permits, inFlight)
+}
