@@ -48,7 +48,7 @@ func child(run func(ctx context.Context, l *admission.Postgres) error) int {
 	defer db.Close()
 	ttl, _ := time.ParseDuration(os.Getenv("LLMQ_TEST_TTL"))
 	l, err := admission.NewPostgres(db, admission.Config{
-		Schema: os.Getenv("LLMQ_TEST_SCHEMA"), Holder: fmt.Sprint(os.Getpid()),
+		Schema: os.Getenv("LLMQ_TEST_SCHEMA"), Holder: strconv.Itoa(os.Getpid()),
 		PermitTTL: ttl, InFlightRetry: 100 * time.Millisecond,
 	})
 	if err == nil {

@@ -29,7 +29,7 @@ type proxy struct {
 
 func newProxy(t *testing.T, target string) *proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	p := &proxy{ln: ln}
 	t.Cleanup(p.Cut)
@@ -39,7 +39,7 @@ func newProxy(t *testing.T, target string) *proxy {
 			if err != nil {
 				return
 			}
-			up, err := net.Dial("tcp", target)
+			up, err := (&net.Dialer{}).DialContext(context.Background(), "tcp", target)
 			if err != nil {
 				_ = c.Close()
 				continue
