@@ -87,6 +87,29 @@ func NeedsReview(result json.RawMessage, reason string) error {
 	return &ReviewError{Result: result, Reason: reason}
 }
 
+// SnoozeError puts a job off without counting the attempt: the job waits
+// After and runs again, its retry budget untouched (MaxAttempts is raised by
+// one, so the attempt counter still only goes up). For waits that are not
+// the job's fault: no admission permit, an open circuit breaker. Reason is
+// recorded on the attempt's row.
+type SnoozeError struct {
+	After  time.Duration
+	Reason string
+}
+
+func (e *SnoozeError) Error() string {
+	if e.Reason == "" {
+		return fmt.Sprintf("snoozed for %s", e.After)
+	}
+	return fmt.Sprintf("snoozed for %s: %s", e.After, e.Reason)
+}
+
+// Snooze returns the error that puts a job off for d (negative means no
+// wait) without counting the attempt against its retry budget. A snoozed
+// job's deadline still holds: one snoozed past it fails with class
+// "deadline".
+func Snooze(d time.Duration) error { return &SnoozeError{After: max(d, 0)} }
+
 func errString(err error) string {
 	if err == nil {
 		return "<nil>"

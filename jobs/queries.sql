@@ -208,8 +208,10 @@ RETURNING j.id, j.cancel_requested_at IS NOT NULL;
 -- completion, and generic plans did, at a cost growing with concurrency.
 -- "id = ANY" gives it the primary-key probe.
 --
--- A retry becomes RETRY_SCHEDULED at now() + delay, unless the attempts are
--- used up, or the next attempt plus its reserved margin would end after the
+-- A snooze becomes RETRY_SCHEDULED at now() + delay and raises max_attempts
+-- by one, so the attempt it used does not count against the retry budget
+-- (the attempt counter itself never goes back). A retry becomes
+-- RETRY_SCHEDULED at now() + delay, unless the attempts are used up, or the next attempt plus its reserved margin would end after the
 -- deadline (then FAILED_TERMINAL with class 'deadline'). In the same
 -- statement: each attempt's row, and the outbox event of each terminal
 -- transition.
@@ -220,15 +222,17 @@ WITH updated AS (
                             WHEN i.outcome = 'succeeded' THEN 'SUCCEEDED'
                             WHEN i.outcome = 'review_required' THEN 'REVIEW_REQUIRED'
                             WHEN i.outcome = 'cancelled' THEN 'CANCELLED'
-                            WHEN i.outcome = 'released' THEN 'RETRY_SCHEDULED'
+                            WHEN i.outcome IN ('released', 'snoozed') THEN 'RETRY_SCHEDULED'
                             WHEN i.outcome = 'retry' AND j.attempt < j.max_attempts
                                 AND (j.deadline_at IS NULL OR now() + (i.delay_ms + i.margin_ms) * interval '1 millisecond' <= j.deadline_at)
                                 THEN 'RETRY_SCHEDULED'
                             ELSE 'FAILED_TERMINAL'
                         END,
         available_at  = now() + i.delay_ms * interval '1 millisecond',
+        max_attempts  = j.max_attempts + CASE WHEN i.outcome = 'snoozed' THEN 1 ELSE 0 END,
         result        = coalesce(i.result::jsonb, j.result),
         error_class   = CASE
+                            WHEN i.outcome = 'snoozed' THEN j.error_class
                             WHEN i.outcome = 'retry' AND j.attempt < j.max_attempts
                                 AND j.deadline_at IS NOT NULL
                                 AND now() + (i.delay_ms + i.margin_ms) * interval '1 millisecond' > j.deadline_at
@@ -236,6 +240,7 @@ WITH updated AS (
                             ELSE i.error_class
                         END,
         last_error    = CASE
+                            WHEN i.outcome = 'snoozed' THEN j.last_error
                             WHEN i.outcome <> 'retry' THEN coalesce(i.error, j.last_error)
                             WHEN j.attempt >= j.max_attempts
                                 THEN i.error || ' (attempt ' || j.attempt || ' of ' || j.max_attempts || ': no attempts left)'
@@ -245,7 +250,7 @@ WITH updated AS (
                             ELSE i.error
                         END,
         finished_at   = CASE
-                            WHEN i.outcome = 'released' THEN NULL
+                            WHEN i.outcome IN ('released', 'snoozed') THEN NULL
                             WHEN i.outcome = 'retry' AND j.attempt < j.max_attempts
                                 AND (j.deadline_at IS NULL OR now() + (i.delay_ms + i.margin_ms) * interval '1 millisecond' <= j.deadline_at)
                                 THEN NULL
@@ -267,7 +272,7 @@ WITH updated AS (
         AND j.fence = i.fence
     RETURNING
         /*job_columns j*/,
-        i.outcome AS reported, i.uncertain, i.input_tokens, i.output_tokens, i.event_id
+        i.outcome AS reported, i.error AS reported_error, i.uncertain, i.input_tokens, i.output_tokens, i.event_id
 ),
 attempt AS (
     INSERT INTO /*schema*/job_attempts (
@@ -280,9 +285,10 @@ attempt AS (
             WHEN 'REVIEW_REQUIRED' THEN 'review_required'
             WHEN 'CANCELLED' THEN 'cancelled'
             WHEN 'FAILED_TERMINAL' THEN 'failed'
-            ELSE CASE WHEN reported = 'released' THEN 'released' ELSE 'retry_scheduled' END
+            ELSE CASE WHEN reported IN ('released', 'snoozed') THEN reported ELSE 'retry_scheduled' END
         END,
-        error_class, CASE WHEN reported = 'succeeded' THEN NULL ELSE last_error END,
+        CASE WHEN reported = 'snoozed' THEN NULL ELSE error_class END,
+        CASE reported WHEN 'succeeded' THEN NULL WHEN 'snoozed' THEN reported_error ELSE last_error END,
         CASE WHEN state = 'RETRY_SCHEDULED' THEN available_at END,
         input_tokens, output_tokens, uncertain
     FROM updated

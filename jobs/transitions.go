@@ -34,6 +34,7 @@ const (
 	OutcomeFailed         Outcome = "failed"          // → FAILED_TERMINAL (dead-lettered)
 	OutcomeCancelled      Outcome = "cancelled"       // → CANCELLED, honouring a cancellation request
 	OutcomeReleased       Outcome = "released"        // → RETRY_SCHEDULED at once: the worker is shutting down
+	OutcomeSnoozed        Outcome = "snoozed"         // → RETRY_SCHEDULED after RetryDelay, the attempt not counted against MaxAttempts
 )
 
 // AttemptOutcome is how an attempt ended, as recorded on its row.
@@ -47,6 +48,7 @@ const (
 	AttemptFailed         AttemptOutcome = "failed"
 	AttemptCancelled      AttemptOutcome = "cancelled"
 	AttemptReleased       AttemptOutcome = "released"      // handed back at shutdown
+	AttemptSnoozed        AttemptOutcome = "snoozed"       // put off by its handler (a limiter, a circuit breaker); not counted against MaxAttempts
 	AttemptLeaseExpired   AttemptOutcome = "lease_expired" // its worker stopped heartbeating; the reaper took the job back
 	AttemptStale          AttemptOutcome = "stale"         // it completed after losing its lease; nothing of it was applied
 )
@@ -117,8 +119,8 @@ type Completion struct {
 	// ErrorClass and Error explain a failure, a retry or a review.
 	ErrorClass string
 	Error      string
-	// RetryDelay is when to try again (OutcomeRetry), already raised to any
-	// Retry-After the provider sent.
+	// RetryDelay is when to try again (OutcomeRetry, OutcomeSnoozed),
+	// already raised to any Retry-After the provider sent.
 	RetryDelay time.Duration
 	// DeadlineMargin is the time reserved for the next attempt: a retry that
 	// would start later than DeadlineAt minus this margin is refused.
@@ -345,7 +347,7 @@ func checkCompletion(c Completion) error {
 		return &ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}
 	}
 	switch c.Outcome {
-	case OutcomeSucceeded, OutcomeReviewRequired, OutcomeRetry, OutcomeFailed, OutcomeCancelled, OutcomeReleased:
+	case OutcomeSucceeded, OutcomeReviewRequired, OutcomeRetry, OutcomeFailed, OutcomeCancelled, OutcomeReleased, OutcomeSnoozed:
 	default:
 		return fail("Outcome", fmt.Sprintf("%q is not an outcome", c.Outcome))
 	}

@@ -51,6 +51,10 @@
 //   - A released attempt (shutdown) counts as an attempt; if it was the last
 //     one allowed, the job still gets one more, because a release is not a
 //     failure.
+//   - A snoozed attempt (jobs.Snooze) keeps the attempt counter moving but
+//     raises the job's MaxAttempts by one, as River's JobSnooze does, so the
+//     retry budget is untouched; its attempt row says "snoozed" and why. The
+//     job's deadline still holds.
 //   - The invalid-output budget counts attempts, not only invalid ones: an
 //     attempt numbered InvalidOutputAttempts or later that produces invalid
 //     output is final.

@@ -19,6 +19,9 @@ import (
 //   - jobs.Permanent(err): FAILED_TERMINAL at once.
 //   - jobs.RetryAfter(err, d) or any other error: retried with backoff (at
 //     least d), while attempts and the deadline allow.
+//   - jobs.Snooze(d) or a *jobs.SnoozeError: put off for d without counting
+//     the attempt against the retry budget (for waits that are not the
+//     job's fault: no admission permit yet, an open circuit breaker).
 //
 // The context is cancelled when the attempt times out, when the lease is
 // lost, when a client cancels the job, and at shutdown; a handler should
@@ -59,6 +62,18 @@ func RecordUsage(ctx context.Context, u jobs.Usage) {
 	r.usage.InputTokens += u.InputTokens
 	r.usage.OutputTokens += u.OutputTokens
 	r.usage.Uncertain = r.usage.Uncertain || u.Uncertain
+}
+
+// UsageOf returns the usage recorded so far for the attempt whose context
+// ctx is (or derives from), through RecordUsage; zero elsewhere. Handler
+// middleware reads it after the handler returned, e.g. to reconcile an
+// admission permit with what the provider reported.
+func UsageOf(ctx context.Context) jobs.Usage {
+	r, ok := ctx.Value(usageKey{}).(*usageRecorder)
+	if !ok {
+		return jobs.Usage{}
+	}
+	return r.get()
 }
 
 func (r *usageRecorder) get() jobs.Usage {

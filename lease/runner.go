@@ -379,10 +379,14 @@ func (r *Runner) decide(job *jobs.Job, result json.RawMessage, err error, cause 
 		review  *jobs.ReviewError
 		panicE  *panicError
 		invalid *jobs.InvalidOutputError
+		snooze  *jobs.SnoozeError
 	)
 	switch {
 	case errors.Is(cause, ErrCancelRequested):
 		c.Outcome, c.ErrorClass = jobs.OutcomeCancelled, jobs.ClassCancelled
+		return c
+	case errors.As(err, &snooze):
+		c.Outcome, c.RetryDelay = jobs.OutcomeSnoozed, snooze.After
 		return c
 	case errors.Is(cause, ErrShutdown):
 		c.Outcome, c.ErrorClass = jobs.OutcomeReleased, jobs.ClassShutdown

@@ -220,6 +220,43 @@ func TestOutcomes(t *testing.T) {
 	require.Len(t, f.attempts(late.ID), 1)
 }
 
+// A job with a budget of one attempt is snoozed twice and then succeeds:
+// snoozes do not spend the retry budget, each is recorded on its attempt row
+// with its reason, and the handler's middleware sees the usage it reported.
+func TestSnoozeKeepsTheRetryBudget(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	var seen atomic.Int64
+	handlers := map[string]lease.Handler{
+		"gated": lease.HandlerFunc(func(ctx context.Context, job *jobs.Job) (json.RawMessage, error) {
+			lease.RecordUsage(ctx, jobs.Usage{InputTokens: 7})
+			seen.Store(lease.UsageOf(ctx).InputTokens)
+			if job.Attempt < 3 {
+				return nil, &jobs.SnoozeError{After: 20 * time.Millisecond, Reason: "no permit"}
+			}
+			return json.RawMessage(`{}`), nil
+		}),
+	}
+	f.start(fastConfig(handlers))
+	enqueued := f.enqueue(jobs.EnqueueParams{Kind: "gated", MaxAttempts: 1})
+
+	job := f.await(enqueued.ID)
+	require.Equal(t, jobs.StateSucceeded, job.State)
+	require.Equal(t, 3, job.Attempt)
+	require.Equal(t, 3, job.MaxAttempts, "each snooze gave its attempt back")
+	require.Empty(t, job.ErrorClass)
+	attempts := f.attempts(enqueued.ID)
+	require.Len(t, attempts, 3)
+	for _, a := range attempts[:2] {
+		require.Equal(t, jobs.AttemptSnoozed, a.Outcome)
+		require.Equal(t, "snoozed for 20ms: no permit", a.Error)
+		require.False(t, a.RetryAt.IsZero(), "the snooze persisted when to run again")
+	}
+	require.Equal(t, jobs.AttemptSucceeded, attempts[2].Outcome)
+	require.Equal(t, int64(7), seen.Load())
+	require.Equal(t, jobs.Usage{}, lease.UsageOf(t.Context()), "no attempt, no usage")
+}
+
 // pausingStore drops heartbeats while paused, as a worker stalled by a long
 // GC pause or a network partition would. Everything else reaches the real
 // store.
