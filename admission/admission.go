@@ -56,7 +56,15 @@ const (
 	ReasonInFlight Reason = "in_flight"
 	ReasonRequests Reason = "requests"
 	ReasonTokens   Reason = "tokens"
+	// ReasonContention: the pool could grant when it was read after the
+	// denial; others took what was free in between. Retry almost at once.
+	ReasonContention Reason = "contention"
 )
+
+// contentionRetry is the pause after a denial that the pool's state no
+// longer explains: short, so the caller competes again at once, but not
+// zero, so a crowd of callers does not spin on the database.
+const contentionRetry = 5 * time.Millisecond
 
 // WaitError reports a denied acquire and how long to wait before the next
 // try is expected to succeed (a lower bound when the reason is in-flight,
@@ -186,8 +194,12 @@ func (o Outcome) used() int64 { return o.InputTokens + o.OutputTokens }
 // Cooldown and LowerRemaining carry what a provider said back to every
 // holder of the pool: a cooldown only extends, and remaining budgets only
 // lower what the limiter would grant.
+//
+// Ready reports how long until a request of tokens could be granted,
+// taking nothing: a runner asks before it claims work for the pool.
 type Limiter interface {
 	Acquire(ctx context.Context, req Request) (*Permit, error)
+	Ready(ctx context.Context, pool string, tokens int64) (time.Duration, error)
 	Cooldown(ctx context.Context, pool string, d time.Duration) error
 	LowerRemaining(ctx context.Context, pool string, r Remaining) error
 }
@@ -206,10 +218,15 @@ type releaseFunc func(ctx context.Context, p *Permit, o Outcome) error
 // went; a permit that is never released expires on its own (Postgres) or
 // holds its slot until the process ends (local).
 type Permit struct {
-	ID       uuid.UUID
-	Pool     string
-	Tenant   string
-	Tokens   int64
+	ID     uuid.UUID
+	Pool   string
+	Tenant string
+	Tokens int64
+	// Acquired is the grant's time on the limiter's bucket clock (for
+	// Postgres the database's, never earlier than the pool's previous
+	// grant): every window of w holds at most RPM/60·w + RequestBurst
+	// grants by this clock.
+	Acquired time.Time
 	Expires  time.Time // zero for a local permit
 	release  releaseFunc
 	released atomic.Bool

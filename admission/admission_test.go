@@ -256,6 +256,12 @@ func TestCooldownAndRemaining(t *testing.T) {
 			require.ErrorAs(t, err, &wait)
 			require.Equal(t, admission.ReasonCooldown, wait.Reason)
 			require.InDelta(t, 5, wait.RetryAfter.Seconds(), 0.5)
+			ready, err := l.Ready(ctx, "cool", 0)
+			require.NoError(t, err)
+			require.InDelta(t, 5, ready.Seconds(), 0.5, "Ready sees the cooldown too")
+			ready, err = l.Ready(ctx, "lower", 0)
+			require.NoError(t, err)
+			require.Zero(t, ready, "a pool with budget is ready now")
 
 			require.NoError(t, l.Cooldown(ctx, "cool", time.Second))
 			_, err = l.Acquire(ctx, admission.Request{Pool: "cool"})

@@ -112,7 +112,7 @@ func (l *Local) Acquire(_ context.Context, req Request) (*Permit, error) {
 		return nil, &WaitError{Pool: req.Pool, Reason: ReasonTokens, RetryAfter: td}
 	}
 	p.inFlight++
-	return &Permit{ID: uuid.Must(uuid.NewV7()), Pool: req.Pool, Tenant: req.Tenant, Tokens: req.Tokens, release: l.release}, nil
+	return &Permit{ID: uuid.Must(uuid.NewV7()), Pool: req.Pool, Tenant: req.Tenant, Tokens: req.Tokens, Acquired: now, release: l.release}, nil
 }
 
 func (l *Local) release(_ context.Context, permit *Permit, o Outcome) error {
@@ -353,4 +353,14 @@ func (l *Local) State(_ context.Context, pool string) (PoolState, error) {
 		InFlight:     p.inFlight,
 		Cooldown:     max(p.coolUntil.Sub(now), 0),
 	}, nil
+}
+
+// Ready reports how long until pool could grant a request of tokens; it
+// takes nothing.
+func (l *Local) Ready(ctx context.Context, pool string, tokens int64) (time.Duration, error) {
+	s, err := l.State(ctx, pool)
+	if err != nil {
+		return 0, err
+	}
+	return s.ready(Request{Pool: pool, Tokens: tokens}, l.inFlightRetry)
 }

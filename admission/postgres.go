@@ -216,7 +216,7 @@ func (l *Postgres) tryAcquire(ctx context.Context, req Request) (*Permit, error)
 	defer cancel()
 	var discard string
 	err := l.db.QueryRow(qctx, l.q.Must("Acquire"), req.Pool, req.Tokens, p.ID, req.Tenant,
-		l.cfg.Holder, l.cfg.PermitTTL).Scan(&p.Expires, &discard)
+		l.cfg.Holder, l.cfg.PermitTTL).Scan(&p.Acquired, &p.Expires, &discard)
 	if err == nil {
 		if l.em != nil {
 			l.em.healthy()
@@ -233,7 +233,34 @@ func (l *Postgres) tryAcquire(ctx context.Context, req Request) (*Permit, error)
 	return nil, s.denial(req, l.cfg.InFlightRetry)
 }
 
-// denial explains why s cannot grant req now.
+// Ready reports how long until pool could grant a request of tokens, from
+// its state now: zero when it could grant at once. Runners ask before they
+// claim work for the pool. It takes nothing.
+func (l *Postgres) Ready(ctx context.Context, pool string, tokens int64) (time.Duration, error) {
+	s, err := l.State(ctx, pool)
+	if err != nil {
+		return 0, err
+	}
+	return s.ready(Request{Pool: pool, Tokens: tokens}, l.cfg.InFlightRetry)
+}
+
+func (s PoolState) ready(req Request, inFlightRetry time.Duration) (time.Duration, error) {
+	err := s.denial(req, inFlightRetry)
+	if errors.Is(err, errReapable) {
+		return 0, nil // the next acquire reaps and can grant
+	}
+	var w *WaitError
+	if errors.As(err, &w) {
+		if w.Reason == ReasonContention {
+			return 0, nil // nothing stands in the way now
+		}
+		return w.RetryAfter, nil
+	}
+	return 0, err
+}
+
+// denial explains why s cannot grant req now; a *WaitError with no wait
+// when it could.
 func (s PoolState) denial(req Request, inFlightRetry time.Duration) error {
 	if req.Tokens > s.TokenBurst {
 		return &NeverAdmissibleError{Pool: s.Name, Tokens: req.Tokens, TokenBurst: s.TokenBurst}
@@ -260,9 +287,9 @@ func (s PoolState) denial(req Request, inFlightRetry time.Duration) error {
 		consider(ReasonInFlight, inFlightRetry)
 	}
 	if w.Reason == "" {
-		// Granted by nobody yet free now: the state moved between the
-		// denied UPDATE and this read. Try again at once.
-		consider(ReasonInFlight, 0)
+		// Free now: the state moved between the denied UPDATE and this
+		// read (a release, a refill).
+		consider(ReasonContention, contentionRetry)
 	}
 	return w
 }

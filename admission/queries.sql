@@ -63,15 +63,18 @@ WITH granted AS (
       AND p.in_flight < p.max_in_flight
       AND /*schema*/admission_level(p.request_level, p.request_burst, p.rpm, p.refilled_at) >= 1
       AND /*schema*/admission_level(p.token_level, p.token_burst, p.tpm, p.refilled_at) >= $2::bigint
-    RETURNING p.name
+    -- RETURNING sees the new row: refilled_at is the bucket clock's time of
+    -- this grant (never earlier than the previous grant's), which the
+    -- permit keeps as acquired_at.
+    RETURNING p.name, p.refilled_at
 ),
 permit AS (
-    INSERT INTO /*schema*/admission_permits (id, pool, tenant, tokens, holder, expires_at)
-    SELECT $3, granted.name, $4, $2, $5, now() + $6::interval
+    INSERT INTO /*schema*/admission_permits (id, pool, tenant, tokens, holder, acquired_at, expires_at)
+    SELECT $3, granted.name, $4, $2, $5, granted.refilled_at, now() + $6::interval
     FROM granted
-    RETURNING expires_at
+    RETURNING acquired_at, expires_at
 )
-SELECT permit.expires_at, set_config('synchronous_commit', 'off', true)
+SELECT permit.acquired_at, permit.expires_at, set_config('synchronous_commit', 'off', true)
 FROM permit;
 
 -- name: SelectPool
