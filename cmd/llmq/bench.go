@@ -59,6 +59,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	switch {
+	case o.mode == "admission":
+		return runBenchAdmission(ctx, c, o, stdout, stderr)
 	case o.mode != "drain" && o.mode != "e2e" && o.mode != "latency" && o.mode != "relay":
 		return fmt.Errorf("%w: -mode %q: use drain, e2e, latency or relay", errUsage, o.mode)
 	case o.jobs < 1 || o.workers < 1 || o.producers < 1 || o.rate <= 0:
