@@ -31,5 +31,6 @@ func ExampleMigrate() {
 	// Output:
 	// applied 0001_init
 	// applied 0002_inbox_relay
+	// applied 0003_admission
 	// all applied: true
 }

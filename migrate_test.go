@@ -57,7 +57,7 @@ func TestMigrateConcurrentReplicas(t *testing.T) {
 		require.True(t, s.Applied(), "version %d", s.Version)
 		require.True(t, s.Known)
 	}
-	require.Equal(t, []string{"inbox", "inbox_quarantine", "job_attempts", "jobs", "migrations", "outbox"}, tablesIn(t, pool, opts.Schema))
+	require.Equal(t, []string{"admission_permits", "admission_pools", "admission_tenant_quotas", "admission_usage", "inbox", "inbox_quarantine", "job_attempts", "jobs", "migrations", "outbox"}, tablesIn(t, pool, opts.Schema))
 }
 
 func TestMigrateDownThenUp(t *testing.T) {
@@ -88,7 +88,7 @@ func TestMigrateDownThenUp(t *testing.T) {
 	res, err = llmq.Migrate(ctx, pool, opts)
 	require.NoError(t, err)
 	require.Len(t, res.Migrations, llmq.LatestVersion())
-	require.Equal(t, []string{"inbox", "inbox_quarantine", "job_attempts", "jobs", "migrations", "outbox"}, tablesIn(t, pool, opts.Schema))
+	require.Equal(t, []string{"admission_permits", "admission_pools", "admission_tenant_quotas", "admission_usage", "inbox", "inbox_quarantine", "job_attempts", "jobs", "migrations", "outbox"}, tablesIn(t, pool, opts.Schema))
 }
 
 // A custom schema in a database of its own: the migration creates only that
@@ -114,7 +114,7 @@ func TestMigrateCustomSchemaLeavesPublicAlone(t *testing.T) {
 	_, err = llmq.Migrate(t.Context(), pool, llmq.MigrateOptions{Schema: "acme_jobs"})
 	require.NoError(t, err)
 
-	require.Equal(t, []string{"inbox", "inbox_quarantine", "job_attempts", "jobs", "migrations", "outbox"}, tablesIn(t, pool, "acme_jobs"))
+	require.Equal(t, []string{"admission_permits", "admission_pools", "admission_tenant_quotas", "admission_usage", "inbox", "inbox_quarantine", "job_attempts", "jobs", "migrations", "outbox"}, tablesIn(t, pool, "acme_jobs"))
 	require.Empty(t, tablesIn(t, pool, "public"))
 	var objectsInPublic int
 	require.NoError(t, pool.QueryRow(t.Context(), `

@@ -36,6 +36,11 @@ type Pool struct {
 	// answered (timeout, 5xx, 429), for providers known not to count them.
 	// Default false: such calls keep their whole reservation.
 	RefundUncertain bool `json:"refund_uncertain"`
+	// InputPrice and OutputPrice are the provider's prices in micro-units
+	// of a currency per million tokens (2_500_000 for $2.50), for the cost
+	// column of the usage ledger. Zero records no cost.
+	InputPrice  int64 `json:"input_price"`
+	OutputPrice int64 `json:"output_price"`
 }
 
 // withDefaults validates p and fills in the bursts.
@@ -53,6 +58,8 @@ func (p Pool) withDefaults() (Pool, error) {
 		return fail("MaxInFlight", fmt.Sprintf("is %d; must be 1 to %d", p.MaxInFlight, math.MaxInt32))
 	case p.RequestBurst < 0 || p.RequestBurst > math.MaxInt32:
 		return fail("RequestBurst", fmt.Sprintf("is %d; use 0 for the default or 1 to %d", p.RequestBurst, math.MaxInt32))
+	case p.InputPrice < 0 || p.OutputPrice < 0:
+		return fail("InputPrice/OutputPrice", "must not be negative")
 	case p.TokenBurst < 0:
 		return fail("TokenBurst", fmt.Sprintf("is %d; use 0 for the default or a positive number", p.TokenBurst))
 	}

@@ -103,7 +103,7 @@ func (l *Postgres) SetPool(ctx context.Context, pool Pool) error {
 		return err
 	}
 	_, err = l.db.Exec(ctx, l.q.Must("UpsertPool"), pool.Name, pool.RPM, pool.TPM, pool.MaxInFlight,
-		pool.RequestBurst, pool.TokenBurst, pool.ChargeReserved, pool.RefundUncertain)
+		pool.RequestBurst, pool.TokenBurst, pool.ChargeReserved, pool.RefundUncertain, pool.InputPrice, pool.OutputPrice)
 	if err != nil {
 		return fmt.Errorf("admission: setting pool %q: %w", pool.Name, err)
 	}
@@ -125,7 +125,7 @@ func (l *Postgres) State(ctx context.Context, pool string) (PoolState, error) {
 	s := PoolState{Pool: Pool{Name: pool}}
 	var cooldown float64
 	err := l.db.QueryRow(ctx, l.q.Must("SelectPool"), pool).Scan(&s.RPM, &s.TPM, &s.MaxInFlight,
-		&s.RequestBurst, &s.TokenBurst, &s.ChargeReserved, &s.RefundUncertain,
+		&s.RequestBurst, &s.TokenBurst, &s.ChargeReserved, &s.RefundUncertain, &s.InputPrice, &s.OutputPrice,
 		&s.RequestLevel, &s.TokenLevel, &s.InFlight, &cooldown, &s.hasExpired)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, fmt.Errorf("%w: %q", ErrUnknownPool, pool)
@@ -297,7 +297,7 @@ func (s PoolState) denial(req Request, inFlightRetry time.Duration) error {
 func (l *Postgres) release(ctx context.Context, p *Permit, o Outcome) error {
 	qctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
 	defer cancel()
-	_, err := l.db.Exec(qctx, l.q.Must("Release"), p.ID, int(o.Result), o.used())
+	_, err := l.db.Exec(qctx, l.q.Must("Release"), p.ID, int(o.Result), o.InputTokens, o.OutputTokens)
 	if err != nil {
 		return fmt.Errorf("admission: releasing permit %s of pool %q: %w", p.ID, p.Pool, err)
 	}
@@ -382,4 +382,42 @@ func seconds(s float64) time.Duration {
 		return time.Duration(math.MaxInt64)
 	}
 	return time.Duration(math.Ceil(s * float64(time.Second)))
+}
+
+// Usage is one row of the usage ledger: what the provider reported for a
+// tenant's calls to a pool on one UTC day.
+type Usage struct {
+	Tenant            string    `json:"tenant"`
+	Pool              string    `json:"pool"`
+	Day               time.Time `json:"day"`
+	Attempts          int64     `json:"attempts"`           // calls sent
+	UncertainAttempts int64     `json:"uncertain_attempts"` // sent, not answered: possibly billed
+	InputTokens       int64     `json:"input_tokens"`
+	OutputTokens      int64     `json:"output_tokens"`
+	Cost              int64     `json:"cost"` // micro-units, at the pool's prices when each call was released
+}
+
+// Usage returns tenant's ledger rows for the UTC days from through to.
+// The ledger is written by Release from reported usage; permits that
+// expired unreleased (their holder died) are not in it.
+func (l *Postgres) Usage(ctx context.Context, tenant string, from, to time.Time) ([]Usage, error) {
+	rows, err := l.db.Query(ctx, l.q.Must("SelectUsage"), tenant, utcDay(from), utcDay(to))
+	if err != nil {
+		return nil, fmt.Errorf("admission: reading usage of tenant %q: %w", tenant, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Usage, error) {
+		var u Usage
+		err := row.Scan(&u.Tenant, &u.Pool, &u.Day, &u.Attempts, &u.UncertainAttempts, &u.InputTokens, &u.OutputTokens, &u.Cost)
+		return u, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("admission: reading usage of tenant %q: %w", tenant, err)
+	}
+	return out, nil
+}
+
+// utcDay is t's UTC calendar day, as a date parameter.
+func utcDay(t time.Time) time.Time {
+	y, m, d := t.UTC().Date()
+	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
 }

@@ -30,8 +30,8 @@
 -- burst nor takes away what was earned.
 INSERT INTO /*schema*/admission_pools AS p (
     name, rpm, tpm, max_in_flight, request_burst, token_burst,
-    charge_reserved, refund_uncertain, request_level, token_level)
-VALUES ($1, $2, $3, $4, $5::integer, $6::bigint, $7, $8, $5::integer, $6::bigint)
+    charge_reserved, refund_uncertain, input_price, output_price, request_level, token_level)
+VALUES ($1, $2, $3, $4, $5::integer, $6::bigint, $7, $8, $9, $10, $5::integer, $6::bigint)
 ON CONFLICT (name) DO UPDATE SET
     request_level = least(excluded.request_burst,
         /*schema*/admission_level(p.request_level, p.request_burst, p.rpm, p.refilled_at)),
@@ -45,6 +45,8 @@ ON CONFLICT (name) DO UPDATE SET
     token_burst = excluded.token_burst,
     charge_reserved = excluded.charge_reserved,
     refund_uncertain = excluded.refund_uncertain,
+    input_price = excluded.input_price,
+    output_price = excluded.output_price,
     updated_at = now();
 
 -- name: Acquire
@@ -82,6 +84,7 @@ FROM permit;
 -- allowance's local copy of the limits. The levels are computed, not
 -- stored, values.
 SELECT rpm, tpm, max_in_flight, request_burst, token_burst, charge_reserved, refund_uncertain,
+    input_price, output_price,
     /*schema*/admission_level(request_level, request_burst, rpm, refilled_at),
     /*schema*/admission_level(token_level, token_burst, tpm, refilled_at),
     in_flight,
@@ -92,31 +95,61 @@ WHERE name = $1;
 
 -- name: Release
 -- $1 permit id, $2 outcome (0 never sent, 1 answered, 2 uncertain), $3
--- tokens the provider reported. Deleting the permit first makes release
--- and the reaper exclusive: whichever deletes the row adjusts the pool;
--- the other finds no row (DELETE re-checks a row it waited for and skips
--- it if it is gone) and changes nothing. Refunds follow the pool's policy:
+-- input and $4 output tokens the provider reported. Deleting the permit
+-- first makes release and the reaper exclusive: whichever deletes the row
+-- adjusts the pool; the other finds no row (DELETE re-checks a row it
+-- waited for and skips it if it is gone) and changes nothing. Refunds
+-- follow the pool's policy:
 --   never sent: the request unit and every reserved token;
 --   answered:   reserved minus reported tokens (negative when the provider
 --               used more: a debt), or nothing when charge_reserved;
 --   uncertain:  no request refund; tokens only when refund_uncertain.
 -- A refund never lifts a bucket above its burst.
+-- A call that was sent, by a permit with a tenant, is added to the usage
+-- ledger in the same statement, from the reported tokens and the pool's
+-- prices.
 WITH gone AS (
     DELETE FROM /*schema*/admission_permits
     WHERE id = $1
-    RETURNING pool, tokens
+    RETURNING pool, tokens, tenant
+),
+settled AS (
+    UPDATE /*schema*/admission_pools AS p SET
+        in_flight = p.in_flight - 1,
+        request_level = least(p.request_burst, p.request_level + CASE WHEN $2 = 0 THEN 1 ELSE 0 END),
+        token_level = least(p.token_burst, p.token_level + CASE
+            WHEN $2 = 0 THEN gone.tokens
+            WHEN $2 = 1 AND NOT p.charge_reserved THEN gone.tokens - $3::bigint - $4::bigint
+            WHEN $2 = 2 AND p.refund_uncertain THEN gone.tokens - $3::bigint - $4::bigint
+            ELSE 0 END)
+    FROM gone
+    WHERE p.name = gone.pool
+    RETURNING gone.tenant, gone.pool, p.input_price, p.output_price
+),
+ledger AS (
+    INSERT INTO /*schema*/admission_usage AS u (
+        tenant, pool, day, attempts, uncertain_attempts, input_tokens, output_tokens, cost)
+    SELECT tenant, pool, (now() AT TIME ZONE 'UTC')::date, 1, CASE WHEN $2 = 2 THEN 1 ELSE 0 END, $3, $4,
+        round(($3::numeric * input_price + $4::numeric * output_price) / 1000000)::bigint
+    FROM settled
+    WHERE tenant <> '' AND $2 <> 0
+    ON CONFLICT (tenant, day, pool) DO UPDATE SET
+        attempts = u.attempts + 1,
+        uncertain_attempts = u.uncertain_attempts + excluded.uncertain_attempts,
+        input_tokens = u.input_tokens + excluded.input_tokens,
+        output_tokens = u.output_tokens + excluded.output_tokens,
+        cost = u.cost + excluded.cost
 )
-UPDATE /*schema*/admission_pools AS p SET
-    in_flight = p.in_flight - 1,
-    request_level = least(p.request_burst, p.request_level + CASE WHEN $2 = 0 THEN 1 ELSE 0 END),
-    token_level = least(p.token_burst, p.token_level + CASE
-        WHEN $2 = 0 THEN gone.tokens
-        WHEN $2 = 1 AND NOT p.charge_reserved THEN gone.tokens - $3::bigint
-        WHEN $2 = 2 AND p.refund_uncertain THEN gone.tokens - $3::bigint
-        ELSE 0 END)
-FROM gone
-WHERE p.name = gone.pool
-RETURNING set_config('synchronous_commit', 'off', true);
+SELECT set_config('synchronous_commit', 'off', true)
+FROM settled;
+
+-- name: SelectUsage
+-- A tenant's ledger rows for a range of UTC days, served by the primary
+-- key.
+SELECT tenant, pool, day, attempts, uncertain_attempts, input_tokens, output_tokens, cost
+FROM /*schema*/admission_usage
+WHERE tenant = $1 AND day BETWEEN $2 AND $3
+ORDER BY day, pool;
 
 -- name: ReapPermits
 -- Returns the slots of a pool's expired permits (their holders died or

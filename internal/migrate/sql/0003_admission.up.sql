@@ -20,6 +20,9 @@ CREATE TABLE /*schema*/admission_pools (
     token_burst      bigint           NOT NULL CHECK (token_burst > 0),
     -- Refund policy on release (see admission.Pool).
     charge_reserved  boolean          NOT NULL DEFAULT false,
+    -- Prices in micro-units per million tokens, for the usage ledger.
+    input_price      bigint           NOT NULL DEFAULT 0 CHECK (input_price >= 0),
+    output_price     bigint           NOT NULL DEFAULT 0 CHECK (output_price >= 0),
     refund_uncertain boolean          NOT NULL DEFAULT false,
     request_level    double precision NOT NULL,
     token_level      double precision NOT NULL,
@@ -60,3 +63,35 @@ CREATE TABLE /*schema*/admission_permits (
 
 -- The reaper looks only for a pool's expired permits.
 CREATE INDEX admission_permits_expiry_idx ON /*schema*/admission_permits (pool, expires_at);
+
+-- Tenant acceptance quotas; a tenant without a row gets the host's
+-- configured default. NULL means no limit on that dimension.
+CREATE TABLE /*schema*/admission_tenant_quotas (
+    tenant              text        PRIMARY KEY,
+    max_pending_jobs    bigint      CHECK (max_pending_jobs > 0),
+    max_pending_bytes   bigint      CHECK (max_pending_bytes > 0),
+    max_pending_tokens  bigint      CHECK (max_pending_tokens > 0),
+    max_daily_cost      bigint      CHECK (max_daily_cost > 0),      -- micro-units of the pools' currency
+    updated_at          timestamptz NOT NULL DEFAULT now()
+);
+
+-- A tenant's pending (not yet finished) jobs, for the quota check at
+-- acceptance. The check reads at most the quota's worth of entries (LIMIT),
+-- so its cost is bounded by the quota, not by the tenant's history.
+CREATE INDEX jobs_pending_tenant_idx ON /*schema*/jobs (tenant) INCLUDE (estimated_tokens)
+    WHERE state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED');
+
+-- Usage ledger: what providers reported, per tenant, pool and UTC day,
+-- written when a permit is released (never from reservations). One row per
+-- key, updated in place: the day's spend is one row read.
+CREATE TABLE /*schema*/admission_usage (
+    tenant             text   NOT NULL,
+    pool               text   NOT NULL,
+    day                date   NOT NULL,
+    attempts           bigint NOT NULL DEFAULT 0,
+    uncertain_attempts bigint NOT NULL DEFAULT 0,
+    input_tokens       bigint NOT NULL DEFAULT 0,
+    output_tokens      bigint NOT NULL DEFAULT 0,
+    cost               bigint NOT NULL DEFAULT 0,   -- micro-units
+    PRIMARY KEY (tenant, day, pool)
+);
