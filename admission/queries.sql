@@ -95,7 +95,8 @@ WHERE name = $1;
 
 -- name: Release
 -- $1 permit id, $2 outcome (0 never sent, 1 answered, 2 uncertain), $3
--- input and $4 output tokens the provider reported. Deleting the permit
+-- input and $4 output tokens the provider reported, $5 the ledger shard.
+-- Deleting the permit
 -- first makes release and the reaper exclusive: whichever deletes the row
 -- adjusts the pool; the other finds no row (DELETE re-checks a row it
 -- waited for and skips it if it is gone) and changes nothing. Refunds
@@ -128,12 +129,12 @@ settled AS (
 ),
 ledger AS (
     INSERT INTO /*schema*/admission_usage AS u (
-        tenant, pool, day, attempts, uncertain_attempts, input_tokens, output_tokens, cost)
-    SELECT tenant, pool, (now() AT TIME ZONE 'UTC')::date, 1, CASE WHEN $2 = 2 THEN 1 ELSE 0 END, $3, $4,
+        tenant, pool, day, shard, attempts, uncertain_attempts, input_tokens, output_tokens, cost)
+    SELECT tenant, pool, (now() AT TIME ZONE 'UTC')::date, $5, 1, CASE WHEN $2 = 2 THEN 1 ELSE 0 END, $3, $4,
         round(($3::numeric * input_price + $4::numeric * output_price) / 1000000)::bigint
     FROM settled
     WHERE tenant <> '' AND $2 <> 0
-    ON CONFLICT (tenant, day, pool) DO UPDATE SET
+    ON CONFLICT (tenant, day, pool, shard) DO UPDATE SET
         attempts = u.attempts + 1,
         uncertain_attempts = u.uncertain_attempts + excluded.uncertain_attempts,
         input_tokens = u.input_tokens + excluded.input_tokens,
@@ -144,11 +145,13 @@ SELECT set_config('synchronous_commit', 'off', true)
 FROM settled;
 
 -- name: SelectUsage
--- A tenant's ledger rows for a range of UTC days, served by the primary
--- key.
-SELECT tenant, pool, day, attempts, uncertain_attempts, input_tokens, output_tokens, cost
+-- A tenant's ledger for a range of UTC days, shards summed, served by the
+-- primary key.
+SELECT tenant, pool, day, sum(attempts)::bigint, sum(uncertain_attempts)::bigint,
+    sum(input_tokens)::bigint, sum(output_tokens)::bigint, sum(cost)::bigint
 FROM /*schema*/admission_usage
 WHERE tenant = $1 AND day BETWEEN $2 AND $3
+GROUP BY tenant, pool, day
 ORDER BY day, pool;
 
 -- name: ReapPermits

@@ -211,7 +211,7 @@ func benchAdmissionWorker(ctx context.Context, c *common, o benchOptions, schema
 		wg.Go(func() {
 			for take() {
 				t0 := time.Now()
-				p, err := l.Acquire(ctx, admission.Request{Pool: benchAdmissionPool.Name, Tokens: 500})
+				p, err := l.Acquire(ctx, admission.Request{Pool: benchAdmissionPool.Name, Tenant: "bench", Tokens: 500})
 				d := time.Since(t0)
 				if err == nil {
 					err = p.Release(ctx, admission.Outcome{Result: admission.Answered, InputTokens: 300})

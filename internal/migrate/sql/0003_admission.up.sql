@@ -82,16 +82,19 @@ CREATE INDEX jobs_pending_tenant_idx ON /*schema*/jobs (tenant) INCLUDE (estimat
     WHERE state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED');
 
 -- Usage ledger: what providers reported, per tenant, pool and UTC day,
--- written when a permit is released (never from reservations). One row per
--- key, updated in place: the day's spend is one row read.
+-- written when a permit is released (never from reservations). Each key
+-- is spread over a few shard rows, picked at random per release, so a busy
+-- tenant's releases do not queue on one row lock the way a hot pool's do;
+-- readers sum the shards.
 CREATE TABLE /*schema*/admission_usage (
     tenant             text   NOT NULL,
     pool               text   NOT NULL,
     day                date   NOT NULL,
+    shard              smallint NOT NULL,
     attempts           bigint NOT NULL DEFAULT 0,
     uncertain_attempts bigint NOT NULL DEFAULT 0,
     input_tokens       bigint NOT NULL DEFAULT 0,
     output_tokens      bigint NOT NULL DEFAULT 0,
     cost               bigint NOT NULL DEFAULT 0,   -- micro-units
-    PRIMARY KEY (tenant, day, pool)
+    PRIMARY KEY (tenant, day, pool, shard)
 );
