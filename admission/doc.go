@@ -74,6 +74,41 @@
 // that are answers (a denial, an unknown pool) are never treated as an
 // outage, nor is the caller's own cancellation.
 //
+// # Runner integration
+//
+// Package lease uses this package (lease.Config.Admission); this package
+// never imports lease. The runner claims from a queue only while one of its
+// pools is Ready within a short wait, takes a permit per attempt, turns
+// long waits and unreachable limiters into snoozes (the attempt is not
+// counted), and turns a provider 429 that carries a wait into a snooze for
+// that wait. A 429 without any wait counts as an ordinary transient
+// failure, so a provider that refuses without saying when cannot keep a
+// job forever; the job's deadline bounds snoozes too.
+//
+// # Tenant acceptance quotas
+//
+// Quotas bound, per tenant, pending jobs, pending payload bytes, pending
+// estimated tokens and the day's spend, and bound all tenants' pending jobs
+// together. Its Hook goes in jobs.Config.OnAccept, so the check runs inside
+// the enqueue transaction after the insert: a refusal (a *QuotaError with
+// status 429 for a tenant quota, 503 for system capacity, and a
+// Retry-After) rolls back everything the enqueue wrote, and a retried
+// enqueue of an already accepted job (same idempotency key) is never
+// refused. Work that was accepted is never dropped by a quota. An advisory
+// lock per tenant serialises the check, so concurrent enqueues cannot pass
+// a tenant quota together; the system bound is counted without a lock and
+// may be passed by concurrent batches.
+//
+// # Usage ledger
+//
+// Release adds each sent call of a permit with a tenant to a ledger per
+// tenant, pool and UTC day: attempts, uncertain attempts, reported input
+// and output tokens, and cost at the pool's prices. It is built from
+// reported usage, never from reservations. A permit that expired with its
+// holder is not in the ledger (the attempt history records it as
+// uncertain). Each key is spread over a few shard rows so a busy tenant's
+// releases do not queue on one row lock; Usage sums them.
+//
 // # Retries
 //
 // llmq owns retries. Turn off every SDK's own retries (for openai-go,
