@@ -3,6 +3,7 @@ package admission_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -318,4 +319,84 @@ func TestRunner429StormCoolsDownEveryProcess(t *testing.T) {
 	inFlight, permits, err := f.pg.Counts(t.Context(), "storm")
 	require.NoError(t, err)
 	require.Equal(t, permits, inFlight)
+}
+
+func TestRunnerAdmissionConfig(t *testing.T) {
+	t.Parallel()
+	f := setupRunner(t)
+	good := runnerConfig(f.pg, "p", "http://127.0.0.1:1", "w")
+	for want, mutate := range map[string]func(a *lease.Admission){
+		"Limiter is nil":              func(a *lease.Admission) { a.Limiter = nil },
+		"Route is nil":                func(a *lease.Admission) { a.Route = nil },
+		"must not be negative":        func(a *lease.Admission) { a.MaxWait = -time.Second },
+		"shorter than AttemptTimeout": func(a *lease.Admission) { a.MaxWait = time.Minute },
+	} {
+		cfg := good
+		a := *good.Admission
+		mutate(&a)
+		cfg.Admission = &a
+		_, err := lease.NewRunner(f.pool, f.store, cfg)
+		require.ErrorIs(t, err, lease.ErrInvalidConfig, want)
+		require.ErrorContains(t, err, want)
+	}
+	_, err := lease.NewRunner(f.pool, f.store, good)
+	require.NoError(t, err)
+}
+
+// How an attempt ends decides how its permit is settled: an error marked
+// NotSent refunds everything; an error after the call may have been sent
+// spends the request and marks the attempt uncertain; an answer refunds
+// the unused tokens.
+func TestRunnerSettlesPermitsByOutcome(t *testing.T) {
+	t.Parallel()
+	f := setupRunner(t)
+	provider := okProvider(t)
+	for _, tc := range []struct {
+		name          string
+		handler       lease.HandlerFunc
+		wantRequests  float64
+		wantTokens    float64
+		wantUncertain bool
+	}{
+		{"not sent", func(context.Context, *jobs.Job) (json.RawMessage, error) {
+			return nil, lease.NotSent(errors.New("document unreadable"))
+		}, 10, 1000, false},
+		{"lost after sending", func(context.Context, *jobs.Job) (json.RawMessage, error) {
+			return nil, errors.New("connection reset")
+		}, 9, 900, true},
+		{"answered", func(ctx context.Context, _ *jobs.Job) (json.RawMessage, error) {
+			return providerCall(ctx, provider.URL) // reports 40 tokens
+		}, 9, 960, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			queue := strings.ReplaceAll(tc.name, " ", "-")
+			pool := slow("settle " + tc.name)
+			require.NoError(t, f.pg.SetPool(t.Context(), pool))
+			cfg := runnerConfig(f.pg, pool.Name, provider.URL, "w")
+			cfg.Handlers = map[string]lease.Handler{"extract": tc.handler}
+			cfg.Queues = map[string]lease.QueueConfig{queue: {}}
+			cfg.Admission.QueuePools = nil
+			store, err := jobs.NewStore(jobs.Config{Schema: f.schema, Queues: []string{queue}})
+			require.NoError(t, err)
+			r, err := lease.NewRunner(f.pool, store, cfg)
+			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- r.Run(ctx) }()
+			defer func() { cancel(); require.NoError(t, <-done) }()
+
+			res, err := store.Enqueue(t.Context(), f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "extract", Queue: queue, MaxAttempts: 1})
+			require.NoError(t, err)
+			f.awaitAll([]uuid.UUID{res.Job.ID}, 10*time.Second)
+			s, err := f.pg.State(t.Context(), pool.Name)
+			require.NoError(t, err)
+			require.Zero(t, s.InFlight)
+			require.InDelta(t, tc.wantRequests, s.RequestLevel, 0.1)
+			require.InDelta(t, tc.wantTokens, s.TokenLevel, 1)
+			attempts, err := store.Attempts(t.Context(), f.pool, "acme", res.Job.ID)
+			require.NoError(t, err)
+			require.Equal(t, tc.wantUncertain, attempts[0].Usage.Uncertain)
+		})
+	}
 }

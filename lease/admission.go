@@ -47,8 +47,10 @@ const (
 //     so a provider that refuses without saying when cannot loop a job
 //     forever.
 //
-// A request larger than its pool's burst can never run: the job fails at
-// once (jobs.Permanent).
+// A request larger than its pool's burst can never run, nor can one Route
+// built wrongly (ErrInvalid): the job fails at once (jobs.Permanent). The
+// limiter's permit TTL (admission.Config.PermitTTL) must exceed the
+// runner's AttemptTimeout, or a slow call's slot is counted free early.
 //
 // Turn off the provider SDK's own retries (openai-go:
 // option.WithMaxRetries(0)): llmq owns retries, and an SDK retry would make
@@ -249,7 +251,9 @@ func (h *admitted) acquire(ctx context.Context, req admission.Request) (*admissi
 			}
 		case isWait:
 			return nil, &jobs.SnoozeError{After: max(wait, h.a.MaxWait), Reason: err.Error()}
-		case errors.Is(err, admission.ErrNeverAdmissible):
+		case errors.Is(err, admission.ErrNeverAdmissible), errors.Is(err, admission.ErrInvalid):
+			// No wait helps: the job is too large for its pool, or Route
+			// built a request the limiter refuses.
 			return nil, jobs.Permanent(err)
 		case errors.Is(err, admission.ErrUnavailable):
 			return nil, &jobs.SnoozeError{After: h.a.UnavailableSnooze, Reason: err.Error()}
