@@ -195,11 +195,12 @@ func (o Outcome) used() int64 { return o.InputTokens + o.OutputTokens }
 // holder of the pool: a cooldown only extends, and remaining budgets only
 // lower what the limiter would grant.
 //
-// Ready reports how long until a request of tokens could be granted,
-// taking nothing: a runner asks before it claims work for the pool.
+// Ready reports whether a request of tokens could be granted now, taking
+// nothing: nil, or the error Acquire would return (a *WaitError says how
+// long and why). A runner asks before it claims work for the pool.
 type Limiter interface {
 	Acquire(ctx context.Context, req Request) (*Permit, error)
-	Ready(ctx context.Context, pool string, tokens int64) (time.Duration, error)
+	Ready(ctx context.Context, pool string, tokens int64) error
 	Cooldown(ctx context.Context, pool string, d time.Duration) error
 	LowerRemaining(ctx context.Context, pool string, r Remaining) error
 }

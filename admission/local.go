@@ -355,12 +355,12 @@ func (l *Local) State(_ context.Context, pool string) (PoolState, error) {
 	}, nil
 }
 
-// Ready reports how long until pool could grant a request of tokens; it
-// takes nothing.
-func (l *Local) Ready(ctx context.Context, pool string, tokens int64) (time.Duration, error) {
+// Ready reports whether pool could grant a request of tokens now; see
+// Postgres.Ready.
+func (l *Local) Ready(ctx context.Context, pool string, tokens int64) error {
 	s, err := l.State(ctx, pool)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	return s.ready(Request{Pool: pool, Tokens: tokens}, l.inFlightRetry)
 }

@@ -237,30 +237,25 @@ func (l *Postgres) tryAcquire(ctx context.Context, req Request) (*Permit, error)
 	return nil, s.denial(req, l.cfg.InFlightRetry)
 }
 
-// Ready reports how long until pool could grant a request of tokens, from
-// its state now: zero when it could grant at once. Runners ask before they
-// claim work for the pool. It takes nothing.
-func (l *Postgres) Ready(ctx context.Context, pool string, tokens int64) (time.Duration, error) {
+// Ready reports whether pool could grant a request of tokens now, from its
+// state, taking nothing: nil if it could, else the *WaitError an Acquire
+// would return (or ErrUnknownPool, a *NeverAdmissibleError, ...). Runners
+// ask before they claim work for the pool.
+func (l *Postgres) Ready(ctx context.Context, pool string, tokens int64) error {
 	s, err := l.State(ctx, pool)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	return s.ready(Request{Pool: pool, Tokens: tokens}, l.cfg.InFlightRetry)
 }
 
-func (s PoolState) ready(req Request, inFlightRetry time.Duration) (time.Duration, error) {
+func (s PoolState) ready(req Request, inFlightRetry time.Duration) error {
 	err := s.denial(req, inFlightRetry)
-	if errors.Is(err, errReapable) {
-		return 0, nil // the next acquire reaps and can grant
-	}
 	var w *WaitError
-	if errors.As(err, &w) {
-		if w.Reason == ReasonContention {
-			return 0, nil // nothing stands in the way now
-		}
-		return w.RetryAfter, nil
+	if errors.Is(err, errReapable) || (errors.As(err, &w) && w.Reason == ReasonContention) {
+		return nil // nothing stands in the way now (the next acquire reaps expired permits)
 	}
-	return 0, err
+	return err
 }
 
 // denial explains why s cannot grant req now; a *WaitError with no wait

@@ -400,3 +400,24 @@ func TestRunnerSettlesPermitsByOutcome(t *testing.T) {
 		})
 	}
 }
+
+// While every in-flight slot of its pool is held, a queue is not claimed
+// from: a lease would only sit waiting for a slot nobody can predict.
+func TestRunnerDoesNotClaimForAFullPool(t *testing.T) {
+	t.Parallel()
+	f := setupRunner(t)
+	require.NoError(t, f.pg.SetPool(t.Context(), admission.Pool{Name: "full", RPM: 6000, TPM: 1e6, MaxInFlight: 1}))
+	held, err := f.pg.Acquire(t.Context(), admission.Request{Pool: "full"})
+	require.NoError(t, err)
+	ids := f.enqueue(1, 1)
+	f.start(runnerConfig(f.pg, "full", okProvider(t).URL, "w"))
+
+	time.Sleep(time.Second) // the claim that must not happen would happen in this second
+	require.Zero(t, f.job(ids[0]).Attempt, "no lease was taken while the pool was full")
+
+	require.NoError(t, held.Release(t.Context(), admission.Outcome{Result: admission.NotSent}))
+	f.awaitAll(ids, 10*time.Second)
+	j := f.job(ids[0])
+	require.Equal(t, jobs.StateSucceeded, j.State)
+	require.Equal(t, 1, j.Attempt)
+}

@@ -104,8 +104,11 @@ func (a *Admission) wrap(handlers map[string]Handler) map[string]Handler {
 }
 
 // gate reports how long the producer of queue should wait before claiming:
-// zero when one of its pools can grant within MaxWait (or none is listed,
-// or the limiter cannot say: the attempt's own acquire decides then).
+// zero when one of its pools can grant now, or within MaxWait by a refill
+// or a cooldown's end (or no pool is listed, or the limiter cannot say: the
+// attempt's own acquire decides then). A pool whose in-flight slots are all
+// held is not claimed for: when one frees is unpredictable, and claiming
+// would hold a lease while waiting for it.
 func (a *Admission) gate(ctx context.Context, queue string) time.Duration {
 	pools := a.QueuePools[queue]
 	if len(pools) == 0 {
@@ -113,18 +116,21 @@ func (a *Admission) gate(ctx context.Context, queue string) time.Duration {
 	}
 	soonest := time.Duration(-1)
 	for _, pool := range pools {
-		d, err := a.Limiter.Ready(ctx, pool, 0)
-		if err != nil {
+		err := a.Limiter.Ready(ctx, pool, 0)
+		var w *admission.WaitError
+		switch {
+		case err == nil:
+			return 0
+		case !errors.As(err, &w):
+			return 0
+		case w.Reason != admission.ReasonInFlight && w.RetryAfter <= a.MaxWait:
 			return 0
 		}
-		if soonest < 0 || d < soonest {
-			soonest = d
+		if soonest < 0 || w.RetryAfter < soonest {
+			soonest = w.RetryAfter
 		}
 	}
-	if soonest <= a.MaxWait {
-		return 0
-	}
-	return min(soonest, maxGateSleep)
+	return min(max(soonest, time.Millisecond), maxGateSleep)
 }
 
 // admitted runs a handler under a permit.
