@@ -299,10 +299,8 @@ func (e *emergency) acquire(ctx context.Context, req Request, cause error) (*Per
 	if wait := coolUntil.Sub(now); wait > 0 {
 		return nil, &WaitError{Pool: req.Pool, Reason: ReasonCooldown, RetryAfter: wait}
 	}
-	if local.InFlight(req.Pool) == 0 {
-		if err := local.ensure(ctx, scaled(pool, e.policy.Fraction)); err != nil {
-			return nil, unavailable(err.Error())
-		}
+	if err := local.ensure(ctx, scaled(pool, e.policy.Fraction)); err != nil {
+		return nil, unavailable(err.Error())
 	}
 	p, err := local.Acquire(ctx, req)
 	if err != nil && !errors.Is(err, ErrWait) {

@@ -54,7 +54,9 @@ type Config struct {
 	// Default 50ms.
 	InFlightRetry time.Duration
 	// Timeout bounds each statement; a database that does not answer
-	// within it counts as unreachable. Default 2s.
+	// within it counts as unreachable. Default 2s. An acquire that timed
+	// out may still have been granted by the server: its permit, which the
+	// caller never saw, holds its slot until it expires.
 	Timeout time.Duration
 	// OnUnavailable is the policy while the database cannot be reached.
 	// The zero value fails closed: nothing is admitted.
@@ -153,7 +155,10 @@ func (l *Postgres) Acquire(ctx context.Context, req Request) (*Permit, error) {
 	if l.em != nil && !l.em.knows(req.Pool) {
 		// The emergency allowance needs the pool's limits before an
 		// outage, not during one.
-		if _, err := l.State(ctx, req.Pool); err != nil {
+		if err := l.bounded(ctx, func(ctx context.Context) error {
+			_, err := l.State(ctx, req.Pool)
+			return err
+		}); err != nil {
 			return l.fallback(ctx, req, err)
 		}
 	}
@@ -170,10 +175,21 @@ func (l *Postgres) Acquire(ctx context.Context, req Request) (*Permit, error) {
 		if try > 0 {
 			return nil, &WaitError{Pool: req.Pool, Reason: ReasonInFlight, RetryAfter: l.cfg.InFlightRetry}
 		}
-		if _, err := l.Reap(ctx, req.Pool); err != nil {
+		if err := l.bounded(ctx, func(ctx context.Context) error {
+			_, err := l.Reap(ctx, req.Pool)
+			return err
+		}); err != nil {
 			return l.fallback(ctx, req, err)
 		}
 	}
+}
+
+// bounded runs fn with the statement timeout: a database that does not
+// answer within it counts as unreachable.
+func (l *Postgres) bounded(ctx context.Context, fn func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
+	defer cancel()
+	return fn(ctx)
 }
 
 // fallback applies the failure policy to an acquire that failed with err:
