@@ -144,6 +144,7 @@ type callKey struct{}
 
 type call struct {
 	limiter   admission.Limiter
+	permit    *admission.Permit
 	mu        sync.Mutex
 	pool      string
 	responded bool
@@ -174,6 +175,17 @@ func Responded(ctx context.Context, status int, header http.Header) {
 	_ = c.limiter.LowerRemaining(ctx, c.pool, signal.Remaining)
 }
 
+// PermitOf returns the admission permit the attempt whose context ctx is
+// holds, or nil outside an admitted attempt. Handlers read its Tokens (to
+// set max_tokens within the reservation) or its grant time; they must not
+// release it: the runner does.
+func PermitOf(ctx context.Context) *admission.Permit {
+	if c, ok := ctx.Value(callKey{}).(*call); ok {
+		return c.permit
+	}
+	return nil
+}
+
 // notSentError marks a handler error that happened before any provider
 // call was sent.
 type notSentError struct{ err error }
@@ -201,7 +213,7 @@ func (h *admitted) Work(ctx context.Context, job *jobs.Job) (json.RawMessage, er
 	if err != nil {
 		return nil, err
 	}
-	c := &call{limiter: h.a.Limiter, pool: req.Pool}
+	c := &call{limiter: h.a.Limiter, permit: permit, pool: req.Pool}
 	result, err := h.next.Work(context.WithValue(ctx, callKey{}, c), job)
 
 	c.mu.Lock()
