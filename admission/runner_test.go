@@ -421,3 +421,22 @@ func TestRunnerDoesNotClaimForAFullPool(t *testing.T) {
 	require.Equal(t, jobs.StateSucceeded, j.State)
 	require.Equal(t, 1, j.Attempt)
 }
+
+// A handler that panics still gives its permit back, as uncertain.
+func TestRunnerReleasesPermitOnPanic(t *testing.T) {
+	t.Parallel()
+	f := setupRunner(t)
+	pool := slow("panics")
+	require.NoError(t, f.pg.SetPool(t.Context(), pool))
+	cfg := runnerConfig(f.pg, pool.Name, "http://127.0.0.1:1", "w")
+	cfg.Handlers = map[string]lease.Handler{"extract": lease.HandlerFunc(func(context.Context, *jobs.Job) (json.RawMessage, error) {
+		panic("handler bug")
+	})}
+	ids := f.enqueue(1, 1)
+	f.start(cfg)
+	f.awaitAll(ids, 10*time.Second)
+	s, err := f.pg.State(t.Context(), pool.Name)
+	require.NoError(t, err)
+	require.Zero(t, s.InFlight, "the slot is back at once, not after the permit's expiry")
+	require.InDelta(t, 9, s.RequestLevel, 0.1, "the call may have been sent: no refund")
+}

@@ -213,20 +213,34 @@ func (h *admitted) Work(ctx context.Context, job *jobs.Job) (json.RawMessage, er
 	if err != nil {
 		return nil, err
 	}
+	// The attempt's context may be over (timeout, lost lease) when the
+	// permit is settled: settle it regardless, within a bound of its own.
+	// An unreleased permit would expire on its own, so an error here only
+	// delays its slot.
+	release := func(o admission.Outcome) {
+		settle, cancel := context.WithTimeout(context.WithoutCancel(ctx), admissionReleaseTimeout)
+		defer cancel()
+		_ = permit.Release(settle, o)
+	}
+	returned := false
+	defer func() {
+		if !returned {
+			// The handler panicked (the runner records it); its call may
+			// have been sent.
+			release(admission.Outcome{Result: admission.Uncertain})
+		}
+	}()
 	c := &call{limiter: h.a.Limiter, permit: permit, pool: req.Pool}
 	result, err := h.next.Work(context.WithValue(ctx, callKey{}, c), job)
+	returned = true
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// The attempt's context may be over (timeout, lost lease): settle the
-	// permit regardless, within a bound of its own.
-	settle, cancel := context.WithTimeout(context.WithoutCancel(ctx), admissionReleaseTimeout)
-	defer cancel()
 	outcome := h.outcome(ctx, c, err)
 	if outcome.Result == admission.Uncertain {
 		RecordUsage(ctx, jobs.Usage{Uncertain: true})
 	}
-	_ = permit.Release(settle, outcome) // an unreleased permit expires on its own
+	release(outcome)
 	if c.responded && c.status == http.StatusTooManyRequests && c.signal.Cooldown > 0 {
 		return nil, &jobs.SnoozeError{After: c.signal.Cooldown, Reason: fmt.Sprintf("provider 429 on pool %q", req.Pool)}
 	}
