@@ -31,6 +31,7 @@ func ExampleMigrate() {
 	// Output:
 	// applied 0001_init
 	// applied 0002_inbox_relay
-	// applied 0003_admission
+	// applied 0003_fair_claiming
+	// applied 0004_admission
 	// all applied: true
 }

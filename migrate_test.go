@@ -14,6 +14,13 @@ import (
 	"github.com/llmq/llmq/internal/dbtest"
 )
 
+// allTables are the tables the latest migration leaves, sorted.
+var allTables = []string{
+	"admission_permits", "admission_pools", "admission_tenant_quotas", "admission_usage",
+	"inbox", "inbox_quarantine", "job_attempts", "jobs", "migrations", "outbox",
+	"tenant_limits", "tenant_queues",
+}
+
 func setup(t *testing.T) (*pgxpool.Pool, llmq.MigrateOptions) {
 	t.Helper()
 	db := dbtest.Setup(t, dbtest.Options{MaxConns: 8, Unmigrated: true})
@@ -57,7 +64,7 @@ func TestMigrateConcurrentReplicas(t *testing.T) {
 		require.True(t, s.Applied(), "version %d", s.Version)
 		require.True(t, s.Known)
 	}
-	require.Equal(t, []string{"admission_permits", "admission_pools", "admission_tenant_quotas", "admission_usage", "inbox", "inbox_quarantine", "job_attempts", "jobs", "migrations", "outbox"}, tablesIn(t, pool, opts.Schema))
+	require.Equal(t, allTables, tablesIn(t, pool, opts.Schema))
 }
 
 func TestMigrateDownThenUp(t *testing.T) {
@@ -88,7 +95,7 @@ func TestMigrateDownThenUp(t *testing.T) {
 	res, err = llmq.Migrate(ctx, pool, opts)
 	require.NoError(t, err)
 	require.Len(t, res.Migrations, llmq.LatestVersion())
-	require.Equal(t, []string{"admission_permits", "admission_pools", "admission_tenant_quotas", "admission_usage", "inbox", "inbox_quarantine", "job_attempts", "jobs", "migrations", "outbox"}, tablesIn(t, pool, opts.Schema))
+	require.Equal(t, allTables, tablesIn(t, pool, opts.Schema))
 }
 
 // A custom schema in a database of its own: the migration creates only that
@@ -114,7 +121,7 @@ func TestMigrateCustomSchemaLeavesPublicAlone(t *testing.T) {
 	_, err = llmq.Migrate(t.Context(), pool, llmq.MigrateOptions{Schema: "acme_jobs"})
 	require.NoError(t, err)
 
-	require.Equal(t, []string{"admission_permits", "admission_pools", "admission_tenant_quotas", "admission_usage", "inbox", "inbox_quarantine", "job_attempts", "jobs", "migrations", "outbox"}, tablesIn(t, pool, "acme_jobs"))
+	require.Equal(t, allTables, tablesIn(t, pool, "acme_jobs"))
 	require.Empty(t, tablesIn(t, pool, "public"))
 	var objectsInPublic int
 	require.NoError(t, pool.QueryRow(t.Context(), `

@@ -22,6 +22,13 @@
 //     The request unit is spent and, unless the pool has RefundUncertain,
 //     the whole reservation too; the caller marks its attempt uncertain.
 //
+// An uncertain release frees its in-flight slot at once, although a
+// provider may still be working on a call its client gave up on (a
+// timeout): until the provider notices, such calls can take the provider's
+// concurrency above MaxInFlight. Keep attempt timeouts above the
+// provider's latency, or MaxInFlight below the provider's limit by the
+// number of calls expected to time out at once.
+//
 // A provider's 429 or 503 with Retry-After (seconds, HTTP-date, or
 // retry-after-ms) sets a pool cooldown that every holder obeys: Observe
 // reads the response and applies it. OpenAI's x-ratelimit-* and

@@ -26,7 +26,7 @@ var queriesSQL string
 type DBTX = dbsql.DBTX
 
 // ledgerShards is how many rows share one tenant's, pool's and day's
-// usage (see migration 0003).
+// usage (see migration 0004).
 const ledgerShards = 8
 
 // Defaults of a zero Config.

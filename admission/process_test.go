@@ -104,6 +104,11 @@ func runPoolRunner(ctx context.Context, db *pgxpool.Pool, l *admission.Postgres)
 		return admission.Request{Pool: "shared", Tenant: job.Tenant, Tokens: job.EstimatedTokens}, true
 	}
 	cfg.Queues = map[string]lease.QueueConfig{jobs.DefaultQueue: {MaxWorkers: 5}}
+	// Calls take up to 1.5s; on a loaded machine a 2s attempt timeout
+	// would cancel some, and a cancelled call's slot is given back while
+	// the provider may still be working on it: a real overshoot of any
+	// client-side limiter, but not what this test measures.
+	cfg.LeaseDuration, cfg.HeartbeatInterval, cfg.AttemptTimeout = 30*time.Second, time.Second, 10*time.Second
 	r, err := lease.NewRunner(db, store, cfg)
 	if err != nil {
 		return err
@@ -169,6 +174,7 @@ type fakeProvider struct {
 	inFlight    int
 	peak        int
 	rejected    int
+	reasons     []string
 	worstWindow map[time.Duration]int // most requests seen in a window of each length
 }
 
@@ -202,6 +208,7 @@ func (p *fakeProvider) admit(g arrival) bool {
 	defer p.mu.Unlock()
 	if p.inFlight+1 > p.pool.MaxInFlight {
 		p.rejected++
+		p.reasons = append(p.reasons, "in flight")
 		return false
 	}
 	i := sort.Search(len(p.grants), func(i int) bool { return p.grants[i].at.After(g.at) })
@@ -219,6 +226,7 @@ func (p *fakeProvider) admit(g arrival) bool {
 			}
 			if n > maxN || sum > maxTokens {
 				p.rejected++
+				p.reasons = append(p.reasons, fmt.Sprintf("window %v: %d requests, %d tokens", w, n, sum))
 				return false
 			}
 			p.worstWindow[w] = max(p.worstWindow[w], n)
@@ -301,7 +309,7 @@ func TestEightProcessesStayWithinProviderLimits(t *testing.T) {
 	fake.mu.Lock()
 	defer fake.mu.Unlock()
 	t.Logf("calls %d, provider 429s %d, peak in flight %d, busiest windows %v", calls, fake.rejected, fake.peak, fake.worstWindow)
-	require.Zero(t, fake.rejected, "the provider never had to refuse a call")
+	require.Zero(t, fake.rejected, "the provider never had to refuse a call: %v", fake.reasons)
 	require.LessOrEqual(t, fake.peak, 20)
 	for _, w := range fake.windows {
 		require.LessOrEqual(t, fake.worstWindow[w], int(float64(pool.RPM)/60*w.Seconds())+pool.RequestBurst, "window %v", w)

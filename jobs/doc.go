@@ -58,6 +58,46 @@
 //   - Replay leaves the finished job untouched and creates a new one linked
 //     by ReplayOf, recording who asked and why.
 //
+// # Fair claiming
+//
+// Claim shares each batch among a queue's tenants, in one short
+// transaction of two statements (see queries.sql for the SQL and the
+// indexes each step reads):
+//
+//   - Weighted fair sharing. Every (queue, tenant) has a virtual time that
+//     advances by 1/weight per claimed job; a claim locks the active tenants
+//     with the lowest virtual times and offers each job to the tenant whose
+//     next job finishes first in virtual time (start-time fair queueing).
+//     Backlogged tenants receive claims in proportion to their weights
+//     (default 1). A tenant that returns after an idle spell starts at the
+//     lowest active virtual time: it is served at once, but banks no credit.
+//   - Caps: TenantLimits.MaxRunning bounds a tenant's RUNNING jobs in a
+//     queue across every runner. The tenant's row is locked from the choice
+//     to the commit, and its running jobs are counted by a statement that
+//     starts after the lock was granted, so two runners cannot both fill the
+//     last slot.
+//   - Group keys: at most one job of a (tenant, group key) is RUNNING, and a
+//     group's jobs start in acceptance (id) order: a grouped job waits while
+//     an earlier job of its group waits or runs. A unique index backs this.
+//   - Priority without starvation: ClaimParams.LowPriorityShare of each
+//     tenant's claims go to its least urgent class with eligible work; the
+//     rest go in priority order (0 first).
+//   - Limits are data (SetTenantLimits; the empty tenant holds the
+//     defaults) and apply to the next claim.
+//   - Cost: a claim reads the tenants and jobs it takes, through indexes,
+//     whatever the backlog or the number of tenants; a test keeps the plan
+//     honest with EXPLAIN.
+//
+// A tenant found with nothing to run (no eligible job, all held back by
+// their groups, or at its cap) is marked idle and leaves the claim's scan.
+// It becomes active again when work arrives for it (Enqueue), when one of its
+// jobs finishes (Complete), or at a WakeIdleTenants sweep. A runner sweeps
+// every idle tenant once per poll interval, which brings back a tenant whose
+// only work was a retry scheduled for later; and it sweeps the tenants idled
+// in the last seconds whenever a NOTIFY led to a claim that came up short,
+// which brings back at once a tenant whose enqueue committed while a claim
+// was deciding it was idle (that claim could not see the job).
+//
 // # Decisions
 //
 //   - Ids are UUIDv7: time-ordered (cheap primary-key inserts, keyset
@@ -77,6 +117,22 @@
 //     Events written by the reaper and the deadline sweep get random (v4)
 //     ids, since PostgreSQL 15 cannot make UUIDv7s; order events by their
 //     sequence, not their id.
+//   - Fairness is between tenants first, priority within a tenant's share:
+//     one tenant's urgent jobs do not overtake another tenant's turn. With
+//     more than two classes, the low-priority share goes to the least urgent
+//     class with work, and the classes between it and the most urgent are
+//     served in priority order with the rest, so they can wait while both
+//     ends are busy.
+//   - Caps count per queue: a tenant capped at 5 may run 5 jobs in each
+//     queue. Weights apply in each queue separately too.
+//   - A claim that finds nothing its runner can run (another build's kinds,
+//     say) marks the tenant idle like any other; runners with different
+//     kinds should serve different queues, or that tenant's other kinds wait
+//     for the sweep.
+//   - A grouped job held back by its group is stepped over by the claim's
+//     index scan: a tenant whose eligible backlog is mostly one group's tail
+//     makes its claims read that tail. Spread such work over groups, or
+//     queues.
 //   - Enqueue expects READ COMMITTED (Postgres' default). Under REPEATABLE
 //     READ a key taken by a concurrent transaction surfaces as a
 //     serialization failure for the caller to retry.

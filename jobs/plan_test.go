@@ -1,6 +1,7 @@
 package jobs_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -20,11 +21,12 @@ func TestFencedStatementsProbeThePrimaryKey(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := t.Context()
-	// Enough rows that the planner's choice reflects a real table; on a
-	// few hundred rows a sequential scan is legitimately cheapest.
+	// Enough rows, and tenants, that the planner's choice reflects a real
+	// table; on a few hundred rows a sequential scan is legitimately
+	// cheapest.
 	params := make([]jobs.EnqueueParams, jobs.MaxBatch)
 	for i := range params {
-		params[i] = jobs.EnqueueParams{Tenant: "acme", Kind: "k"}
+		params[i] = jobs.EnqueueParams{Tenant: fmt.Sprintf("tenant-%d", i), Kind: "k"}
 	}
 	for range 2 {
 		_, err := f.store.EnqueueMany(ctx, f.pool, params)
@@ -32,7 +34,7 @@ func TestFencedStatementsProbeThePrimaryKey(t *testing.T) {
 	}
 	claimed, err := f.store.Claim(ctx, f.pool, jobs.ClaimParams{Queue: "default", Kinds: []string{"k"}, Worker: "w", Limit: 300, LeaseDuration: time.Minute})
 	require.NoError(t, err)
-	_, err = f.pool.Exec(ctx, "ANALYZE "+f.schema+".jobs")
+	_, err = f.pool.Exec(ctx, "ANALYZE "+f.schema+".jobs, "+f.schema+".tenant_queues")
 	require.NoError(t, err)
 
 	conn, err := f.pool.Acquire(ctx)
@@ -64,10 +66,20 @@ func TestFencedStatementsProbeThePrimaryKey(t *testing.T) {
 		require.NotContains(t, plan, "jobs_lease_expiry_idx", "%s:\n%s", name, plan)
 	}
 
-	// And the claim walks the claim index, then updates by primary key;
-	// nothing scans the table.
-	plan := explain("ClaimJobs", 5)
-	require.Contains(t, plan, "jobs_claim_idx", plan)
-	require.Contains(t, plan, "jobs_pkey", plan)
-	require.NotContains(t, plan, "Seq Scan", plan)
+	// And the claim reads as many rows as it claims, whatever the backlog
+	// or the number of tenants: it walks the active tenants in vtime order,
+	// then each tenant's claim index, checks groups and caps through their
+	// indexes, and updates by primary key. Nothing scans a table.
+	plan := explain("LockClaimTenants", 2)
+	require.Contains(t, plan, "tenant_queues_vtime_idx", plan)
+	require.Contains(t, plan, "jobs_running_tenant_idx", plan)
+	require.NotContains(t, plan, "Seq Scan on tenant_queues", plan)
+	require.NotContains(t, plan, "Seq Scan on jobs", plan)
+
+	plan = explain("ClaimJobs", 9)
+	for _, index := range []string{"jobs_tenant_claim_idx", "jobs_group_idx", "jobs_running_tenant_idx", "jobs_pkey", "tenant_queues_pkey"} {
+		require.Contains(t, plan, index, plan)
+	}
+	require.NotContains(t, plan, "Seq Scan on jobs", plan)
+	require.NotContains(t, plan, "Seq Scan on tenant_queues", plan)
 }

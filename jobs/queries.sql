@@ -50,6 +50,33 @@ event AS (
             'job_id', job.id, 'tenant', job.tenant, 'kind', job.kind, 'queue', job.queue,
             'state', job.state, 'state_version', job.state_version, 'attempt', job.attempt)
     FROM job JOIN input ON input.id = job.id
+),
+-- Makes the jobs' tenants active in their queues (see tenant_queues). Only a
+-- tenant not already active is written: the NOT EXISTS probe keeps the
+-- common case free of row locks, so concurrent enqueuers of one tenant never
+-- queue behind each other. Rows are written in (queue, tenant) order, as
+-- every statement that waits on these rows locks them, so two such
+-- statements cannot deadlock.
+-- The floor is read once per queue, before the first insert: read per row,
+-- each read would step over the rows this statement already inserted.
+floor AS MATERIALIZED (
+    SELECT q.queue, coalesce(/*schema*/active_vtime_floor(q.queue), 0) AS vtime
+    FROM (SELECT DISTINCT queue FROM job) AS q
+),
+activate AS (
+    INSERT INTO /*schema*/tenant_queues AS q (queue, tenant, vtime)
+    SELECT a.queue, a.tenant, f.vtime
+    FROM (SELECT DISTINCT queue, tenant FROM job) AS a
+    JOIN floor AS f ON f.queue = a.queue
+    WHERE NOT EXISTS (
+        SELECT 1 FROM /*schema*/tenant_queues AS t
+        WHERE t.queue = a.queue AND t.tenant = a.tenant AND NOT t.idle)
+    ORDER BY a.queue, a.tenant
+    ON CONFLICT (queue, tenant) DO UPDATE
+    SET idle       = false,
+        vtime      = greatest(q.vtime, excluded.vtime),
+        updated_at = now()
+    WHERE q.idle
 )
 SELECT
     /*job_columns*/
@@ -138,40 +165,186 @@ FROM /*schema*/jobs
 GROUP BY queue, state
 ORDER BY queue, state;
 
--- name: ClaimJobs
--- Claims up to $2 eligible jobs of queue $1 for worker $3, in one statement
--- (one short transaction). The scan follows jobs_claim_idx in (priority,
--- available_at, id) order; FOR UPDATE SKIP LOCKED lets concurrent runners
--- claim disjoint batches without waiting on each other. Jobs whose deadline
--- has passed are never claimed (the deadline sweep fails them), and only
--- kinds the worker can run ($5) are taken, so a runner of an older build
--- never claims work it has no handler for. Claiming bumps attempt and fence;
--- the attempt's row is written when the attempt ends.
-WITH picked AS (
-    SELECT id
-    FROM /*schema*/jobs
-    WHERE queue = $1
-        AND state IN ('READY', 'RETRY_SCHEDULED')
-        AND available_at <= now()
-        AND (deadline_at IS NULL OR deadline_at > now())
-        AND kind = ANY ($5::text[])
-    ORDER BY priority, available_at, id
+-- name: LockClaimTenants
+-- The first statement of a claim transaction: locks up to $2 active tenants
+-- of queue $1, lowest virtual time first, and reads their weights, caps and
+-- (for capped tenants) how many jobs they have running. The scan walks
+-- tenant_queues_vtime_idx, which holds only active tenants, so it reads $2
+-- rows whatever the backlog or the number of tenants. SKIP LOCKED: a tenant
+-- another runner is claiming for is skipped, not waited for; claims never
+-- wait on a lock, so they cannot take part in a deadlock. The running count
+-- here is a hint for sharing out the batch; ClaimJobs counts again under
+-- the lock.
+WITH locked AS (
+    SELECT q.tenant, q.vtime
+    FROM /*schema*/tenant_queues AS q
+    WHERE q.queue = $1 AND NOT q.idle
+    ORDER BY q.vtime, q.tenant
     LIMIT $2
     FOR UPDATE SKIP LOCKED
+),
+defaults AS (
+    SELECT weight, max_running FROM /*schema*/tenant_limits WHERE tenant = ''
 )
-UPDATE /*schema*/jobs AS j
-SET state         = 'RUNNING',
-    attempt       = j.attempt + 1,
-    fence         = j.fence + 1,
-    lease_owner   = $3,
-    lease_until   = now() + $4 * interval '1 millisecond',
-    attempted_at  = now(),
-    state_version = j.state_version + 1,
-    updated_at    = now()
--- The picked ids as an array probe the primary key, whatever the table's
--- size; a join with the CTE can be planned as a scan of the whole table.
-WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
-RETURNING /*job_columns*/;
+SELECT l.tenant, l.vtime,
+    coalesce(t.weight, (SELECT weight FROM defaults), 1) AS weight,
+    coalesce(t.max_running, (SELECT max_running FROM defaults), 0) AS max_running,
+    CASE WHEN coalesce(t.max_running, (SELECT max_running FROM defaults), 0) > 0 THEN (
+        SELECT count(*) FROM /*schema*/jobs AS r
+        WHERE r.queue = $1 AND r.tenant = l.tenant AND r.state = 'RUNNING'
+    ) ELSE 0 END AS running
+FROM locked AS l
+LEFT JOIN /*schema*/tenant_limits AS t ON t.tenant = l.tenant
+ORDER BY l.vtime, l.tenant;
+
+-- name: ClaimJobs
+-- The second statement of a claim transaction, for the tenants
+-- LockClaimTenants locked: tenant $2[i] may take $3[i] jobs in priority
+-- order and $4[i] more from its least urgent class (the low-priority
+-- share), within its cap $5[i] (0: none). Being a new statement, it reads
+-- with a fresh snapshot taken after the tenants' locks were granted, so the
+-- running count and the group check see every earlier claim of those
+-- tenants: caps and group order hold across runners.
+--
+-- Each tenant's jobs are read from jobs_tenant_claim_idx in (priority,
+-- available_at, id) order, LIMIT its share: the cost is the batch size,
+-- whatever the backlog. A grouped job is taken only when no earlier job of
+-- its group is waiting or running (jobs_group_idx), so a group runs one job
+-- at a time in acceptance (id) order; jobs held back by their group are
+-- stepped over, so a tenant whose eligible backlog is mostly one group's
+-- tail costs a scan of that tail. Deadlines passed are never claimed, and
+-- only kinds the worker can run ($9). FOR UPDATE SKIP LOCKED leaves jobs a
+-- concurrent cancel is touching to the next claim.
+--
+-- In the same statement: each tenant's virtual time advances by
+-- claimed/weight ($6), and a tenant that took fewer jobs than it was
+-- offered, or is at its cap, is marked idle: it leaves the claim's scan
+-- until a job of its finishes (CompleteJobs), new work arrives
+-- (InsertJobs), or the sweep (WakeIdleTenants) finds work for it.
+WITH share AS (
+    SELECT a.tenant, a.hi, a.lo, a.weight,
+        -- NULL for an uncapped tenant: least() ignores it.
+        CASE WHEN a.cap > 0 THEN greatest(a.cap - (
+            SELECT count(*) FROM /*schema*/jobs AS r
+            WHERE r.queue = $1 AND r.tenant = a.tenant AND r.state = 'RUNNING'
+        ), 0) END AS room
+    FROM unnest($2::text[], $3::integer[], $4::integer[], $5::integer[], $6::float8[])
+        AS a (tenant, hi, lo, cap, weight)
+),
+urgent AS (
+    SELECT p.id
+    FROM share AS a
+    CROSS JOIN LATERAL (
+        SELECT j.id
+        FROM /*schema*/jobs AS j
+        WHERE j.queue = $1 AND j.tenant = a.tenant
+            AND j.state IN ('READY', 'RETRY_SCHEDULED')
+            AND j.available_at <= now()
+            AND (j.deadline_at IS NULL OR j.deadline_at > now())
+            AND j.kind = ANY ($9::text[])
+            AND (j.group_key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM /*schema*/jobs AS g
+                WHERE g.tenant = j.tenant AND g.group_key = j.group_key AND g.id < j.id
+                    AND g.group_key IS NOT NULL AND g.state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')))
+        ORDER BY j.priority, j.available_at, j.id
+        LIMIT least(a.hi, a.room)
+        FOR UPDATE SKIP LOCKED
+    ) AS p
+),
+-- The low-priority share reads the same tenant's least urgent class with
+-- eligible work (found by one descent of jobs_tenant_claim_idx), oldest
+-- first, leaving out what urgent took: a job this transaction locked is not
+-- skipped by its own SKIP LOCKED.
+relaxed AS (
+    SELECT p.id
+    FROM share AS a
+    CROSS JOIN LATERAL (
+        SELECT j.id
+        FROM /*schema*/jobs AS j
+        WHERE j.queue = $1 AND j.tenant = a.tenant
+            AND j.priority = (
+                SELECT max(x.priority) FROM /*schema*/jobs AS x
+                WHERE x.queue = $1 AND x.tenant = a.tenant
+                    AND x.state IN ('READY', 'RETRY_SCHEDULED')
+                    AND x.available_at <= now())
+            AND j.state IN ('READY', 'RETRY_SCHEDULED')
+            AND j.available_at <= now()
+            AND (j.deadline_at IS NULL OR j.deadline_at > now())
+            AND j.kind = ANY ($9::text[])
+            AND (j.group_key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM /*schema*/jobs AS g
+                WHERE g.tenant = j.tenant AND g.group_key = j.group_key AND g.id < j.id
+                    AND g.group_key IS NOT NULL AND g.state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')))
+            AND NOT (j.id = ANY (ARRAY(SELECT id FROM urgent)))
+        ORDER BY j.available_at, j.id
+        LIMIT CASE WHEN a.room IS NULL THEN a.lo ELSE least(a.lo, greatest(a.room - a.hi, 0)) END
+        FOR UPDATE SKIP LOCKED
+    ) AS p
+    WHERE a.lo > 0
+),
+claimed AS (
+    UPDATE /*schema*/jobs AS j
+    SET state         = 'RUNNING',
+        attempt       = j.attempt + 1,
+        fence         = j.fence + 1,
+        lease_owner   = $7,
+        lease_until   = now() + $8 * interval '1 millisecond',
+        attempted_at  = now(),
+        state_version = j.state_version + 1,
+        updated_at    = now()
+    -- The picked ids as an array probe the primary key, whatever the table's
+    -- size; a join with the CTEs can be planned as a scan of the whole table.
+    WHERE j.id = ANY (ARRAY(SELECT id FROM urgent UNION ALL SELECT id FROM relaxed))
+    RETURNING /*job_columns j*/
+),
+tally AS MATERIALIZED (
+    SELECT a.tenant, a.weight, a.room, a.hi + a.lo AS offered, coalesce(c.taken, 0) AS taken
+    FROM share AS a
+    LEFT JOIN (SELECT tenant, count(*) AS taken FROM claimed GROUP BY tenant) AS c ON c.tenant = a.tenant
+),
+advance AS (
+    UPDATE /*schema*/tenant_queues AS q
+    SET vtime      = q.vtime + t.taken / t.weight,
+        idle       = coalesce(t.taken < t.offered OR t.room <= t.taken, false),
+        updated_at = now()
+    FROM tally AS t
+    -- "tenant = ANY" gives the planner the primary-key probe.
+    WHERE q.queue = $1 AND q.tenant = ANY ($2::text[])
+        AND q.tenant = t.tenant
+        AND (t.taken > 0 OR t.offered > 0 OR t.room = 0)
+)
+SELECT /*job_columns*/
+FROM claimed;
+
+-- name: WakeIdleTenants
+-- The sweep: marks active again the idle tenants of queue $1, marked idle
+-- in the last $2 seconds, that have work eligible now (a retry whose time
+-- came, a claim that raced an enqueue). Reads those idle tenants through
+-- tenant_queues_idle_idx, one probe of the claim index each. SKIP LOCKED: a
+-- tenant being claimed or woken right now is left alone.
+WITH due AS (
+    SELECT q.tenant
+    FROM /*schema*/tenant_queues AS q
+    WHERE q.queue = $1 AND q.idle
+        AND q.updated_at > now() - make_interval(secs => $2)
+        AND EXISTS (
+            SELECT 1 FROM /*schema*/jobs AS j
+            WHERE j.queue = q.queue AND j.tenant = q.tenant
+                AND j.state IN ('READY', 'RETRY_SCHEDULED')
+                AND j.available_at <= now())
+    ORDER BY q.tenant
+    FOR UPDATE SKIP LOCKED
+),
+-- Read once, before the first update (see InsertJobs).
+floor AS MATERIALIZED (
+    SELECT /*schema*/active_vtime_floor($1::text) AS vtime
+)
+UPDATE /*schema*/tenant_queues AS q
+SET idle       = false,
+    vtime      = greatest(q.vtime, coalesce(floor.vtime, q.vtime)),
+    updated_at = now()
+FROM due, floor
+WHERE q.queue = $1 AND q.tenant = due.tenant;
 
 -- name: HeartbeatLeases
 -- Extends every lease worker $1 still holds, in one statement. A lease
@@ -308,6 +481,31 @@ event AS (
             'error_class', error_class)
     FROM updated
     WHERE state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'FAILED_TERMINAL', 'CANCELLED')
+),
+-- A finished attempt frees a slot under its tenant's cap and may unblock
+-- the next job of its group: an idle tenant becomes active again. Only idle
+-- rows are written (and locked), in (queue, tenant) order, so completers
+-- and enqueuers cannot deadlock on them.
+idle_tenants AS (
+    SELECT t.queue, t.tenant
+    FROM /*schema*/tenant_queues AS t
+    WHERE (t.queue, t.tenant) IN (SELECT DISTINCT queue, tenant FROM updated)
+        AND t.idle
+    ORDER BY t.queue, t.tenant
+    FOR UPDATE
+),
+floor AS MATERIALIZED (
+    SELECT i.queue, /*schema*/active_vtime_floor(i.queue) AS vtime
+    FROM (SELECT DISTINCT queue FROM idle_tenants) AS i
+),
+wake AS (
+    UPDATE /*schema*/tenant_queues AS q
+    SET idle       = false,
+        vtime      = greatest(q.vtime, coalesce(f.vtime, q.vtime)),
+        updated_at = now()
+    FROM idle_tenants AS i
+    JOIN floor AS f ON f.queue = i.queue
+    WHERE q.queue = i.queue AND q.tenant = i.tenant
 )
 SELECT
     /*job_columns*/
@@ -455,7 +653,10 @@ SELECT count(*) FROM failed;
 -- name: ReplayJob
 -- A new job from a finished one of the same tenant, linked by replay_of and
 -- recording who asked and why. The old row is only read, never changed. The
--- new job has no idempotency key: the old job keeps its own.
+-- new job has no idempotency key: the old job keeps its own. Its tenant is
+-- not made active here: if the tenant is idle, the runners' idle-tenant
+-- sweep brings it back within a poll interval, which is soon enough for an
+-- operator's replay.
 WITH source AS (
     SELECT *
     FROM /*schema*/jobs
@@ -501,3 +702,20 @@ SELECT id, attempt, fence, lease_owner, attempted_at, NULL, NULL,
 FROM /*schema*/jobs
 WHERE tenant = $1 AND id = $2 AND state = 'RUNNING'
 ORDER BY 2;
+
+-- name: SetTenantLimits
+INSERT INTO /*schema*/tenant_limits (tenant, weight, max_running)
+VALUES ($1, $2, $3)
+ON CONFLICT (tenant) DO UPDATE
+SET weight = excluded.weight, max_running = excluded.max_running, updated_at = now();
+
+-- name: DeleteTenantLimits
+DELETE FROM /*schema*/tenant_limits WHERE tenant = $1;
+
+-- name: GetTenantLimits
+-- The tenant's own row if it has one, else the defaults.
+SELECT weight, max_running
+FROM /*schema*/tenant_limits
+WHERE tenant = $1 OR tenant = ''
+ORDER BY tenant DESC
+LIMIT 1;

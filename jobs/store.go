@@ -51,8 +51,13 @@ type Store interface {
 	// The runner's side: claims, heartbeats and fenced completions, and the
 	// reaper that takes back expired leases.
 
-	// Claim leases up to params.Limit eligible jobs of one queue.
+	// Claim leases up to params.Limit eligible jobs of one queue, shared
+	// fairly among its tenants.
 	Claim(ctx context.Context, db DBTX, params ClaimParams) ([]*Job, error)
+	// WakeIdleTenants makes tenants of queue that a claim found without
+	// runnable work active again once they have some (a retry's time came);
+	// idleFor > 0 looks only at those idle for less than that.
+	WakeIdleTenants(ctx context.Context, db DBTX, queue string, idleFor time.Duration) (int64, error)
 	// Heartbeat extends the leases worker still holds.
 	Heartbeat(ctx context.Context, db DBTX, worker string, leaseDuration time.Duration, leases []Lease) (HeartbeatResult, error)
 	// Complete applies attempt outcomes, each only under its fence.
@@ -136,9 +141,10 @@ type PostgresStore struct {
 	channel string
 	notify  *notifyLimiter
 	sql     struct {
-		insertJobs, selectByKey, get, list, cancel, stats          string
-		claim, heartbeat, complete, markStale, reap, failDeadlines string
-		replay, attempts                                           string
+		insertJobs, selectByKey, get, list, cancel, stats                                             string
+		lockClaimTenants, claim, wakeIdleTenants, heartbeat, complete, markStale, reap, failDeadlines string
+		setTenantLimits, deleteTenantLimits, getTenantLimits                                          string
+		replay, attempts                                                                              string
 	}
 }
 
@@ -186,7 +192,12 @@ func NewStore(cfg Config) (*PostgresStore, error) {
 	s.sql.list = q.Must("ListJobs")
 	s.sql.cancel = q.Must("CancelJob")
 	s.sql.stats = q.Must("QueueStats")
+	s.sql.lockClaimTenants = q.Must("LockClaimTenants")
 	s.sql.claim = q.Must("ClaimJobs")
+	s.sql.wakeIdleTenants = q.Must("WakeIdleTenants")
+	s.sql.setTenantLimits = q.Must("SetTenantLimits")
+	s.sql.deleteTenantLimits = q.Must("DeleteTenantLimits")
+	s.sql.getTenantLimits = q.Must("GetTenantLimits")
 	s.sql.heartbeat = q.Must("HeartbeatLeases")
 	s.sql.complete = q.Must("CompleteJobs")
 	s.sql.markStale = q.Must("MarkStaleAttempts")

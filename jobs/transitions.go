@@ -80,6 +80,10 @@ type ClaimParams struct {
 	Limit int
 	// LeaseDuration is how long the lease lasts without a heartbeat.
 	LeaseDuration time.Duration
+	// LowPriorityShare is the fraction of each tenant's claims reserved for
+	// its least urgent class with eligible work, so a busy urgent class
+	// cannot starve it: 0 (none) to 1.
+	LowPriorityShare float64
 }
 
 // Lease identifies one claimed attempt: the job and the fence it was
@@ -188,30 +192,22 @@ type ReplayParams struct {
 	DeadlineAt time.Time
 }
 
-// Claim implements Store: it claims up to p.Limit eligible jobs in one
-// statement and returns them RUNNING under the new lease.
-func (s *PostgresStore) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]*Job, error) {
+func (s *PostgresStore) checkClaim(p ClaimParams) error {
 	switch {
 	case !s.queues[p.Queue]:
-		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "Queue", Problem: fmt.Sprintf("%q is not one of the configured queues %q", p.Queue, s.cfg.Queues), Cause: ErrUnknownQueue}
+		return &ValidationError{Kind: ErrInvalidParams, Field: "Queue", Problem: fmt.Sprintf("%q is not one of the configured queues %q", p.Queue, s.cfg.Queues), Cause: ErrUnknownQueue}
 	case len(p.Kinds) == 0:
-		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "Kinds", Problem: "must name at least one kind"}
+		return &ValidationError{Kind: ErrInvalidParams, Field: "Kinds", Problem: "must name at least one kind"}
 	case p.Worker == "":
-		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "Worker", Problem: "must not be empty"}
+		return &ValidationError{Kind: ErrInvalidParams, Field: "Worker", Problem: "must not be empty"}
 	case p.Limit < 1 || p.Limit > MaxBatch:
-		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "Limit", Problem: fmt.Sprintf("is %d; use 1 to %d", p.Limit, MaxBatch)}
+		return &ValidationError{Kind: ErrInvalidParams, Field: "Limit", Problem: fmt.Sprintf("is %d; use 1 to %d", p.Limit, MaxBatch)}
 	case p.LeaseDuration < time.Second:
-		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "LeaseDuration", Problem: fmt.Sprintf("is %s; use at least 1s", p.LeaseDuration)}
+		return &ValidationError{Kind: ErrInvalidParams, Field: "LeaseDuration", Problem: fmt.Sprintf("is %s; use at least 1s", p.LeaseDuration)}
+	case p.LowPriorityShare < 0 || p.LowPriorityShare > 1:
+		return &ValidationError{Kind: ErrInvalidParams, Field: "LowPriorityShare", Problem: fmt.Sprintf("is %g; use 0 to 1", p.LowPriorityShare)}
 	}
-	rows, err := db.Query(ctx, s.sql.claim, p.Queue, p.Limit, p.Worker, p.LeaseDuration.Milliseconds(), p.Kinds)
-	if err != nil {
-		return nil, fmt.Errorf("jobs: claim from %s: %w", p.Queue, err)
-	}
-	claimed, err := pgx.CollectRows(rows, scanJob)
-	if err != nil {
-		return nil, fmt.Errorf("jobs: claim from %s: %w", p.Queue, err)
-	}
-	return claimed, nil
+	return nil
 }
 
 // Heartbeat implements Store: it extends, in one statement, every lease in

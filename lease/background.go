@@ -312,6 +312,23 @@ func signal(ch chan struct{}) {
 	}
 }
 
+// wakeIdleTenants runs the store's idle-tenant sweep for every queue once
+// per PollInterval, and wakes a queue's producer when it found work: a
+// retry whose time came, or work that raced a claim.
+func (r *Runner) wakeIdleTenants(ctx context.Context, wakes map[string]chan struct{}) {
+	every(ctx, r.cfg.PollInterval, func() {
+		for queue, wake := range wakes {
+			woken, err := r.store.WakeIdleTenants(ctx, r.pool, queue, 0)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				r.cfg.Logger.Warn("llmq: idle-tenant sweep failed", "queue", queue, "err", err)
+			case woken > 0:
+				signal(wake)
+			}
+		}
+	})
+}
+
 // reap takes back expired leases and fails jobs past their deadline, every
 // ReapInterval. Every runner reaps; passes skip rows another holds.
 func (r *Runner) reap(ctx context.Context) {

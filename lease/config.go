@@ -27,6 +27,7 @@ const (
 	DefaultClaimCooldown     = 2 * time.Millisecond
 	DefaultShutdownGrace     = 10 * time.Second
 	DefaultInvalidOutputRuns = 2 // attempts that may end in invalid output before the final decision
+	DefaultLowPriorityShare  = 0.10
 )
 
 // ErrInvalidConfig is matched (errors.Is) by every error NewRunner returns
@@ -38,6 +39,11 @@ type QueueConfig struct {
 	// MaxWorkers bounds how many of the queue's jobs this runner runs at
 	// once. Default 10.
 	MaxWorkers int
+	// LowPriorityShare is the fraction of each tenant's claims kept for its
+	// least urgent class with eligible work, so that urgent work cannot
+	// starve it. Default 0.10; negative means none (strict priority); at
+	// most 1.
+	LowPriorityShare float64
 }
 
 // InvalidOutputPolicy decides what happens to a job whose output is still
@@ -153,6 +159,14 @@ func (c Config) withDefaults() (Config, error) {
 			return fail("Queues[%q].MaxWorkers is %d; use 0 for the default or a positive number", name, q.MaxWorkers)
 		}
 		q.MaxWorkers = cmp.Or(q.MaxWorkers, DefaultMaxWorkers)
+		switch {
+		case q.LowPriorityShare > 1:
+			return fail("Queues[%q].LowPriorityShare is %g; use 0 for the default, a fraction up to 1, or a negative number for none", name, q.LowPriorityShare)
+		case q.LowPriorityShare == 0:
+			q.LowPriorityShare = DefaultLowPriorityShare
+		case q.LowPriorityShare < 0:
+			q.LowPriorityShare = 0
+		}
 		queues[name] = q
 	}
 	c.Queues = queues

@@ -36,6 +36,12 @@
 //     raised to a provider's Retry-After, refused with class "deadline" when
 //     the next attempt plus DeadlineMargin would end after the deadline. A
 //     retry is a persisted time, never a sleep holding a connection or lease.
+//   - Fair claiming (see package jobs): each claim shares its batch among
+//     the queue's tenants by weight, within their caps on running jobs and
+//     one running job per group key; QueueConfig.LowPriorityShare keeps a
+//     share for less urgent work. Every PollInterval the runner sweeps the
+//     queue's idle tenants back in when they have work that became eligible
+//     (jobs.Store.WakeIdleTenants).
 //   - Graceful shutdown: Run stops claiming, lets attempts finish within
 //     ShutdownGrace, cancels the rest and releases their jobs at once
 //     (RETRY_SCHEDULED, available now) instead of leaving them to expire.

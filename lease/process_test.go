@@ -27,8 +27,11 @@ import (
 const childEnv = "LLMQ_LEASE_TEST_CHILD"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) == "worker-killed-after-provider" {
+	switch os.Getenv(childEnv) {
+	case "worker-killed-after-provider":
 		os.Exit(runDoomedWorker())
+	case "capped-worker":
+		os.Exit(runCappedWorker())
 	}
 	os.Exit(m.Run())
 }

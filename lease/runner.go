@@ -126,10 +126,11 @@ func (r *Runner) Run(ctx context.Context) error {
 	var loops sync.WaitGroup
 	loops.Go(func() { r.listen(ctx, wakes) })
 	loops.Go(func() { r.reap(ctx) })
+	loops.Go(func() { r.wakeIdleTenants(ctx, wakes) })
 
 	var attempts sync.WaitGroup
 	for name, q := range r.cfg.Queues {
-		p := &producer{r: r, queue: name, maxWorkers: q.MaxWorkers, wake: wakes[name], freed: make(chan struct{}, 1)}
+		p := &producer{r: r, queue: name, maxWorkers: q.MaxWorkers, lowShare: q.LowPriorityShare, wake: wakes[name], freed: make(chan struct{}, 1)}
 		loops.Go(func() { p.run(ctx, work, &attempts, completer) })
 	}
 
@@ -178,6 +179,7 @@ type producer struct {
 	r          *Runner
 	queue      string
 	maxWorkers int
+	lowShare   float64
 	inFlight   atomic.Int64
 	wake       chan struct{} // a NOTIFY for this queue arrived
 	freed      chan struct{} // an attempt finished and released its slot
@@ -189,6 +191,7 @@ func (p *producer) run(ctx, work context.Context, attempts *sync.WaitGroup, c *c
 	defer poll.Stop()
 	var activeUntil, lastClaim time.Time
 	backoff := time.Duration(0)
+	notified := false // the last wake-up was a NOTIFY: committed work exists
 	for {
 		free := p.maxWorkers - int(p.inFlight.Load())
 		claimed := 0
@@ -208,6 +211,7 @@ func (p *producer) run(ctx, work context.Context, attempts *sync.WaitGroup, c *c
 			lastClaim = extendedAt
 			batch, err := p.r.store.Claim(ctx, p.r.pool, jobs.ClaimParams{
 				Queue: p.queue, Kinds: p.r.kinds, Worker: cfg.WorkerID, Limit: limit, LeaseDuration: cfg.LeaseDuration,
+				LowPriorityShare: p.lowShare,
 			})
 			switch {
 			case ctx.Err() != nil:
@@ -233,22 +237,46 @@ func (p *producer) run(ctx, work context.Context, attempts *sync.WaitGroup, c *c
 			if claimed == limit {
 				continue // there may be more: claim again while slots are free
 			}
+			if notified && p.wakeRecentlyIdle(ctx) {
+				notified = false
+				continue // a tenant was idle by mistake: claim its work now
+			}
 			if claimed > 0 {
 				activeUntil = time.Now().Add(activeWindow)
 			}
 		}
 
 		free -= claimed
-		if !p.wait(ctx, poll.C, free, &activeUntil) {
+		var ok bool
+		if notified, ok = p.wait(ctx, poll.C, free, &activeUntil); !ok {
 			return
 		}
 	}
 }
 
+// recentIdle is how far back wakeRecentlyIdle looks: far longer than any
+// claim transaction a NOTIFY could have raced.
+const recentIdle = 5 * time.Second
+
+// wakeRecentlyIdle makes active again the queue's tenants that a claim
+// marked idle in the last recentIdle and that have work now, and reports
+// whether it found any. A NOTIFY followed by a claim that came up short
+// means committed work the claim did not see: most often another runner
+// took it, but it may belong to a tenant that a concurrent claim marked idle
+// before the enqueue committed. The poll-interval sweep would find it too;
+// this finds it at once.
+func (p *producer) wakeRecentlyIdle(ctx context.Context) bool {
+	woken, err := p.r.store.WakeIdleTenants(ctx, p.r.pool, p.queue, recentIdle)
+	if err != nil && ctx.Err() == nil {
+		p.r.cfg.Logger.Warn("llmq: idle-tenant sweep failed", "queue", p.queue, "err", err)
+	}
+	return woken > 0
+}
+
 // wait blocks until the producer should claim again: a NOTIFY for its
-// queue, a slot freed while the queue was saturated or active, the short
-// active poll, or the fallback poll. It returns false when ctx is done.
-func (p *producer) wait(ctx context.Context, poll <-chan time.Time, free int, activeUntil *time.Time) bool {
+// queue (notified), a slot freed while the queue was saturated or active,
+// the short active poll, or the fallback poll. ok is false when ctx is done.
+func (p *producer) wait(ctx context.Context, poll <-chan time.Time, free int, activeUntil *time.Time) (notified, ok bool) {
 	var quick <-chan time.Time
 	if free > 0 && time.Now().Before(*activeUntil) {
 		t := time.NewTimer(activePoll)
@@ -258,21 +286,21 @@ func (p *producer) wait(ctx context.Context, poll <-chan time.Time, free int, ac
 	for {
 		select {
 		case <-ctx.Done():
-			return false
+			return false, false
 		case <-p.wake:
 			*activeUntil = time.Now().Add(activeWindow)
-			return true
+			return true, true
 		case <-p.freed:
 			// Claim only when the free slot can matter: the queue was full,
 			// or work was seen recently. Otherwise the last claim already
 			// found the queue empty.
 			if free <= 0 || time.Now().Before(*activeUntil) {
-				return true
+				return false, true
 			}
 		case <-quick:
-			return true
+			return false, true
 		case <-poll:
-			return true
+			return false, true
 		}
 	}
 }

@@ -89,9 +89,15 @@ func (f *fixture) enqueue(p jobs.EnqueueParams) *jobs.Job {
 // await waits until the job reaches a terminal state and returns it.
 func (f *fixture) await(id uuid.UUID) *jobs.Job {
 	f.t.Helper()
+	return f.awaitIn("acme", id)
+}
+
+// awaitIn is await for a job of another tenant.
+func (f *fixture) awaitIn(tenant string, id uuid.UUID) *jobs.Job {
+	f.t.Helper()
 	var job *jobs.Job
 	require.Eventually(f.t, func() bool {
-		j, err := f.store.Get(f.t.Context(), f.pool, "acme", id)
+		j, err := f.store.Get(f.t.Context(), f.pool, tenant, id)
 		require.NoError(f.t, err)
 		job = j
 		return j.State.Terminal()

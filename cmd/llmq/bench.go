@@ -39,6 +39,8 @@ type benchOptions struct {
 	notifyEach time.Duration
 	keep       bool
 	cpuProfile string
+	tenants    int
+	backlog    int
 }
 
 const benchKind = "bench.noop"
@@ -53,6 +55,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Float64Var(&o.rate, "rate", 100, "latency: arrivals per second")
 	fs.IntVar(&o.batch, "claim-batch", 0, "jobs per claim (0: 500 for drain, 100 for e2e, 10 for latency, never more than -workers)")
 	fs.DurationVar(&o.notifyEach, "notify-interval", 0, "jobs.Config.NotifyInterval of the producers' store (0: NOTIFY on every enqueue)")
+	fs.IntVar(&o.tenants, "tenants", 1, "drain: tenants the backlog is spread over, round robin (fair claiming shares claims among them)")
+	fs.IntVar(&o.backlog, "backlog", 0, "drain: jobs queued up front (0: -jobs); the bench times the first -jobs of them")
 	fs.BoolVar(&o.keep, "keep", false, "keep the throwaway schema instead of dropping it")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file")
 	if err := parse(fs, args); err != nil {
@@ -63,9 +67,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runBenchAdmission(ctx, c, o, stdout, stderr)
 	case o.mode != "drain" && o.mode != "e2e" && o.mode != "latency" && o.mode != "relay":
 		return fmt.Errorf("%w: -mode %q: use drain, e2e, latency or relay", errUsage, o.mode)
-	case o.jobs < 1 || o.workers < 1 || o.producers < 1 || o.rate <= 0:
-		return fmt.Errorf("%w: -jobs, -workers, -producers and -rate must be positive", errUsage)
+	case o.jobs < 1 || o.workers < 1 || o.producers < 1 || o.rate <= 0 || o.tenants < 1:
+		return fmt.Errorf("%w: -jobs, -workers, -producers, -rate and -tenants must be positive", errUsage)
+	case o.backlog != 0 && o.backlog < o.jobs:
+		return fmt.Errorf("%w: -backlog %d is smaller than -jobs %d", errUsage, o.backlog, o.jobs)
 	}
+	o.backlog = max(o.backlog, o.jobs)
 	pool, err := c.connectBench(ctx, o)
 	if err != nil {
 		return err
@@ -90,7 +97,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "llmq bench: mode=%s jobs=%d workers=%d schema=%s\n", o.mode, o.jobs, o.workers, schema)
+	fmt.Fprintf(stderr, "llmq bench: mode=%s jobs=%d workers=%d tenants=%d backlog=%d schema=%s\n", o.mode, o.jobs, o.workers, o.tenants, o.backlog, schema)
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
 		if err != nil {
@@ -180,6 +187,14 @@ func (b *bench) startRunner(ctx context.Context, claimBatch int) (stop func() er
 	return func() error { cancel(); return <-done }, nil
 }
 
+// tenant names the tenant of the i-th job of a backlog.
+func (b *bench) tenant(i int) string {
+	if b.o.tenants == 1 {
+		return "bench"
+	}
+	return fmt.Sprintf("tenant-%d", i%b.o.tenants)
+}
+
 func (b *bench) claimBatch(def int) int {
 	if b.o.batch > 0 {
 		return b.o.batch
@@ -205,35 +220,43 @@ func (b *bench) waitDone(ctx context.Context) error {
 			fmt.Fprintf(b.progress, "llmq bench: %d of %d jobs done\n", b.recorded.Load(), b.o.jobs)
 		}
 	}
-	var left int
-	err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.schema+".jobs WHERE state <> 'SUCCEEDED'").Scan(&left)
+	var succeeded int
+	err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.schema+".jobs WHERE state = 'SUCCEEDED'").Scan(&succeeded)
 	if err != nil {
 		return err
 	}
-	if left != 0 {
-		return fmt.Errorf("llmq bench: %d jobs are not SUCCEEDED after every success was recorded", left)
+	if succeeded < b.o.jobs {
+		return fmt.Errorf("llmq bench: %d jobs are SUCCEEDED after %d successes were recorded", succeeded, b.o.jobs)
 	}
 	return nil
 }
 
 func (b *bench) drain(ctx context.Context) (float64, error) {
-	const batch = 1000
-	for done := 0; done < b.o.jobs; done += batch {
-		n := min(batch, b.o.jobs-done)
+	const batch = 5000
+	lastReport := time.Now()
+	for done := 0; done < b.o.backlog; done += batch {
+		n := min(batch, b.o.backlog-done)
 		params := make([]jobs.EnqueueParams, n)
 		for i := range params {
-			params[i] = jobs.EnqueueParams{Tenant: "bench", Kind: benchKind}
+			params[i] = jobs.EnqueueParams{Tenant: b.tenant(done + i), Kind: benchKind}
 		}
 		if _, err := b.store.EnqueueMany(ctx, b.pool, params); err != nil {
 			return 0, err
 		}
+		if time.Since(lastReport) >= time.Second {
+			lastReport = time.Now()
+			fmt.Fprintf(b.progress, "llmq bench: %d of %d jobs enqueued\n", done+n, b.o.backlog)
+		}
+	}
+	if _, err := b.pool.Exec(ctx, "VACUUM ANALYZE "+b.schema+".tenant_queues"); err != nil {
+		return 0, err
 	}
 	// Start from a vacuumed, analysed table, as a long-running system with
 	// autovacuum would be (some machines run with autovacuum off).
 	if _, err := b.pool.Exec(ctx, "VACUUM ANALYZE "+b.schema+".jobs"); err != nil {
 		return 0, err
 	}
-	fmt.Fprintf(b.progress, "llmq bench: %d jobs enqueued; draining\n", b.o.jobs)
+	fmt.Fprintf(b.progress, "llmq bench: %d jobs of %d tenants enqueued; draining %d\n", b.o.backlog, b.o.tenants, b.o.jobs)
 	start := time.Now()
 	stop, err := b.startRunner(ctx, b.claimBatch(500))
 	if err != nil {

@@ -1,0 +1,232 @@
+package jobs
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/llmq/llmq/internal/dbsql"
+)
+
+// TenantLimits are a tenant's share of its queues, stored as data: a change
+// applies to the next claim, without a restart.
+type TenantLimits struct {
+	// Weight is the tenant's share relative to other backlogged tenants of
+	// a queue: a tenant of weight 2 receives twice the claims of one of
+	// weight 1. 1 to MaxTenantWeight.
+	Weight int `json:"weight"`
+	// MaxRunning caps the tenant's RUNNING jobs in each queue, across all
+	// runners; 0 means no cap.
+	MaxRunning int `json:"max_running"`
+}
+
+// MaxTenantWeight is the largest TenantLimits.Weight.
+const MaxTenantWeight = 1000
+
+// tenantCandidate is one tenant a claim locked, with what it needs to share
+// out the batch.
+type tenantCandidate struct {
+	tenant     string
+	vtime      float64
+	weight     float64
+	maxRunning int
+	running    int
+	// given is how many jobs of the batch it is offered, urgent and, of
+	// those, relaxed (the low-priority share).
+	given, relaxed int
+}
+
+// Claim implements Store. It is one short transaction of two statements:
+// LockClaimTenants locks the active tenants with the lowest virtual time,
+// the batch is shared out among them by weight (below), and ClaimJobs takes
+// each tenant's share under its cap and group order. See queries.sql.
+func (s *PostgresStore) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]*Job, error) {
+	if err := s.checkClaim(p); err != nil {
+		return nil, err
+	}
+	var claimed []*Job
+	err := dbsql.WithTx(ctx, db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, s.sql.lockClaimTenants, p.Queue, p.Limit)
+		if err != nil {
+			return err
+		}
+		tenants, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*tenantCandidate, error) {
+			var c tenantCandidate
+			err := row.Scan(&c.tenant, &c.vtime, &c.weight, &c.maxRunning, &c.running)
+			return &c, err
+		})
+		if err != nil || len(tenants) == 0 {
+			return err
+		}
+		shareOut(tenants, p.Limit, p.LowPriorityShare)
+		n := len(tenants)
+		names, weights := make([]string, n), make([]float64, n)
+		urgent, relaxed, caps := make([]int32, n), make([]int32, n), make([]int32, n)
+		for i, c := range tenants {
+			names[i], weights[i], caps[i] = c.tenant, c.weight, int32(c.maxRunning)
+			urgent[i], relaxed[i] = int32(c.given-c.relaxed), int32(c.relaxed)
+		}
+		rows, err = tx.Query(ctx, s.sql.claim, p.Queue, names, urgent, relaxed, caps, weights,
+			p.Worker, p.LeaseDuration.Milliseconds(), p.Kinds)
+		if err != nil {
+			return err
+		}
+		claimed, err = pgx.CollectRows(rows, scanJob)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jobs: claim from %s: %w", p.Queue, err)
+	}
+	return claimed, nil
+}
+
+// shareOut offers limit jobs to the tenants by start-time fair queueing:
+// each job goes to the tenant whose next job would finish first in virtual
+// time (vtime + (given+1)/weight), so backlogged tenants are served in
+// proportion to their weights and the one furthest behind goes first. A
+// tenant whose running jobs already reach its cap (as last read) is offered
+// none. Of each tenant's offer, a lowShare fraction (randomly rounded, so
+// the expected share is exact for any batch size) is taken from its least
+// urgent class.
+func shareOut(tenants []*tenantCandidate, limit int, lowShare float64) {
+	h := make(finishHeap, 0, len(tenants))
+	for _, c := range tenants {
+		if c.maxRunning > 0 && c.running >= c.maxRunning {
+			continue
+		}
+		h = append(h, c)
+	}
+	heap.Init(&h)
+	for range limit {
+		if len(h) == 0 {
+			break
+		}
+		c := h[0]
+		c.given++
+		if c.maxRunning > 0 && c.running+c.given >= c.maxRunning {
+			heap.Pop(&h)
+			continue
+		}
+		heap.Fix(&h, 0)
+	}
+	if lowShare <= 0 {
+		return
+	}
+	for _, c := range tenants {
+		want := float64(c.given) * lowShare
+		whole, frac := math.Modf(want)
+		c.relaxed = int(whole)
+		if rand.Float64() < frac { //nolint:gosec // a rounding draw, not a secret
+			c.relaxed++
+		}
+		c.relaxed = min(c.relaxed, c.given)
+	}
+}
+
+// finishHeap orders tenants by the virtual finish time of their next job.
+type finishHeap []*tenantCandidate
+
+func (h finishHeap) finish(i int) float64 { return h[i].vtime + float64(h[i].given+1)/h[i].weight }
+func (h finishHeap) Len() int             { return len(h) }
+func (h finishHeap) Less(i, j int) bool {
+	if fi, fj := h.finish(i), h.finish(j); fi != fj {
+		return fi < fj
+	}
+	return h[i].tenant < h[j].tenant
+}
+func (h finishHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *finishHeap) Push(x any) {
+	if c, ok := x.(*tenantCandidate); ok {
+		*h = append(*h, c)
+	}
+}
+func (h *finishHeap) Pop() any {
+	old := *h
+	c := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return c
+}
+
+// WakeIdleTenants implements Store: it makes active again the idle tenants
+// of queue that have work eligible now, and returns how many it woke. With
+// idleFor > 0 it looks only at tenants marked idle that recently, which is
+// cheap whatever the number of idle tenants. The runner sweeps every idle
+// tenant once per poll interval, and the recent ones when a NOTIFY brought
+// it to a claim that came up short; see queries.sql.
+func (s *PostgresStore) WakeIdleTenants(ctx context.Context, db DBTX, queue string, idleFor time.Duration) (int64, error) {
+	if !s.queues[queue] {
+		return 0, &ValidationError{Kind: ErrInvalidParams, Field: "queue", Problem: fmt.Sprintf("%q is not one of the configured queues %q", queue, s.cfg.Queues), Cause: ErrUnknownQueue}
+	}
+	seconds := math.MaxInt32 * 1.0 // every idle tenant
+	if idleFor > 0 {
+		seconds = idleFor.Seconds()
+	}
+	tag, err := db.Exec(ctx, s.sql.wakeIdleTenants, queue, seconds)
+	if err != nil {
+		return 0, fmt.Errorf("jobs: waking idle tenants of %s: %w", queue, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// SetTenantLimits stores tenant's weight and cap; they apply to its next
+// claim. The empty tenant sets the defaults for tenants without limits of
+// their own (initially weight 1, no cap).
+func (s *PostgresStore) SetTenantLimits(ctx context.Context, db DBTX, tenant string, l TenantLimits) error {
+	if err := checkTenantLimits(tenant, l); err != nil {
+		return err
+	}
+	if _, err := db.Exec(ctx, s.sql.setTenantLimits, tenant, l.Weight, l.MaxRunning); err != nil {
+		return fmt.Errorf("jobs: setting limits of tenant %q: %w", tenant, err)
+	}
+	return nil
+}
+
+// DeleteTenantLimits removes tenant's own limits: the defaults apply to it
+// again. The defaults (the empty tenant) cannot be deleted.
+func (s *PostgresStore) DeleteTenantLimits(ctx context.Context, db DBTX, tenant string) error {
+	if tenant == "" {
+		return &ValidationError{Kind: ErrInvalidParams, Field: "tenant", Problem: "must not be empty: the defaults can be changed, not deleted"}
+	}
+	if _, err := db.Exec(ctx, s.sql.deleteTenantLimits, tenant); err != nil {
+		return fmt.Errorf("jobs: deleting limits of tenant %q: %w", tenant, err)
+	}
+	return nil
+}
+
+// TenantLimitsOf returns the limits that apply to tenant: its own, or the
+// defaults (the empty tenant's).
+func (s *PostgresStore) TenantLimitsOf(ctx context.Context, db DBTX, tenant string) (TenantLimits, error) {
+	var l TenantLimits
+	err := db.QueryRow(ctx, s.sql.getTenantLimits, tenant).Scan(&l.Weight, &l.MaxRunning)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return TenantLimits{Weight: 1}, nil
+	}
+	if err != nil {
+		return l, fmt.Errorf("jobs: reading limits of tenant %q: %w", tenant, err)
+	}
+	return l, nil
+}
+
+func checkTenantLimits(tenant string, l TenantLimits) error {
+	fail := func(field, problem string) error {
+		return &ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}
+	}
+	if tenant != "" {
+		if problem := checkText(tenant, true, MaxTenantLen); problem != "" {
+			return fail("tenant", problem)
+		}
+	}
+	switch {
+	case l.Weight < 1 || l.Weight > MaxTenantWeight:
+		return fail("Weight", fmt.Sprintf("is %d; use 1 to %d", l.Weight, MaxTenantWeight))
+	case l.MaxRunning < 0 || l.MaxRunning > math.MaxInt32:
+		return fail("MaxRunning", fmt.Sprintf("is %d; use 0 (no cap) or a positive number", l.MaxRunning))
+	}
+	return nil
+}
