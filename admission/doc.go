@@ -116,6 +116,26 @@
 // uncertain). Each key is spread over a few shard rows so a busy tenant's
 // releases do not queue on one row lock; Usage sums them.
 //
+// # Decisions
+//
+//   - Buckets are token buckets: any window of w seconds holds at most
+//     RPM/60·w + RequestBurst grants (by the grant times in
+//     Permit.Acquired), less what NotSent refunds gave back. RequestBurst
+//     defaults to one second of RPM; TokenBurst to TPM/10, which is also
+//     the largest request a pool admits.
+//   - An in-flight denial reports InFlightRetry (50ms) as its wait: when a
+//     slot frees is not predictable. Runners do not claim for a pool whose
+//     slots are all held.
+//   - A denial the pool's state no longer explains when it is read back
+//     (someone released or the bucket refilled in between) is reported as
+//     ReasonContention with a 5ms wait, so a crowd of callers does not
+//     spin on the database.
+//   - A 429 or 503 cools the pool down only when it says how long (or an
+//     exhausted budget says when it resets); a bare 429 leaves the pool to
+//     the buckets.
+//   - Permits default to a two-minute TTL: longer than the runner's
+//     default attempt timeout of 45s.
+//
 // # Retries
 //
 // llmq owns retries. Turn off every SDK's own retries (for openai-go,
