@@ -120,7 +120,8 @@
 //
 //   - Buckets are token buckets: any window of w seconds holds at most
 //     RPM/60·w + RequestBurst grants (by the grant times in
-//     Permit.Acquired), less what NotSent refunds gave back. RequestBurst
+//     Permit.Acquired), plus one for each NotSent release, which gives its
+//     unit back. RequestBurst
 //     defaults to one second of RPM; TokenBurst to TPM/10, which is also
 //     the largest request a pool admits.
 //   - An in-flight denial reports InFlightRetry (50ms) as its wait: when a
