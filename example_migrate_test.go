@@ -33,5 +33,6 @@ func ExampleMigrate() {
 	// applied 0002_inbox_relay
 	// applied 0003_fair_claiming
 	// applied 0004_webhook
+	// applied 0005_admission
 	// all applied: true
 }

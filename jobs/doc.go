@@ -32,6 +32,10 @@
 //     conflicting call leaves the caller's transaction usable.
 //   - EnqueueMany is all or nothing: a savepoint inside the caller's
 //     transaction, or a transaction of its own on a pool.
+//   - Config.OnAccept runs in the same transaction after the insert, with
+//     the newly created jobs; its error undoes the whole call. This is the
+//     seam for acceptance policy this package knows nothing about, such as
+//     admission's tenant quotas.
 //   - Every read and Cancel is tenant-scoped: another tenant's job is
 //     ErrNotFound, exactly like a job that does not exist.
 //   - Every change a client can observe bumps the job's state_version, which

@@ -120,7 +120,18 @@ type Config struct {
 	// DisableNotify stops Enqueue from sending NOTIFYs at all, for hosts
 	// whose runners poll or are woken by a broker.
 	DisableNotify bool
+	// OnAccept, when set, runs inside every Enqueue and EnqueueMany
+	// transaction after the jobs are inserted, with the jobs that call
+	// created (not those found by idempotency key). An error rolls the
+	// whole call back (a savepoint inside the caller's transaction) and is
+	// returned wrapped: admission.Quotas refuses over-quota work this way.
+	// With a hook, Enqueue is a transaction rather than one statement.
+	OnAccept AcceptHook
 }
+
+// AcceptHook checks or extends an acceptance inside its transaction; see
+// Config.OnAccept. accepted is never empty.
+type AcceptHook func(ctx context.Context, tx pgx.Tx, accepted []*Job) error
 
 // PostgresStore is the Store on PostgreSQL. It holds no connections and is
 // safe for concurrent use.
@@ -230,13 +241,25 @@ func (s *PostgresStore) EnqueueMany(ctx context.Context, db DBTX, params []Enque
 	if err != nil {
 		return nil, err
 	}
-	if len(params) == 1 {
+	if len(params) == 1 && s.cfg.OnAccept == nil {
 		return s.insert(ctx, db, batch)
 	}
 	var results []EnqueueResult
 	err = dbsql.WithTx(ctx, db, func(tx pgx.Tx) error {
 		results, err = s.insert(ctx, tx, batch)
-		return err
+		if err != nil || s.cfg.OnAccept == nil {
+			return err
+		}
+		var accepted []*Job
+		for _, r := range results {
+			if !r.Existing {
+				accepted = append(accepted, r.Job)
+			}
+		}
+		if len(accepted) == 0 {
+			return nil
+		}
+		return s.cfg.OnAccept(ctx, tx, accepted)
 	})
 	if err != nil {
 		var conflict *ConflictError

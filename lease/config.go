@@ -131,6 +131,10 @@ type Config struct {
 	AfterRecord func(job *jobs.Job, err error)
 	// Logger receives the runner's operational messages. Default: discard.
 	Logger *slog.Logger
+	// Admission, when set, runs provider calls under an admission limiter:
+	// claims wait for the queue's pools, attempts hold permits, and 429s
+	// cool pools down without spending retries. See Admission.
+	Admission *Admission
 }
 
 // withDefaults validates c and fills in every default.
@@ -213,6 +217,13 @@ func (c Config) withDefaults() (Config, error) {
 		if err := p.Validate(); err != nil {
 			return fail("RetryByKind[%q]: %v", kind, err)
 		}
+	}
+	if c.Admission != nil {
+		a, err := c.Admission.withDefaults(c.AttemptTimeout)
+		if err != nil {
+			return fail("%v", err)
+		}
+		c.Admission, c.Handlers = a, a.wrap(c.Handlers)
 	}
 	if c.WorkerID == "" {
 		c.WorkerID = defaultWorkerID()

@@ -69,4 +69,14 @@
 //   - If OnSucceeded keeps failing, the success is recorded as a transient
 //     failure after a few tries: the job runs again rather than sitting
 //     RUNNING until its lease expires.
+//   - Config.Admission puts provider calls under an admission limiter
+//     (package admission): a queue is claimed from only while its pools can
+//     grant soon, each attempt holds a permit, waiting for one never holds
+//     a lease for more than Admission.MaxWait and never spends an attempt
+//     (longer waits snooze), and a provider 429 that says how long to wait
+//     snoozes the job for that long. Handlers report the provider's answer
+//     with Responded. Turn off provider SDK retries (openai-go:
+//     option.WithMaxRetries(0)): llmq owns retries, and an SDK retry is a
+//     second call under one permit that neither the limiter nor the
+//     attempt history sees.
 package lease

@@ -196,6 +196,12 @@ func (p *producer) run(ctx, work context.Context, attempts *sync.WaitGroup, c *c
 		free := p.maxWorkers - int(p.inFlight.Load())
 		claimed := 0
 		if free > 0 {
+			if wait := p.r.admissionGate(ctx, p.queue); wait > 0 {
+				if !retry.Sleep(ctx, wait) {
+					return
+				}
+				continue // claim only once a permit can be had soon
+			}
 			if wait := cfg.ClaimCooldown - time.Since(lastClaim); wait > 0 && !retry.Sleep(ctx, wait) {
 				return
 			}

@@ -70,6 +70,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	switch {
+	case o.mode == "admission":
+		return runBenchAdmission(ctx, c, o, stdout, stderr)
 	case o.mode != "drain" && o.mode != "e2e" && o.mode != "latency" && o.mode != "relay" && o.mode != "ingress":
 		return fmt.Errorf("%w: -mode %q: use drain, e2e, latency, relay or ingress", errUsage, o.mode)
 	case o.broker != "memory" && o.broker != "rabbitmq" && o.broker != "kafka":

@@ -11,8 +11,10 @@
 //	llmq inspect -tenant T JOB_ID   a job, its attempts and its events
 //	llmq dead-letter list -tenant T
 //	llmq dead-letter replay -tenant T -by WHO -reason WHY JOB_ID
-//	llmq bench -mode drain|e2e|latency|relay|ingress -jobs N -workers W [flags]
+//	llmq bench -mode drain|e2e|latency|relay|ingress|admission -jobs N -workers W [flags]
 //	                                measure against DATABASE_URL in a throwaway schema
+//	llmq plan -rpm R -tpm T -concurrency C [-latency D] [-tokens N] [-backlog B] [-pool P]
+//	                                attempt and job capacity, drain time of a backlog
 //
 // Every command takes -database-url (default $DATABASE_URL), -schema
 // (default $LLMQ_SCHEMA, else "llmq") and --json.
@@ -50,8 +52,10 @@ commands:
   dead-letter list -tenant T             the tenant's dead-lettered jobs
   dead-letter replay -tenant T -by WHO -reason WHY JOB_ID
                                          run a finished job again as a new, linked job
-  bench -mode drain|e2e|latency|relay|ingress
-                                         measure throughput or latency in a throwaway schema
+  bench -mode drain|e2e|latency|relay|ingress|admission
+                                         measure throughput, latency or admission grants in a throwaway schema
+  plan -rpm R -tpm T -concurrency C [-pool P]
+                                         capacity and drain time of a backlog under provider limits
 
 Run 'llmq <command> -h' for a command's flags.
 `
@@ -81,6 +85,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runInspect(ctx, args[1:], stdout, stderr)
 	case "dead-letter":
 		err = runDeadLetter(ctx, args[1:], stdout, stderr)
+	case "plan":
+		err = runPlan(ctx, args[1:], stdout, stderr)
 	default:
 		err = fmt.Errorf("%w: unknown command %q", errUsage, args[0])
 	}

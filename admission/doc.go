@@ -1,0 +1,146 @@
+// Package admission keeps provider calls inside a provider's shared quota:
+// requests per minute, tokens per minute and calls in flight, taken
+// together for a pool (the provider project or model deployment whose quota
+// every process shares, never the pod), and it checks tenant quotas at
+// acceptance.
+//
+// # Contract
+//
+// Limiter.Acquire takes one request unit, a token reservation and an
+// in-flight slot from a pool, all or nothing. A denial takes nothing and
+// returns a *WaitError (errors.Is ErrWait) carrying how long to wait and the
+// dimension that denied; a request reserving more tokens than the pool's
+// token burst is a *NeverAdmissibleError, since no wait would admit it.
+// Permit.Release reconciles the reservation with what happened:
+//
+//   - NotSent: the call never left the process; everything is refunded.
+//   - Answered: the request unit is spent; the reservation minus the tokens
+//     the provider reported is refunded (a negative refund, when the
+//     provider used more, is a debt that delays later grants). A pool with
+//     ChargeReserved, for providers that count max_tokens, refunds nothing.
+//   - Uncertain: sent, then a timeout, a 5xx, a 429 or a lost connection.
+//     The request unit is spent and, unless the pool has RefundUncertain,
+//     the whole reservation too; the caller marks its attempt uncertain.
+//
+// An uncertain release frees its in-flight slot at once, although a
+// provider may still be working on a call its client gave up on (a
+// timeout): until the provider notices, such calls can take the provider's
+// concurrency above MaxInFlight. Keep attempt timeouts above the
+// provider's latency, or MaxInFlight below the provider's limit by the
+// number of calls expected to time out at once.
+//
+// A provider's 429 or 503 with Retry-After (seconds, HTTP-date, or
+// retry-after-ms) sets a pool cooldown that every holder obeys: Observe
+// reads the response and applies it. OpenAI's x-ratelimit-* and
+// Anthropic's anthropic-ratelimit-* headers can only lower the buckets,
+// never raise them, and a budget reported as 0 cools the pool down until
+// its reset.
+//
+// # Postgres limiter
+//
+// One row per pool holds every dimension: lazily refilled request and
+// token buckets, the in-flight count and the cooldown. Acquire is a single
+// statement: an UPDATE of that row whose WHERE re-checks every dimension,
+// with the permit row inserted from its RETURNING. Under READ COMMITTED a
+// concurrent update makes the UPDATE wait for the row lock and re-evaluate
+// its WHERE on the newest row version, so every grant is decided on the
+// latest state under the lock (queries.sql explains it in full). A denial
+// matches no row and writes nothing.
+//
+// Permits are rows with an expiry. A holder that dies never releases; once
+// its permit expires, the next acquire that an in-flight shortage would
+// deny (or Reap) deletes it and returns its slot. Release and the reaper
+// both start by deleting the permit row, so exactly one of them adjusts the
+// pool. An expired permit's tokens and request are not refunded: its call
+// may have reached the provider. PermitTTL must therefore exceed the
+// longest call: the runner's attempt timeout.
+//
+// Pool limits are data: SetPool changes them for every process at once,
+// keeping current levels clamped to the new bursts.
+//
+// Limiter statements commit with synchronous_commit off, for their own
+// transaction only. A pool row's lock is held until commit; waiting for a
+// WAL flush per grant would cap a hot pool at the disk's flush rate. The
+// cost: if Postgres itself crashes, the last few hundred milliseconds of
+// limiter writes (at most 3 × wal_writer_delay) may be lost, which can
+// re-grant budget that calls already used, once.
+//
+// # Local limiter
+//
+// Local has the same contract for one process: x/time/rate buckets plus a
+// counting semaphore under one mutex. It is also the basis of the
+// emergency allowance.
+//
+// # When the database is unreachable
+//
+// Config.OnUnavailable decides. The zero value fails closed: Acquire
+// returns ErrUnavailable and nothing is admitted. A FailurePolicy with a
+// Fraction and a For lets each process admit from a local limiter holding
+// that fraction of the pool's limits, for at most For from the first
+// failure of an outage; its doc states the worst-case overshoot. Errors
+// that are answers (a denial, an unknown pool) are never treated as an
+// outage, nor is the caller's own cancellation.
+//
+// # Runner integration
+//
+// Package lease uses this package (lease.Config.Admission); this package
+// never imports lease. The runner claims from a queue only while one of its
+// pools is Ready within a short wait, takes a permit per attempt, turns
+// long waits and unreachable limiters into snoozes (the attempt is not
+// counted), and turns a provider 429 that carries a wait into a snooze for
+// that wait. A 429 without any wait counts as an ordinary transient
+// failure, so a provider that refuses without saying when cannot keep a
+// job forever; the job's deadline bounds snoozes too.
+//
+// # Tenant acceptance quotas
+//
+// Quotas bound, per tenant, pending jobs, pending payload bytes, pending
+// estimated tokens and the day's spend, and bound all tenants' pending jobs
+// together. Its Hook goes in jobs.Config.OnAccept, so the check runs inside
+// the enqueue transaction after the insert: a refusal (a *QuotaError with
+// status 429 for a tenant quota, 503 for system capacity, and a
+// Retry-After) rolls back everything the enqueue wrote, and a retried
+// enqueue of an already accepted job (same idempotency key) is never
+// refused. Work that was accepted is never dropped by a quota. An advisory
+// lock per tenant serialises the check, so concurrent enqueues cannot pass
+// a tenant quota together; the system bound is counted without a lock and
+// may be passed by concurrent batches.
+//
+// # Usage ledger
+//
+// Release adds each sent call of a permit with a tenant to a ledger per
+// tenant, pool and UTC day: attempts, uncertain attempts, reported input
+// and output tokens, and cost at the pool's prices. It is built from
+// reported usage, never from reservations. A permit that expired with its
+// holder is not in the ledger (the attempt history records it as
+// uncertain). Each key is spread over a few shard rows so a busy tenant's
+// releases do not queue on one row lock; Usage sums them.
+//
+// # Decisions
+//
+//   - Buckets are token buckets: any window of w seconds holds at most
+//     RPM/60·w + RequestBurst grants (by the grant times in
+//     Permit.Acquired), plus one for each NotSent release, which gives its
+//     unit back. RequestBurst
+//     defaults to one second of RPM; TokenBurst to TPM/10, which is also
+//     the largest request a pool admits.
+//   - An in-flight denial reports InFlightRetry (50ms) as its wait: when a
+//     slot frees is not predictable. Runners do not claim for a pool whose
+//     slots are all held.
+//   - A denial the pool's state no longer explains when it is read back
+//     (someone released or the bucket refilled in between) is reported as
+//     ReasonContention with a 5ms wait, so a crowd of callers does not
+//     spin on the database.
+//   - A 429 or 503 cools the pool down only when it says how long (or an
+//     exhausted budget says when it resets); a bare 429 leaves the pool to
+//     the buckets.
+//   - Permits default to a two-minute TTL: longer than the runner's
+//     default attempt timeout of 45s.
+//
+// # Retries
+//
+// llmq owns retries. Turn off every SDK's own retries (for openai-go,
+// option.WithMaxRetries(0); for anthropic-sdk-go likewise), or one attempt
+// would make several provider calls under one permit, invisible to the
+// limiter and to the attempt history.
+package admission

@@ -1,0 +1,440 @@
+package admission
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/llmq/llmq/internal/dbsql"
+)
+
+//go:embed queries.sql
+var queriesSQL string
+
+// DBTX is what the limiter runs its statements on; pass a *pgxpool.Pool.
+// Each statement commits on its own: never pass a transaction, whose row
+// locks would hold the pool row until it commits.
+type DBTX = dbsql.DBTX
+
+// ledgerShards is how many rows share one tenant's, pool's and day's
+// usage (see migration 0005).
+const ledgerShards = 8
+
+// Defaults of a zero Config.
+const (
+	DefaultPermitTTL     = 2 * time.Minute
+	DefaultInFlightRetry = 50 * time.Millisecond
+	DefaultTimeout       = 2 * time.Second
+)
+
+// Config configures a Postgres limiter. The zero value uses the "llmq"
+// schema and the defaults below.
+type Config struct {
+	// Schema holds the admission tables (see llmq.Migrate). Default "llmq".
+	Schema string
+	// Holder names this process on its permits, for inspection.
+	Holder string
+	// PermitTTL is how long a permit lives unreleased before the reaper
+	// takes its slot back. It must exceed the longest call made under a
+	// permit (the runner's attempt timeout); a permit that outlives it
+	// still releases correctly but its slot was counted free early.
+	// Default 2 minutes.
+	PermitTTL time.Duration
+	// InFlightRetry is the wait reported when only the in-flight limit
+	// denies: a slot frees when someone releases, which no clock predicts.
+	// Default 50ms.
+	InFlightRetry time.Duration
+	// Timeout bounds each statement; a database that does not answer
+	// within it counts as unreachable. Default 2s. An acquire that timed
+	// out may still have been granted by the server: its permit, which the
+	// caller never saw, holds its slot until it expires.
+	Timeout time.Duration
+	// OnUnavailable is the policy while the database cannot be reached.
+	// The zero value fails closed: nothing is admitted.
+	OnUnavailable FailurePolicy
+}
+
+// Postgres is the global limiter: its ceilings hold across every process
+// sharing the database. It is safe for concurrent use.
+type Postgres struct {
+	db  DBTX
+	cfg Config
+	q   dbsql.Queries
+	em  *emergency
+}
+
+// NewPostgres returns a limiter on db (a pool) for cfg.
+func NewPostgres(db DBTX, cfg Config) (*Postgres, error) {
+	schema, q, err := dbsql.Prepare(cfg.Schema, queriesSQL)
+	if err != nil {
+		return nil, fmt.Errorf("admission: %w", err)
+	}
+	cfg.Schema = schema.Name()
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"PermitTTL", cfg.PermitTTL}, {"InFlightRetry", cfg.InFlightRetry}, {"Timeout", cfg.Timeout}} {
+		if d.v < 0 {
+			return nil, invalid(d.name, fmt.Sprintf("is %v; use 0 for the default or a positive duration", d.v))
+		}
+	}
+	cfg.PermitTTL = cmp.Or(cfg.PermitTTL, DefaultPermitTTL)
+	cfg.InFlightRetry = cmp.Or(cfg.InFlightRetry, DefaultInFlightRetry)
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	if cfg.PermitTTL < time.Second {
+		return nil, invalid("PermitTTL", fmt.Sprintf("is %v; use at least 1s", cfg.PermitTTL))
+	}
+	em, err := newEmergency(cfg.OnUnavailable)
+	if err != nil {
+		return nil, err
+	}
+	return &Postgres{db: db, cfg: cfg, q: q, em: em}, nil
+}
+
+// SetPool creates pool or changes its limits; every process sees the new
+// limits on its next acquire. Current bucket levels are kept, clamped to the
+// new bursts.
+func (l *Postgres) SetPool(ctx context.Context, pool Pool) error {
+	pool, err := pool.withDefaults()
+	if err != nil {
+		return err
+	}
+	_, err = l.db.Exec(ctx, l.q.Must("UpsertPool"), pool.Name, pool.RPM, pool.TPM, pool.MaxInFlight,
+		pool.RequestBurst, pool.TokenBurst, pool.ChargeReserved, pool.RefundUncertain, pool.InputPrice, pool.OutputPrice)
+	if err != nil {
+		return fmt.Errorf("admission: setting pool %q: %w", pool.Name, err)
+	}
+	return nil
+}
+
+// PoolState is a pool's limits and its state as of a moment.
+type PoolState struct {
+	Pool
+	RequestLevel float64       // requests grantable now
+	TokenLevel   float64       // tokens grantable now
+	InFlight     int           // permits counted as held
+	Cooldown     time.Duration // left of the cooldown; 0 when none
+	hasExpired   bool
+}
+
+// State reads pool's limits and current levels.
+func (l *Postgres) State(ctx context.Context, pool string) (PoolState, error) {
+	s := PoolState{Pool: Pool{Name: pool}}
+	var cooldown float64
+	err := l.db.QueryRow(ctx, l.q.Must("SelectPool"), pool).Scan(&s.RPM, &s.TPM, &s.MaxInFlight,
+		&s.RequestBurst, &s.TokenBurst, &s.ChargeReserved, &s.RefundUncertain, &s.InputPrice, &s.OutputPrice,
+		&s.RequestLevel, &s.TokenLevel, &s.InFlight, &cooldown, &s.hasExpired)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s, fmt.Errorf("%w: %q", ErrUnknownPool, pool)
+	}
+	if err != nil {
+		return s, fmt.Errorf("admission: reading pool %q: %w", pool, err)
+	}
+	s.Cooldown = seconds(cooldown)
+	if l.em != nil {
+		l.em.remember(s.Pool)
+	}
+	return s, nil
+}
+
+// Acquire grants req from the shared pool or reports how long to wait; see
+// Limiter. While the database is unreachable the failure policy decides.
+func (l *Postgres) Acquire(ctx context.Context, req Request) (*Permit, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if l.em != nil && !l.em.knows(req.Pool) {
+		// The emergency allowance needs the pool's limits before an
+		// outage, not during one.
+		if err := l.bounded(ctx, func(ctx context.Context) error {
+			_, err := l.State(ctx, req.Pool)
+			return err
+		}); err != nil {
+			return l.fallback(ctx, req, err)
+		}
+	}
+	// Two tries at most: the second only after reaping expired permits that
+	// were the reason for an in-flight denial.
+	for try := 0; ; try++ {
+		p, err := l.tryAcquire(ctx, req)
+		if !errors.Is(err, errReapable) {
+			if err != nil {
+				return l.fallback(ctx, req, err)
+			}
+			return p, nil
+		}
+		if try > 0 {
+			return nil, &WaitError{Pool: req.Pool, Reason: ReasonInFlight, RetryAfter: l.cfg.InFlightRetry}
+		}
+		if err := l.bounded(ctx, func(ctx context.Context) error {
+			_, err := l.Reap(ctx, req.Pool)
+			return err
+		}); err != nil {
+			return l.fallback(ctx, req, err)
+		}
+	}
+}
+
+// bounded runs fn with the statement timeout: a database that does not
+// answer within it counts as unreachable.
+func (l *Postgres) bounded(ctx context.Context, fn func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
+	defer cancel()
+	return fn(ctx)
+}
+
+// fallback applies the failure policy to an acquire that failed with err:
+// errors that mean the database is unreachable become ErrUnavailable or an
+// emergency grant; every other error is returned as it is.
+func (l *Postgres) fallback(ctx context.Context, req Request, err error) (*Permit, error) {
+	if !unreachable(ctx, err) {
+		return nil, err
+	}
+	if l.em == nil {
+		return nil, fmt.Errorf("%w (failing closed): %w", ErrUnavailable, err)
+	}
+	return l.em.acquire(ctx, req, err)
+}
+
+// unreachable reports whether err means the database could not be asked,
+// as opposed to an answer (a denial, an unknown pool, a constraint) or the
+// caller's own cancellation.
+func unreachable(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	for _, answered := range []error{ErrWait, ErrNeverAdmissible, ErrUnknownPool, ErrInvalid} {
+		if errors.Is(err, answered) {
+			return false
+		}
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// The server answered; only its connection, shutdown and resource
+		// classes mean it cannot serve the limiter now.
+		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P") ||
+			strings.HasPrefix(pgErr.Code, "53")
+	}
+	return true
+}
+
+// errReapable marks an in-flight denial while expired permits exist.
+var errReapable = errors.New("admission: expired permits to reap")
+
+func (l *Postgres) tryAcquire(ctx context.Context, req Request) (*Permit, error) {
+	p := &Permit{ID: uuid.Must(uuid.NewV7()), Pool: req.Pool, Tenant: req.Tenant, Tokens: req.Tokens, release: l.release}
+	qctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
+	defer cancel()
+	var discard string
+	err := l.db.QueryRow(qctx, l.q.Must("Acquire"), req.Pool, req.Tokens, p.ID, req.Tenant,
+		l.cfg.Holder, l.cfg.PermitTTL).Scan(&p.Acquired, &p.Expires, &discard)
+	if err == nil {
+		if l.em != nil {
+			l.em.healthy()
+		}
+		return p, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("admission: acquiring from pool %q: %w", req.Pool, err)
+	}
+	s, err := l.State(qctx, req.Pool)
+	if err != nil {
+		return nil, err
+	}
+	return nil, s.denial(req, l.cfg.InFlightRetry)
+}
+
+// Ready reports whether pool could grant a request of tokens now, from its
+// state, taking nothing: nil if it could, else the *WaitError an Acquire
+// would return (or ErrUnknownPool, a *NeverAdmissibleError, ...). Runners
+// ask before they claim work for the pool.
+func (l *Postgres) Ready(ctx context.Context, pool string, tokens int64) error {
+	s, err := l.State(ctx, pool)
+	if err != nil {
+		return err
+	}
+	return s.ready(Request{Pool: pool, Tokens: tokens}, l.cfg.InFlightRetry)
+}
+
+func (s PoolState) ready(req Request, inFlightRetry time.Duration) error {
+	err := s.denial(req, inFlightRetry)
+	var w *WaitError
+	if errors.Is(err, errReapable) || (errors.As(err, &w) && w.Reason == ReasonContention) {
+		return nil // nothing stands in the way now (the next acquire reaps expired permits)
+	}
+	return err
+}
+
+// denial explains why s cannot grant req now; a *WaitError with no wait
+// when it could.
+func (s PoolState) denial(req Request, inFlightRetry time.Duration) error {
+	if req.Tokens > s.TokenBurst {
+		return &NeverAdmissibleError{Pool: s.Name, Tokens: req.Tokens, TokenBurst: s.TokenBurst}
+	}
+	w := &WaitError{Pool: s.Name}
+	consider := func(r Reason, d time.Duration) {
+		if d > w.RetryAfter || w.Reason == "" {
+			w.Reason, w.RetryAfter = r, d
+		}
+	}
+	if s.Cooldown > 0 {
+		consider(ReasonCooldown, s.Cooldown)
+	}
+	if s.RequestLevel < 1 {
+		consider(ReasonRequests, seconds((1-s.RequestLevel)*60/float64(s.RPM)))
+	}
+	if s.TokenLevel < float64(req.Tokens) {
+		consider(ReasonTokens, seconds((float64(req.Tokens)-s.TokenLevel)*60/float64(s.TPM)))
+	}
+	if s.InFlight >= s.MaxInFlight {
+		if s.hasExpired {
+			return errReapable
+		}
+		consider(ReasonInFlight, inFlightRetry)
+	}
+	if w.Reason == "" {
+		// Free now: the state moved between the denied UPDATE and this
+		// read (a release, a refill).
+		consider(ReasonContention, contentionRetry)
+	}
+	return w
+}
+
+func (l *Postgres) release(ctx context.Context, p *Permit, o Outcome) error {
+	qctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
+	defer cancel()
+	// The permit id's random tail picks the ledger shard.
+	shard := int16(p.ID[15] % ledgerShards)
+	_, err := l.db.Exec(qctx, l.q.Must("Release"), p.ID, int(o.Result), o.InputTokens, o.OutputTokens, shard)
+	if err != nil {
+		return fmt.Errorf("admission: releasing permit %s of pool %q: %w", p.ID, p.Pool, err)
+	}
+	// Zero rows means the permit expired and was reaped: its slot is
+	// already back and it was charged in full, as an uncertain call is.
+	return nil
+}
+
+// Reap returns the in-flight slots of pool's expired permits and reports
+// how many it freed. Acquire reaps on its own when expired permits are what
+// denies it; call Reap from a background loop to free slots sooner.
+func (l *Postgres) Reap(ctx context.Context, pool string) (int, error) {
+	var n int
+	err := l.db.QueryRow(ctx, l.q.Must("ReapPermits"), pool).Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("admission: reaping pool %q: %w", pool, err)
+	}
+	return n, nil
+}
+
+// Cooldown stops every holder of pool from acquiring for d (a provider's
+// Retry-After). A cooldown only extends: a shorter one leaves a longer one
+// in place.
+func (l *Postgres) Cooldown(ctx context.Context, pool string, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	if err := (Request{Pool: pool}).Validate(); err != nil {
+		return err
+	}
+	if _, err := l.db.Exec(ctx, l.q.Must("SetCooldown"), pool, d); err != nil {
+		return fmt.Errorf("admission: cooling down pool %q: %w", pool, err)
+	}
+	if l.em != nil {
+		l.em.cooldown(pool, d)
+	}
+	return nil
+}
+
+// LowerRemaining lowers pool's buckets to what the provider reported left;
+// it never raises them.
+func (l *Postgres) LowerRemaining(ctx context.Context, pool string, r Remaining) error {
+	if r.Requests == nil && r.Tokens == nil {
+		return nil
+	}
+	if err := (Request{Pool: pool}).Validate(); err != nil {
+		return err
+	}
+	if _, err := l.db.Exec(ctx, l.q.Must("LowerRemaining"), pool, toFloat(r.Requests), toFloat(r.Tokens)); err != nil {
+		return fmt.Errorf("admission: lowering pool %q: %w", pool, err)
+	}
+	return nil
+}
+
+// Counts reports pool's in-flight counter and its live permit rows.
+func (l *Postgres) Counts(ctx context.Context, pool string) (inFlight, permits int, err error) {
+	err = l.db.QueryRow(ctx, l.q.Must("CountPermits"), pool).Scan(&inFlight, &permits)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, 0, fmt.Errorf("%w: %q", ErrUnknownPool, pool)
+	}
+	return inFlight, permits, err
+}
+
+func toFloat(v *int64) *float64 {
+	if v == nil {
+		return nil
+	}
+	f := float64(*v)
+	return &f
+}
+
+// seconds converts a float count of seconds to a duration, rounding up so
+// a wait never ends before the budget is back, and saturating.
+func seconds(s float64) time.Duration {
+	if !(s > 0) {
+		return 0
+	}
+	if s >= math.MaxInt64/float64(time.Second) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(math.Ceil(s * float64(time.Second)))
+}
+
+// Usage is one row of the usage ledger: what the provider reported for a
+// tenant's calls to a pool on one UTC day.
+type Usage struct {
+	Tenant            string    `json:"tenant"`
+	Pool              string    `json:"pool"`
+	Day               time.Time `json:"day"`
+	Attempts          int64     `json:"attempts"`           // calls sent
+	UncertainAttempts int64     `json:"uncertain_attempts"` // sent, not answered: possibly billed
+	InputTokens       int64     `json:"input_tokens"`
+	OutputTokens      int64     `json:"output_tokens"`
+	Cost              int64     `json:"cost"` // micro-units, at the pool's prices when each call was released
+}
+
+// Usage returns tenant's ledger rows for the UTC days from through to.
+// The ledger is written by Release from reported usage; permits that
+// expired unreleased (their holder died) are not in it.
+func (l *Postgres) Usage(ctx context.Context, tenant string, from, to time.Time) ([]Usage, error) {
+	rows, err := l.db.Query(ctx, l.q.Must("SelectUsage"), tenant, utcDay(from), utcDay(to))
+	if err != nil {
+		return nil, fmt.Errorf("admission: reading usage of tenant %q: %w", tenant, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Usage, error) {
+		var u Usage
+		err := row.Scan(&u.Tenant, &u.Pool, &u.Day, &u.Attempts, &u.UncertainAttempts, &u.InputTokens, &u.OutputTokens, &u.Cost)
+		return u, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("admission: reading usage of tenant %q: %w", tenant, err)
+	}
+	return out, nil
+}
+
+// utcDay is t's UTC calendar day, as a date parameter.
+func utcDay(t time.Time) time.Time {
+	y, m, d := t.UTC().Date()
+	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+}
