@@ -86,13 +86,10 @@ func TestRelayRetriesInjectedProduceErrors(t *testing.T) {
 	// A retriable error refreshes metadata before the retry, at most once
 	// per MetadataMinAge (5s by default): shortened to keep the test short.
 	pub := c.publisher(t, kafka.PublisherConfig{RecordRetries: 1, DeliveryTimeout: 10 * time.Second, Options: []kgo.Opt{kgo.MetadataMinAge(50 * time.Millisecond)}})
-	// One claim takes the whole backlog. With claims smaller than the
-	// backlog the relay's claim floor (the first seq of its last full
-	// batch) can pass over an earlier event of a key that is due again
-	// and claim a later one of that key first: an outbox issue, reported,
-	// that this test is not about.
+	// Claims smaller than the backlog, so that refused events back off
+	// while later claims go on.
 	relay, err := store.NewRelay(db.Pool, pub, outbox.RelayConfig{
-		BatchSize: 500, PollInterval: 20 * time.Millisecond,
+		BatchSize: 50, PollInterval: 20 * time.Millisecond,
 		Backoff: outbox.BackoffPolicy{Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond},
 	})
 	require.NoError(t, err)
