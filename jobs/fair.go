@@ -50,17 +50,27 @@ func (s *PostgresStore) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]*J
 	if err := s.checkClaim(p); err != nil {
 		return nil, err
 	}
+	_, nested := db.(pgx.Tx)
 	var claimed []*Job
 	err := dbsql.WithTx(ctx, db, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, s.sql.lockClaimTenants, p.Queue, p.Limit)
-		if err != nil {
-			return err
+		// In a transaction of its own, the claim runs its two statements on
+		// the generic plans the plan test checks, without JIT: planning them
+		// afresh for each claim cost more than executing them, and their
+		// generic cost estimates are high enough to trigger JIT compilation,
+		// which costs tens of milliseconds. SET LOCAL ends with the
+		// transaction; inside a caller's transaction it would outlive the
+		// claim, so there the server's settings apply.
+		batch := &pgx.Batch{}
+		if !nested {
+			batch.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
+			batch.Queue("SET LOCAL jit = off")
 		}
-		tenants, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*tenantCandidate, error) {
-			var c tenantCandidate
-			err := row.Scan(&c.tenant, &c.vtime, &c.weight, &c.maxRunning, &c.running)
-			return &c, err
-		})
+		batch.Queue(s.sql.lockClaimTenants, p.Queue, p.Limit)
+		results := tx.SendBatch(ctx, batch)
+		tenants, err := readClaimTenants(results, nested)
+		if closeErr := results.Close(); err == nil {
+			err = closeErr
+		}
 		if err != nil || len(tenants) == 0 {
 			return err
 		}
@@ -72,7 +82,7 @@ func (s *PostgresStore) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]*J
 			names[i], weights[i], caps[i] = c.tenant, c.weight, int32(c.maxRunning)
 			urgent[i], relaxed[i] = int32(c.given-c.relaxed), int32(c.relaxed)
 		}
-		rows, err = tx.Query(ctx, s.sql.claim, p.Queue, names, urgent, relaxed, caps, weights,
+		rows, err := tx.Query(ctx, s.sql.claim, p.Queue, names, urgent, relaxed, caps, weights,
 			p.Worker, p.LeaseDuration.Milliseconds(), p.Kinds)
 		if err != nil {
 			return err
@@ -84,6 +94,27 @@ func (s *PostgresStore) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]*J
 		return nil, fmt.Errorf("jobs: claim from %s: %w", p.Queue, err)
 	}
 	return claimed, nil
+}
+
+// readClaimTenants reads the results of the claim's first round trip: the
+// settings (unless nested), then LockClaimTenants.
+func readClaimTenants(results pgx.BatchResults, nested bool) ([]*tenantCandidate, error) {
+	if !nested {
+		for range 2 {
+			if _, err := results.Exec(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	rows, err := results.Query()
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*tenantCandidate, error) {
+		var c tenantCandidate
+		err := row.Scan(&c.tenant, &c.vtime, &c.weight, &c.maxRunning, &c.running)
+		return &c, err
+	})
 }
 
 // shareOut offers limit jobs to the tenants by start-time fair queueing:
