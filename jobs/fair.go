@@ -53,16 +53,13 @@ func (s *PostgresStore) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]*J
 	_, nested := db.(pgx.Tx)
 	var claimed []*Job
 	err := dbsql.WithTx(ctx, db, func(tx pgx.Tx) error {
-		// In a transaction of its own, the claim runs its two statements on
-		// the generic plans the plan test checks, without JIT: planning them
-		// afresh for each claim cost more than executing them, and their
-		// generic cost estimates are high enough to trigger JIT compilation,
-		// which costs tens of milliseconds. SET LOCAL ends with the
-		// transaction; inside a caller's transaction it would outlive the
-		// claim, so there the server's settings apply.
+		// In a transaction of its own, the claim turns JIT off: the
+		// statements' generic cost estimates are high enough to trigger JIT
+		// compilation, which costs tens of milliseconds per claim. SET LOCAL
+		// ends with the transaction; inside a caller's transaction it would
+		// outlive the claim, so there the server's settings apply.
 		batch := &pgx.Batch{}
 		if !nested {
-			batch.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
 			batch.Queue("SET LOCAL jit = off")
 		}
 		batch.Queue(s.sql.lockClaimTenants, p.Queue, p.Limit)
@@ -82,12 +79,22 @@ func (s *PostgresStore) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]*J
 			names[i], weights[i], caps[i] = c.tenant, c.weight, int32(c.maxRunning)
 			urgent[i], relaxed[i] = int32(c.given-c.relaxed), int32(c.relaxed)
 		}
-		rows, err := tx.Query(ctx, s.sql.claim, p.Queue, names, urgent, relaxed, caps, weights,
-			p.Worker, p.LeaseDuration.Milliseconds(), p.Kinds)
-		if err != nil {
-			return err
+		// With a few tenants, ClaimJobs runs on its generic plan (the one the
+		// plan test checks): planning it afresh cost as much as running it.
+		// With many, the planner's view of the arrays' sizes is worth its
+		// cost: measured on 100-job claims, the generic plan was about 30 %
+		// faster for one tenant and 2.8 times slower for a hundred.
+		batch = &pgx.Batch{}
+		if !nested && len(tenants) <= genericPlanTenants {
+			batch.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
 		}
-		claimed, err = pgx.CollectRows(rows, scanJob)
+		batch.Queue(s.sql.claim, p.Queue, names, urgent, relaxed, caps, weights,
+			p.Worker, p.LeaseDuration.Milliseconds(), p.Kinds)
+		results = tx.SendBatch(ctx, batch)
+		claimed, err = readClaimed(results, batch.Len()-1)
+		if closeErr := results.Close(); err == nil {
+			err = closeErr
+		}
 		return err
 	})
 	if err != nil {
@@ -96,14 +103,30 @@ func (s *PostgresStore) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]*J
 	return claimed, nil
 }
 
+// genericPlanTenants is the most tenants a claim runs ClaimJobs for on its
+// generic plan.
+const genericPlanTenants = 4
+
+// readClaimed reads ClaimJobs' rows after settings statements.
+func readClaimed(results pgx.BatchResults, settings int) ([]*Job, error) {
+	for range settings {
+		if _, err := results.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := results.Query()
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanJob)
+}
+
 // readClaimTenants reads the results of the claim's first round trip: the
-// settings (unless nested), then LockClaimTenants.
+// setting (unless nested), then LockClaimTenants.
 func readClaimTenants(results pgx.BatchResults, nested bool) ([]*tenantCandidate, error) {
 	if !nested {
-		for range 2 {
-			if _, err := results.Exec(); err != nil {
-				return nil, err
-			}
+		if _, err := results.Exec(); err != nil {
+			return nil, err
 		}
 	}
 	rows, err := results.Query()
