@@ -115,9 +115,10 @@ func startStack(ctx context.Context, pool *pgxpool.Pool, cfg stackConfig) (*stac
 	runner, err := svc.NewRunner(ctx, invoice.WorkerConfig{
 		ProviderURL: s.provSrv.URL + "/v1",
 		Pool:        "fake-provider",
-		// The limiter keeps the workers under the provider's own limits:
-		// RPM a little under, so the provider's 429s stay rare.
-		Limits:          admission.Pool{RPM: cfg.ProviderRPM * 9 / 10, TPM: 1_800_000, MaxInFlight: cfg.Workers},
+		// The limiter holds the workers to the provider's own limits; the
+		// provider's clock and buckets are not the limiter's, so a few 429s
+		// still come back, and cool the pool down for every worker.
+		Limits:          admission.Pool{RPM: cfg.ProviderRPM, TPM: 1_800_000, MaxInFlight: cfg.Workers},
 		Workers:         cfg.Workers,
 		AttemptTimeout:  2 * time.Second,
 		Retry:           jobs.BackoffPolicy{Base: 100 * time.Millisecond, Cap: time.Second},

@@ -12,7 +12,8 @@
 //   - latency: exponential around Config.MeanLatency (15s, as the DESIGN's
 //     scenario) divided by Config.Scale, so demos and tests run fast;
 //   - RPM and TPM enforcement: 429 with Retry-After and OpenAI's
-//     x-ratelimit-remaining-/x-ratelimit-reset- headers (on every answer);
+//     x-ratelimit-remaining-/x-ratelimit-reset- headers (on every answer),
+//     and a 429 storm on demand (Storm);
 //   - faults, by rate (seeded, for the demo) or by a marker in the document
 //     text (deterministic, for tests): a call that hangs until the client
 //     gives up ("[[fake:timeout-once]]"), malformed JSON ("[[fake:malformed]]",
@@ -80,9 +81,10 @@ type Server struct {
 	requests *rate.Limiter
 	tokens   *rate.Limiter
 
-	mu    sync.Mutex
-	rnd   *rand.Rand
-	calls map[[32]byte]int // calls per document, for the "-once" faults
+	mu         sync.Mutex
+	stormUntil time.Time
+	rnd        *rand.Rand
+	calls      map[[32]byte]int // calls per document, for the "-once" faults
 
 	calls64, answered, limited, timeouts, malformed, wrong, bad atomic.Int64
 }
@@ -114,6 +116,14 @@ func New(cfg Config) *Server {
 	}
 	s.mux.HandleFunc("POST /v1/chat/completions", s.complete)
 	return s
+}
+
+// Storm makes the provider refuse every call for d with 429 and a
+// Retry-After of what is left of d, as a provider under load does.
+func (s *Server) Storm(d time.Duration) {
+	s.mu.Lock()
+	s.stormUntil = time.Now().Add(d)
+	s.mu.Unlock()
 }
 
 // ServeHTTP implements http.Handler.
@@ -258,6 +268,9 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 func (s *Server) admit(now time.Time, tokens int64) (time.Duration, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if now.Before(s.stormUntil) {
+		return s.stormUntil.Sub(now), false
+	}
 	rr := s.requests.ReserveN(now, 1)
 	tr := s.tokens.ReserveN(now, int(min(tokens, int64(s.tokens.Burst()))))
 	wait := max(rr.DelayFrom(now), tr.DelayFrom(now))

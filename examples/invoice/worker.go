@@ -60,6 +60,12 @@ type WorkerConfig struct {
 	BreakerCooldown time.Duration
 	// PollInterval is the runner's fallback claim interval. Default 1s.
 	PollInterval time.Duration
+	// InvalidOutputAttempts is how many attempts may end in malformed model
+	// output before the job goes to REVIEW_REQUIRED. Default 3: lease counts
+	// every attempt against this budget, snoozed ones (admission waits)
+	// included, so the default of 2 would send a job snoozed once and then
+	// answered with malformed JSON once straight to review.
+	InvalidOutputAttempts int
 	// ShutdownGrace is how long attempts may finish at shutdown. Default
 	// lease's.
 	ShutdownGrace time.Duration
@@ -123,15 +129,16 @@ func (s *Service) NewRunner(ctx context.Context, cfg WorkerConfig) (*lease.Runne
 			Queue:                {MaxWorkers: cmp.Or(cfg.Workers, 10)},
 			webhook.DefaultQueue: {MaxWorkers: 4},
 		},
-		WorkerID:       cfg.WorkerID,
-		AttemptTimeout: cfg.AttemptTimeout,
-		LeaseDuration:  max(lease.DefaultLeaseDuration, 2*cfg.AttemptTimeout),
-		PollInterval:   cfg.PollInterval,
-		ShutdownGrace:  cfg.ShutdownGrace,
-		Retry:          cfg.Retry,
-		RetryByKind:    map[string]jobs.BackoffPolicy{webhook.Kind: webhook.Backoff()},
-		Logger:         cfg.Logger,
-		OnSucceeded:    s.onSucceeded,
+		WorkerID:              cfg.WorkerID,
+		AttemptTimeout:        cfg.AttemptTimeout,
+		LeaseDuration:         max(lease.DefaultLeaseDuration, 2*cfg.AttemptTimeout),
+		PollInterval:          cfg.PollInterval,
+		ShutdownGrace:         cfg.ShutdownGrace,
+		InvalidOutputAttempts: cmp.Or(cfg.InvalidOutputAttempts, 3),
+		Retry:                 cfg.Retry,
+		RetryByKind:           map[string]jobs.BackoffPolicy{webhook.Kind: webhook.Backoff()},
+		Logger:                cfg.Logger,
+		OnSucceeded:           s.onSucceeded,
 		Admission: &lease.Admission{
 			Limiter: limiter,
 			Route: func(j *jobs.Job) (admission.Request, bool) {

@@ -1,0 +1,20 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/dbtest"
+)
+
+// The demo runs to the end with its invariants holding, on a smaller batch.
+func TestDemoRuns(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Setup(t, dbtest.Options{MaxConns: 20, Unmigrated: true})
+	require.NoError(t, run(t.Context(), options{
+		DatabaseURL: dbtest.URL(), Schema: db.Schema, Invoices: 30, Small: 4,
+		Scale: 300, RPM: 3000, Workers: 8, Outage: 2 * time.Second, Timeout: 60 * time.Second,
+	}))
+}
