@@ -375,3 +375,43 @@ func (f *fixture) reRegister(base string) {
 		require.NoError(f.t, f.s.erp.AddTenant(tenant, key))
 	}
 }
+
+// System capacity is 503 with a Retry-After, a missing or unknown token 401,
+// and retry details are for operators only.
+func TestCapacityAndAuth(t *testing.T) {
+	t.Parallel()
+	f := setup(t, stackConfig{SystemMax: 1})
+	ctx := t.Context()
+	nordwind := suppliers[bigTenant][0]
+	first := f.upload(f.big, "a", sampleInvoice(nordwind, "NW-1", 1, plain))
+	second := f.upload(f.small, "b", sampleInvoice(suppliers[smallTenant][0], "KK-1", 1, plain))
+	require.Equal(t, http.StatusAccepted, f.submit(f.big, "k1", first).Status)
+	full := f.submit(f.small, "k2", second)
+	require.Equal(t, http.StatusServiceUnavailable, full.Status, "%s", full.Body)
+	require.Contains(t, string(full.Body), `"code":"capacity"`)
+	require.NotEmpty(t, full.RetryAfter)
+
+	stranger := apiClient{base: f.s.api.URL, token: "nobody"}
+	s, err := stranger.submit(ctx, "k3", first)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusUnauthorized, s.Status)
+	status, _, err := f.big.get(ctx, "/extraction-jobs/not-a-uuid")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNotFound, status)
+
+	// The worker runs the job: usage and attempts are recorded, shown to
+	// the operator and not to the tenant's own token.
+	f.s.run(ctx)
+	list, err := f.s.svc.Jobs.List(ctx, f.s.pool, jobs.ListParams{Tenant: bigTenant, Kind: invoice.Kind})
+	require.NoError(t, err)
+	require.Len(t, list.Jobs, 1)
+	id := list.Jobs[0].ID.String()
+	v := f.waitTerminal(f.big, id)
+	require.Empty(t, v.Attempts)
+	_, op, err := f.ops.get(ctx, "/extraction-jobs/"+id)
+	require.NoError(t, err)
+	require.NotEmpty(t, op.Attempts)
+	last := op.Attempts[len(op.Attempts)-1]
+	require.Positive(t, last.Usage.InputTokens)
+	require.Positive(t, last.Usage.OutputTokens)
+}
