@@ -360,6 +360,9 @@ func firstLine(s string) string {
 }
 
 // Extraction is what the fake model returns, in the invoice example's schema.
+// It is a copy of invoice.Extraction on purpose: the provider and the service
+// are separate systems that agree on JSON, and the service must not depend
+// on its test double.
 type Extraction struct {
 	SupplierName  string            `json:"supplier_name"`
 	InvoiceNumber string            `json:"invoice_number"`
@@ -382,6 +385,12 @@ type LineItem struct {
 	Amount      string `json:"amount"`
 }
 
+// fieldNames maps the document's labels to the extraction's fields.
+var fieldNames = map[string]string{
+	"Supplier": "supplier_name", "Invoice number": "invoice_number", "Date": "invoice_date", "Currency": "currency",
+	"IBAN": "iban", "Subtotal": "subtotal", "Tax": "tax", "Total": "total",
+}
+
 var (
 	fieldRe     = regexp.MustCompile(`(?m)^(Supplier|Invoice number|Date|Currency|IBAN|Subtotal|Tax|Total):[ \t]*(.*?)[ \t]*$`)
 	itemRe      = regexp.MustCompile(`(?m)^- (.+?) \| ([0-9.]+) x ([0-9.]+) = ([0-9.]+)[ \t]*$`)
@@ -394,30 +403,14 @@ var (
 // A field missing from the text is missing from the answer.
 func Extract(text string) Extraction {
 	ex := Extraction{Evidence: map[string]string{}}
+	fields := map[string]*string{
+		"supplier_name": &ex.SupplierName, "invoice_number": &ex.InvoiceNumber, "invoice_date": &ex.InvoiceDate,
+		"currency": &ex.Currency, "iban": &ex.IBAN, "subtotal": &ex.Subtotal, "tax": &ex.Tax, "total": &ex.Total,
+	}
 	for _, m := range fieldRe.FindAllStringSubmatch(text, -1) {
-		label, value := m[1], m[2]
-		var field *string
-		var name string
-		switch label {
-		case "Supplier":
-			field, name = &ex.SupplierName, "supplier_name"
-		case "Invoice number":
-			field, name = &ex.InvoiceNumber, "invoice_number"
-		case "Date":
-			field, name = &ex.InvoiceDate, "invoice_date"
-		case "Currency":
-			field, name = &ex.Currency, "currency"
-		case "IBAN":
-			field, name = &ex.IBAN, "iban"
-		case "Subtotal":
-			field, name = &ex.Subtotal, "subtotal"
-		case "Tax":
-			field, name = &ex.Tax, "tax"
-		case "Total":
-			field, name = &ex.Total, "total"
-		}
-		if *field == "" {
-			*field = value
+		name := fieldNames[m[1]]
+		if field := fields[name]; *field == "" {
+			*field = m[2]
 			ex.Evidence[name] = strings.TrimSpace(m[0])
 		}
 	}
