@@ -3,6 +3,7 @@
 //	invoice -mode api    -addr :8080 -tokens tok-acme=acme,tok-ops=acme:operator
 //	invoice -mode worker -provider-url http://127.0.0.1:8090/v1 -rpm 600 -tpm 1000000
 //	invoice -mode register-endpoint -tenant acme -url https://erp.example.com/webhooks/acme
+//	invoice -mode put-supplier -tenant acme -name "Nordwind Papier GmbH" -iban DE89370400440532013000
 //
 // Every mode migrates the schema first (safe from every replica). The API and
 // the worker are separate processes sharing the database; run as many of
@@ -34,13 +35,13 @@ type options struct {
 	providerURL, apiKey, pool               string
 	rpm, workers, maxInFlight               int
 	tpm                                     int64
-	tenant, url                             string
+	tenant, url, name, iban                 string
 	allowLoopback                           bool
 }
 
 func main() {
 	var o options
-	flag.StringVar(&o.mode, "mode", "api", "api, worker or register-endpoint")
+	flag.StringVar(&o.mode, "mode", "api", "api, worker, register-endpoint or put-supplier")
 	flag.StringVar(&o.addr, "addr", "127.0.0.1:8080", "API listen address")
 	flag.StringVar(&o.databaseURL, "database-url", envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL URL")
 	flag.StringVar(&o.schema, "schema", invoice.DefaultSchema, "Postgres schema")
@@ -52,7 +53,9 @@ func main() {
 	flag.Int64Var(&o.tpm, "tpm", 0, "the pool's tokens per minute (worker)")
 	flag.IntVar(&o.maxInFlight, "max-in-flight", 0, "the pool's concurrent calls; default -workers (worker)")
 	flag.IntVar(&o.workers, "workers", 10, "extractions in flight in this process (worker)")
-	flag.StringVar(&o.tenant, "tenant", "", "tenant (register-endpoint)")
+	flag.StringVar(&o.tenant, "tenant", "", "tenant (register-endpoint, put-supplier)")
+	flag.StringVar(&o.name, "name", "", "supplier name (put-supplier)")
+	flag.StringVar(&o.iban, "iban", "", "supplier IBAN (put-supplier)")
 	flag.StringVar(&o.url, "url", "", "endpoint URL (register-endpoint)")
 	flag.BoolVar(&o.allowLoopback, "allow-loopback", false, "allow plain-http loopback webhook endpoints (local runs only)")
 	flag.Parse()
@@ -120,8 +123,13 @@ func run(ctx context.Context, o options) error {
 		}
 		fmt.Printf("endpoint %s for %s: key id %s, secret %s (shown once)\n", ep.ID, o.tenant, key.ID, webhook.FormatSecret(key.Secret))
 		return nil
+	case "put-supplier":
+		if o.tenant == "" || o.name == "" || o.iban == "" {
+			return errors.New("put-supplier needs -tenant, -name and -iban")
+		}
+		return svc.PutSupplier(ctx, o.tenant, invoice.Supplier{Name: o.name, IBAN: o.iban})
 	}
-	return fmt.Errorf("unknown -mode %q: api, worker or register-endpoint", o.mode)
+	return fmt.Errorf("unknown -mode %q: api, worker, register-endpoint or put-supplier", o.mode)
 }
 
 // parseTokens reads "token=tenant[:operator],...".
