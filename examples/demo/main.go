@@ -95,6 +95,76 @@ type demo struct {
 	conflicts  int // same key, another request: 409
 	quota429   int
 	finishedAt map[uuid.UUID]time.Duration
+	watcher    *watcher
+}
+
+// watcher follows the big tenant's event stream, reconnecting once with
+// Last-Event-ID, and checks that no job's state_version goes backwards.
+type watcher struct {
+	client apiClient
+
+	mu          sync.Mutex
+	cancel      context.CancelFunc
+	done        chan struct{}
+	lastID      string
+	events      int
+	terminal    int
+	reconnected bool
+	resets      int
+	versions    map[string]int64
+	backwards   []string
+}
+
+func (w *watcher) start(ctx context.Context) error {
+	w.mu.Lock()
+	last := w.lastID
+	w.mu.Unlock()
+	streamCtx, cancel := context.WithCancel(ctx)
+	events, err := w.client.stream(streamCtx, last)
+	if err != nil {
+		cancel()
+		return err
+	}
+	done := make(chan struct{})
+	w.mu.Lock()
+	w.cancel, w.done = cancel, done
+	w.mu.Unlock()
+	go func() {
+		defer close(done)
+		for ev := range events {
+			w.mu.Lock()
+			switch ev.Event {
+			case "reset":
+				w.resets++
+			case "job.changed":
+				w.events++
+				w.lastID = ev.ID
+				if ev.Data.StateVersion <= w.versions[ev.Data.JobID] {
+					w.backwards = append(w.backwards, fmt.Sprintf("%s: %d after %d", ev.Data.JobID, ev.Data.StateVersion, w.versions[ev.Data.JobID]))
+				}
+				w.versions[ev.Data.JobID] = ev.Data.StateVersion
+				if ev.Data.State != string(jobs.StateReady) {
+					w.terminal++
+				}
+			}
+			w.mu.Unlock()
+		}
+	}()
+	return nil
+}
+
+// reconnect drops the connection and opens a new one from the last event
+// seen.
+func (w *watcher) reconnect(ctx context.Context) {
+	w.mu.Lock()
+	cancel, done := w.cancel, w.done
+	w.mu.Unlock()
+	cancel()
+	<-done
+	w.mu.Lock()
+	w.reconnected = true
+	w.mu.Unlock()
+	_ = w.start(ctx)
 }
 
 func run(ctx context.Context, o options) error {
@@ -144,12 +214,20 @@ func run(ctx context.Context, o options) error {
 	}()
 	s.run(ctx)
 
+	watchCtx, stopWatching := context.WithCancel(ctx)
+	defer stopWatching()
+	w := &watcher{client: apiClient{base: s.api.URL, token: bigToken}, versions: map[string]int64{}}
+	if err := w.start(watchCtx); err != nil {
+		return err
+	}
 	if err := d.submitAll(ctx); err != nil {
 		return err
 	}
+	w.reconnect(watchCtx) // mid-run: the stream resumes from Last-Event-ID
 	if err := d.wait(ctx); err != nil {
 		return err
 	}
+	d.watcher = w
 	return d.report(ctx)
 }
 
@@ -444,6 +522,30 @@ func (d *demo) report(ctx context.Context) error {
 	if erpCounts.Receipts != int64(len(succeededJobs)) {
 		fail("ERP accepted %d deliveries for %d successful jobs, want one each", erpCounts.Receipts, len(succeededJobs))
 	}
+	var streamLine string
+	if w := d.watcher; w != nil {
+		// Give the stream a moment to deliver the last terminal events.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			w.mu.Lock()
+			got := w.terminal
+			w.mu.Unlock()
+			if got >= rows[bigTenant].jobs || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		w.mu.Lock()
+		streamLine = fmt.Sprintf("events (SSE, %s): %d job.changed events, %d terminal for %d jobs, reconnected with Last-Event-ID: %v, resets %d, state_version backwards: %d",
+			bigTenant, w.events, w.terminal, rows[bigTenant].jobs, w.reconnected, w.resets, len(w.backwards))
+		if w.terminal != rows[bigTenant].jobs {
+			fail("the event stream showed %d terminal events for %d jobs", w.terminal, rows[bigTenant].jobs)
+		}
+		for _, b := range w.backwards {
+			fail("state_version went backwards: %s", b)
+		}
+		w.mu.Unlock()
+	}
 	if d.quota429 == 0 {
 		fail("the small tenant's quota never answered 429")
 	}
@@ -467,6 +569,7 @@ func (d *demo) report(ctx context.Context) error {
 		d.repeats, d.conflicts, d.quota429)
 	fmt.Printf("ERP: %d deliveries accepted, %d invoices booked (%d distinct invoices succeeded), %d requests refused during the outage\n",
 		erpCounts.Receipts, erpCounts.Booked, len(wantBooked), erpCounts.RefusedDown)
+	fmt.Println(streamLine)
 	fmt.Printf("elapsed: %s\n\n", time.Since(d.start).Round(100*time.Millisecond))
 	if n := rows[bigTenant].budgetSpent + rows[smallTenant].budgetSpent; n > 0 {
 		fmt.Printf("note: %d job(s) answered with malformed JSON once went to REVIEW_REQUIRED because snoozed attempts had used their invalid-output budget\n", n)
