@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
@@ -414,4 +415,43 @@ func TestCapacityAndAuth(t *testing.T) {
 	last := op.Attempts[len(op.Attempts)-1]
 	require.Positive(t, last.Usage.InputTokens)
 	require.Positive(t, last.Usage.OutputTokens)
+}
+
+// A provider 429 storm: the first 429's Retry-After cools the shared pool
+// down for every worker, so few calls are refused; the jobs waiting on it
+// are snoozed, not failed, and all succeed once it passes.
+func TestProviderStorm(t *testing.T) {
+	t.Parallel()
+	f := setup(t, stackConfig{})
+	ctx := t.Context()
+	nordwind := suppliers[bigTenant][0]
+	var ids []string
+	for i := range 6 {
+		doc := f.upload(f.big, fmt.Sprintf("storm-%d", i), sampleInvoice(nordwind, fmt.Sprintf("NW-%d", i), i, plain))
+		s := f.submit(f.big, fmt.Sprintf("k%d", i), doc)
+		require.Equal(t, http.StatusAccepted, s.Status)
+		ids = append(ids, s.Job.JobID.String())
+	}
+	f.s.provider.Storm(time.Second)
+	f.s.run(ctx)
+	snoozed := 0
+	for _, id := range ids {
+		v := f.waitTerminal(f.big, id)
+		require.Equal(t, jobs.StateSucceeded, v.State)
+		_, op, err := f.ops.get(ctx, "/extraction-jobs/"+id)
+		require.NoError(t, err)
+		for _, a := range op.Attempts {
+			require.NotEqual(t, jobs.AttemptFailed, a.Outcome)
+			if a.Outcome == jobs.AttemptSnoozed {
+				snoozed++
+			}
+		}
+	}
+	st := f.s.provider.Stats()
+	require.GreaterOrEqual(t, st.RateLimited, int64(1))
+	// Calls already in flight when the storm began may each be refused once;
+	// after the first 429 the cooldown keeps every worker from calling
+	// again until the storm has passed.
+	require.LessOrEqual(t, st.RateLimited, int64(len(ids)), "the cooldown kept the workers from calling into the storm")
+	require.Positive(t, snoozed)
 }
