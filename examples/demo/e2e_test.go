@@ -223,6 +223,9 @@ func TestEndToEnd(t *testing.T) {
 	secs, err := strconv.Atoi(over.RetryAfter)
 	require.NoError(t, err)
 	require.Positive(t, secs)
+	smallJobs, err := f.s.svc.Jobs.List(ctx, f.s.pool, jobs.ListParams{Tenant: smallTenant})
+	require.NoError(t, err)
+	require.Len(t, smallJobs.Jobs, 2, "the refused job was not accepted")
 
 	// Tenant isolation: another tenant's job is not found, by GET or by
 	// key.
@@ -454,4 +457,54 @@ func TestProviderStorm(t *testing.T) {
 	// holds back every worker is proved in package admission.)
 	require.LessOrEqual(t, st.RateLimited, int64(len(ids)), "a job called into the storm twice")
 	require.Positive(t, snoozed)
+}
+
+// A reconnect replays at most the window; a client further behind is told to
+// re-read the snapshot.
+func TestStreamWindow(t *testing.T) {
+	t.Parallel()
+	f := setup(t, stackConfig{Window: 2})
+	ctx := t.Context()
+	streamCtx, closeStream := context.WithCancel(ctx)
+	events, err := f.big.stream(streamCtx, "")
+	require.NoError(t, err)
+	for i := range 4 {
+		doc := f.upload(f.big, fmt.Sprintf("w-%d", i), sampleInvoice(suppliers[bigTenant][0], fmt.Sprintf("NW-%d", i), i, plain))
+		require.Equal(t, http.StatusAccepted, f.submit(f.big, fmt.Sprintf("k%d", i), doc).Status)
+	}
+	var ids []string
+	for len(ids) < 4 {
+		select {
+		case ev := <-events:
+			ids = append(ids, ev.ID)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("saw %d events of 4", len(ids))
+		}
+	}
+	closeStream()
+
+	// Two behind: replayed.
+	streamCtx, closeStream = context.WithCancel(ctx)
+	defer closeStream()
+	events, err = f.big.stream(streamCtx, ids[1])
+	require.NoError(t, err)
+	for _, want := range ids[2:] {
+		select {
+		case ev := <-events:
+			require.Equal(t, "job.changed", ev.Event)
+			require.Equal(t, want, ev.ID)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no replay")
+		}
+	}
+	// Four behind: reset.
+	events, err = f.big.stream(ctx, "0")
+	require.NoError(t, err)
+	select {
+	case ev := <-events:
+		require.Equal(t, "reset", ev.Event)
+		require.Contains(t, ev.Raw, "replay window")
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reset")
+	}
 }

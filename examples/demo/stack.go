@@ -35,6 +35,7 @@ type stackConfig struct {
 	Workers     int
 	SmallQuota  int64 // the small tenant's pending-job quota (0: none)
 	SystemMax   int64
+	Window      int // the event stream's replay window (0: the default)
 }
 
 // stack is the whole pipeline in one process: the fake provider, the API,
@@ -69,7 +70,7 @@ func startStack(ctx context.Context, pool *pgxpool.Pool, cfg stackConfig) (*stac
 	})
 	svc, err := invoice.New(pool, invoice.Config{
 		Schema: cfg.Schema, Auth: auth, AllowLoopback: true,
-		SystemMaxPendingJobs: cfg.SystemMax, QuotaRetry: 2 * time.Second,
+		SystemMaxPendingJobs: cfg.SystemMax, QuotaRetry: 2 * time.Second, ReplayWindow: cfg.Window,
 		// Short delivery retries, so an ERP outage of seconds is ridden out
 		// in seconds; production keeps webhook.DefaultSchedule().
 		WebhookSchedule: []time.Duration{0, 250 * time.Millisecond, 500 * time.Millisecond, time.Second, time.Second, 2 * time.Second, 2 * time.Second, 3 * time.Second, 3 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second},

@@ -91,6 +91,9 @@ type Config struct {
 	AllowLoopback bool
 	// MaxTokens is the model's output budget per call. Default 800.
 	MaxTokens int
+	// ReplayWindow is the most events a reconnecting stream replays.
+	// Default DefaultReplayWindow.
+	ReplayWindow int
 }
 
 // Service holds the stores the API and the worker share.
@@ -120,6 +123,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	}
 	cfg.Schema = cmp.Or(cfg.Schema, DefaultSchema)
 	cfg.MaxTokens = cmp.Or(cfg.MaxTokens, 800)
+	cfg.ReplayWindow = cmp.Or(cfg.ReplayWindow, DefaultReplayWindow)
 	schema, q, err := dbsql.Prepare(cfg.Schema, queriesSQL)
 	if err != nil {
 		return nil, err

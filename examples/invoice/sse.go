@@ -9,14 +9,15 @@ import (
 	"time"
 )
 
-// Stream settings. ReplayWindow bounds what a reconnect replays: a client
-// further behind is told to re-read the snapshot (GET /extraction-jobs).
+// Stream settings. DefaultReplayWindow bounds what a reconnect replays: a
+// client further behind is told to re-read the snapshot (GET
+// /extraction-jobs).
 const (
-	ReplayWindow    = 1000
-	streamPoll      = 200 * time.Millisecond
-	streamGapWait   = 2 * time.Second
-	streamKeepalive = 15 * time.Second
-	streamBatch     = 500
+	DefaultReplayWindow = 1000
+	streamPoll          = 200 * time.Millisecond
+	streamGapWait       = 2 * time.Second
+	streamKeepalive     = 15 * time.Second
+	streamBatch         = 500
 )
 
 // Notification is one "job changed" event on the stream. It says which job
@@ -37,7 +38,7 @@ type outboxRow struct {
 
 // events streams the caller's tenant's job events as server-sent events. The
 // SSE id is the outbox sequence number, an opaque cursor: a reconnect with
-// Last-Event-ID replays what followed it, up to ReplayWindow of the tenant's
+// Last-Event-ID replays what followed it, up to Config.ReplayWindow of the tenant's
 // events; a cursor that fell out of the outbox (published events are
 // pruned) or is further behind than that gets a "reset" event, after which
 // the client re-reads the snapshot and the stream goes on from now. A
@@ -72,7 +73,7 @@ func (s *Service) events(w http.ResponseWriter, r *http.Request, token string, c
 				unavailable(w)
 				return
 			}
-			if behind > ReplayWindow {
+			if behind > s.cfg.ReplayWindow {
 				reset = "more than the replay window behind"
 			} else {
 				cursor = n
@@ -146,7 +147,7 @@ func (s *Service) seqBounds(ctx context.Context) (newest, oldest int64, err erro
 // most ReplayWindow+1 of them.
 func (s *Service) countBehind(ctx context.Context, tenant string, from, to int64) (int, error) {
 	n := 0
-	for from < to && n <= ReplayWindow {
+	for from < to && n <= s.cfg.ReplayWindow {
 		rows, err := s.eventsAfter(ctx, from)
 		if err != nil || len(rows) == 0 {
 			return n, err
