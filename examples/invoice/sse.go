@@ -18,6 +18,7 @@ const (
 	streamGapWait       = 2 * time.Second
 	streamKeepalive     = 15 * time.Second
 	streamBatch         = 500
+	maxTracked          = 10_000 // jobs whose last state_version a stream remembers
 )
 
 // Notification is one "job changed" event on the stream. It says which job
@@ -119,6 +120,11 @@ func (s *Service) events(w http.ResponseWriter, r *http.Request, token string, c
 			cursor = row.seq
 			if row.topic != s.Jobs.Config().EventTopic || row.tenant != c.Tenant || row.kind != Kind || row.version <= sent[row.job] {
 				continue
+			}
+			if len(sent) >= maxTracked {
+				// A job's events are written in order under its row lock,
+				// so this map only guards; keep it bounded on long streams.
+				clear(sent)
 			}
 			sent[row.job] = row.version
 			data, _ := json.Marshal(Notification{EventID: row.eventID, Type: row.typ, JobID: row.job, State: row.st, StateVersion: row.version})
