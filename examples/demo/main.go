@@ -12,7 +12,11 @@
 // says, every success was booked in the ERP exactly once and nothing else
 // was, no completed extraction was run twice.
 //
-//	go run ./examples/demo [-invoices 300] [-scale 100] [-schema llmq_demo]
+// The job events also leave Postgres through the outbox relay and a broker
+// (-broker memory, the in-process default; rabbitmq; none) into an inbox that
+// accepts each once.
+//
+//	go run ./examples/demo [-invoices 300] [-scale 100] [-schema llmq_demo] [-broker memory|rabbitmq|none]
 package main
 
 import (
@@ -45,7 +49,8 @@ type options struct {
 	Workers     int
 	Outage      time.Duration
 	Timeout     time.Duration
-	Quiet       bool
+	Broker      string // none, memory or rabbitmq: the path of the job events
+	AMQPURL     string
 }
 
 func main() {
@@ -59,6 +64,8 @@ func main() {
 	flag.IntVar(&o.Workers, "workers", 16, "extractions in flight")
 	flag.DurationVar(&o.Outage, "erp-outage", 4*time.Second, "how long the ERP is down from the start")
 	flag.DurationVar(&o.Timeout, "timeout", 100*time.Second, "give up after this long")
+	flag.StringVar(&o.Broker, "broker", "memory", "carry the job events through none, memory (in process) or rabbitmq")
+	flag.StringVar(&o.AMQPURL, "amqp-url", envOr("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL for -broker rabbitmq")
 	flag.Parse()
 
 	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout+30*time.Second)
@@ -96,6 +103,7 @@ type demo struct {
 	quota429   int
 	finishedAt map[uuid.UUID]time.Duration
 	watcher    *watcher
+	signals    *signals
 }
 
 // watcher follows the big tenant's event stream, reconnecting once with
@@ -179,7 +187,7 @@ func run(ctx context.Context, o options) error {
 	}
 	s, err := startStack(ctx, pool, stackConfig{
 		Schema: o.Schema, Scale: o.Scale, ProviderRPM: o.RPM, Workers: o.Workers,
-		SmallQuota: 3, SystemMax: int64(o.Invoices + o.Small + 100),
+		SmallQuota: 2, SystemMax: int64(o.Invoices + o.Small + 100),
 	})
 	if err != nil {
 		return err
@@ -212,6 +220,13 @@ func run(ctx context.Context, o options) error {
 		d.logf("provider 429 storm for 2s: every worker's pool cools down, the jobs are snoozed, not failed")
 		s.provider.Storm(2 * time.Second)
 	}()
+	if o.Broker != "none" {
+		if d.signals, err = startSignals(ctx, s, o.Broker, o.AMQPURL); err != nil {
+			return err
+		}
+		defer func() { _ = d.signals.stop() }()
+		d.logf("job events leave through the outbox relay and the %s broker into an inbox", o.Broker)
+	}
 	s.run(ctx)
 
 	watchCtx, stopWatching := context.WithCancel(ctx)
@@ -397,7 +412,15 @@ func (d *demo) wait(ctx context.Context) error {
 		p := d.s.provider.Stats()
 		d.logf("jobs %v | provider calls %d (429 %d, hung %d, malformed %d, wrong %d) | ERP receipts %d, booked %d, refused while down %d",
 			counts, p.Calls, p.RateLimited, p.Timeouts, p.Malformed, p.Wrong, erpCounts.Receipts, erpCounts.Booked, erpCounts.RefusedDown)
-		if done == len(d.subs) && erpCounts.Receipts >= int64(succeeded) {
+		signalsDone := true
+		if d.signals != nil {
+			written, pending, accepted, err := d.signals.counts(ctx)
+			if err != nil {
+				return err
+			}
+			signalsDone = pending == 0 && accepted == written
+		}
+		if done == len(d.subs) && erpCounts.Receipts >= int64(succeeded) && signalsDone {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -546,6 +569,17 @@ func (d *demo) report(ctx context.Context) error {
 		}
 		w.mu.Unlock()
 	}
+	var signalLine string
+	if d.signals != nil {
+		written, pending, accepted, err := d.signals.counts(ctx)
+		if err != nil {
+			return err
+		}
+		signalLine = fmt.Sprintf("broker (%s): %d job events written to the outbox, %d unpublished, %d accepted once by the inbox\n", d.signals.broker, written, pending, accepted)
+		if pending != 0 || accepted != written {
+			fail("job events: %d written, %d unpublished, %d accepted", written, pending, accepted)
+		}
+	}
 	if d.quota429 == 0 {
 		fail("the small tenant's quota never answered 429")
 	}
@@ -570,6 +604,7 @@ func (d *demo) report(ctx context.Context) error {
 	fmt.Printf("ERP: %d deliveries accepted, %d invoices booked (%d distinct invoices succeeded), %d requests refused during the outage\n",
 		erpCounts.Receipts, erpCounts.Booked, len(wantBooked), erpCounts.RefusedDown)
 	fmt.Println(streamLine)
+	fmt.Print(signalLine)
 	fmt.Printf("elapsed: %s\n\n", time.Since(d.start).Round(100*time.Millisecond))
 	if n := rows[bigTenant].budgetSpent + rows[smallTenant].budgetSpent; n > 0 {
 		fmt.Printf("note: %d job(s) answered with malformed JSON once went to REVIEW_REQUIRED because snoozed attempts had used their invalid-output budget\n", n)

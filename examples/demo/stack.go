@@ -42,6 +42,7 @@ type stackConfig struct {
 // the worker (runner) and the ERP, each on its own loopback HTTP server, on
 // one database schema.
 type stack struct {
+	schema   string
 	pool     *pgxpool.Pool
 	auth     *invoice.Auth
 	svc      *invoice.Service
@@ -93,7 +94,7 @@ func startStack(ctx context.Context, pool *pgxpool.Pool, cfg stackConfig) (*stac
 	if err := e.Migrate(ctx); err != nil {
 		return nil, err
 	}
-	s := &stack{pool: pool, auth: auth, svc: svc, erp: e}
+	s := &stack{schema: cfg.Schema, pool: pool, auth: auth, svc: svc, erp: e}
 	s.provider = fakeprovider.New(fakeprovider.Config{Scale: cfg.Scale, RPM: cfg.ProviderRPM, TPM: 2_000_000})
 	s.provSrv = newServer(s.provider)
 	s.erpSrv = newServer(e)
