@@ -7,10 +7,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/examples/erp"
+	"github.com/llmq/llmq/examples/internal/serve"
 	"github.com/llmq/llmq/webhook"
 )
 
@@ -68,18 +67,8 @@ func run(ctx context.Context, addr, databaseURL, schema, secrets string) error {
 			return err
 		}
 	}
-	srv := &http.Server{Addr: addr, Handler: e, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
 	fmt.Println("erp listening on", addr)
-	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return serve.HTTP(ctx, addr, e, 5*time.Second)
 }
 
 func envOr(name, def string) string {

@@ -6,15 +6,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"os/signal"
 	"time"
 
 	"github.com/llmq/llmq/examples/fakeprovider"
+	"github.com/llmq/llmq/examples/internal/serve"
 )
 
 func main() {
@@ -29,28 +28,14 @@ func main() {
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	err := serve(ctx, *addr, fakeprovider.New(fakeprovider.Config{
+	fmt.Println("fakeprovider listening on", *addr)
+	err := serve.HTTP(ctx, *addr, fakeprovider.New(fakeprovider.Config{
 		MeanLatency: *mean, Scale: *scale, RPM: *rpm, TPM: *tpm,
 		TimeoutRate: *timeouts, MalformedRate: *malformed, WrongRate: *wrong,
-	}))
+	}), 5*time.Second)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fakeprovider:", err)
 		os.Exit(1)
 	}
-}
-
-func serve(ctx context.Context, addr string, h http.Handler) error {
-	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
-	fmt.Println("fakeprovider listening on", addr)
-	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
 }

@@ -16,7 +16,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/admission"
+	"github.com/llmq/llmq/examples/internal/serve"
 	"github.com/llmq/llmq/examples/invoice"
 	"github.com/llmq/llmq/webhook"
 )
@@ -92,18 +92,11 @@ func run(ctx context.Context, o options) error {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	switch o.mode {
 	case "api":
-		srv := &http.Server{Addr: o.addr, Handler: svc.Handler(), ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			<-ctx.Done()
-			shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(shutdown)
-		}()
 		logger.Info("API listening", "addr", o.addr)
-		if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
+		// The grace is for acceptances in flight; event streams never
+		// finish, so they are cut when it runs out and the process exits
+		// (clients reconnect with Last-Event-ID).
+		return serve.HTTP(ctx, o.addr, svc.Handler(), 10*time.Second)
 	case "worker":
 		runner, err := svc.NewRunner(ctx, invoice.WorkerConfig{
 			ProviderURL: o.providerURL, APIKey: o.apiKey, Pool: o.pool, Workers: o.workers, Logger: logger,
