@@ -4,7 +4,8 @@
 #   make test      services, lint, vet, then go test -race (TESTFLAGS adds flags)
 #   make lint      golangci-lint, pinned below, built into ./bin on first use
 #   make vet       go vet
-#   make demo      services, then go run ./examples/quickstart
+#   make demo      services, then the invoice pipeline end to end (go run ./examples/demo)
+#   make quickstart  services, then go run ./examples/quickstart
 #   make bench     services, then all benchmarks (BENCHFLAGS adds flags)
 #   make fmt       gofmt -w the repository's Go files
 
@@ -24,7 +25,7 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/
 export DATABASE_URL AMQP_URL
 
-.PHONY: all services test lint golangci-lint vet demo bench fmt clean
+.PHONY: all services test lint golangci-lint vet demo quickstart bench fmt clean
 
 all: test
 
@@ -51,6 +52,9 @@ vet:
 	$(GO) vet ./...
 
 demo: services
+	$(GO) run ./examples/demo
+
+quickstart: services
 	$(GO) run ./examples/quickstart
 
 bench: services

@@ -1,0 +1,36 @@
+package main
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/dbtest"
+)
+
+// The demo runs to the end with its invariants holding, on a smaller batch.
+func TestDemoRuns(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Setup(t, dbtest.Options{MaxConns: 20, Unmigrated: true})
+	require.NoError(t, run(t.Context(), options{
+		DatabaseURL: dbtest.URL(), Schema: db.Schema, Invoices: 30, Small: 4,
+		Scale: 300, RPM: 3000, Workers: 8, Outage: 2 * time.Second, Timeout: 60 * time.Second, Broker: "memory",
+	}))
+}
+
+// With RabbitMQ carrying the job events.
+func TestDemoRunsWithRabbitMQ(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Setup(t, dbtest.Options{MaxConns: 20, Unmigrated: true})
+	amqpURL := os.Getenv("AMQP_URL")
+	if amqpURL == "" {
+		amqpURL = "amqp://guest:guest@127.0.0.1:5672/"
+	}
+	require.NoError(t, run(t.Context(), options{
+		DatabaseURL: dbtest.URL(), Schema: db.Schema, Invoices: 10, Small: 6,
+		Scale: 300, RPM: 3000, Workers: 8, Outage: time.Second, Timeout: 60 * time.Second,
+		Broker: "rabbitmq", AMQPURL: amqpURL,
+	}))
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/admission"
+	"github.com/llmq/llmq/examples/erp"
+	"github.com/llmq/llmq/examples/fakeprovider"
+	"github.com/llmq/llmq/examples/invoice"
+	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/lease"
+	"github.com/llmq/llmq/webhook"
+)
+
+// The demo's tenants and their bearer tokens.
+const (
+	bigTenant     = "globex"
+	smallTenant   = "initech"
+	bigToken      = "tok-globex"
+	smallToken    = "tok-initech"
+	operatorToken = "tok-ops-globex"
+)
+
+// stackConfig sizes the pipeline.
+type stackConfig struct {
+	Schema      string
+	Scale       float64 // provider latency divisor
+	ProviderRPM int
+	Workers     int
+	SmallQuota  int64 // the small tenant's pending-job quota (0: none)
+	SystemMax   int64
+	Window      int // the event stream's replay window (0: the default)
+}
+
+// stack is the whole pipeline in one process: the fake provider, the API,
+// the worker (runner) and the ERP, each on its own loopback HTTP server, on
+// one database schema.
+type stack struct {
+	schema   string
+	pool     *pgxpool.Pool
+	auth     *invoice.Auth
+	svc      *invoice.Service
+	provider *fakeprovider.Server
+	erp      *erp.ERP
+	api      *httptest.Server
+	provSrv  *httptest.Server
+	erpSrv   *httptest.Server
+	runner   *lease.Runner
+	cancel   context.CancelFunc
+	done     chan error
+	stop     func() error
+}
+
+// startStack migrates the schema, starts every server and the runner, and
+// registers each tenant's ERP endpoint; run starts the worker, stop shuts it
+// all down.
+func startStack(ctx context.Context, pool *pgxpool.Pool, cfg stackConfig) (*stack, error) {
+	if _, err := llmq.Migrate(ctx, pool, llmq.MigrateOptions{Schema: cfg.Schema}); err != nil {
+		return nil, err
+	}
+	auth := invoice.NewAuth(map[string]invoice.Credential{
+		bigToken:      {Tenant: bigTenant},
+		smallToken:    {Tenant: smallTenant},
+		operatorToken: {Tenant: bigTenant, Operator: true},
+	})
+	svc, err := invoice.New(pool, invoice.Config{
+		Schema: cfg.Schema, Auth: auth, AllowLoopback: true,
+		SystemMaxPendingJobs: cfg.SystemMax, QuotaRetry: 2 * time.Second, ReplayWindow: cfg.Window,
+		// Short delivery retries, so an ERP outage of seconds is ridden out
+		// in seconds; production keeps webhook.DefaultSchedule().
+		WebhookSchedule: []time.Duration{0, 250 * time.Millisecond, 500 * time.Millisecond, time.Second, time.Second, 2 * time.Second, 2 * time.Second, 3 * time.Second, 3 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := svc.Migrate(ctx); err != nil {
+		return nil, err
+	}
+	if cfg.SmallQuota > 0 {
+		if err := svc.SetTenantQuota(ctx, smallTenant, admission.TenantQuota{MaxPendingJobs: cfg.SmallQuota}); err != nil {
+			return nil, err
+		}
+	}
+	e, err := erp.New(pool, erp.Config{Schema: cfg.Schema})
+	if err != nil {
+		return nil, err
+	}
+	if err := e.Migrate(ctx); err != nil {
+		return nil, err
+	}
+	s := &stack{schema: cfg.Schema, pool: pool, auth: auth, svc: svc, erp: e}
+	s.provider = fakeprovider.New(fakeprovider.Config{Scale: cfg.Scale, RPM: cfg.ProviderRPM, TPM: 2_000_000})
+	s.provSrv = newServer(s.provider)
+	s.erpSrv = newServer(e)
+	s.api = newServer(svc.Handler())
+	closeAll := func() {
+		s.api.Close()
+		s.erpSrv.Close()
+		s.provSrv.Close()
+	}
+	for _, tenant := range []string{bigTenant, smallTenant} {
+		_, key, err := svc.Webhooks.RegisterEndpoint(ctx, pool, webhookParams(tenant, s.erpSrv.URL+"/webhooks/"+tenant))
+		if err == nil {
+			err = e.AddTenant(tenant, key)
+		}
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+	}
+	runner, err := svc.NewRunner(ctx, invoice.WorkerConfig{
+		ProviderURL: s.provSrv.URL + "/v1",
+		Pool:        "fake-provider",
+		// The limiter holds the workers to the provider's own limits; the
+		// provider's clock and buckets are not the limiter's, so a few 429s
+		// still come back, and cool the pool down for every worker.
+		Limits:          admission.Pool{RPM: cfg.ProviderRPM, TPM: 1_800_000, MaxInFlight: cfg.Workers},
+		Workers:         cfg.Workers,
+		AttemptTimeout:  2 * time.Second,
+		Retry:           jobs.BackoffPolicy{Base: 100 * time.Millisecond, Cap: time.Second},
+		WebhookTimeout:  time.Second,
+		BreakerCooldown: 500 * time.Millisecond,
+		PollInterval:    100 * time.Millisecond,
+		ShutdownGrace:   2 * time.Second,
+	})
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	s.runner = runner
+	s.stop = func() error {
+		var err error
+		if s.cancel != nil {
+			s.cancel()
+			err = <-s.done
+		}
+		closeAll()
+		return err
+	}
+	return s, nil
+}
+
+// run starts the worker: until then, accepted jobs wait.
+func (s *stack) run(ctx context.Context) {
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel, s.done = cancel, make(chan error, 1)
+	go func() { s.done <- s.runner.Run(runCtx) }()
+}
+
+// webhookParams registers the ERP's URL for tenant's completed extractions.
+func webhookParams(tenant, url string) webhook.EndpointParams {
+	return webhook.EndpointParams{Tenant: tenant, URL: url, EventTypes: []string{invoice.CompletedEvent}}
+}
+
+// newServer serves h on a loopback port (httptest's, which is what the demo
+// needs too: real HTTP over a real socket).
+func newServer(h http.Handler) *httptest.Server {
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ReadHeaderTimeout = 5 * time.Second
+	srv.Start()
+	return srv
+}

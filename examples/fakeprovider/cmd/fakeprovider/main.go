@@ -1,0 +1,41 @@
+// Command fakeprovider serves the fake OpenAI-compatible chat-completions
+// endpoint of package fakeprovider until interrupted.
+//
+//	go run ./examples/fakeprovider/cmd/fakeprovider -addr 127.0.0.1:8090 -scale 100 -rpm 600
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/llmq/llmq/examples/fakeprovider"
+	"github.com/llmq/llmq/examples/internal/serve"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8090", "listen address")
+	mean := flag.Duration("mean-latency", 15*time.Second, "mean answer time before scaling")
+	scale := flag.Float64("scale", 100, "divide the mean latency by this")
+	rpm := flag.Int("rpm", 600, "requests per minute enforced")
+	tpm := flag.Int("tpm", 1_000_000, "tokens per minute enforced")
+	timeouts := flag.Float64("timeout-rate", 0, "probability of a call that hangs")
+	malformed := flag.Float64("malformed-rate", 0, "probability of malformed JSON")
+	wrong := flag.Float64("wrong-rate", 0, "probability of a plausible but wrong extraction")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	fmt.Println("fakeprovider listening on", *addr)
+	err := serve.HTTP(ctx, *addr, fakeprovider.New(fakeprovider.Config{
+		MeanLatency: *mean, Scale: *scale, RPM: *rpm, TPM: *tpm,
+		TimeoutRate: *timeouts, MalformedRate: *malformed, WrongRate: *wrong,
+	}), 5*time.Second)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fakeprovider:", err)
+		os.Exit(1)
+	}
+}

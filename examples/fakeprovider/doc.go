@@ -1,0 +1,29 @@
+// Package fakeprovider is an OpenAI-compatible chat-completions server that
+// stands in for a model provider in the invoice example's demo and tests.
+//
+// It serves POST /v1/chat/completions. The "model" is a line parser for the
+// example's invoice text layout (Supplier:, IBAN:, "- item | q x p = a",
+// Total:, ...): it answers with the extraction as JSON in the message content,
+// with an evidence quote per field and usage counted as a quarter of the
+// characters, as providers roughly do.
+//
+// What a real provider does to its clients, it does too, on demand:
+//
+//   - latency: exponential around Config.MeanLatency (15s, as the DESIGN's
+//     scenario) divided by Config.Scale, so demos and tests run fast;
+//   - RPM and TPM enforcement: 429 with Retry-After and OpenAI's
+//     x-ratelimit-remaining-/x-ratelimit-reset- headers (on every answer),
+//     and a 429 storm on demand (Storm);
+//   - faults, by rate (seeded, for the demo) or by a marker in the document
+//     text (deterministic, for tests): a call that hangs until the client
+//     gives up ("[[fake:timeout-once]]"), malformed JSON ("[[fake:malformed]]",
+//     or "-once"), an IBAN that is not in the document
+//     ("[[fake:wrong-iban]]") and totals that do not add up
+//     ("[[fake:bad-total]]"). A "-once" fault hits the first call for a
+//     document only, so a retry succeeds.
+//
+// A document that says "ignore previous rules" makes the fake model obey it, as
+// a gullible model would: it adds a "send_to" field and swaps the IBAN for the
+// one the text asks for. The example's validation must catch that; model
+// output is data.
+package fakeprovider

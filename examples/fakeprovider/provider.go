@@ -1,0 +1,411 @@
+package fakeprovider
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Config configures a Server. The zero value is a provider with a 15s mean
+// latency, 600 RPM, 1M TPM and no random faults.
+type Config struct {
+	// MeanLatency is the provider's mean answer time before scaling.
+	// Default 15s.
+	MeanLatency time.Duration
+	// Scale divides MeanLatency (100 turns 15s into 150ms). Default 1.
+	Scale float64
+	// RPM and TPM are the enforced limits. Defaults 600 and 1,000,000.
+	RPM int
+	TPM int
+	// TimeoutRate, MalformedRate and WrongRate are the probabilities of a
+	// hung call, a malformed answer and a plausible but wrong extraction.
+	TimeoutRate, MalformedRate, WrongRate float64
+	// Seed seeds the random faults and latencies. Default 1.
+	Seed uint64
+}
+
+// Stats counts what the server did.
+type Stats struct {
+	Calls       int64 `json:"calls"`
+	Answered    int64 `json:"answered"`
+	RateLimited int64 `json:"rate_limited"`
+	Timeouts    int64 `json:"timeouts"`
+	Malformed   int64 `json:"malformed"`
+	Wrong       int64 `json:"wrong"`
+	BadRequests int64 `json:"bad_requests"`
+}
+
+// Server is the fake provider; it is an http.Handler.
+type Server struct {
+	cfg      Config
+	mux      *http.ServeMux
+	requests *rate.Limiter
+	tokens   *rate.Limiter
+
+	mu         sync.Mutex
+	stormUntil time.Time
+	rnd        *rand.Rand
+	calls      map[[32]byte]int // calls per document, for the "-once" faults
+
+	calls64, answered, limited, timeouts, malformed, wrong, bad atomic.Int64
+}
+
+// New returns a server for cfg.
+func New(cfg Config) *Server {
+	if cfg.MeanLatency <= 0 {
+		cfg.MeanLatency = 15 * time.Second
+	}
+	if cfg.Scale <= 0 {
+		cfg.Scale = 1
+	}
+	if cfg.RPM <= 0 {
+		cfg.RPM = 600
+	}
+	if cfg.TPM <= 0 {
+		cfg.TPM = 1_000_000
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = 1
+	}
+	s := &Server{
+		cfg:      cfg,
+		mux:      http.NewServeMux(),
+		requests: rate.NewLimiter(rate.Limit(float64(cfg.RPM)/60), max(1, cfg.RPM/60)),
+		tokens:   rate.NewLimiter(rate.Limit(float64(cfg.TPM)/60), max(1, cfg.TPM/10)),
+		rnd:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), //nolint:gosec // a fake's faults, not secrets
+		calls:    map[[32]byte]int{},
+	}
+	s.mux.HandleFunc("POST /v1/chat/completions", s.complete)
+	return s
+}
+
+// Storm makes the provider refuse every call for d with 429 and a
+// Retry-After of what is left of d, as a provider under load does.
+func (s *Server) Storm(d time.Duration) {
+	s.mu.Lock()
+	s.stormUntil = time.Now().Add(d)
+	s.mu.Unlock()
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Stats returns the counters so far.
+func (s *Server) Stats() Stats {
+	return Stats{
+		Calls: s.calls64.Load(), Answered: s.answered.Load(), RateLimited: s.limited.Load(),
+		Timeouts: s.timeouts.Load(), Malformed: s.malformed.Load(), Wrong: s.wrong.Load(), BadRequests: s.bad.Load(),
+	}
+}
+
+// ChatRequest is the part of an OpenAI chat-completions request the fake reads.
+type ChatRequest struct {
+	Model     string        `json:"model"`
+	Messages  []ChatMessage `json:"messages"`
+	MaxTokens int           `json:"max_tokens,omitempty"`
+}
+
+// ChatMessage is one message of a chat request or answer.
+type ChatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// ChatResponse is an OpenAI chat-completions answer.
+type ChatResponse struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []ChatChoice `json:"choices"`
+	Usage   Usage        `json:"usage"`
+}
+
+// ChatChoice is one answer choice.
+type ChatChoice struct {
+	Index        int         `json:"index"`
+	Message      ChatMessage `json:"message"`
+	FinishReason string      `json:"finish_reason"`
+}
+
+// Usage is the token usage a provider reports.
+type Usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+}
+
+type fault int
+
+const (
+	faultNone fault = iota
+	faultTimeout
+	faultMalformed
+	faultWrongIBAN
+	faultBadTotal
+)
+
+func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
+	s.calls64.Add(1)
+	var req ChatRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil || len(req.Messages) == 0 {
+		s.bad.Add(1)
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "messages: required")
+		return
+	}
+	var doc strings.Builder
+	promptChars := 0
+	for _, m := range req.Messages {
+		promptChars += len(m.Content)
+		if m.Role == "user" {
+			doc.WriteString(m.Content)
+		}
+	}
+	text := doc.String()
+	promptTokens := int64(promptChars/4 + 1)
+	maxOut := int64(cmpOr(req.MaxTokens, 800))
+
+	now := time.Now()
+	if wait, ok := s.admit(now, promptTokens+maxOut); !ok {
+		s.limited.Add(1)
+		s.rateHeaders(w, now)
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+		w.Header().Set("retry-after-ms", strconv.FormatInt(max(1, wait.Milliseconds()), 10))
+		writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", "Rate limit reached; retry later")
+		return
+	}
+
+	f, latency := s.decide(text)
+	if f == faultTimeout {
+		s.timeouts.Add(1)
+		<-r.Context().Done() // hang until the client gives up
+		return
+	}
+	t := time.NewTimer(latency)
+	select {
+	case <-t.C:
+	case <-r.Context().Done():
+		t.Stop()
+		return
+	}
+
+	var content string
+	switch f {
+	case faultMalformed:
+		s.malformed.Add(1)
+		content = `{"supplier_name": "` + firstLine(text) + `", "line_items": [` // cut off mid-object
+	default:
+		ex := Extract(text)
+		switch f {
+		case faultWrongIBAN:
+			s.wrong.Add(1)
+			ex.IBAN = "GB33BUKB20201555555555"
+			ex.Evidence["iban"] = "IBAN: GB33BUKB20201555555555"
+		case faultBadTotal:
+			s.wrong.Add(1)
+			ex.Total = addCents(ex.Total, 10000)
+			ex.Evidence["total"] = "Total: " + ex.Total
+		}
+		b, err := json.Marshal(ex)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, "server_error", err.Error())
+			return
+		}
+		content = string(b)
+	}
+	s.answered.Add(1)
+	out := int64(len(content)/4 + 1)
+	s.rateHeaders(w, time.Now())
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(ChatResponse{
+		ID: fmt.Sprintf("chatcmpl-%d", s.calls64.Load()), Object: "chat.completion", Created: now.Unix(), Model: req.Model,
+		Choices: []ChatChoice{{Message: ChatMessage{Role: "assistant", Content: content}, FinishReason: "stop"}},
+		Usage:   Usage{PromptTokens: promptTokens, CompletionTokens: out, TotalTokens: promptTokens + out},
+	})
+}
+
+// admit takes one request and tokens from the per-minute buckets, or says how
+// long until they would be there.
+func (s *Server) admit(now time.Time, tokens int64) (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now.Before(s.stormUntil) {
+		return s.stormUntil.Sub(now), false
+	}
+	rr := s.requests.ReserveN(now, 1)
+	tr := s.tokens.ReserveN(now, int(min(tokens, int64(s.tokens.Burst()))))
+	wait := max(rr.DelayFrom(now), tr.DelayFrom(now))
+	if wait > 0 {
+		rr.CancelAt(now)
+		tr.CancelAt(now)
+		return wait, false
+	}
+	return 0, true
+}
+
+func (s *Server) rateHeaders(w http.ResponseWriter, now time.Time) {
+	s.mu.Lock()
+	reqs, toks := s.requests.TokensAt(now), s.tokens.TokensAt(now)
+	s.mu.Unlock()
+	h := w.Header()
+	h.Set("x-ratelimit-limit-requests", strconv.Itoa(s.cfg.RPM))
+	h.Set("x-ratelimit-limit-tokens", strconv.Itoa(s.cfg.TPM))
+	h.Set("x-ratelimit-remaining-requests", strconv.Itoa(max(0, int(reqs))))
+	h.Set("x-ratelimit-remaining-tokens", strconv.Itoa(max(0, int(toks))))
+	h.Set("x-ratelimit-reset-requests", refill(1-reqs, float64(s.cfg.RPM)/60).String())
+	h.Set("x-ratelimit-reset-tokens", refill(1-toks, float64(s.cfg.TPM)/60).String())
+}
+
+// refill is how long a bucket takes to gain missing units at perSecond.
+func refill(missing, perSecond float64) time.Duration {
+	if missing <= 0 {
+		return 0
+	}
+	return time.Duration(missing / perSecond * float64(time.Second)).Round(time.Millisecond)
+}
+
+var markers = []struct {
+	text  string
+	fault fault
+	once  bool
+}{
+	{"[[fake:timeout-once]]", faultTimeout, true},
+	{"[[fake:malformed-once]]", faultMalformed, true},
+	{"[[fake:malformed]]", faultMalformed, false},
+	{"[[fake:wrong-iban]]", faultWrongIBAN, false},
+	{"[[fake:bad-total]]", faultBadTotal, false},
+}
+
+// decide picks the call's fault and latency: markers first, then the rates.
+func (s *Server) decide(text string) (fault, time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := sha256.Sum256([]byte(text))
+	s.calls[key]++
+	n := s.calls[key]
+	mean := float64(s.cfg.MeanLatency) / s.cfg.Scale
+	latency := time.Duration(mean * (0.5 + 0.5*s.rnd.ExpFloat64()))
+	for _, m := range markers {
+		if strings.Contains(text, m.text) && (!m.once || n == 1) {
+			return m.fault, latency
+		}
+	}
+	p := s.rnd.Float64()
+	switch {
+	case p < s.cfg.TimeoutRate:
+		return faultTimeout, latency
+	case p < s.cfg.TimeoutRate+s.cfg.MalformedRate:
+		return faultMalformed, latency
+	case p < s.cfg.TimeoutRate+s.cfg.MalformedRate+s.cfg.WrongRate:
+		return faultWrongIBAN, latency
+	}
+	return faultNone, latency
+}
+
+func writeError(w http.ResponseWriter, status int, typ, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"type": typ, "message": msg}})
+}
+
+func cmpOr(a, b int) int {
+	if a > 0 {
+		return a
+	}
+	return b
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return strconv.Quote(line)[1 : len(strconv.Quote(line))-1]
+}
+
+// Extraction is what the fake model returns, in the invoice example's schema.
+// It is a copy of invoice.Extraction on purpose: the provider and the service
+// are separate systems that agree on JSON, and the service must not depend
+// on its test double.
+type Extraction struct {
+	SupplierName  string            `json:"supplier_name"`
+	InvoiceNumber string            `json:"invoice_number"`
+	InvoiceDate   string            `json:"invoice_date"`
+	Currency      string            `json:"currency"`
+	IBAN          string            `json:"iban"`
+	LineItems     []LineItem        `json:"line_items"`
+	Subtotal      string            `json:"subtotal"`
+	Tax           string            `json:"tax"`
+	Total         string            `json:"total"`
+	Evidence      map[string]string `json:"evidence"`
+	SendTo        string            `json:"send_to,omitempty"`
+}
+
+// LineItem is one invoice line; amounts are decimal strings.
+type LineItem struct {
+	Description string `json:"description"`
+	Quantity    string `json:"quantity"`
+	UnitPrice   string `json:"unit_price"`
+	Amount      string `json:"amount"`
+}
+
+// fieldNames maps the document's labels to the extraction's fields.
+var fieldNames = map[string]string{
+	"Supplier": "supplier_name", "Invoice number": "invoice_number", "Date": "invoice_date", "Currency": "currency",
+	"IBAN": "iban", "Subtotal": "subtotal", "Tax": "tax", "Total": "total",
+}
+
+var (
+	fieldRe     = regexp.MustCompile(`(?m)^(Supplier|Invoice number|Date|Currency|IBAN|Subtotal|Tax|Total):[ \t]*(.*?)[ \t]*$`)
+	itemRe      = regexp.MustCompile(`(?m)^- (.+?) \| ([0-9.]+) x ([0-9.]+) = ([0-9.]+)[ \t]*$`)
+	injectionRe = regexp.MustCompile(`(?i)ignore (all )?previous (rules|instructions)[^\n]*`)
+	urlRe       = regexp.MustCompile(`https?://[^\s,]+`)
+	injectIBAN  = regexp.MustCompile(`IBAN:? ([A-Z]{2}\d{2}[0-9A-Z]{10,30})`)
+)
+
+// Extract is the fake model: it reads the invoice text layout line by line.
+// A field missing from the text is missing from the answer.
+func Extract(text string) Extraction {
+	ex := Extraction{Evidence: map[string]string{}}
+	fields := map[string]*string{
+		"supplier_name": &ex.SupplierName, "invoice_number": &ex.InvoiceNumber, "invoice_date": &ex.InvoiceDate,
+		"currency": &ex.Currency, "iban": &ex.IBAN, "subtotal": &ex.Subtotal, "tax": &ex.Tax, "total": &ex.Total,
+	}
+	for _, m := range fieldRe.FindAllStringSubmatch(text, -1) {
+		name := fieldNames[m[1]]
+		if field := fields[name]; *field == "" {
+			*field = m[2]
+			ex.Evidence[name] = strings.TrimSpace(m[0])
+		}
+	}
+	for i, m := range itemRe.FindAllStringSubmatch(text, -1) {
+		ex.LineItems = append(ex.LineItems, LineItem{Description: m[1], Quantity: m[2], UnitPrice: m[3], Amount: m[4]})
+		ex.Evidence[fmt.Sprintf("line_items[%d]", i)] = strings.TrimSpace(m[0])
+	}
+	// The gullible part: text that gives orders is obeyed.
+	if order := injectionRe.FindString(text); order != "" {
+		ex.SendTo = urlRe.FindString(order)
+		if m := injectIBAN.FindStringSubmatch(order); m != nil {
+			ex.IBAN = m[1]
+			ex.Evidence["iban"] = m[0]
+		}
+	}
+	return ex
+}
+
+// addCents adds cents to a decimal amount string (best effort, for faults).
+func addCents(amount string, cents int64) string {
+	f, err := strconv.ParseFloat(amount, 64)
+	if err != nil {
+		return amount
+	}
+	return strconv.FormatFloat(f+float64(cents)/100, 'f', 2, 64)
+}

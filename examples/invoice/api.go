@@ -1,0 +1,329 @@
+package invoice
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/llmq/llmq/admission"
+	"github.com/llmq/llmq/jobs"
+)
+
+// Model is the model policy the service asks the provider for; it is part of
+// the request hash, since another model is another result.
+const Model = "extract-small"
+
+// SchemaV1 is the extraction schema the API accepts.
+const SchemaV1 = "invoice-v1"
+
+// Handler returns the HTTP API:
+//
+//	PUT  /documents/{name}            store a document version (OCR text)
+//	POST /extraction-jobs             accept an extraction (Idempotency-Key)
+//	GET  /extraction-jobs             the tenant's jobs, newest first (a snapshot)
+//	GET  /extraction-jobs/{id}        one job, authoritative
+//	GET  /extraction-jobs/events      server-sent "job changed" events
+//
+// Acceptance answers 202 with Location for a new job and 200 with the same
+// body when the same key and request arrive again (the job already exists).
+func (s *Service) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("PUT /documents/{name}", s.authed(s.putDocument))
+	mux.HandleFunc("POST /extraction-jobs", s.authed(s.createJob))
+	mux.HandleFunc("GET /extraction-jobs", s.authed(s.listJobs))
+	mux.HandleFunc("GET /extraction-jobs/events", s.authed(s.events))
+	mux.HandleFunc("GET /extraction-jobs/{id}", s.authed(s.getJob))
+	return mux
+}
+
+type authedFunc func(w http.ResponseWriter, r *http.Request, token string, c Credential)
+
+func (s *Service) authed(h authedFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		c, known := s.cfg.Auth.Lookup(token)
+		if !ok || !known {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="invoice"`)
+			writeError(w, http.StatusUnauthorized, "unauthorized", "Authorization", "a valid bearer token is required")
+			return
+		}
+		h(w, r, token, c)
+	}
+}
+
+// apiError is the JSON error body: a code, the field at fault (when one is)
+// and a message.
+type apiError struct {
+	Code    string `json:"code"`
+	Field   string `json:"field,omitempty"`
+	Message string `json:"message"`
+}
+
+func writeError(w http.ResponseWriter, status int, code, field, msg string) {
+	writeJSON(w, status, map[string]apiError{"error": {Code: code, Field: field, Message: msg}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+var nameRe = regexp.MustCompile(`^[A-Za-z0-9._-]{1,200}$`)
+
+func (s *Service) putDocument(w http.ResponseWriter, r *http.Request, _ string, c Credential) {
+	name := r.PathValue("name")
+	if !nameRe.MatchString(name) {
+		writeError(w, http.StatusUnprocessableEntity, "invalid", "name", "1 to 200 letters, digits, '.', '_' or '-'")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxDocumentText))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, "too_large", "body", fmt.Sprintf("at most %d bytes", maxDocumentText))
+		return
+	}
+	doc, err := s.PutDocument(r.Context(), c.Tenant, name, string(body))
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "", "try again")
+		return
+	}
+	writeJSON(w, http.StatusCreated, doc)
+}
+
+// CreateRequest is the body of POST /extraction-jobs. The document is named
+// by its immutable version and content digest; a signed URL is not an
+// identity.
+type CreateRequest struct {
+	Document Document `json:"document"`
+	Schema   string   `json:"schema"`
+}
+
+// Payload is what a job carries: ids and options, never the document.
+type Payload struct {
+	Document Document `json:"document"`
+	Schema   string   `json:"schema"`
+	Policy   string   `json:"policy"`
+	Model    string   `json:"model"`
+}
+
+// JobView is a job as the API shows it.
+type JobView struct {
+	JobID        uuid.UUID       `json:"job_id"`
+	State        jobs.State      `json:"state"`
+	StateVersion int64           `json:"state_version"`
+	StatusURL    string          `json:"status_url"`
+	Document     *Document       `json:"document,omitempty"`
+	Attempt      int             `json:"attempt"`
+	Result       json.RawMessage `json:"result,omitempty"`
+	ReviewReason string          `json:"review_reason,omitempty"`
+	ErrorClass   string          `json:"error_class,omitempty"`
+	CreatedAt    time.Time       `json:"created_at"`
+	FinishedAt   time.Time       `json:"finished_at,omitzero"`
+	// Attempts and LastError are operational details, for operators only.
+	Attempts  []jobs.Attempt `json:"attempts,omitempty"`
+	LastError string         `json:"last_error,omitempty"`
+}
+
+func view(j *jobs.Job) JobView {
+	v := JobView{
+		JobID: j.ID, State: j.State, StateVersion: j.StateVersion, StatusURL: "/extraction-jobs/" + j.ID.String(),
+		Attempt: j.Attempt, CreatedAt: j.CreatedAt, FinishedAt: j.FinishedAt,
+	}
+	var p Payload
+	if json.Unmarshal(j.Payload, &p) == nil {
+		v.Document = &p.Document
+	}
+	switch j.State {
+	case jobs.StateSucceeded:
+		v.Result = j.Result
+	case jobs.StateReviewRequired:
+		v.Result, v.ReviewReason = j.Result, j.LastError
+	case jobs.StateFailedTerminal:
+		v.ErrorClass = j.ErrorClass
+	}
+	return v
+}
+
+var hexRe = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+func (s *Service) createJob(w http.ResponseWriter, r *http.Request, _ string, c Credential) {
+	key := r.Header.Get("Idempotency-Key")
+	if key == "" || len(key) > jobs.MaxIdempotencyKeyLen {
+		writeError(w, http.StatusBadRequest, "invalid", "Idempotency-Key", fmt.Sprintf("required, at most %d bytes", jobs.MaxIdempotencyKeyLen))
+		return
+	}
+	var req CreateRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_json", jsonField(err), err.Error())
+		return
+	}
+	switch {
+	case req.Document.Name == "":
+		writeError(w, http.StatusUnprocessableEntity, "invalid", "document.name", "required")
+		return
+	case req.Document.Version < 1:
+		writeError(w, http.StatusUnprocessableEntity, "invalid", "document.version", "an object version, 1 or more")
+		return
+	case !hexRe.MatchString(req.Document.SHA256):
+		writeError(w, http.StatusUnprocessableEntity, "invalid", "document.sha256", "the hex SHA-256 of the document's content")
+		return
+	case req.Schema != SchemaV1:
+		writeError(w, http.StatusUnprocessableEntity, "invalid", "schema", "must be "+strconv.Quote(SchemaV1))
+		return
+	}
+	text, err := s.document(r.Context(), c.Tenant, req.Document)
+	switch {
+	case errors.Is(err, errNoDocument):
+		writeError(w, http.StatusUnprocessableEntity, "invalid", "document.version", "no such document version")
+		return
+	case errors.Is(err, errDigestMismatch):
+		writeError(w, http.StatusUnprocessableEntity, "invalid", "document.sha256", "does not match the document version's content")
+		return
+	case err != nil:
+		unavailable(w)
+		return
+	}
+	p := Payload{Document: req.Document, Schema: req.Schema, Policy: PolicyVersion, Model: Model}
+	payload, err := json.Marshal(p)
+	if err != nil {
+		unavailable(w)
+		return
+	}
+	// What changes the result: content, version, schema, policy, model;
+	// not the document's name.
+	hash, err := jobs.RequestHash(map[string]any{
+		"sha256": p.Document.SHA256, "version": p.Document.Version, "schema": p.Schema, "policy": p.Policy, "model": p.Model,
+	})
+	if err != nil {
+		unavailable(w)
+		return
+	}
+	// A host would add its own writes (an upload record, an audit row) to
+	// this transaction.
+	res, err := s.enqueue(r.Context(), jobs.EnqueueParams{
+		Tenant: c.Tenant, Kind: Kind, Queue: Queue, Payload: payload,
+		IdempotencyKey: key, RequestHash: hash,
+		EstimatedTokens: estimateTokens(text, s.cfg.MaxTokens),
+	})
+	var quota *admission.QuotaError
+	var conflict *jobs.ConflictError
+	switch {
+	case errors.As(err, &conflict):
+		writeError(w, http.StatusConflict, "idempotency_conflict", "Idempotency-Key", "the key was used for a different request")
+		return
+	case errors.As(err, &quota):
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(quota.RetryAfter.Seconds()))))
+		code := "tenant_quota"
+		if quota.Status == http.StatusServiceUnavailable {
+			code = "capacity"
+		}
+		writeError(w, quota.Status, code, "", quota.Error())
+		return
+	case errors.Is(err, jobs.ErrInvalidParams):
+		writeError(w, http.StatusUnprocessableEntity, "invalid", "", err.Error())
+		return
+	case err != nil:
+		unavailable(w)
+		return
+	}
+	v := view(res.Job)
+	if res.Existing {
+		writeJSON(w, http.StatusOK, v)
+		return
+	}
+	w.Header().Set("Location", v.StatusURL)
+	writeJSON(w, http.StatusAccepted, v)
+}
+
+func (s *Service) enqueue(ctx context.Context, p jobs.EnqueueParams) (jobs.EnqueueResult, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return jobs.EnqueueResult{}, err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	res, err := s.accept.Enqueue(ctx, tx, p)
+	if err != nil {
+		return res, err
+	}
+	return res, tx.Commit(ctx)
+}
+
+// estimateTokens is the reservation of one call: the document at about four
+// characters a token, the instructions, and the output budget.
+func estimateTokens(text string, maxOut int) int64 {
+	return int64(len(text)/4+len(systemPrompt)/4+16) + int64(maxOut)
+}
+
+func unavailable(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusServiceUnavailable, "unavailable", "", "try again")
+}
+
+func jsonField(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return te.Field
+	}
+	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return strings.Trim(f, `"`)
+	}
+	return "body"
+}
+
+func (s *Service) getJob(w http.ResponseWriter, r *http.Request, _ string, c Credential) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		writeError(w, http.StatusNotFound, "not_found", "", "no such job")
+		return
+	}
+	j, err := s.Jobs.Get(r.Context(), s.pool, c.Tenant, id)
+	if errors.Is(err, jobs.ErrNotFound) || err == nil && j.Kind != Kind {
+		writeError(w, http.StatusNotFound, "not_found", "", "no such job")
+		return
+	}
+	if err != nil {
+		unavailable(w)
+		return
+	}
+	v := view(j)
+	if c.Operator {
+		if v.Attempts, err = s.Jobs.Attempts(r.Context(), s.pool, c.Tenant, id); err != nil {
+			unavailable(w)
+			return
+		}
+		v.LastError, v.ErrorClass = j.LastError, j.ErrorClass
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Service) listJobs(w http.ResponseWriter, r *http.Request, _ string, c Credential) {
+	res, err := s.Jobs.List(r.Context(), s.pool, jobs.ListParams{Tenant: c.Tenant, Kind: Kind, Cursor: r.URL.Query().Get("cursor")})
+	if errors.Is(err, jobs.ErrInvalidParams) {
+		writeError(w, http.StatusUnprocessableEntity, "invalid", "cursor", err.Error())
+		return
+	}
+	if err != nil {
+		unavailable(w)
+		return
+	}
+	out := struct {
+		Jobs       []JobView `json:"jobs"`
+		NextCursor string    `json:"next_cursor,omitempty"`
+	}{Jobs: []JobView{}, NextCursor: res.NextCursor}
+	for _, j := range res.Jobs {
+		out.Jobs = append(out.Jobs, view(j))
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -1,0 +1,150 @@
+// Command invoice runs the invoice-extraction service of package invoice:
+//
+//	invoice -mode api    -addr :8080 -tokens tok-acme=acme,tok-ops=acme:operator
+//	invoice -mode worker -provider-url http://127.0.0.1:8090/v1 -rpm 600 -tpm 1000000
+//	invoice -mode register-endpoint -tenant acme -url https://erp.example.com/webhooks/acme
+//	invoice -mode put-supplier -tenant acme -name "Nordwind Papier GmbH" -iban DE89370400440532013000
+//
+// Every mode migrates the schema first (safe from every replica). The API and
+// the worker are separate processes sharing the database; run as many of
+// each as needed. register-endpoint prints the signing secret once.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/admission"
+	"github.com/llmq/llmq/examples/internal/serve"
+	"github.com/llmq/llmq/examples/invoice"
+	"github.com/llmq/llmq/webhook"
+)
+
+type options struct {
+	mode, addr, databaseURL, schema, tokens string
+	providerURL, apiKey, pool               string
+	rpm, workers, maxInFlight               int
+	tpm                                     int64
+	tenant, url, name, iban                 string
+	allowLoopback                           bool
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.mode, "mode", "api", "api, worker, register-endpoint or put-supplier")
+	flag.StringVar(&o.addr, "addr", "127.0.0.1:8080", "API listen address")
+	flag.StringVar(&o.databaseURL, "database-url", envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL URL")
+	flag.StringVar(&o.schema, "schema", invoice.DefaultSchema, "Postgres schema")
+	flag.StringVar(&o.tokens, "tokens", envOr("INVOICE_TOKENS", ""), "bearer tokens: token=tenant[:operator],...")
+	flag.StringVar(&o.providerURL, "provider-url", "", "OpenAI-compatible base URL, e.g. http://127.0.0.1:8090/v1 (worker)")
+	flag.StringVar(&o.apiKey, "api-key", os.Getenv("PROVIDER_API_KEY"), "provider API key (worker)")
+	flag.StringVar(&o.pool, "pool", "provider", "admission pool: the quota all workers share (worker)")
+	flag.IntVar(&o.rpm, "rpm", 0, "the pool's requests per minute; 0 keeps the stored limits (worker)")
+	flag.Int64Var(&o.tpm, "tpm", 0, "the pool's tokens per minute (worker)")
+	flag.IntVar(&o.maxInFlight, "max-in-flight", 0, "the pool's concurrent calls; default -workers (worker)")
+	flag.IntVar(&o.workers, "workers", 10, "extractions in flight in this process (worker)")
+	flag.StringVar(&o.tenant, "tenant", "", "tenant (register-endpoint, put-supplier)")
+	flag.StringVar(&o.name, "name", "", "supplier name (put-supplier)")
+	flag.StringVar(&o.iban, "iban", "", "supplier IBAN (put-supplier)")
+	flag.StringVar(&o.url, "url", "", "endpoint URL (register-endpoint)")
+	flag.BoolVar(&o.allowLoopback, "allow-loopback", false, "allow plain-http loopback webhook endpoints (local runs only)")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err := run(ctx, o)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "invoice:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	auth, err := parseTokens(o.tokens)
+	if err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, o.databaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := llmq.Migrate(ctx, pool, llmq.MigrateOptions{Schema: o.schema}); err != nil {
+		return err
+	}
+	svc, err := invoice.New(pool, invoice.Config{Schema: o.schema, Auth: auth, AllowLoopback: o.allowLoopback})
+	if err != nil {
+		return err
+	}
+	if err := svc.Migrate(ctx); err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	switch o.mode {
+	case "api":
+		logger.Info("API listening", "addr", o.addr)
+		// The grace is for acceptances in flight; event streams never
+		// finish, so they are cut when it runs out and the process exits
+		// (clients reconnect with Last-Event-ID).
+		return serve.HTTP(ctx, o.addr, svc.Handler(), 10*time.Second)
+	case "worker":
+		runner, err := svc.NewRunner(ctx, invoice.WorkerConfig{
+			ProviderURL: o.providerURL, APIKey: o.apiKey, Pool: o.pool, Workers: o.workers, Logger: logger,
+			Limits: admission.Pool{RPM: o.rpm, TPM: o.tpm, MaxInFlight: max(o.maxInFlight, o.workers)},
+		})
+		if err != nil {
+			return err
+		}
+		logger.Info("worker running", "id", runner.WorkerID(), "provider", o.providerURL)
+		return runner.Run(ctx)
+	case "register-endpoint":
+		ep, key, err := svc.Webhooks.RegisterEndpoint(ctx, pool, webhook.EndpointParams{
+			Tenant: o.tenant, URL: o.url, EventTypes: []string{invoice.CompletedEvent},
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Printf("endpoint %s for %s: key id %s, secret %s (shown once)\n", ep.ID, o.tenant, key.ID, webhook.FormatSecret(key.Secret))
+		return nil
+	case "put-supplier":
+		if o.tenant == "" || o.name == "" || o.iban == "" {
+			return errors.New("put-supplier needs -tenant, -name and -iban")
+		}
+		return svc.PutSupplier(ctx, o.tenant, invoice.Supplier{Name: o.name, IBAN: o.iban})
+	}
+	return fmt.Errorf("unknown -mode %q: api, worker, register-endpoint or put-supplier", o.mode)
+}
+
+// parseTokens reads "token=tenant[:operator],...".
+func parseTokens(s string) (*invoice.Auth, error) {
+	tokens := map[string]invoice.Credential{}
+	for entry := range strings.SplitSeq(s, ",") {
+		if entry == "" {
+			continue
+		}
+		token, rest, ok := strings.Cut(entry, "=")
+		tenant, role, _ := strings.Cut(rest, ":")
+		if !ok || token == "" || tenant == "" || (role != "" && role != "operator") {
+			return nil, fmt.Errorf("-tokens: %q is not token=tenant or token=tenant:operator", entry)
+		}
+		tokens[token] = invoice.Credential{Tenant: tenant, Operator: role == "operator"}
+	}
+	return invoice.NewAuth(tokens), nil
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,63 @@
+// Package invoice is the invoice-extraction service of llmq's motivating
+// scenario, wired from llmq's packages the way a host service would: an HTTP
+// API that accepts extractions durably, a worker that runs them against an
+// OpenAI-compatible provider within the provider's quota, a versioned
+// validation policy, signed webhooks to the tenant's ERP, and a stream of
+// "job changed" events. Command ./cmd/invoice runs it; ../demo runs the whole
+// pipeline in one process.
+//
+// # API
+//
+//   - Tenants authenticate with bearer tokens (Auth); the tenant comes from
+//     the credential, never from a body. Every read is tenant-scoped: another
+//     tenant's job is 404, like a job that does not exist.
+//   - PUT /documents/{name} stores OCR text as an immutable object version
+//     and returns {name, version, sha256}. POST /extraction-jobs names a
+//     document by version and digest (a signed URL is not an identity); the
+//     digest must match the stored version (422 otherwise).
+//   - POST /extraction-jobs requires an Idempotency-Key. A new job is 202 with
+//     Location and {job_id, state, status_url}; the same key with the same
+//     request is 200 with the same job; the same key with another request is
+//     409. The request hash covers the document digest and version, the
+//     schema, the validation policy and the model: what changes the result,
+//     not the document's name.
+//   - Tenant quotas (admission.Quotas, in the enqueue transaction) answer 429
+//     with Retry-After, system capacity 503 with Retry-After. Bad input is 400
+//     (not JSON, unknown field, missing key) or 422 (a value), with a JSON
+//     error naming the field.
+//   - GET /extraction-jobs/{id} is authoritative. Attempts and errors are
+//     shown to operator credentials only.
+//   - GET /extraction-jobs/events streams {event_id, type, job_id, state,
+//     state_version}; see the events handler for the replay window.
+//
+// # Worker
+//
+// The runner (lease) claims extraction jobs only while the provider pool's
+// shared admission limiter can grant, holds a permit per call, and hears
+// every answer through lease.Responded, so Retry-After and x-ratelimit-*
+// headers cool the pool down for every worker. The client is plain net/http:
+// one call per attempt, llmq owns retries. Usage is recorded per attempt;
+// a call without an answer is marked uncertain.
+//
+// # Validation policy
+//
+// PolicyVersion ("invoice-policy/v1") checks the schema, line-item
+// arithmetic, allowed currencies, the supplier against master data (name and
+// IBAN), and that every field's evidence quote is in the OCR text and holds
+// the value. Output that is not JSON is invalid output (retried within the
+// runner's budget, then REVIEW_REQUIRED). Output that is inspectable but
+// breaks a rule is REVIEW_REQUIRED with its findings: never delivered to the
+// ERP, and no field is dropped or nulled to make it pass. Fields outside the
+// schema (a "send_to" a document talked the model into) are findings, never
+// acted on: model output is data.
+//
+// # Decisions
+//
+//   - The API enqueues through a job store with the quota hook; the runner
+//     and the webhook store use one without it, so a webhook delivery created
+//     when an extraction succeeds is never refused by the tenant's quota.
+//   - Successful extractions enqueue their webhook deliveries in
+//     lease.Config.OnSucceeded, in the transaction that records the success.
+//   - The event stream reads the job store's lifecycle events from the
+//     outbox by sequence number; llmq has no change-feed API (see README).
+package invoice

@@ -1,0 +1,68 @@
+-- The invoice service's own tables, next to llmq's in the same schema: the
+-- documents (OCR text per immutable object version) and the suppliers'
+-- master data the validation policy checks against. A host service would
+-- keep these in its own schema and object store; the example keeps them
+-- small and in Postgres.
+
+-- name: CreateTables
+CREATE TABLE IF NOT EXISTS /*schema*/invoice_documents (
+    tenant     text        NOT NULL,
+    name       text        NOT NULL,
+    version    integer     NOT NULL,
+    sha256     text        NOT NULL,
+    ocr_text   text        NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant, name, version)
+);
+CREATE TABLE IF NOT EXISTS /*schema*/invoice_suppliers (
+    tenant   text NOT NULL,
+    name     text NOT NULL,
+    iban     text NOT NULL,
+    PRIMARY KEY (tenant, name)
+);
+
+-- name: PutDocument
+-- A new immutable version of the named document; the same content as the
+-- latest version returns that version instead of making another.
+WITH latest AS (
+    SELECT version, sha256 FROM /*schema*/invoice_documents
+    WHERE tenant = $1 AND name = $2
+    ORDER BY version DESC LIMIT 1
+), ins AS (
+    INSERT INTO /*schema*/invoice_documents (tenant, name, version, sha256, ocr_text)
+    SELECT $1, $2, coalesce((SELECT version FROM latest), 0) + 1, $3, $4
+    WHERE NOT EXISTS (SELECT 1 FROM latest WHERE sha256 = $3)
+    ON CONFLICT (tenant, name, version) DO NOTHING
+    RETURNING version
+)
+SELECT version FROM ins
+UNION ALL
+SELECT version FROM latest WHERE sha256 = $3;
+
+-- name: GetDocument
+SELECT sha256, ocr_text FROM /*schema*/invoice_documents
+WHERE tenant = $1 AND name = $2 AND version = $3;
+
+-- name: PutSupplier
+INSERT INTO /*schema*/invoice_suppliers (tenant, name, iban) VALUES ($1, $2, $3)
+ON CONFLICT (tenant, name) DO UPDATE SET iban = excluded.iban;
+
+-- name: GetSupplier
+SELECT iban FROM /*schema*/invoice_suppliers WHERE tenant = $1 AND name = $2;
+
+-- name: MaxEventSeq
+SELECT coalesce(max(seq), 0), coalesce(min(seq), 0) FROM /*schema*/outbox;
+
+-- name: EventsAfter
+-- The job lifecycle events after a cursor, every tenant's, in write order:
+-- the stream needs to see every sequence number to notice one whose
+-- transaction has not committed yet (a gap), so the tenant filter is applied
+-- by the reader, like the topic's. llmq's outbox has no change-feed read of its own (see the
+-- README).
+SELECT seq, event_id::text, topic, event_type, coalesce(aggregate_id::text, ''),
+    coalesce(payload->>'tenant', ''), coalesce(payload->>'kind', ''),
+    coalesce((payload->>'state_version')::bigint, 0), coalesce(payload->>'state', '')
+FROM /*schema*/outbox
+WHERE seq > $1
+ORDER BY seq
+LIMIT $2;

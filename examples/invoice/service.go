@@ -1,0 +1,227 @@
+package invoice
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/llmq/llmq/admission"
+	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/outbox"
+	"github.com/llmq/llmq/webhook"
+)
+
+//go:embed queries.sql
+var queriesSQL string
+
+// The job kind, queues and event type of the service.
+const (
+	Kind            = "invoice.extract"
+	Queue           = "extraction"
+	CompletedEvent  = Kind + ".completed"
+	DefaultSchema   = "invoice"
+	maxDocumentText = 256 << 10
+)
+
+// Credential is what a bearer token stands for: a tenant, and whether its
+// holder is an operator (who may read retry details).
+type Credential struct {
+	Tenant   string
+	Operator bool
+}
+
+// Auth is the bearer-token table. Tokens can be revoked while the service
+// runs; a revoked token's event stream ends.
+type Auth struct {
+	mu     sync.RWMutex
+	tokens map[string]Credential
+}
+
+// NewAuth returns a table holding tokens.
+func NewAuth(tokens map[string]Credential) *Auth {
+	a := &Auth{tokens: map[string]Credential{}}
+	for k, v := range tokens {
+		a.tokens[k] = v
+	}
+	return a
+}
+
+// Lookup returns token's credential.
+func (a *Auth) Lookup(token string) (Credential, bool) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	c, ok := a.tokens[token]
+	return c, ok
+}
+
+// Revoke removes token.
+func (a *Auth) Revoke(token string) {
+	a.mu.Lock()
+	delete(a.tokens, token)
+	a.mu.Unlock()
+}
+
+// Config configures a Service.
+type Config struct {
+	// Schema holds llmq's tables and the service's own. Default "invoice".
+	Schema string
+	// Auth is the token table. Required.
+	Auth *Auth
+	// Quota is the default tenant quota; SetTenantQuota sets others.
+	Quota admission.TenantQuota
+	// SystemMaxPendingJobs bounds all tenants' pending jobs (503 beyond).
+	SystemMaxPendingJobs int64
+	// QuotaRetry is the Retry-After of a quota refusal. Default 30s.
+	QuotaRetry time.Duration
+	// WebhookSchedule is the delay before each delivery attempt. Default
+	// webhook.DefaultSchedule().
+	WebhookSchedule []time.Duration
+	// AllowLoopback lets tenants register plain-http loopback endpoints
+	// (tests and the demo); off in production.
+	AllowLoopback bool
+	// MaxTokens is the model's output budget per call. Default 800.
+	MaxTokens int
+	// ReplayWindow is the most events a reconnecting stream replays.
+	// Default DefaultReplayWindow.
+	ReplayWindow int
+}
+
+// Service holds the stores the API and the worker share.
+type Service struct {
+	cfg    Config
+	pool   *pgxpool.Pool
+	schema dbsql.Schema
+	q      dbsql.Queries
+
+	// accept is the job store the API enqueues through: its OnAccept hook
+	// enforces tenant quotas. Work is the store everything else uses
+	// (the runner, webhook deliveries), without the hook: a delivery of a
+	// finished extraction must never be refused by a quota, or the
+	// extraction's success could not be recorded.
+	accept   *jobs.PostgresStore
+	Jobs     *jobs.PostgresStore
+	Outbox   *outbox.Store
+	Webhooks *webhook.Store
+	Quotas   *admission.Quotas
+}
+
+// New validates cfg and builds the service's stores on pool. Call Migrate
+// before serving.
+func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
+	if cfg.Auth == nil {
+		return nil, errors.New("invoice: Config.Auth is required")
+	}
+	cfg.Schema = cmp.Or(cfg.Schema, DefaultSchema)
+	cfg.MaxTokens = cmp.Or(cfg.MaxTokens, 800)
+	cfg.ReplayWindow = cmp.Or(cfg.ReplayWindow, DefaultReplayWindow)
+	schema, q, err := dbsql.Prepare(cfg.Schema, queriesSQL)
+	if err != nil {
+		return nil, err
+	}
+	quotas, err := admission.NewQuotas(admission.QuotaConfig{
+		Schema: cfg.Schema, Default: cfg.Quota, SystemMaxPendingJobs: cfg.SystemMaxPendingJobs, RetryHint: cfg.QuotaRetry,
+	})
+	if err != nil {
+		return nil, err
+	}
+	queues := []string{Queue, webhook.DefaultQueue}
+	accept, err := jobs.NewStore(jobs.Config{Schema: cfg.Schema, Queues: queues, OnAccept: quotas.Hook()})
+	if err != nil {
+		return nil, err
+	}
+	work, err := jobs.NewStore(jobs.Config{Schema: cfg.Schema, Queues: queues})
+	if err != nil {
+		return nil, err
+	}
+	ob, err := outbox.NewStore(outbox.Config{Schema: cfg.Schema})
+	if err != nil {
+		return nil, err
+	}
+	wcfg := webhook.Config{Schema: cfg.Schema, Jobs: work, Outbox: ob, Schedule: cfg.WebhookSchedule}
+	if cfg.AllowLoopback {
+		wcfg.AllowHTTP, wcfg.Allow = true, loopback()
+	}
+	wh, err := webhook.NewStore(wcfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{cfg: cfg, pool: pool, schema: schema, q: q, accept: accept, Jobs: work, Outbox: ob, Webhooks: wh, Quotas: quotas}, nil
+}
+
+// Migrate creates the service's own tables (llmq's come from llmq.Migrate).
+func (s *Service) Migrate(ctx context.Context) error {
+	_, err := s.pool.Exec(ctx, s.q["CreateTables"])
+	return err
+}
+
+// Document is an immutable version of a stored document.
+type Document struct {
+	Name    string `json:"name"`
+	Version int    `json:"version"`
+	SHA256  string `json:"sha256"`
+}
+
+// PutDocument stores text as the next version of the tenant's named document
+// (or returns the latest version if it holds the same text).
+func (s *Service) PutDocument(ctx context.Context, tenant, name, text string) (Document, error) {
+	sum := sha256.Sum256([]byte(text))
+	digest := hex.EncodeToString(sum[:])
+	var v int
+	if err := s.pool.QueryRow(ctx, s.q["PutDocument"], tenant, name, digest, text).Scan(&v); err != nil {
+		return Document{}, fmt.Errorf("invoice: store document: %w", err)
+	}
+	return Document{Name: name, Version: v, SHA256: digest}, nil
+}
+
+// errNoDocument is a document version the tenant does not have.
+var errNoDocument = errors.New("invoice: no such document version")
+
+func (s *Service) document(ctx context.Context, tenant string, d Document) (string, error) {
+	var digest, text string
+	err := s.pool.QueryRow(ctx, s.q["GetDocument"], tenant, d.Name, d.Version).Scan(&digest, &text)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", errNoDocument
+	}
+	if err != nil {
+		return "", err
+	}
+	if digest != d.SHA256 {
+		return "", errDigestMismatch
+	}
+	return text, nil
+}
+
+var errDigestMismatch = errors.New("invoice: document digest does not match the version")
+
+// PutSupplier records a supplier's master data for tenant.
+func (s *Service) PutSupplier(ctx context.Context, tenant string, sup Supplier) error {
+	_, err := s.pool.Exec(ctx, s.q["PutSupplier"], tenant, sup.Name, sup.IBAN)
+	return err
+}
+
+func (s *Service) supplier(ctx context.Context, tenant, name string) (*Supplier, error) {
+	var iban string
+	err := s.pool.QueryRow(ctx, s.q["GetSupplier"], tenant, name).Scan(&iban)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Supplier{Name: name, IBAN: iban}, nil
+}
+
+// SetTenantQuota gives tenant a quota of its own.
+func (s *Service) SetTenantQuota(ctx context.Context, tenant string, q admission.TenantQuota) error {
+	return s.Quotas.SetTenantQuota(ctx, s.pool, tenant, q)
+}

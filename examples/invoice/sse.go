@@ -1,0 +1,186 @@
+package invoice
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Stream settings. DefaultReplayWindow bounds what a reconnect replays: a
+// client further behind is told to re-read the snapshot (GET
+// /extraction-jobs).
+const (
+	DefaultReplayWindow = 1000
+	streamPoll          = 200 * time.Millisecond
+	streamGapWait       = 2 * time.Second
+	streamKeepalive     = 15 * time.Second
+	streamBatch         = 500
+	maxTracked          = 10_000 // jobs whose last state_version a stream remembers
+)
+
+// Notification is one "job changed" event on the stream. It says which job
+// changed and to which state version; GET the job for the rest.
+type Notification struct {
+	EventID      string `json:"event_id"`
+	Type         string `json:"type"`
+	JobID        string `json:"job_id"`
+	State        string `json:"state"`
+	StateVersion int64  `json:"state_version"`
+}
+
+type outboxRow struct {
+	seq                                        int64
+	eventID, topic, typ, job, tenant, kind, st string
+	version                                    int64
+}
+
+// events streams the caller's tenant's job events as server-sent events. The
+// SSE id is the outbox sequence number, an opaque cursor: a reconnect with
+// Last-Event-ID replays what followed it, up to Config.ReplayWindow of the tenant's
+// events; a cursor that fell out of the outbox (published events are
+// pruned) or is further behind than that gets a "reset" event, after which
+// the client re-reads the snapshot and the stream goes on from now. A
+// sequence number whose transaction has not committed yet holds the stream
+// back (up to streamGapWait), so events are not skipped past.
+//
+// Only lifecycle events the job store writes reach the stream: acceptance
+// and the terminal states. Retries are visible in GET.
+func (s *Service) events(w http.ResponseWriter, r *http.Request, token string, c Credential) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, "unsupported", "", "streaming unsupported")
+		return
+	}
+	ctx := r.Context()
+	newest, oldest, err := s.seqBounds(ctx)
+	if err != nil {
+		unavailable(w)
+		return
+	}
+	cursor, reset := newest, ""
+	if last := r.Header.Get("Last-Event-ID"); last != "" {
+		n, err := strconv.ParseInt(last, 10, 64)
+		switch {
+		case err != nil || n < 0 || n > newest:
+			reset = "unknown cursor"
+		case oldest > 0 && n+1 < oldest:
+			reset = "cursor older than the retained events"
+		default:
+			behind, err := s.countBehind(ctx, c.Tenant, n, newest)
+			if err != nil {
+				unavailable(w)
+				return
+			}
+			if behind > s.cfg.ReplayWindow {
+				reset = "more than the replay window behind"
+			} else {
+				cursor = n
+			}
+		}
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	if reset != "" {
+		fmt.Fprintf(w, "id: %d\nevent: reset\ndata: {\"reason\":%q,\"snapshot_url\":\"/extraction-jobs\"}\n\n", cursor, reset)
+	} else {
+		fmt.Fprint(w, ": stream open\n\n")
+	}
+	flusher.Flush()
+
+	sent := map[string]int64{} // newest state_version sent per job
+	var gapSince time.Time
+	tick := time.NewTicker(streamPoll)
+	defer tick.Stop()
+	lastWrite := time.Now()
+	for {
+		if _, ok := s.cfg.Auth.Lookup(token); !ok {
+			fmt.Fprint(w, "event: revoked\ndata: {}\n\n")
+			flusher.Flush()
+			return
+		}
+		rows, err := s.eventsAfter(ctx, cursor)
+		if err != nil {
+			return
+		}
+		for _, row := range rows {
+			if row.seq != cursor+1 {
+				if gapSince.IsZero() {
+					gapSince = time.Now()
+				}
+				if time.Since(gapSince) < streamGapWait {
+					break // an earlier event may still commit
+				}
+			}
+			gapSince = time.Time{}
+			cursor = row.seq
+			if row.topic != s.Jobs.Config().EventTopic || row.tenant != c.Tenant || row.kind != Kind || row.version <= sent[row.job] {
+				continue
+			}
+			if len(sent) >= maxTracked {
+				// A job's events are written in order under its row lock,
+				// so this map only guards; keep it bounded on long streams.
+				clear(sent)
+			}
+			sent[row.job] = row.version
+			data, _ := json.Marshal(Notification{EventID: row.eventID, Type: row.typ, JobID: row.job, State: row.st, StateVersion: row.version})
+			fmt.Fprintf(w, "id: %d\nevent: job.changed\ndata: %s\n\n", row.seq, data)
+			lastWrite = time.Now()
+		}
+		if time.Since(lastWrite) > streamKeepalive {
+			fmt.Fprint(w, ": keepalive\n\n")
+			lastWrite = time.Now()
+		}
+		flusher.Flush()
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *Service) seqBounds(ctx context.Context) (newest, oldest int64, err error) {
+	err = s.pool.QueryRow(ctx, s.q["MaxEventSeq"]).Scan(&newest, &oldest)
+	return newest, oldest, err
+}
+
+// countBehind counts the tenant's events between two cursors, reading at
+// most ReplayWindow+1 of them.
+func (s *Service) countBehind(ctx context.Context, tenant string, from, to int64) (int, error) {
+	n := 0
+	for from < to && n <= s.cfg.ReplayWindow {
+		rows, err := s.eventsAfter(ctx, from)
+		if err != nil || len(rows) == 0 {
+			return n, err
+		}
+		for _, r := range rows {
+			if r.tenant == tenant && r.kind == Kind {
+				n++
+			}
+			from = r.seq
+		}
+	}
+	return n, nil
+}
+
+func (s *Service) eventsAfter(ctx context.Context, cursor int64) ([]outboxRow, error) {
+	rows, err := s.pool.Query(ctx, s.q["EventsAfter"], cursor, streamBatch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []outboxRow
+	for rows.Next() {
+		var o outboxRow
+		if err := rows.Scan(&o.seq, &o.eventID, &o.topic, &o.typ, &o.job, &o.tenant, &o.kind, &o.version, &o.st); err != nil {
+			return nil, err
+		}
+		out = append(out, o)
+	}
+	return out, rows.Err()
+}

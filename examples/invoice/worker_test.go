@@ -1,0 +1,112 @@
+package invoice
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/dbtest"
+	"github.com/llmq/llmq/jobs"
+)
+
+type workerFixture struct {
+	t   *testing.T
+	svc *Service
+	job *jobs.Job
+}
+
+func setupWorker(t *testing.T) *workerFixture {
+	t.Helper()
+	db := dbtest.Setup(t)
+	svc, err := New(db.Pool, Config{Schema: db.Schema, Auth: NewAuth(nil)})
+	require.NoError(t, err)
+	require.NoError(t, svc.Migrate(t.Context()))
+	doc, err := svc.PutDocument(t.Context(), "acme", "inv.txt", ocr)
+	require.NoError(t, err)
+	require.NoError(t, svc.PutSupplier(t.Context(), "acme", *nordwind))
+	payload, err := json.Marshal(Payload{Document: doc, Schema: SchemaV1, Policy: PolicyVersion, Model: Model})
+	require.NoError(t, err)
+	return &workerFixture{t: t, svc: svc, job: &jobs.Job{Tenant: "acme", Kind: Kind, Payload: payload}}
+}
+
+// work runs the handler once against a provider that answers with status,
+// headers and body.
+func (f *workerFixture) work(status int, header http.Header, body string) (json.RawMessage, error) {
+	f.t.Helper()
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		for k, v := range header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(body))
+	}))
+	defer provider.Close()
+	ex := &extractor{svc: f.svc, url: provider.URL + "/v1/chat/completions", client: provider.Client()}
+	return ex.Work(f.t.Context(), f.job)
+}
+
+// completion is a chat completion whose content is content, or its JSON
+// when it is not a string.
+func completion(content any) string {
+	text, ok := content.(string)
+	if !ok {
+		c, err := json.Marshal(content)
+		if err != nil {
+			panic(err)
+		}
+		text = string(c)
+	}
+	b, err := json.Marshal(map[string]any{
+		"choices": []map[string]any{{"message": map[string]string{"role": "assistant", "content": text}}},
+		"usage":   map[string]int{"prompt_tokens": 100, "completion_tokens": 50},
+	})
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// How the handler classifies each kind of provider answer, as the runner will
+// read it.
+func TestProviderAnswers(t *testing.T) {
+	t.Parallel()
+	f := setupWorker(t)
+
+	result, err := f.work(http.StatusOK, nil, completion(goodExtraction()))
+	require.NoError(t, err)
+	var r Result
+	require.NoError(t, json.Unmarshal(result, &r))
+	require.Equal(t, PolicyVersion, r.Policy)
+	require.Empty(t, r.Findings)
+
+	_, err = f.work(http.StatusTooManyRequests, http.Header{"Retry-After": {"7"}}, `{"error":{}}`)
+	class, after := jobs.Classify(err)
+	require.Equal(t, jobs.ClassTransient, class)
+	require.Equal(t, int64(7), int64(after.Seconds()))
+
+	_, err = f.work(http.StatusBadGateway, nil, "")
+	class, _ = jobs.Classify(err)
+	require.Equal(t, jobs.ClassTransient, class)
+
+	_, err = f.work(http.StatusBadRequest, nil, `{"error":{"message":"bad"}}`)
+	class, _ = jobs.Classify(err)
+	require.Equal(t, jobs.ClassPermanent, class)
+
+	_, err = f.work(http.StatusOK, nil, `not json`)
+	var invalid *jobs.InvalidOutputError
+	require.ErrorAs(t, err, &invalid)
+
+	_, err = f.work(http.StatusOK, nil, completion(`{"supplier_name": `))
+	require.ErrorAs(t, err, &invalid)
+	require.JSONEq(t, `"{\"supplier_name\": "`, string(invalid.Output), "the malformed output is kept for a reviewer")
+
+	wrong := goodExtraction()
+	wrong.Total = "99.99"
+	_, err = f.work(http.StatusOK, nil, completion(wrong))
+	var review *jobs.ReviewError
+	require.ErrorAs(t, err, &review)
+	require.Contains(t, string(review.Result), `"rule":"arithmetic"`)
+}
