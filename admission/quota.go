@@ -88,6 +88,13 @@ type QuotaConfig struct {
 	// RetryHint is the Retry-After of a refusal for pending work (a daily
 	// spend refusal waits for the next UTC day). Default 30s.
 	RetryHint time.Duration
+	// Queues are the queues whose acceptances are checked. Default: all.
+	// Leave out the queues of work a host enqueues because other work
+	// finished, such as webhook deliveries enqueued in the runner's
+	// OnSucceeded: refusing those would fail the success and run the
+	// finished (and paid for) job again. Jobs of every queue still count
+	// towards a tenant's pending work.
+	Queues []string
 }
 
 // Quotas checks tenant acceptance quotas inside the enqueue transaction:
@@ -156,6 +163,14 @@ func nullIfZero(v int64) *int64 {
 func (q *Quotas) Hook() jobs.AcceptHook { return q.check }
 
 func (q *Quotas) check(ctx context.Context, tx pgx.Tx, accepted []*jobs.Job) error {
+	if len(q.cfg.Queues) > 0 {
+		accepted = slices.DeleteFunc(slices.Clone(accepted), func(j *jobs.Job) bool {
+			return !slices.Contains(q.cfg.Queues, j.Queue)
+		})
+		if len(accepted) == 0 {
+			return nil
+		}
+	}
 	if q.cfg.SystemMaxPendingJobs > 0 {
 		var n int64
 		if err := tx.QueryRow(ctx, q.q.Must("CountPendingSystem"), q.cfg.SystemMaxPendingJobs+1).Scan(&n); err != nil {

@@ -105,6 +105,26 @@ func TestTenantPendingJobsQuota(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// Work enqueued because other work finished (webhook deliveries from
+// OnSucceeded) is never refused when its queue is left out of
+// QuotaConfig.Queues: refusing it would run the finished job again.
+func TestQuotaQueues(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	q, err := admission.NewQuotas(admission.QuotaConfig{Schema: f.schema, Default: admission.TenantQuota{MaxPendingJobs: 1}, Queues: []string{"extraction"}})
+	require.NoError(t, err)
+	store, err := jobs.NewStore(jobs.Config{Schema: f.schema, Queues: []string{"extraction", "webhooks"}, OnAccept: q.Hook()})
+	require.NoError(t, err)
+	_, err = store.Enqueue(t.Context(), f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "extract", Queue: "extraction"})
+	require.NoError(t, err)
+	for range 3 {
+		_, err = store.Enqueue(t.Context(), f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "webhook.deliver", Queue: "webhooks"})
+		require.NoError(t, err, "deliveries are not checked")
+	}
+	_, err = store.Enqueue(t.Context(), f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "extract", Queue: "extraction"})
+	requireQuotaError(t, err, http.StatusTooManyRequests, "pending_jobs")
+}
+
 func cmpOr(a, b *jobs.Job) *jobs.Job {
 	if a != nil {
 		return a
