@@ -122,7 +122,7 @@ func TestQuotaQueues(t *testing.T) {
 		require.NoError(t, err, "deliveries are not checked")
 	}
 	_, err = store.Enqueue(t.Context(), f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "extract", Queue: "extraction"})
-	requireQuotaError(t, err, http.StatusTooManyRequests, "pending_jobs")
+	_ = requireQuotaError(t, err, http.StatusTooManyRequests, "pending_jobs")
 }
 
 func cmpOr(a, b *jobs.Job) *jobs.Job {
