@@ -61,9 +61,10 @@
 //     raises the job's MaxAttempts by one, as River's JobSnooze does, so the
 //     retry budget is untouched; its attempt row says "snoozed" and why. The
 //     job's deadline still holds.
-//   - The invalid-output budget counts attempts, not only invalid ones: an
-//     attempt numbered InvalidOutputAttempts or later that produces invalid
-//     output is final.
+//   - The invalid-output budget counts attempts, not only invalid ones, but
+//     not snoozed ones: once InvalidOutputAttempts attempts that were not
+//     snoozed have run, invalid output is final. (The snoozes are counted
+//     from the attempt history, read only when an answer is invalid.)
 //   - A runner claims only kinds it has handlers for, so runners of
 //     different builds can share a queue during a rolling deploy.
 //   - If OnSucceeded keeps failing, the success is recorded as a transient

@@ -361,7 +361,11 @@ func (r *Runner) execute(ctx context.Context, a *attempt, c *completer) {
 	cause := context.Cause(ctx)
 	cancel()
 
-	completion := r.decide(job, result, err, cause)
+	snoozed := 0
+	if invalid := (*jobs.InvalidOutputError)(nil); errors.As(err, &invalid) {
+		snoozed = r.snoozedAttempts(ctx, job)
+	}
+	completion := r.decide(job, result, err, cause, snoozed)
 	completion.Usage = recorder.get()
 	if cause != nil && err != nil && completion.Outcome != jobs.OutcomeSucceeded {
 		// The call may have reached the provider and been billed even though
@@ -407,8 +411,30 @@ func (e *panicError) Error() string {
 	return fmt.Sprintf("handler panicked: %v\n%s", e.value, stack)
 }
 
-// decide turns a handler's return into the completion to record.
-func (r *Runner) decide(job *jobs.Job, result json.RawMessage, err error, cause error) jobs.Completion {
+// snoozedAttempts counts the job's earlier attempts that were snoozed,
+// which the invalid-output budget does not count. It reads the attempt
+// history, on this rare path only; if it cannot, it counts none, which can
+// only end the budget sooner.
+func (r *Runner) snoozedAttempts(ctx context.Context, job *jobs.Job) int {
+	history, err := r.store.Attempts(context.WithoutCancel(ctx), r.pool, job.Tenant, job.ID)
+	if err != nil {
+		r.cfg.Logger.Warn("llmq: reading the attempt history for the invalid-output budget", "job", job.ID, "err", err)
+		return 0
+	}
+	n := 0
+	for _, a := range history {
+		if a.Outcome == jobs.AttemptSnoozed {
+			n++
+		}
+	}
+	return n
+}
+
+// decide turns a handler's return into the completion to record. snoozed
+// is how many of the job's earlier attempts were snoozed: they do not count
+// against the invalid-output budget, as they do not against the retry
+// budget.
+func (r *Runner) decide(job *jobs.Job, result json.RawMessage, err error, cause error, snoozed int) jobs.Completion {
 	c := jobs.Completion{
 		Lease:          jobs.Lease{JobID: job.ID, Fence: job.Fence},
 		Attempt:        job.Attempt,
@@ -450,7 +476,7 @@ func (r *Runner) decide(job *jobs.Job, result json.RawMessage, err error, cause 
 	case errors.As(err, &panicE):
 		return retryIn(jobs.ClassPanic, 0)
 	case errors.As(err, &invalid):
-		if job.Attempt < r.cfg.InvalidOutputAttempts {
+		if job.Attempt-snoozed < r.cfg.InvalidOutputAttempts {
 			return retryIn(jobs.ClassInvalidOutput, 0)
 		}
 		c.ErrorClass = jobs.ClassInvalidOutput
