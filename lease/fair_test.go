@@ -76,7 +76,7 @@ func (f *fixture) enqueueMany(tenant string, n int, p jobs.EnqueueParams) []*job
 
 // One tenant's 10,000 queued jobs do not hold back another tenant's single
 // job: it is taken by one of the first two claims that start after its
-// enqueue committed (a claim already running cannot see it).
+// enqueue returned (a claim already running may not see it).
 func TestSmallTenantIsServedPromptly(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -92,8 +92,10 @@ func TestSmallTenantIsServedPromptly(t *testing.T) {
 	f.startWith(counter, cfg)
 	require.Eventually(t, func() bool { return counter.count() >= 5 }, 10*time.Second, 5*time.Millisecond)
 
-	before := counter.count()
 	small := f.enqueueMany("small", 1, jobs.EnqueueParams{Kind: "extract"})[0]
+	// Claims that started before this point may not see the job; those
+	// after it all can.
+	before := counter.count()
 	var claimNo int
 	require.Eventually(t, func() bool {
 		n, ok := counter.claimOf(small.ID)
@@ -101,7 +103,6 @@ func TestSmallTenantIsServedPromptly(t *testing.T) {
 		return ok
 	}, 10*time.Second, 5*time.Millisecond)
 	require.LessOrEqual(t, claimNo-before, 2, "the small tenant's job waited for more than two claims")
-	require.Positive(t, claimNo-before, "claimed by a claim that started after the enqueue")
 }
 
 // Three always-backlogged tenants with weights 1:2:4 receive completions in
