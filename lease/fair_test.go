@@ -345,52 +345,32 @@ func TestTenantCapAcrossProcesses(t *testing.T) {
 // runCappedWorker runs a runner of 20 workers whose handler records, in the
 // database, how many jobs of the capped tenant run at once.
 func runCappedWorker() int {
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, dbtest.URL())
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	schema := os.Getenv("LLMQ_TEST_SCHEMA")
-	store, err := jobs.NewStore(jobs.Config{Schema: schema})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	handler := lease.HandlerFunc(func(ctx context.Context, job *jobs.Job) (json.RawMessage, error) {
-		if job.Tenant == "capped" {
-			if _, err := pool.Exec(ctx, fmt.Sprintf("INSERT INTO %s.live VALUES ($1)", schema), job.ID); err != nil {
-				return nil, err
+	return runChildRunner(func(pool *pgxpool.Pool, schema string) lease.Config {
+		handler := lease.HandlerFunc(func(ctx context.Context, job *jobs.Job) (json.RawMessage, error) {
+			if job.Tenant == "capped" {
+				if _, err := pool.Exec(ctx, fmt.Sprintf("INSERT INTO %s.live VALUES ($1)", schema), job.ID); err != nil {
+					return nil, err
+				}
+				defer func() {
+					_, _ = pool.Exec(context.WithoutCancel(ctx), fmt.Sprintf("DELETE FROM %s.live WHERE job_id = $1", schema), job.ID)
+				}()
+				if _, err := pool.Exec(ctx, fmt.Sprintf("UPDATE %[1]s.peak SET n = greatest(n, (SELECT count(*) FROM %[1]s.live))", schema)); err != nil {
+					return nil, err
+				}
 			}
-			defer func() {
-				_, _ = pool.Exec(context.WithoutCancel(ctx), fmt.Sprintf("DELETE FROM %s.live WHERE job_id = $1", schema), job.ID)
-			}()
-			if _, err := pool.Exec(ctx, fmt.Sprintf("UPDATE %[1]s.peak SET n = greatest(n, (SELECT count(*) FROM %[1]s.live))", schema)); err != nil {
-				return nil, err
+			select {
+			case <-time.After(10 * time.Millisecond):
+			case <-ctx.Done():
 			}
+			return json.RawMessage(`{}`), nil
+		})
+		return lease.Config{
+			Handlers:     map[string]lease.Handler{"extract": handler},
+			Queues:       map[string]lease.QueueConfig{lease.DefaultQueue: {MaxWorkers: 20}},
+			WorkerID:     os.Getenv("LLMQ_TEST_WORKER"),
+			PollInterval: 50 * time.Millisecond,
 		}
-		select {
-		case <-time.After(10 * time.Millisecond):
-		case <-ctx.Done():
-		}
-		return json.RawMessage(`{}`), nil
 	})
-	cfg := lease.Config{
-		Handlers:     map[string]lease.Handler{"extract": handler},
-		Queues:       map[string]lease.QueueConfig{lease.DefaultQueue: {MaxWorkers: 20}},
-		WorkerID:     os.Getenv("LLMQ_TEST_WORKER"),
-		PollInterval: 50 * time.Millisecond,
-	}
-	r, err := lease.NewRunner(pool, store, cfg)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := r.Run(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
 }
 
 // A claim that marks a tenant idle while that tenant's enqueue is

@@ -51,35 +51,24 @@ func callProvider(ctx context.Context, url string) (json.RawMessage, error) {
 	return body, err
 }
 
-// runDoomedWorker runs a runner whose handler calls the provider, reports
-// "responded" on stdout and then waits to be killed before it can complete.
-func runDoomedWorker() int {
+// runChildRunner is the body of a child process: it connects to the
+// test's database and schema, builds the runner's configuration with
+// config, and runs it until the process is killed. It returns the exit
+// code.
+func runChildRunner(config func(pool *pgxpool.Pool, schema string) lease.Config) int {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, dbtest.URL())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	store, err := jobs.NewStore(jobs.Config{Schema: os.Getenv("LLMQ_TEST_SCHEMA")})
+	schema := os.Getenv("LLMQ_TEST_SCHEMA")
+	store, err := jobs.NewStore(jobs.Config{Schema: schema})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	provider := os.Getenv("LLMQ_TEST_PROVIDER")
-	cfg := lease.Config{
-		Handlers: map[string]lease.Handler{"extract": lease.HandlerFunc(func(ctx context.Context, _ *jobs.Job) (json.RawMessage, error) {
-			if _, err := callProvider(ctx, provider); err != nil {
-				return nil, err
-			}
-			fmt.Println("responded")
-			<-make(chan struct{}) // killed here: the answer never gets recorded
-			return nil, nil
-		})},
-		WorkerID:      "doomed",
-		LeaseDuration: 2 * time.Second,
-		ReapInterval:  time.Hour,
-	}
-	r, err := lease.NewRunner(pool, store, cfg)
+	r, err := lease.NewRunner(pool, store, config(pool, schema))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -89,6 +78,27 @@ func runDoomedWorker() int {
 		return 1
 	}
 	return 0
+}
+
+// runDoomedWorker runs a runner whose handler calls the provider, reports
+// "responded" on stdout and then waits to be killed before it can complete.
+func runDoomedWorker() int {
+	provider := os.Getenv("LLMQ_TEST_PROVIDER")
+	return runChildRunner(func(*pgxpool.Pool, string) lease.Config {
+		return lease.Config{
+			Handlers: map[string]lease.Handler{"extract": lease.HandlerFunc(func(ctx context.Context, _ *jobs.Job) (json.RawMessage, error) {
+				if _, err := callProvider(ctx, provider); err != nil {
+					return nil, err
+				}
+				fmt.Println("responded")
+				<-make(chan struct{}) // killed here: the answer never gets recorded
+				return nil, nil
+			})},
+			WorkerID:      "doomed",
+			LeaseDuration: 2 * time.Second,
+			ReapInterval:  time.Hour,
+		}
+	})
 }
 
 // A worker process killed (SIGKILL) just after the provider answered, before
