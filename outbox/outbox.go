@@ -92,7 +92,7 @@ type Store struct {
 	insertEvent     string
 	listByAggregate string
 	sql             struct {
-		lockClaims, claimEvents, markPublished, markFailed, pendingStats, prunePublished string
+		lockClaims, claimEvents, relaxCommit, markPublished, markFailed, pendingStats, prunePublished string
 	}
 }
 
@@ -114,6 +114,7 @@ func NewStore(cfg Config) (*Store, error) {
 	}
 	s.sql.lockClaims = q.Must("LockClaims")
 	s.sql.claimEvents = q.Must("ClaimEvents")
+	s.sql.relaxCommit = q.Must("RelaxCommit")
 	s.sql.markPublished = q.Must("MarkPublished")
 	s.sql.markFailed = q.Must("MarkFailed")
 	s.sql.pendingStats = q.Must("PendingStats")

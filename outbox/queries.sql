@@ -24,7 +24,15 @@ ORDER BY seq;
 -- the claim's "no earlier event of this key is held elsewhere" check must
 -- see every claim committed before it, which concurrent claims would not.
 -- Claims are one short statement, so the lock is held for milliseconds.
-SELECT pg_advisory_xact_lock(hashtextextended($1, 0));
+--
+-- The claim's commit does not wait for its WAL flush (synchronous_commit
+-- off for this transaction only): a claim lost in a database crash only
+-- means its events are claimed and published again, which at-least-once
+-- delivery allows, and consumers deduplicate. Key order is kept: a key's
+-- later event cannot be claimed until its earlier one is marked published,
+-- and a mark lost in the same crash is lost with every later commit.
+SELECT pg_advisory_xact_lock(hashtextextended($1, 0)),
+    set_config('synchronous_commit', 'off', true);
 
 -- name: ClaimEvents
 -- Claims up to $1 due, unclaimed (or claim-expired) events in write order
@@ -69,6 +77,13 @@ SET claimed_by    = $2,
 WHERE o.event_id = ANY (ARRAY(SELECT event_id FROM claimable))
 RETURNING o.event_id, o.aggregate_id, o.topic, o.key, o.event_type, o.payload, o.headers,
     o.seq, o.created_at, o.attempts;
+
+-- name: RelaxCommit
+-- The relay's verdicts (MarkPublished, MarkFailed) commit without waiting
+-- for their WAL flush, in a transaction of their own: a verdict lost in a
+-- database crash only means its events are published again (see
+-- LockClaims).
+SELECT set_config('synchronous_commit', 'off', true);
 
 -- name: MarkPublished
 -- Records the broker's confirmation of claimed events, only while the claim

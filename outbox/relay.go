@@ -186,15 +186,21 @@ func (r *Relay) RelayOnce(ctx context.Context) (BatchResult, error) {
 	// broker confirmed must be marked, or it is published again.
 	settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ClaimLease)
 	defer cancel()
-	if len(published) > 0 {
-		if _, err := r.pool.Exec(settleCtx, r.store.sql.markPublished, r.cfg.ID, published); err != nil {
-			return res, fmt.Errorf("outbox: recording publication of %d events: %w", len(published), err)
+	// One transaction for both verdicts, its statements sent together; see
+	// RelaxCommit in queries.sql for why it does not wait for its flush.
+	err = dbsql.WithTx(settleCtx, r.pool, func(tx pgx.Tx) error {
+		batch := &pgx.Batch{}
+		batch.Queue(r.store.sql.relaxCommit)
+		if len(published) > 0 {
+			batch.Queue(r.store.sql.markPublished, r.cfg.ID, published)
 		}
-	}
-	if len(failed) > 0 {
-		if _, err := r.pool.Exec(settleCtx, r.store.sql.markFailed, r.cfg.ID, failed, errs, delays); err != nil {
-			return res, fmt.Errorf("outbox: recording %d failed publications: %w", len(failed), err)
+		if len(failed) > 0 {
+			batch.Queue(r.store.sql.markFailed, r.cfg.ID, failed, errs, delays)
 		}
+		return tx.SendBatch(settleCtx, batch).Close()
+	})
+	if err != nil {
+		return res, fmt.Errorf("outbox: recording %d publications and %d failures: %w", len(published), len(failed), err)
 	}
 	r.published.Add(int64(res.Published))
 	r.failed.Add(int64(res.Failed))
