@@ -90,19 +90,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer pool.Close()
 
-	schema := "llmq_bench_" + randomSuffix()
-	if _, err := llmq.Migrate(ctx, pool, llmq.MigrateOptions{Schema: schema}); err != nil {
+	schema, drop, err := throwawaySchema(ctx, pool, o.keep, stderr)
+	if err != nil {
 		return err
 	}
-	if !o.keep {
-		defer func() {
-			dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-			defer cancel()
-			if _, err := pool.Exec(dropCtx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-				fmt.Fprintf(stderr, "llmq bench: dropping schema %s: %v\n", schema, err)
-			}
-		}()
-	}
+	defer drop()
 	b := &bench{o: o, pool: pool, schema: schema, progress: stderr, started: map[uuid.UUID]time.Time{}}
 	b.store, err = jobs.NewStore(jobs.Config{Schema: schema, NotifyInterval: o.notifyEach})
 	if err != nil {
@@ -145,6 +137,26 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintf(stdout, "llmq %s jobs=%d workers=%d seconds=%.3f jobs_per_s=%.0f\n", o.mode, o.jobs, o.workers, seconds, float64(o.jobs)/seconds)
 	return nil
+}
+
+// throwawaySchema migrates a fresh schema for one bench run and returns
+// its name and drop, which removes it unless keep is set.
+func throwawaySchema(ctx context.Context, pool *pgxpool.Pool, keep bool, stderr io.Writer) (schema string, drop func(), err error) {
+	schema = "llmq_bench_" + randomSuffix()
+	if _, err := llmq.Migrate(ctx, pool, llmq.MigrateOptions{Schema: schema}); err != nil {
+		return "", nil, err
+	}
+	drop = func() {
+		if keep {
+			return
+		}
+		dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if _, err := pool.Exec(dropCtx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			fmt.Fprintf(stderr, "llmq bench: dropping schema %s: %v\n", schema, err)
+		}
+	}
+	return schema, drop, nil
 }
 
 func (c *common) connectBench(ctx context.Context, o benchOptions) (*pgxpool.Pool, error) {

@@ -17,7 +17,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/admission"
 )
 
@@ -50,19 +49,11 @@ func runBenchAdmission(ctx context.Context, c *common, o benchOptions, stdout, s
 		return err
 	}
 	defer pool.Close()
-	schema := "llmq_bench_" + randomSuffix()
-	if _, err := llmq.Migrate(ctx, pool, llmq.MigrateOptions{Schema: schema}); err != nil {
+	schema, drop, err := throwawaySchema(ctx, pool, o.keep, stderr)
+	if err != nil {
 		return err
 	}
-	if !o.keep {
-		defer func() {
-			dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-			defer cancel()
-			if _, err := pool.Exec(dropCtx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-				fmt.Fprintf(stderr, "llmq bench: dropping schema %s: %v\n", schema, err)
-			}
-		}()
-	}
+	defer drop()
 	l, err := admission.NewPostgres(pool, admission.Config{Schema: schema})
 	if err != nil {
 		return err
