@@ -47,10 +47,12 @@
 //     apply only under the fence their attempt was claimed with, in one
 //     statement per batch, so a worker that lost its lease changes nothing;
 //     Complete reports ErrLeaseLost and records the attempt as stale.
-//   - Complete writes the job's new state, its attempt row and (for terminal
-//     states) its "<kind>.completed", ".review_required", ".dead_lettered" or
-//     ".cancelled" outbox event in one statement; run it in a transaction to
-//     add writes of your own (lease.Config.OnSucceeded does).
+//   - Complete writes the job's new state, its attempt row and its outbox
+//     event in one statement: "<kind>.completed", ".review_required",
+//     ".dead_lettered" or ".cancelled" for terminal states, and
+//     ".retry_scheduled" when a failed attempt will be retried (a release at
+//     shutdown and a snooze write none). Run it in a transaction to add
+//     writes of your own (lease.Config.OnSucceeded does).
 //   - No job past its deadline is claimed; Reap fails such waiting jobs with
 //     class "deadline" and takes back expired leases (fence+1, full-jitter
 //     backoff, or terminal when attempts or time are used up). Reap is safe

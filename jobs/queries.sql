@@ -473,6 +473,7 @@ event AS (
             WHEN 'SUCCEEDED' THEN '.completed'
             WHEN 'REVIEW_REQUIRED' THEN '.review_required'
             WHEN 'CANCELLED' THEN '.cancelled'
+            WHEN 'RETRY_SCHEDULED' THEN '.retry_scheduled'
             ELSE '.dead_lettered'
         END,
         jsonb_build_object(
@@ -480,7 +481,10 @@ event AS (
             'state', state, 'state_version', state_version, 'attempt', attempt,
             'error_class', error_class)
     FROM updated
+    -- A failed attempt's retry is news to whoever watches the job; a release
+    -- at shutdown or a snooze is the runner's own business and stays quiet.
     WHERE state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'FAILED_TERMINAL', 'CANCELLED')
+        OR (state = 'RETRY_SCHEDULED' AND reported = 'retry')
 ),
 -- A finished attempt frees a slot under its tenant's cap and may unblock
 -- the next job of its group: an idle tenant becomes active again. Only idle

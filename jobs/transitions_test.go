@@ -161,7 +161,7 @@ func TestCompleteOutcomes(t *testing.T) {
 		{"retry", jobs.EnqueueParams{}, func(j *jobs.Job) jobs.Completion {
 			return jobs.Completion{Lease: jobs.Lease{JobID: j.ID, Fence: j.Fence}, Attempt: j.Attempt, Worker: "w",
 				Outcome: jobs.OutcomeRetry, ErrorClass: jobs.ClassTransient, Error: "503", RetryDelay: time.Minute}
-		}, jobs.StateRetryScheduled, jobs.ClassTransient, jobs.AttemptRetryScheduled, ""},
+		}, jobs.StateRetryScheduled, jobs.ClassTransient, jobs.AttemptRetryScheduled, "k.retry_scheduled"},
 		{"retry past the deadline", jobs.EnqueueParams{DeadlineAt: time.Now().Add(5 * time.Second)}, func(j *jobs.Job) jobs.Completion {
 			return jobs.Completion{Lease: jobs.Lease{JobID: j.ID, Fence: j.Fence}, Attempt: j.Attempt, Worker: "w",
 				Outcome: jobs.OutcomeRetry, ErrorClass: jobs.ClassTransient, Error: "429", RetryDelay: 10 * time.Second}
@@ -174,6 +174,10 @@ func TestCompleteOutcomes(t *testing.T) {
 			return jobs.Completion{Lease: jobs.Lease{JobID: j.ID, Fence: j.Fence}, Attempt: j.Attempt, Worker: "w",
 				Outcome: jobs.OutcomeReleased, ErrorClass: jobs.ClassShutdown, Error: "shutting down"}
 		}, jobs.StateRetryScheduled, jobs.ClassShutdown, jobs.AttemptReleased, ""},
+		{"snoozed", jobs.EnqueueParams{}, func(j *jobs.Job) jobs.Completion {
+			return jobs.Completion{Lease: jobs.Lease{JobID: j.ID, Fence: j.Fence}, Attempt: j.Attempt, Worker: "w",
+				Outcome: jobs.OutcomeSnoozed, Error: "breaker open", RetryDelay: time.Minute}
+		}, jobs.StateRetryScheduled, "", jobs.AttemptSnoozed, ""},
 	}
 	for _, tt := range tests {
 		enqueue(tt.params)
@@ -195,7 +199,7 @@ func TestCompleteOutcomes(t *testing.T) {
 		require.False(t, attempts[0].EndedAt.IsZero(), tt.name)
 		events := f.events(t)
 		if tt.event == "" {
-			require.Len(t, events, before, "%s: no event for a non-terminal transition", tt.name)
+			require.Len(t, events, before, "%s: no event for a release or a snooze", tt.name)
 		} else {
 			require.Equal(t, tt.event, events[len(events)-1].eventType, tt.name)
 		}

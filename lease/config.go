@@ -129,6 +129,11 @@ type Config struct {
 	// with the job as recorded, or with the error (jobs.ErrLeaseLost for a
 	// stale attempt). For metrics and tests; it must not block.
 	AfterRecord func(job *jobs.Job, err error)
+	// DisableListen stops the runner from LISTENing for the store's enqueue
+	// NOTIFY, for hosts whose job signals arrive through a broker and call
+	// Runner.Wake instead. Polling (PollInterval) still runs, so work is
+	// found without any signal at all. Default false: listen.
+	DisableListen bool
 	// Logger receives the runner's operational messages. Default: discard.
 	Logger *slog.Logger
 	// Admission, when set, runs provider calls under an admission limiter:

@@ -42,6 +42,11 @@
 //     share for less urgent work. Every PollInterval the runner sweeps the
 //     queue's idle tenants back in when they have work that became eligible
 //     (jobs.Store.WakeIdleTenants).
+//   - Work is found without any signal: a runner LISTENs for the store's
+//     enqueue NOTIFY and polls every PollInterval as a fallback. Hosts whose
+//     job signals travel on a broker call Runner.Wake from their consumer
+//     (and may set DisableListen); a wake-up is a hint, read against
+//     Postgres, so a lost or repeated one only moves when a claim happens.
 //   - Graceful shutdown: Run stops claiming, lets attempts finish within
 //     ShutdownGrace, cancels the rest and releases their jobs at once
 //     (RETRY_SCHEDULED, available now) instead of leaving them to expire.

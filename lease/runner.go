@@ -49,6 +49,11 @@ type Runner struct {
 	kinds   []string
 	running atomic.Bool
 
+	// wakes holds one buffered signal per queue: a NOTIFY, Wake or the
+	// idle-tenant sweep found work. Created with the runner so that Wake
+	// works before and between runs.
+	wakes map[string]chan struct{}
+
 	mu     sync.Mutex
 	leases map[uuid.UUID]*attempt // live attempts by job id
 }
@@ -88,11 +93,32 @@ func NewRunner(pool *pgxpool.Pool, store jobs.Store, cfg Config) (*Runner, error
 		kinds = append(kinds, kind)
 	}
 	slices.Sort(kinds)
-	return &Runner{pool: pool, store: store, cfg: cfg, kinds: kinds, leases: map[uuid.UUID]*attempt{}}, nil
+	wakes := make(map[string]chan struct{}, len(cfg.Queues))
+	for q := range cfg.Queues {
+		wakes[q] = make(chan struct{}, 1)
+	}
+	return &Runner{pool: pool, store: store, cfg: cfg, kinds: kinds, wakes: wakes, leases: map[uuid.UUID]*attempt{}}, nil
 }
 
 // WorkerID is the name this runner holds leases under.
 func (r *Runner) WorkerID() string { return r.cfg.WorkerID }
+
+// Wake tells the runner that queue has committed work, as the enqueue
+// NOTIFY does: its producer claims at once if it has free slots. It is for
+// hosts that carry job signals on a broker (a consumer of the store's
+// "<kind>.requested" events calls it) and may be called from any goroutine,
+// before or during Run; it never blocks, and wake-ups that arrive while one
+// is pending coalesce. It reports whether the runner serves queue.
+//
+// A wake-up is only a hint: the claim reads Postgres, so a lost, late or
+// duplicated one changes when work starts, never what runs.
+func (r *Runner) Wake(queue string) bool {
+	w, ok := r.wakes[queue]
+	if ok {
+		signal(w)
+	}
+	return ok
+}
 
 // Run claims and runs jobs until ctx is cancelled, then shuts down
 // gracefully: it stops claiming, lets in-flight attempts finish within
@@ -119,12 +145,11 @@ func (r *Runner) Run(ctx context.Context) error {
 	bg.Go(func() { completer.run(background) })
 	bg.Go(func() { r.heartbeat(background) })
 
-	wakes := make(map[string]chan struct{}, len(r.cfg.Queues))
-	for q := range r.cfg.Queues {
-		wakes[q] = make(chan struct{}, 1)
-	}
+	wakes := r.wakes
 	var loops sync.WaitGroup
-	loops.Go(func() { r.listen(ctx, wakes) })
+	if !r.cfg.DisableListen {
+		loops.Go(func() { r.listen(ctx, wakes) })
+	}
 	loops.Go(func() { r.reap(ctx) })
 	loops.Go(func() { r.wakeIdleTenants(ctx, wakes) })
 
@@ -181,7 +206,7 @@ type producer struct {
 	maxWorkers int
 	lowShare   float64
 	inFlight   atomic.Int64
-	wake       chan struct{} // a NOTIFY for this queue arrived
+	wake       chan struct{} // a NOTIFY or Wake for this queue arrived
 	freed      chan struct{} // an attempt finished and released its slot
 }
 
@@ -191,7 +216,7 @@ func (p *producer) run(ctx, work context.Context, attempts *sync.WaitGroup, c *c
 	defer poll.Stop()
 	var activeUntil, lastClaim time.Time
 	backoff := time.Duration(0)
-	notified := false // the last wake-up was a NOTIFY: committed work exists
+	notified := false // the last wake-up was a NOTIFY or Wake: committed work exists
 	for {
 		free := p.maxWorkers - int(p.inFlight.Load())
 		claimed := 0

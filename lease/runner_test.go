@@ -634,6 +634,45 @@ func TestListenReconnects(t *testing.T) {
 	}
 }
 
+// A host whose job signals arrive on a broker turns LISTEN off and wakes the
+// runner itself: without a wake-up (and with polling an hour apart) a new
+// job waits; Wake claims it at once.
+func TestWakeReplacesListen(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	started := make(chan uuid.UUID, 2)
+	cfg := fastConfig(map[string]lease.Handler{"k": lease.HandlerFunc(func(_ context.Context, job *jobs.Job) (json.RawMessage, error) {
+		started <- job.ID
+		return nil, nil
+	})})
+	cfg.PollInterval = time.Hour
+	cfg.DisableListen = true
+	first := f.enqueue(jobs.EnqueueParams{Kind: "k"})
+	// The second job becomes claimable a second from now, well after the
+	// runner's brief fast polling that follows a claim: only a signal or a
+	// poll could find it then.
+	availableAt := time.Now().Add(time.Second)
+	second := f.enqueue(jobs.EnqueueParams{Kind: "k", AvailableAt: availableAt})
+	r, _ := f.start(cfg)
+	require.Equal(t, first.ID, <-started, "the first claim at start finds committed work")
+	require.False(t, r.Wake("no-such-queue"))
+
+	require.Never(t, func() bool { return len(started) > 0 }, time.Until(availableAt)+time.Second, 20*time.Millisecond,
+		"with LISTEN off and no poll due, nothing claims the job once it is due")
+	var listeners int
+	require.NoError(t, f.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN '||$1::text`,
+		pgx.Identifier{f.store.Channel()}.Sanitize()).Scan(&listeners))
+	require.Zero(t, listeners)
+
+	require.True(t, r.Wake(jobs.DefaultQueue))
+	select {
+	case id := <-started:
+		require.Equal(t, second.ID, id)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wake did not make the runner claim")
+	}
+}
+
 // The runner's database connections are killed while attempts are in
 // flight (a failover, pg_terminate_backend): their outcomes are still
 // recorded, on fresh connections.
