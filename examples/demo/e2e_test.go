@@ -324,8 +324,8 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	// Reconnect with Last-Event-ID: the stream replays what followed it,
-	// every terminal event of the big tenant's jobs, each job's state
-	// version rising, and nothing of the other tenant's.
+	// every retry and terminal event of the big tenant's jobs, each job's
+	// state version rising, and nothing of the other tenant's.
 	events, err = f.big.stream(ctx, lastID)
 	require.NoError(t, err)
 	all := slices.Clone(seen)
@@ -341,13 +341,18 @@ func TestEndToEnd(t *testing.T) {
 		case ev := <-events:
 			require.Equal(t, "job.changed", ev.Event, "%+v", ev)
 			all = append(all, ev)
-			if ev.Data.State != string(jobs.StateReady) {
+			if jobs.State(ev.Data.State).Terminal() {
 				terminal[ev.Data.JobID] = true
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatalf("replay stopped at %d terminal events of %d", len(terminal), bigJobs)
 		}
 	}
+	// The malformed answer's retry was announced before the job finished.
+	require.True(t, slices.ContainsFunc(all, func(ev sseEvent) bool {
+		return ev.Data.JobID == ids["malformed"] && ev.Data.Type == invoice.Kind+".retry_scheduled" &&
+			ev.Data.State == string(jobs.StateRetryScheduled)
+	}), "no retry event for the malformed answer's job")
 	versions := map[string]int64{}
 	for _, ev := range all {
 		require.NotEqual(t, ids["small-1"], ev.Data.JobID)

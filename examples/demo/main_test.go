@@ -34,3 +34,15 @@ func TestDemoRunsWithRabbitMQ(t *testing.T) {
 		Broker: "rabbitmq", AMQPURL: amqpURL,
 	}))
 }
+
+// With Kafka (an in-process kfake cluster, or KAFKA_BROKERS) carrying the
+// job events and waking the workers.
+func TestDemoRunsWithKafka(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Setup(t, dbtest.Options{MaxConns: 20, Unmigrated: true})
+	require.NoError(t, run(t.Context(), options{
+		DatabaseURL: dbtest.URL(), Schema: db.Schema, Invoices: 10, Small: 6,
+		Scale: 300, RPM: 3000, Workers: 8, Outage: time.Second, Timeout: 60 * time.Second,
+		Broker: "kafka",
+	}))
+}

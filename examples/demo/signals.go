@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -24,7 +26,9 @@ import (
 // accepts each event id once, recording it in the demo's own table in the
 // inbox's transaction. The table's primary key would refuse a second
 // effect, so its row count, equal to the outbox's job events, shows each event
-// arrived once.
+// arrived once. A "<kind>.requested" event also wakes the runner for the
+// job's queue: with a broker the runner does not LISTEN (stackConfig.Broker),
+// so this is how accepted work reaches the workers before the next poll.
 type signals struct {
 	s       *stack
 	broker  string
@@ -36,8 +40,9 @@ type signals struct {
 
 const signalConsumer = "demo-signals"
 
-// startSignals starts the relay and the ingress on kind ("memory", the
-// in-process default, or "rabbitmq" at amqpURL).
+// startSignals starts the relay and the ingress on kind: "memory" (the
+// in-process default), "rabbitmq" at amqpURL, or "kafka" (the brokers in
+// KAFKA_BROKERS, else an in-process kfake cluster).
 func startSignals(ctx context.Context, s *stack, kind, amqpURL string) (*signals, error) {
 	topic := s.svc.Jobs.Config().EventTopic
 	if _, err := s.pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.demo_signals (event_id text PRIMARY KEY, type text NOT NULL)`, pgIdent(s.schema))); err != nil {
@@ -91,8 +96,13 @@ func startSignals(ctx context.Context, s *stack, kind, amqpURL string) (*signals
 			_ = withChannel(topo.Delete)
 			_ = conn.Close()
 		}
+	case "kafka":
+		var err error
+		if pub, cons, cleanup, err = kafkaSignals(ctx, topic); err != nil {
+			return nil, err
+		}
 	default:
-		return nil, fmt.Errorf("-broker %q: memory or rabbitmq", kind)
+		return nil, fmt.Errorf("-broker %q: memory, rabbitmq, kafka or none", kind)
 	}
 	relay, err := s.svc.Outbox.NewRelay(s.pool, pub, outbox.RelayConfig{PollInterval: 100 * time.Millisecond})
 	if err != nil {
@@ -108,8 +118,22 @@ func startSignals(ctx context.Context, s *stack, kind, amqpURL string) (*signals
 	ingress, err := in.NewIngress(s.pool, cons, inbox.IngressConfig{
 		Consumer: signalConsumer,
 		Handler: func(ctx context.Context, tx pgx.Tx, msg broker.Message) error {
-			_, err := tx.Exec(ctx, insert, msg.ID, msg.Headers[outbox.HeaderEventType])
-			return err
+			eventType := msg.Headers[outbox.HeaderEventType]
+			if _, err := tx.Exec(ctx, insert, msg.ID, eventType); err != nil {
+				return err
+			}
+			if strings.HasSuffix(eventType, ".requested") {
+				// Before the commit, and that is fine: the job committed
+				// long before its event was published, and a wake-up is
+				// only a hint to claim now.
+				var ev struct {
+					Queue string `json:"queue"`
+				}
+				if json.Unmarshal(msg.Body, &ev) == nil {
+					s.runner.Wake(ev.Queue)
+				}
+			}
+			return nil
 		},
 	})
 	if err != nil {

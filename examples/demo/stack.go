@@ -36,6 +36,10 @@ type stackConfig struct {
 	SmallQuota  int64 // the small tenant's pending-job quota (0: none)
 	SystemMax   int64
 	Window      int // the event stream's replay window (0: the default)
+	// Broker names the broker carrying the job events ("" or "none": no
+	// broker). With one, the runner does not LISTEN: the events' consumer
+	// wakes it (see signals).
+	Broker string
 }
 
 // stack is the whole pipeline in one process: the fake provider, the API,
@@ -128,6 +132,7 @@ func startStack(ctx context.Context, pool *pgxpool.Pool, cfg stackConfig) (*stac
 		BreakerCooldown: 500 * time.Millisecond,
 		PollInterval:    100 * time.Millisecond,
 		ShutdownGrace:   2 * time.Second,
+		DisableListen:   cfg.Broker != "" && cfg.Broker != "none",
 	})
 	if err != nil {
 		closeAll()

@@ -43,31 +43,39 @@ type Credential struct {
 // Auth is the bearer-token table. Tokens can be revoked while the service
 // runs; a revoked token's event stream ends.
 type Auth struct {
-	mu     sync.RWMutex
-	tokens map[string]Credential
+	mu sync.RWMutex
+	// tokens is keyed by each token's SHA-256, never by the token: a map
+	// lookup compares keys byte by byte and stops at the first difference,
+	// so keyed by the token its timing would tell an attacker how much of a
+	// guess was right. Timing can at most reveal a prefix of a digest,
+	// which says nothing about the token. (The table also holds no token
+	// in the clear.)
+	tokens map[[sha256.Size]byte]Credential
 }
 
 // NewAuth returns a table holding tokens.
 func NewAuth(tokens map[string]Credential) *Auth {
-	a := &Auth{tokens: map[string]Credential{}}
+	a := &Auth{tokens: make(map[[sha256.Size]byte]Credential, len(tokens))}
 	for k, v := range tokens {
-		a.tokens[k] = v
+		a.tokens[sha256.Sum256([]byte(k))] = v
 	}
 	return a
 }
 
 // Lookup returns token's credential.
 func (a *Auth) Lookup(token string) (Credential, bool) {
+	digest := sha256.Sum256([]byte(token))
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	c, ok := a.tokens[token]
+	c, ok := a.tokens[digest]
 	return c, ok
 }
 
 // Revoke removes token.
 func (a *Auth) Revoke(token string) {
+	digest := sha256.Sum256([]byte(token))
 	a.mu.Lock()
-	delete(a.tokens, token)
+	delete(a.tokens, digest)
 	a.mu.Unlock()
 }
 

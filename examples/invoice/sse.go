@@ -46,8 +46,9 @@ type outboxRow struct {
 // sequence number whose transaction has not committed yet holds the stream
 // back (up to streamGapWait), so events are not skipped past.
 //
-// Only lifecycle events the job store writes reach the stream: acceptance
-// and the terminal states. Retries are visible in GET.
+// Only lifecycle events the job store writes reach the stream: acceptance,
+// a retry being scheduled, and the terminal states. A claim writes no event
+// (it would cost a write per attempt), so RUNNING is visible in GET only.
 func (s *Service) events(w http.ResponseWriter, r *http.Request, token string, c Credential) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {

@@ -60,12 +60,15 @@ type WorkerConfig struct {
 	BreakerCooldown time.Duration
 	// PollInterval is the runner's fallback claim interval. Default 1s.
 	PollInterval time.Duration
-	// InvalidOutputAttempts is how many attempts may end in malformed model
-	// output before the job goes to REVIEW_REQUIRED. Default 3: lease counts
-	// every attempt against this budget, snoozed ones (admission waits)
-	// included, so the default of 2 would send a job snoozed once and then
-	// answered with malformed JSON once straight to review.
+	// InvalidOutputAttempts is how many attempts that were not snoozed may
+	// end in malformed model output before the job goes to REVIEW_REQUIRED.
+	// Default 3, one more than lease's: malformed answers from a provider
+	// are usually transient, and one more call costs less than a review.
 	InvalidOutputAttempts int
+	// DisableListen turns off the runner's LISTEN for enqueue NOTIFYs, for
+	// a host whose consumer of the job events calls Runner.Wake instead
+	// (see lease.Config.DisableListen). Polling still runs.
+	DisableListen bool
 	// ShutdownGrace is how long attempts may finish at shutdown. Default
 	// lease's.
 	ShutdownGrace time.Duration
@@ -133,6 +136,7 @@ func (s *Service) NewRunner(ctx context.Context, cfg WorkerConfig) (*lease.Runne
 		AttemptTimeout:        cfg.AttemptTimeout,
 		LeaseDuration:         max(lease.DefaultLeaseDuration, 2*cfg.AttemptTimeout),
 		PollInterval:          cfg.PollInterval,
+		DisableListen:         cfg.DisableListen,
 		ShutdownGrace:         cfg.ShutdownGrace,
 		InvalidOutputAttempts: cmp.Or(cfg.InvalidOutputAttempts, 3),
 		Retry:                 cfg.Retry,
