@@ -102,6 +102,9 @@ follow positional arguments. Run 'llmq <command> -h' for a command's flags.
 // errUsage marks errors caused by how the command was called (exit 2).
 var errUsage = errors.New("usage")
 
+// errHelpUsage asks for the usage text, which is not an error (exit 0).
+var errHelpUsage = errors.New("help")
+
 // errFlag marks a flag the flag package refused; it has already printed
 // the problem and the command's flags (exit 2).
 var errFlag = errors.New("bad flag")
@@ -143,6 +146,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case err == nil:
 		return 0
 	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errHelpUsage):
+		fmt.Fprint(stderr, usage)
 		return 0
 	case errors.Is(err, errFlag):
 		return 2
@@ -217,6 +223,9 @@ func parseArgs(fs *flag.FlagSet, args []string, want int, usage string) ([]strin
 // naming the choices when there is none or an unknown one.
 func subcommand(command string, args []string, choices ...string) (string, []string, error) {
 	list := strings.Join(choices, " or ")
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+		return "", nil, errHelpUsage
+	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		return "", nil, fmt.Errorf("%w: %s needs %s", errUsage, command, list)
 	}

@@ -132,6 +132,9 @@ func TestUsageErrors(t *testing.T) {
 		"--in-flight N", "bench", "plan", "inspect = jobs inspect", "dead-letter = dead"} {
 		require.Contains(t, stderr, command)
 	}
+	code, _, stderr = runCLI(t, "pools", "-h")
+	require.Equal(t, 0, code)
+	require.Contains(t, stderr, "pools set POOL")
 	code, _, stderr = runCLI(t, "tenants", "set", "-h")
 	require.Equal(t, 0, code)
 	require.Contains(t, stderr, "-max-pending-tokens tokens")

@@ -161,13 +161,13 @@ func printPools(w io.Writer, asJSON bool, rows []poolRow) error {
 		return writeJSON(w, rows)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprint(tw, "POOL\tRPM\tTPM\tIN FLIGHT\tREQUESTS NOW\tTOKENS NOW\tCOOLDOWN\tPRICE IN/OUT\t\n")
+	fmt.Fprint(tw, "POOL\tRPM\tTPM\tIN FLIGHT\tREQUESTS NOW\tTOKENS NOW\tCOOLDOWN\tPRICE IN/OUT\n")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d/%d\t%.0f/%d\t%.0f/%d\t%s\t%d/%d\t\n", r.Name, r.RPM, r.TPM, r.InFlight, r.MaxInFlight,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d/%d\t%.0f/%d\t%.0f/%d\t%s\t%d/%d\n", r.Name, r.RPM, r.TPM, r.InFlight, r.MaxInFlight,
 			math.Floor(r.RequestLevel), r.RequestBurst, math.Floor(r.TokenLevel), r.TokenBurst, age(r.CooldownSeconds), r.InputPrice, r.OutputPrice)
 	}
 	if len(rows) == 0 {
-		fmt.Fprint(tw, "(no pools)\t\n")
+		fmt.Fprint(tw, "(no pools)\n")
 	}
 	return tw.Flush()
 }

@@ -87,17 +87,17 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fmt.Fprintf(stdout, "\noutbox: %d unpublished, oldest %s\n\n", report.Outbox.Unpublished, age(report.Outbox.OldestUnpublishedAgeSeconds))
 
 	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprint(tw, "QUEUE\tTENANT\tRUNNABLE\tSCHEDULED\tIN FLIGHT\tOLDEST RUNNABLE\tWEIGHT\tMAX IN FLIGHT\t\n")
+	fmt.Fprint(tw, "QUEUE\tTENANT\tRUNNABLE\tSCHEDULED\tIN FLIGHT\tOLDEST RUNNABLE\tWEIGHT\tMAX IN FLIGHT\n")
 	for _, b := range report.Tenants {
 		suffix := ""
 		if !b.OwnLimits {
 			suffix = " (default)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%d%s\t%s%s\t\n", b.Queue, b.Tenant, b.Runnable, b.Scheduled, b.InFlight,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%d%s\t%s%s\n", b.Queue, b.Tenant, b.Runnable, b.Scheduled, b.InFlight,
 			age(b.OldestRunnableAgeSeconds), b.Weight, suffix, limit(int64(b.MaxInFlight)), suffix)
 	}
 	if len(report.Tenants) == 0 {
-		fmt.Fprint(tw, "(no unfinished jobs)\t\n")
+		fmt.Fprintln(tw, "(no unfinished jobs)")
 	}
 	return tw.Flush()
 }

@@ -244,7 +244,7 @@ func printTenants(w io.Writer, asJSON bool, rows []tenantRow) error {
 		return writeJSON(w, rows)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprint(tw, "TENANT\tWEIGHT\tMAX IN FLIGHT\tMAX PENDING JOBS\tMAX PENDING BYTES\tMAX PENDING TOKENS\tMAX DAILY COST\t\n")
+	fmt.Fprint(tw, "TENANT\tWEIGHT\tMAX IN FLIGHT\tMAX PENDING JOBS\tMAX PENDING BYTES\tMAX PENDING TOKENS\tMAX DAILY COST\n")
 	for _, r := range rows {
 		name, suffix := r.Tenant, ""
 		if name == "" {
@@ -256,13 +256,13 @@ func printTenants(w io.Writer, asJSON bool, rows []tenantRow) error {
 		switch {
 		case r.Quota == nil && r.Tenant == "":
 			// The default quota is the host's configuration, not data.
-			fmt.Fprint(tw, "(config)\t(config)\t(config)\t(config)\t\n")
+			fmt.Fprint(tw, "(config)\t(config)\t(config)\t(config)\n")
 			continue
 		case r.Quota == nil:
-			fmt.Fprint(tw, "default\tdefault\tdefault\tdefault\t\n")
+			fmt.Fprint(tw, "default\tdefault\tdefault\tdefault\n")
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", limit(r.Quota.MaxPendingJobs), limit(r.Quota.MaxPendingBytes),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", limit(r.Quota.MaxPendingJobs), limit(r.Quota.MaxPendingBytes),
 			limit(r.Quota.MaxPendingTokens), limit(r.Quota.MaxDailyCost))
 	}
 	return tw.Flush()
