@@ -341,7 +341,9 @@ func TestTenantsCommands(t *testing.T) {
 		{[]string{"tenants", "set", "--weight", "2"}, []string{"tenants set needs a tenant"}},
 		{[]string{"tenants", "set", "acme", "globex", "--weight", "2"}, []string{`unexpected argument "globex"`}},
 		{[]string{"tenants", "set", "acme", "--quota", "5"}, []string{"flag provided but not defined: -quota"}},
+		{[]string{"tenants", "set", "", "--weight", "5"}, []string{"the tenant must not be empty"}},
 		{[]string{"tenants", "reset"}, []string{"tenants reset needs a tenant"}},
+		{[]string{"tenants", "reset", ""}, []string{"the tenant must not be empty"}},
 		{[]string{"tenants", "delete", "acme"}, []string{`tenants "delete": use list or set or reset`}},
 	} {
 		f.refused(2, bad.args, bad.mentions...)

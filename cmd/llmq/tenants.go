@@ -79,6 +79,8 @@ func runTenants(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	delete(set, "schema")
 	delete(set, "json")
 	switch {
+	case pos[0] == "":
+		return fmt.Errorf("%w: tenants set: the tenant must not be empty", errUsage)
 	case len(set) == 0:
 		return fmt.Errorf("%w: tenants set %s: give at least one of --weight, --max-in-flight, --max-pending-jobs, --max-pending-bytes, --max-pending-tokens, --max-daily-cost", errUsage, pos[0])
 	case set["weight"] && (weight < 1 || weight > jobs.MaxTenantWeight):
