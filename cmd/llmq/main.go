@@ -23,6 +23,8 @@
 //	llmq tenants set TENANT [--weight W] [--max-in-flight N] [--max-pending-jobs N]
 //	                     [--max-pending-bytes N] [--max-pending-tokens N] [--max-daily-cost N]
 //	                                change only the limits given; 0 means no cap or quota
+//	llmq tenants set --defaults [--weight W] [--max-in-flight N]
+//	                                the weight and cap of tenants without their own
 //	llmq tenants reset TENANT       drop the tenant's own limits and quota: the defaults apply
 //	llmq pools list                 provider pools: limits, in flight, bucket levels, cooldown
 //	llmq pools set POOL [--rpm R] [--tpm T] [--in-flight N] [--create] [flags]
@@ -85,6 +87,8 @@ commands:
   tenants set TENANT [--weight W] [--max-in-flight N] [--max-pending-jobs N]
                      [--max-pending-bytes N] [--max-pending-tokens N] [--max-daily-cost N]
                                          change a tenant's limits (only those given)
+  tenants set --defaults [--weight W] [--max-in-flight N]
+                                         the limits of tenants without their own
   tenants reset TENANT                   drop a tenant's own limits and quota
   pools list                             provider pools: limits, in flight, cooldown
   pools set POOL [--rpm R] [--tpm T] [--in-flight N] [--create] [flags]
@@ -189,8 +193,8 @@ func parse(fs *flag.FlagSet, args []string) error {
 }
 
 // parseArgs parses flags wherever they stand among args and returns the
-// positional arguments, which must number exactly want; usage names them
-// in the error otherwise. The flag package stops at the first positional
+// positional arguments, which must number exactly want (any number when
+// want is negative); usage names them in the error otherwise. The flag package stops at the first positional
 // argument, so parsing resumes after each one; everything after "--" is
 // positional.
 func parseArgs(fs *flag.FlagSet, args []string, want int, usage string) ([]string, error) {
@@ -211,6 +215,7 @@ func parseArgs(fs *flag.FlagSet, args []string, want int, usage string) ([]strin
 		args = rest[1:]
 	}
 	switch {
+	case want < 0:
 	case len(positional) > want:
 		return nil, fmt.Errorf("%w: %s: unexpected argument %q", errUsage, fs.Name(), positional[want])
 	case len(positional) < want:

@@ -128,7 +128,7 @@ func TestUsageErrors(t *testing.T) {
 	require.Equal(t, 0, code)
 	for _, command := range []string{"migrate up", "migrate down", "migrate status", "migrate sql", "stats", "jobs inspect ID",
 		"dead list", "dead replay ID --reason WHY [--by WHO]", "tenants list", "tenants set TENANT", "--weight W", "--max-in-flight N",
-		"--max-pending-jobs N", "--max-daily-cost N", "tenants reset TENANT", "pools list", "pools set POOL", "--rpm R", "--tpm T",
+		"--max-pending-jobs N", "--max-daily-cost N", "tenants set --defaults", "tenants reset TENANT", "pools list", "pools set POOL", "--rpm R", "--tpm T",
 		"--in-flight N", "bench", "plan", "inspect = jobs inspect", "dead-letter = dead"} {
 		require.Contains(t, stderr, command)
 	}

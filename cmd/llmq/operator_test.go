@@ -351,17 +351,27 @@ func TestTenantsCommands(t *testing.T) {
 	f.refused(1, []string{"tenants", "set", strings.Repeat("x", 201), "--weight", "2"}, "Tenant", "more than the limit of 200")
 	f.refused(1, []string{"tenants", "set", "bad\tname", "--max-pending-jobs", "2"}, "control character")
 
+	// The defaults' weight and cap reach every tenant without its own.
+	code, out, stderr = f.run("tenants", "set", "--defaults", "--max-in-flight", "8")
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `\(defaults\)\s+1\s+8\s`, out)
+	limits, err = f.store.TenantLimitsOf(ctx, f.pool, "globex")
+	require.NoError(t, err)
+	require.Equal(t, jobs.TenantLimits{Weight: 1, MaxRunning: 8}, limits)
+	f.refused(2, []string{"tenants", "set", "--defaults", "acme", "--weight", "2"}, `unexpected argument "acme"`)
+	f.refused(2, []string{"tenants", "set", "--defaults", "--max-pending-jobs", "2"}, "the default quota is the host's QuotaConfig.Default")
+
 	// Reset drops both; the defaults apply again.
 	code, out, stderr = f.run("tenants", "reset", "acme", "--json")
 	require.Equal(t, 0, code, stderr)
 	require.NoError(t, json.Unmarshal([]byte(out), &rows))
-	require.Equal(t, []tenantRow{{Tenant: "acme", Weight: 1}}, rows)
+	require.Equal(t, []tenantRow{{Tenant: "acme", Weight: 1, MaxInFlight: 8}}, rows)
 	_, own, err = quotas.TenantQuotaOf(ctx, f.pool, "acme")
 	require.NoError(t, err)
 	require.False(t, own)
 	limits, err = f.store.TenantLimitsOf(ctx, f.pool, "acme")
 	require.NoError(t, err)
-	require.Equal(t, jobs.TenantLimits{Weight: 1}, limits)
+	require.Equal(t, jobs.TenantLimits{Weight: 1, MaxRunning: 8}, limits)
 }
 
 func TestPoolsCommands(t *testing.T) {

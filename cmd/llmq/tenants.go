@@ -70,26 +70,42 @@ func runTenants(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.Var(&pendingBytes, "max-pending-bytes", "acceptance quota: payload `bytes` of unfinished jobs (0: no limit)")
 	fs.Var(&pendingTokens, "max-pending-tokens", "acceptance quota: estimated `tokens` of unfinished jobs (0: no limit)")
 	fs.Var(&dailyCost, "max-daily-cost", "acceptance quota: spend per UTC day in `micro-units` of the pools' currency (0: no limit)")
-	pos, err := parseArgs(fs, args, 1, "tenants set needs a tenant: tenants set TENANT --weight W ...")
+	defaults := fs.Bool("defaults", false, "set the weight and cap of tenants without their own, instead of one tenant's")
+	pos, err := parseArgs(fs, args, -1, "")
 	if err != nil {
 		return err
 	}
 	set := setFlags(fs)
-	delete(set, "database-url")
-	delete(set, "schema")
-	delete(set, "json")
+	for _, common := range []string{"database-url", "schema", "json", "defaults"} {
+		delete(set, common)
+	}
+	quotaSet := set["max-pending-jobs"] || set["max-pending-bytes"] || set["max-pending-tokens"] || set["max-daily-cost"]
+	tenant := ""
 	switch {
-	case pos[0] == "":
+	case *defaults && len(pos) > 0:
+		return fmt.Errorf("%w: tenants set --defaults: unexpected argument %q; --defaults sets no one tenant", errUsage, pos[0])
+	case *defaults && quotaSet:
+		return fmt.Errorf("%w: tenants set --defaults: the default quota is the host's QuotaConfig.Default, not data; give only --weight and --max-in-flight", errUsage)
+	case !*defaults && len(pos) != 1:
+		if len(pos) > 1 {
+			return fmt.Errorf("%w: tenants set: unexpected argument %q", errUsage, pos[1])
+		}
+		return fmt.Errorf("%w: tenants set needs a tenant: tenants set TENANT --weight W ... (or --defaults)", errUsage)
+	case !*defaults:
+		tenant = pos[0]
+	}
+	switch {
+	case tenant == "" && !*defaults:
 		return fmt.Errorf("%w: tenants set: the tenant must not be empty", errUsage)
 	case len(set) == 0:
-		return fmt.Errorf("%w: tenants set %s: give at least one of --weight, --max-in-flight, --max-pending-jobs, --max-pending-bytes, --max-pending-tokens, --max-daily-cost", errUsage, pos[0])
+		return fmt.Errorf("%w: tenants set: give at least one of --weight, --max-in-flight, --max-pending-jobs, --max-pending-bytes, --max-pending-tokens, --max-daily-cost", errUsage)
 	case set["weight"] && (weight < 1 || weight > jobs.MaxTenantWeight):
 		return fmt.Errorf("%w: tenants set: --weight is %d; use 1 to %d", errUsage, weight, jobs.MaxTenantWeight)
 	case maxInFlight > math.MaxInt32:
 		return fmt.Errorf("%w: tenants set: --max-in-flight is %d; too large", errUsage, maxInFlight)
 	}
 	return withTenants(ctx, c, func(t *tenantStores) error {
-		row, err := t.set(ctx, pos[0], func(l *jobs.TenantLimits, q *admission.TenantQuota) {
+		row, err := t.set(ctx, tenant, func(l *jobs.TenantLimits, q *admission.TenantQuota) {
 			if set["weight"] {
 				l.Weight = int(weight)
 			}
@@ -108,8 +124,7 @@ func runTenants(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			if set["max-daily-cost"] {
 				q.MaxDailyCost = int64(dailyCost)
 			}
-		}, set["weight"] || set["max-in-flight"],
-			set["max-pending-jobs"] || set["max-pending-bytes"] || set["max-pending-tokens"] || set["max-daily-cost"])
+		}, set["weight"] || set["max-in-flight"], quotaSet)
 		if err != nil {
 			return err
 		}
