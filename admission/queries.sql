@@ -192,3 +192,16 @@ WHERE p.name = $1;
 SELECT p.in_flight, (SELECT count(*) FROM /*schema*/admission_permits AS e WHERE e.pool = p.name)
 FROM /*schema*/admission_pools AS p
 WHERE p.name = $1;
+
+-- name: SelectPools
+-- Every pool as of now, by name, for operators: SelectPool's columns with
+-- the name first.
+SELECT name, rpm, tpm, max_in_flight, request_burst, token_burst, charge_reserved, refund_uncertain,
+    input_price, output_price,
+    /*schema*/admission_level(request_level, request_burst, rpm, refilled_at),
+    /*schema*/admission_level(token_level, token_burst, tpm, refilled_at),
+    in_flight,
+    extract(epoch FROM greatest(cooldown_until, now()) - now())::double precision,
+    EXISTS (SELECT 1 FROM /*schema*/admission_permits AS e WHERE e.pool = p.name AND e.expires_at <= now())
+FROM /*schema*/admission_pools AS p
+ORDER BY name;

@@ -47,3 +47,15 @@ SELECT count(*) FROM (
     WHERE state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')
     LIMIT $1
 ) AS p;
+
+-- name: SelectTenantQuotas
+-- For operators, not on the enqueue path.
+-- Every tenant's own quota, or only $1's when $1 is not NULL. NULL columns
+-- are no limit.
+SELECT tenant, max_pending_jobs, max_pending_bytes, max_pending_tokens, max_daily_cost
+FROM /*schema*/admission_tenant_quotas
+WHERE $1::text IS NULL OR tenant = $1
+ORDER BY tenant;
+
+-- name: DeleteTenantQuota
+DELETE FROM /*schema*/admission_tenant_quotas WHERE tenant = $1;

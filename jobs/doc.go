@@ -138,4 +138,8 @@
 //   - Enqueue expects READ COMMITTED (Postgres' default). Under REPEATABLE
 //     READ a key taken by a concurrent transaction surfaces as a
 //     serialization failure for the caller to retry.
+//   - Lookup, DeadLetters, TenantBacklogs and AllTenantLimits read across
+//     tenants, for operators' tools (cmd/llmq): an operator has a job id,
+//     not always its tenant. A server answering a tenant never calls them;
+//     the Store interface, which servers use, stays tenant-scoped.
 package jobs

@@ -723,3 +723,52 @@ FROM /*schema*/tenant_limits
 WHERE tenant = $1 OR tenant = ''
 ORDER BY tenant DESC
 LIMIT 1;
+
+-- name: LookupJob
+-- Operator reads start here: an operator's tools are not tenant-scoped,
+-- while servers answering tenants use the tenant-scoped queries above.
+-- A job by id alone, through the primary key.
+SELECT
+    /*job_columns*/
+FROM /*schema*/jobs
+WHERE id = $1;
+
+-- name: ListDeadLetters
+-- Every tenant's FAILED_TERMINAL jobs, most recently finished first. No
+-- index serves it: this reads every job row, like QueueStats.
+SELECT
+    /*job_columns*/
+FROM /*schema*/jobs
+WHERE state = 'FAILED_TERMINAL'
+ORDER BY finished_at DESC, id DESC
+LIMIT $1;
+
+-- name: TenantBacklogs
+-- Per queue and tenant with unfinished work: jobs eligible now, jobs
+-- waiting for their time, running jobs and the oldest eligible job's age,
+-- with the weight and cap that apply (the tenant's own, else the defaults'
+-- row ''). Reads the unfinished jobs only (jobs_pending_tenant_idx's
+-- predicate), so its cost follows the backlog, not the history.
+WITH backlog AS (
+    SELECT queue, tenant,
+        count(*) FILTER (WHERE state IN ('READY', 'RETRY_SCHEDULED') AND available_at <= now()) AS runnable,
+        count(*) FILTER (WHERE state IN ('READY', 'RETRY_SCHEDULED') AND available_at > now()) AS scheduled,
+        count(*) FILTER (WHERE state = 'RUNNING') AS running,
+        coalesce(extract(epoch FROM now() - min(available_at)
+            FILTER (WHERE state IN ('READY', 'RETRY_SCHEDULED') AND available_at <= now())), 0)::float8 AS oldest
+    FROM /*schema*/jobs
+    WHERE state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')
+    GROUP BY queue, tenant
+)
+SELECT b.queue, b.tenant, b.runnable, b.scheduled, b.running, b.oldest,
+    coalesce(own.weight, d.weight, 1), coalesce(own.max_running, d.max_running, 0), own.tenant IS NOT NULL
+FROM backlog AS b
+LEFT JOIN /*schema*/tenant_limits AS own ON own.tenant = b.tenant
+LEFT JOIN /*schema*/tenant_limits AS d ON d.tenant = ''
+ORDER BY b.queue, b.tenant;
+
+-- name: ListTenantLimits
+-- Every stored row: the defaults ('') first, then each tenant's own.
+SELECT tenant, weight, max_running
+FROM /*schema*/tenant_limits
+ORDER BY tenant;

@@ -146,6 +146,7 @@ type PostgresStore struct {
 		setTenantLimits, deleteTenantLimits, getTenantLimits                                          string
 		replay, attempts                                                                              string
 	}
+	ops operatorSQL
 }
 
 var _ Store = (*PostgresStore)(nil)
@@ -205,6 +206,7 @@ func NewStore(cfg Config) (*PostgresStore, error) {
 	s.sql.failDeadlines = q.Must("FailExpiredDeadlines")
 	s.sql.replay = q.Must("ReplayJob")
 	s.sql.attempts = q.Must("ListAttempts")
+	s.ops = newOperatorSQL(q)
 	return s, nil
 }
 

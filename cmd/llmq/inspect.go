@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/user"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -15,14 +18,25 @@ import (
 	"github.com/llmq/llmq/outbox"
 )
 
-// runInspect prints one job with its attempt history and recent events.
-func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, c := newFlagSet("inspect", stderr)
-	tenant := fs.String("tenant", "", "the job's tenant (required: every read is tenant-scoped)")
-	if err := fs.Parse(args); err != nil {
-		return usageOrHelp(err)
+// runJobs dispatches the job commands.
+func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	_, args, err := subcommand("jobs", args, "inspect")
+	if err != nil {
+		return err
 	}
-	id, err := jobArg(fs, *tenant != "", "inspect -tenant T JOB_ID")
+	return runInspect(ctx, "jobs inspect", args, stdout, stderr)
+}
+
+// runInspect prints one job with its attempt history and its events. An
+// operator finds a job by id alone; -tenant narrows the search to a tenant.
+func runInspect(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
+	fs, c := newFlagSet(name, stderr)
+	tenant := fs.String("tenant", "", "look only among this tenant's jobs")
+	pos, err := parseArgs(fs, args, 1, name+" needs a job id: "+name+" ID [-tenant T]")
+	if err != nil {
+		return err
+	}
+	id, err := parseJobID(pos[0])
 	if err != nil {
 		return err
 	}
@@ -31,11 +45,11 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer s.close()
-	job, err := s.jobs.Get(ctx, s.pool, *tenant, id)
+	job, err := s.findJob(ctx, *tenant, id)
 	if err != nil {
 		return err
 	}
-	attempts, err := s.jobs.Attempts(ctx, s.pool, *tenant, id)
+	attempts, err := s.jobs.Attempts(ctx, s.pool, job.Tenant, id)
 	if err != nil {
 		return err
 	}
@@ -71,6 +85,9 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%v\t%s\n", a.Attempt, a.Worker, a.StartedAt.UTC().Format(time.RFC3339),
 			took, outcome, a.ErrorClass, a.Usage.InputTokens, a.Usage.OutputTokens, a.Usage.Uncertain, firstLine(a.Error))
 	}
+	if len(attempts) == 0 {
+		fmt.Fprintln(tw, "(none yet)")
+	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "EVENT\tTYPE\tCREATED\tPUBLISHED")
 	for _, e := range recs {
@@ -83,81 +100,124 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return tw.Flush()
 }
 
-// runDeadLetter lists a tenant's dead-lettered jobs, or replays one.
-func runDeadLetter(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return fmt.Errorf("%w: dead-letter needs list or replay", errUsage)
+// runDead lists dead-lettered jobs, or replays one. name is the command
+// as typed: "dead" or its older name "dead-letter".
+func runDead(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
+	sub, args, err := subcommand(name, args, "list", "replay")
+	if err != nil {
+		return err
 	}
-	sub, args := args[0], args[1:]
-	fs, c := newFlagSet("dead-letter "+sub, stderr)
-	tenant := fs.String("tenant", "", "tenant (required: every read is tenant-scoped)")
-	switch sub {
-	case "list":
-		limit := fs.Int("limit", 50, "how many, newest first")
+	fs, c := newFlagSet(name+" "+sub, stderr)
+	tenant := fs.String("tenant", "", "only this tenant's jobs")
+	if sub == "list" {
+		limit := fs.Int("limit", 50, fmt.Sprintf("how many, newest first (1 to %d)", jobs.MaxListLimit))
 		if err := parse(fs, args); err != nil {
 			return err
 		}
-		if *tenant == "" {
-			return fmt.Errorf("%w: dead-letter list needs -tenant", errUsage)
+		if *limit < 1 || *limit > jobs.MaxListLimit {
+			return fmt.Errorf("%w: %s: -limit is %d; use 1 to %d", errUsage, fs.Name(), *limit, jobs.MaxListLimit)
 		}
-		s, err := c.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer s.close()
-		page, err := s.jobs.List(ctx, s.pool, jobs.ListParams{Tenant: *tenant, States: []jobs.State{jobs.StateFailedTerminal}, Limit: *limit})
-		if err != nil {
-			return err
-		}
-		if c.json {
-			return writeJSON(stdout, page.Jobs)
-		}
-		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "JOB\tKIND\tATTEMPTS\tFINISHED\tCLASS\tERROR")
-		for _, j := range page.Jobs {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Kind, j.Attempt, j.FinishedAt.UTC().Format(time.RFC3339), j.ErrorClass, firstLine(j.LastError))
-		}
-		return tw.Flush()
-	case "replay":
-		by := fs.String("by", "", "who asks for the replay (required)")
-		reason := fs.String("reason", "", "why (required)")
-		if err := fs.Parse(args); err != nil {
-			return usageOrHelp(err)
-		}
-		id, err := jobArg(fs, *tenant != "" && *by != "" && *reason != "", "dead-letter replay -tenant T -by WHO -reason WHY JOB_ID")
-		if err != nil {
-			return err
-		}
-		s, err := c.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer s.close()
-		job, err := s.jobs.Replay(ctx, s.pool, jobs.ReplayParams{Tenant: *tenant, JobID: id, By: *by, Reason: *reason})
-		if err != nil {
-			return err
-		}
-		if c.json {
-			return writeJSON(stdout, job)
-		}
-		fmt.Fprintf(stdout, "replayed %s as %s (%s)\n", id, job.ID, job.State)
-		return nil
-	default:
-		return fmt.Errorf("%w: dead-letter %q: use list or replay", errUsage, sub)
+		return deadList(ctx, c, *tenant, *limit, stdout)
 	}
+	by := fs.String("by", "", "who asks for the replay, recorded on the new job (default: the OS user name)")
+	reason := fs.String("reason", "", "why, recorded on the new job (required)")
+	deadline := fs.Duration("deadline", 0, "the new job's deadline, from now (default: none)")
+	usage := sub + " needs a job id: " + name + " replay ID --reason WHY [--by WHO]"
+	pos, err := parseArgs(fs, args, 1, usage)
+	if err != nil {
+		return err
+	}
+	id, err := parseJobID(pos[0])
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(*reason) == "" {
+		return fmt.Errorf("%w: %s: --reason WHY is required: it is recorded with the replay", errUsage, fs.Name())
+	}
+	if *deadline < 0 {
+		return fmt.Errorf("%w: %s: -deadline is %s; it must not be negative", errUsage, fs.Name(), *deadline)
+	}
+	if *by == "" {
+		if *by, err = osUser(); err != nil {
+			return fmt.Errorf("%w: %s: --by WHO is needed: %w", errUsage, fs.Name(), err)
+		}
+	}
+	s, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	old, err := s.findJob(ctx, *tenant, id)
+	if err != nil {
+		return err
+	}
+	p := jobs.ReplayParams{Tenant: old.Tenant, JobID: id, By: *by, Reason: *reason}
+	if *deadline > 0 {
+		p.DeadlineAt = time.Now().Add(*deadline)
+	}
+	job, err := s.jobs.Replay(ctx, s.pool, p)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return writeJSON(stdout, job)
+	}
+	fmt.Fprintf(stdout, "replayed %s as %s (%s), by %s: %s\n", id, job.ID, job.State, job.ReplayedBy, job.ReplayReason)
+	return nil
 }
 
-// jobArg reads the one JOB_ID argument of a command whose required flags
-// are present (flagsOK), or reports usage.
-func jobArg(fs *flag.FlagSet, flagsOK bool, usage string) (uuid.UUID, error) {
-	if !flagsOK || fs.NArg() != 1 {
-		return uuid.Nil, fmt.Errorf("%w: %s", errUsage, usage)
-	}
-	id, err := uuid.Parse(fs.Arg(0))
+func deadList(ctx context.Context, c *common, tenant string, limit int, stdout io.Writer) error {
+	s, err := c.open(ctx)
 	if err != nil {
-		return uuid.Nil, fmt.Errorf("%w: %q is not a job id", errUsage, fs.Arg(0))
+		return err
+	}
+	defer s.close()
+	var dead []*jobs.Job
+	if tenant != "" {
+		page, err := s.jobs.List(ctx, s.pool, jobs.ListParams{Tenant: tenant, States: []jobs.State{jobs.StateFailedTerminal}, Limit: limit})
+		if err != nil {
+			return err
+		}
+		dead = page.Jobs
+	} else if dead, err = s.jobs.DeadLetters(ctx, s.pool, limit); err != nil {
+		return err
+	}
+	if c.json {
+		if dead == nil {
+			dead = []*jobs.Job{}
+		}
+		return writeJSON(stdout, dead)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tTENANT\tKIND\tQUEUE\tATTEMPTS\tFINISHED\tCLASS\tERROR")
+	for _, j := range dead {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Tenant, j.Kind, j.Queue, j.Attempt,
+			j.FinishedAt.UTC().Format(time.RFC3339), j.ErrorClass, firstLine(j.LastError))
+	}
+	if len(dead) == 0 {
+		fmt.Fprintln(tw, "(no dead-lettered jobs)")
+	}
+	return tw.Flush()
+}
+
+// parseJobID reads a JOB_ID argument.
+func parseJobID(arg string) (uuid.UUID, error) {
+	id, err := uuid.Parse(arg)
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("%w: %q is not a job id (a UUID)", errUsage, arg)
 	}
 	return id, nil
+}
+
+// osUser names the person running the command, for --by.
+func osUser() (string, error) {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username, nil
+	}
+	if name := os.Getenv("USER"); name != "" {
+		return name, nil
+	}
+	return "", errors.New("the OS user name is unknown")
 }
 
 // session is what a command reading jobs works with: the stores for the
@@ -185,6 +245,15 @@ func (c *common) open(ctx context.Context) (*session, error) {
 }
 
 func (s *session) close() { s.pool.Close() }
+
+// findJob returns the job with id: tenant's when tenant is given, else
+// whichever tenant's it is.
+func (s *session) findJob(ctx context.Context, tenant string, id uuid.UUID) (*jobs.Job, error) {
+	if tenant != "" {
+		return s.jobs.Get(ctx, s.pool, tenant, id)
+	}
+	return s.jobs.Lookup(ctx, s.pool, id)
+}
 
 func firstLine(s string) string {
 	for i, r := range s {

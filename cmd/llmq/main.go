@@ -1,23 +1,51 @@
 // Command llmq is the operator CLI for an llmq installation: schema
-// migrations and queue statistics, with tables for people and --json for
-// scripts.
+// migrations, queue and tenant statistics, job inspection, dead-letter
+// replay, and the tenant and provider-pool limits that are stored as data
+// (a change applies on every process at its next claim, acceptance or
+// acquire, without a restart). Read commands print tables for people and,
+// with --json, JSON for scripts; set commands print the resulting row.
 //
 //	llmq migrate up [-to N]         apply pending migrations (every replica may run it at once)
 //	llmq migrate down -to N         revert migrations above version N (0 drops every llmq table)
 //	llmq migrate status             list migrations and whether each is applied
 //	llmq migrate sql [-down] [-from N] [-to N]
 //	                                print the SQL, for teams that run their own migration tool
-//	llmq stats                      jobs by queue and state, oldest eligible job age
-//	llmq inspect -tenant T JOB_ID   a job, its attempts and its events
-//	llmq dead-letter list -tenant T
-//	llmq dead-letter replay -tenant T -by WHO -reason WHY JOB_ID
+//	llmq stats                      jobs by queue and state, oldest eligible job age, outbox
+//	                                lag, and each tenant's backlog, in-flight jobs, weight and cap
+//	llmq jobs inspect ID [-tenant T]
+//	                                a job, its attempts with their outcomes, and its events
+//	llmq dead list [-tenant T] [-limit N]
+//	                                dead-lettered (FAILED_TERMINAL) jobs, newest first
+//	llmq dead replay ID --reason WHY [--by WHO] [-tenant T] [-deadline D]
+//	                                run a finished job again as a new job linked to it; the
+//	                                dead job is left unchanged; --by defaults to the OS user
+//	llmq tenants list               weights, in-flight caps and acceptance quotas
+//	llmq tenants set TENANT [--weight W] [--max-in-flight N] [--max-pending-jobs N]
+//	                     [--max-pending-bytes N] [--max-pending-tokens N] [--max-daily-cost N]
+//	                                change only the limits given; 0 means no cap or quota
+//	llmq tenants set --defaults [--weight W] [--max-in-flight N]
+//	                                the weight and cap of tenants without their own
+//	llmq tenants reset TENANT       drop the tenant's own limits and quota: the defaults apply
+//	llmq pools list                 provider pools: limits, in flight, bucket levels, cooldown
+//	llmq pools set POOL [--rpm R] [--tpm T] [--in-flight N] [--create] [flags]
+//	                                change only the limits given (--create for a new pool)
 //	llmq bench -mode drain|e2e|latency|relay|ingress|admission -jobs N -workers W [flags]
 //	                                measure against DATABASE_URL in a throwaway schema
 //	llmq plan -rpm R -tpm T -concurrency C [-latency D] [-tokens N] [-backlog B] [-pool P]
 //	                                attempt and job capacity, drain time of a backlog
 //
+// "inspect" and "dead-letter" are the older names of "jobs inspect" and
+// "dead", and still work.
+//
 // Every command takes -database-url (default $DATABASE_URL), -schema
-// (default $LLMQ_SCHEMA, else "llmq") and --json.
+// (default $LLMQ_SCHEMA, else "llmq") and --json. Flags may be written -flag
+// or --flag, before or after the positional arguments. Bad input (an
+// unknown command or flag, a malformed id, a negative limit, an unknown
+// pool) exits non-zero with a message naming it, before anything is
+// written: 2 for how the command was called, 1 for what the database said.
+//
+// Operator commands are not tenant-scoped: a job is found by its id alone,
+// and -tenant, where given, narrows the search to that tenant.
 package main
 
 import (
@@ -28,6 +56,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -47,21 +78,40 @@ commands:
   migrate down -to N                     revert migrations above version N
   migrate status                         list migrations and whether each is applied
   migrate sql [-down] [-from N] [-to N]  print the migration SQL
-  stats                                  jobs by queue and state
-  inspect -tenant T JOB_ID               a job, its attempts and its events
-  dead-letter list -tenant T             the tenant's dead-lettered jobs
-  dead-letter replay -tenant T -by WHO -reason WHY JOB_ID
-                                         run a finished job again as a new, linked job
+  stats                                  queues by state, outbox lag, per-tenant backlog
+  jobs inspect ID [-tenant T]            a job, its attempts and its events
+  dead list [-tenant T] [-limit N]       dead-lettered jobs, newest first
+  dead replay ID --reason WHY [--by WHO] [-tenant T] [-deadline D]
+                                         run a dead job again as a new, linked job
+  tenants list                           tenants' weights, in-flight caps and quotas
+  tenants set TENANT [--weight W] [--max-in-flight N] [--max-pending-jobs N]
+                     [--max-pending-bytes N] [--max-pending-tokens N] [--max-daily-cost N]
+                                         change a tenant's limits (only those given)
+  tenants set --defaults [--weight W] [--max-in-flight N]
+                                         the limits of tenants without their own
+  tenants reset TENANT                   drop a tenant's own limits and quota
+  pools list                             provider pools: limits, in flight, cooldown
+  pools set POOL [--rpm R] [--tpm T] [--in-flight N] [--create] [flags]
+                                         change a pool's limits (only those given)
   bench -mode drain|e2e|latency|relay|ingress|admission
                                          measure throughput, latency or admission grants in a throwaway schema
   plan -rpm R -tpm T -concurrency C [-pool P]
                                          capacity and drain time of a backlog under provider limits
 
-Run 'llmq <command> -h' for a command's flags.
+aliases: inspect = jobs inspect, dead-letter = dead.
+Every command takes -database-url URL, -schema NAME and --json; flags may
+follow positional arguments. Run 'llmq <command> -h' for a command's flags.
 `
 
 // errUsage marks errors caused by how the command was called (exit 2).
 var errUsage = errors.New("usage")
+
+// errHelpUsage asks for the usage text, which is not an error (exit 0).
+var errHelpUsage = errors.New("help")
+
+// errFlag marks a flag the flag package refused; it has already printed
+// the problem and the command's flags (exit 2).
+var errFlag = errors.New("bad flag")
 
 // run is main without the process: it parses args, runs one command and
 // returns the exit code.
@@ -81,10 +131,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runStats(ctx, args[1:], stdout, stderr)
 	case "bench":
 		err = runBench(ctx, args[1:], stdout, stderr)
+	case "jobs":
+		err = runJobs(ctx, args[1:], stdout, stderr)
 	case "inspect":
-		err = runInspect(ctx, args[1:], stdout, stderr)
-	case "dead-letter":
-		err = runDeadLetter(ctx, args[1:], stdout, stderr)
+		err = runInspect(ctx, "inspect", args[1:], stdout, stderr)
+	case "dead", "dead-letter":
+		err = runDead(ctx, args[0], args[1:], stdout, stderr)
+	case "tenants":
+		err = runTenants(ctx, args[1:], stdout, stderr)
+	case "pools":
+		err = runPools(ctx, args[1:], stdout, stderr)
 	case "plan":
 		err = runPlan(ctx, args[1:], stdout, stderr)
 	default:
@@ -95,6 +151,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case errors.Is(err, flag.ErrHelp):
 		return 0
+	case errors.Is(err, errHelpUsage):
+		fmt.Fprint(stderr, usage)
+		return 0
+	case errors.Is(err, errFlag):
+		return 2
 	case errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "llmq: %v\n\n%s", err, usage)
 		return 2
@@ -114,6 +175,10 @@ type common struct {
 func newFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *common) {
 	fs := flag.NewFlagSet("llmq "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage of %s (flags may come before or after arguments):\n", fs.Name())
+		fs.PrintDefaults()
+	}
 	c := &common{}
 	fs.StringVar(&c.databaseURL, "database-url", envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL connection URL")
 	fs.StringVar(&c.schema, "schema", envOr("LLMQ_SCHEMA", "llmq"), "Postgres schema holding the llmq tables")
@@ -123,21 +188,90 @@ func newFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *common) {
 
 // parse parses args and refuses stray positional arguments.
 func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		return usageOrHelp(err)
+	_, err := parseArgs(fs, args, 0, "")
+	return err
+}
+
+// parseArgs parses flags wherever they stand among args and returns the
+// positional arguments, which must number exactly want (any number when
+// want is negative); usage names them in the error otherwise. The flag package stops at the first positional
+// argument, so parsing resumes after each one; everything after "--" is
+// positional.
+func parseArgs(fs *flag.FlagSet, args []string, want int, usage string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, usageOrHelp(err)
+		}
+		rest := fs.Args()
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		if len(rest) == 0 {
+			break
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: %s: unexpected argument %q", errUsage, fs.Name(), fs.Arg(0))
+	switch {
+	case want < 0:
+	case len(positional) > want:
+		return nil, fmt.Errorf("%w: %s: unexpected argument %q", errUsage, fs.Name(), positional[want])
+	case len(positional) < want:
+		return nil, fmt.Errorf("%w: %s", errUsage, usage)
 	}
+	return positional, nil
+}
+
+// subcommand splits args into a command's subcommand and its arguments,
+// naming the choices when there is none or an unknown one.
+func subcommand(command string, args []string, choices ...string) (string, []string, error) {
+	list := strings.Join(choices, " or ")
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+		return "", nil, errHelpUsage
+	}
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		return "", nil, fmt.Errorf("%w: %s needs %s", errUsage, command, list)
+	}
+	if !slices.Contains(choices, args[0]) {
+		return "", nil, fmt.Errorf("%w: %s %q: use %s", errUsage, command, args[0], list)
+	}
+	return args[0], args[1:], nil
+}
+
+// count is a flag holding a whole number that must not be negative; the
+// flag package names the flag when Set refuses a value.
+type count int64
+
+func (c *count) Set(s string) error {
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return errors.New("not a whole number")
+	}
+	if v < 0 {
+		return errors.New("must not be negative")
+	}
+	*c = count(v)
 	return nil
 }
 
-// usageOrHelp passes -h through and marks other flag errors as usage errors.
+func (c *count) String() string { return strconv.FormatInt(int64(*c), 10) }
+
+// setFlags returns the names of the flags given on the command line.
+func setFlags(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+}
+
+// usageOrHelp passes -h through and marks other flag errors, which the
+// flag package has reported, as such.
 func usageOrHelp(err error) error {
 	if errors.Is(err, flag.ErrHelp) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", errUsage, err)
+	return fmt.Errorf("%w: %w", errFlag, err)
 }
 
 func (c *common) connect(ctx context.Context) (*pgxpool.Pool, error) {

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -113,29 +112,6 @@ func TestMigrateSQL(t *testing.T) {
 	require.Contains(t, stderr, "unknown migration version")
 }
 
-func TestStats(t *testing.T) {
-	t.Parallel()
-	c := setup(t)
-	store, pool := c.migrated()
-	_, err := store.Enqueue(t.Context(), pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k"})
-	require.NoError(t, err)
-
-	code, out, _ := c.run("stats")
-	require.Equal(t, 0, code)
-	require.Contains(t, out, "READY")
-	require.Contains(t, out, "default")
-
-	code, out, _ = c.run("stats", "--json")
-	require.Equal(t, 0, code)
-	var stats []struct {
-		Queue  string           `json:"queue"`
-		Counts map[string]int64 `json:"counts"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(out), &stats))
-	require.Equal(t, "default", stats[0].Queue)
-	require.Equal(t, int64(1), stats[0].Counts["READY"])
-}
-
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{{"frobnicate"}, {"migrate"}, {"migrate", "sideways"}, {"migrate", "up", "extra"}} {
@@ -146,42 +122,22 @@ func TestUsageErrors(t *testing.T) {
 	code, _, stderr := runCLI(t, "migrate", "up", "-schema", "public", "-database-url", dbtest.URL())
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "invalid schema name")
-}
 
-func TestInspectAndDeadLetters(t *testing.T) {
-	t.Parallel()
-	c := setup(t)
-	store, pool := c.migrated()
-	res, err := store.Enqueue(t.Context(), pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k", DeadlineAt: time.Now().Add(time.Hour)})
-	require.NoError(t, err)
-	_, err = pool.Exec(t.Context(), "UPDATE "+c.schema+".jobs SET deadline_at = now() - interval '1 second'")
-	require.NoError(t, err)
-	_, err = store.Reap(t.Context(), pool, jobs.ReapParams{})
-	require.NoError(t, err)
-	id := res.Job.ID.String()
-
-	code, out, stderr := c.runCommand([]string{"inspect"}, "-tenant", "acme", id)
-	require.Equal(t, 0, code, stderr)
-	require.Contains(t, out, "FAILED_TERMINAL")
-	require.Contains(t, out, "k.dead_lettered")
-
-	code, _, stderr = c.runCommand([]string{"inspect"}, "-tenant", "globex", id)
-	require.Equal(t, 1, code)
-	require.Contains(t, stderr, "not found", "tenant-scoped")
-
-	code, out, _ = c.runCommand([]string{"dead-letter", "list"}, "-tenant", "acme", "--json")
+	// The usage text names every command and alias, and -h is not an error.
+	code, _, stderr = runCLI(t, "-h")
 	require.Equal(t, 0, code)
-	var dead []jobs.Job
-	require.NoError(t, json.Unmarshal([]byte(out), &dead))
-	require.Len(t, dead, 1)
-	require.Equal(t, jobs.ClassDeadline, dead[0].ErrorClass)
-
-	code, _, stderr = c.runCommand([]string{"dead-letter", "replay"}, "-tenant", "acme", id)
-	require.Equal(t, 2, code, "replay needs -by and -reason")
-	require.Contains(t, stderr, "-by WHO")
-	code, out, stderr = c.runCommand([]string{"dead-letter", "replay"}, "-tenant", "acme", "-by", "ops", "-reason", "deadline too tight", id)
-	require.Equal(t, 0, code, stderr)
-	require.Contains(t, out, "replayed "+id)
+	for _, command := range []string{"migrate up", "migrate down", "migrate status", "migrate sql", "stats", "jobs inspect ID",
+		"dead list", "dead replay ID --reason WHY [--by WHO]", "tenants list", "tenants set TENANT", "--weight W", "--max-in-flight N",
+		"--max-pending-jobs N", "--max-daily-cost N", "tenants set --defaults", "tenants reset TENANT", "pools list", "pools set POOL", "--rpm R", "--tpm T",
+		"--in-flight N", "bench", "plan", "inspect = jobs inspect", "dead-letter = dead"} {
+		require.Contains(t, stderr, command)
+	}
+	code, _, stderr = runCLI(t, "pools", "-h")
+	require.Equal(t, 0, code)
+	require.Contains(t, stderr, "pools set POOL")
+	code, _, stderr = runCLI(t, "tenants", "set", "-h")
+	require.Equal(t, 0, code)
+	require.Contains(t, stderr, "-max-pending-tokens tokens")
 }
 
 // The bench command runs each mode end to end on a small scale and prints

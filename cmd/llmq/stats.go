@@ -2,13 +2,50 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
+	"github.com/llmq/llmq/broker"
 	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/outbox"
 )
+
+// statsReport is what stats prints: the queues by state, the outbox's
+// publication lag, and each tenant's unfinished work with its limits.
+type statsReport struct {
+	Queues  []queueJSON   `json:"queues"`
+	Outbox  outboxJSON    `json:"outbox"`
+	Tenants []backlogJSON `json:"tenants"`
+}
+
+type queueJSON struct {
+	Queue                    string               `json:"queue"`
+	Counts                   map[jobs.State]int64 `json:"counts"`
+	OldestEligibleAgeSeconds float64              `json:"oldest_eligible_age_seconds"`
+}
+
+type outboxJSON struct {
+	// Unpublished is the backlog of events not yet confirmed by a broker,
+	// and OldestUnpublishedAgeSeconds the age of its oldest: the lag.
+	Unpublished                 int64   `json:"unpublished"`
+	OldestUnpublishedAgeSeconds float64 `json:"oldest_unpublished_age_seconds"`
+}
+
+type backlogJSON struct {
+	Queue                    string  `json:"queue"`
+	Tenant                   string  `json:"tenant"`
+	Runnable                 int64   `json:"runnable"`
+	Scheduled                int64   `json:"scheduled"`
+	InFlight                 int64   `json:"in_flight"`
+	OldestRunnableAgeSeconds float64 `json:"oldest_runnable_age_seconds"`
+	Weight                   int     `json:"weight"`
+	MaxInFlight              int     `json:"max_in_flight"` // 0: no cap
+	OwnLimits                bool    `json:"own_limits"`    // false: the defaults apply
+}
 
 func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, c := newFlagSet("stats", stderr)
@@ -20,21 +57,12 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer s.close()
-	stats, err := s.jobs.Stats(ctx, s.pool)
+	report, err := s.stats(ctx)
 	if err != nil {
 		return err
 	}
 	if c.json {
-		type queueJSON struct {
-			Queue                    string               `json:"queue"`
-			Counts                   map[jobs.State]int64 `json:"counts"`
-			OldestEligibleAgeSeconds float64              `json:"oldest_eligible_age_seconds"`
-		}
-		out := make([]queueJSON, 0, len(stats))
-		for _, s := range stats {
-			out = append(out, queueJSON{s.Queue, s.Counts, s.OldestEligibleAge.Seconds()})
-		}
-		return writeJSON(stdout, out)
+		return writeJSON(stdout, report)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "QUEUE\t")
@@ -42,15 +70,101 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(tw, "%s\t", st)
 	}
 	fmt.Fprint(tw, "OLDEST ELIGIBLE\t\n")
-	for _, s := range stats {
-		fmt.Fprintf(tw, "%s\t", s.Queue)
+	for _, q := range report.Queues {
+		fmt.Fprintf(tw, "%s\t", q.Queue)
 		for _, st := range jobs.States() {
-			fmt.Fprintf(tw, "%d\t", s.Counts[st])
+			fmt.Fprintf(tw, "%d\t", q.Counts[st])
 		}
-		fmt.Fprintf(tw, "%s\t\n", s.OldestEligibleAge.Round(time.Millisecond))
+		fmt.Fprintf(tw, "%s\t\n", age(q.OldestEligibleAgeSeconds))
 	}
-	if len(stats) == 0 {
+	if len(report.Queues) == 0 {
 		fmt.Fprint(tw, "(no jobs)\t\n")
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(stdout, "\noutbox: %d unpublished, oldest %s\n\n", report.Outbox.Unpublished, age(report.Outbox.OldestUnpublishedAgeSeconds))
+
+	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "QUEUE\tTENANT\tRUNNABLE\tSCHEDULED\tIN FLIGHT\tOLDEST RUNNABLE\tWEIGHT\tMAX IN FLIGHT\n")
+	for _, b := range report.Tenants {
+		suffix := ""
+		if !b.OwnLimits {
+			suffix = " (default)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%d%s\t%s%s\n", b.Queue, b.Tenant, b.Runnable, b.Scheduled, b.InFlight,
+			age(b.OldestRunnableAgeSeconds), b.Weight, suffix, limit(int64(b.MaxInFlight)), suffix)
+	}
+	if len(report.Tenants) == 0 {
+		fmt.Fprintln(tw, "(no unfinished jobs)")
+	}
 	return tw.Flush()
+}
+
+func (s *session) stats(ctx context.Context) (statsReport, error) {
+	var r statsReport
+	queues, err := s.jobs.Stats(ctx, s.pool)
+	if err != nil {
+		return r, err
+	}
+	r.Queues = make([]queueJSON, 0, len(queues))
+	for _, q := range queues {
+		r.Queues = append(r.Queues, queueJSON{q.Queue, q.Counts, q.OldestEligibleAge.Seconds()})
+	}
+	// The relay is built only to read the backlog: it never runs, and its
+	// publisher refuses anything.
+	relay, err := s.events.NewRelay(s.pool, refusingPublisher{}, outbox.RelayConfig{ID: "llmq-stats"})
+	if err != nil {
+		return r, err
+	}
+	ob, err := relay.Stats(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.Outbox = outboxJSON{ob.Pending, ob.OldestPending.Seconds()}
+	backlogs, err := s.jobs.TenantBacklogs(ctx, s.pool)
+	if err != nil {
+		return r, err
+	}
+	r.Tenants = make([]backlogJSON, 0, len(backlogs))
+	for _, b := range backlogs {
+		r.Tenants = append(r.Tenants, backlogJSON{
+			Queue: b.Queue, Tenant: b.Tenant, Runnable: b.Runnable, Scheduled: b.Scheduled, InFlight: b.Running,
+			OldestRunnableAgeSeconds: b.OldestRunnableAge.Seconds(),
+			Weight:                   b.Limits.Weight, MaxInFlight: b.Limits.MaxRunning, OwnLimits: b.OwnLimits,
+		})
+	}
+	return r, nil
+}
+
+// refusingPublisher lets stats build a relay for its Stats without any
+// broker: it publishes nothing.
+type refusingPublisher struct{}
+
+func (refusingPublisher) Publish(context.Context, []broker.Message) error {
+	return errors.New("llmq stats publishes nothing")
+}
+
+func (refusingPublisher) Close() error { return nil }
+
+// age prints seconds as a duration rounded for people.
+func age(seconds float64) string {
+	d := time.Duration(seconds * float64(time.Second))
+	switch {
+	case d == 0:
+		return "-"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	default:
+		return d.Round(time.Second).String()
+	}
+}
+
+// limit prints a limit whose zero means none.
+func limit(v int64) string {
+	if v == 0 {
+		return "-"
+	}
+	return strconv.FormatInt(v, 10)
 }

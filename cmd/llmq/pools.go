@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"text/tabwriter"
+
+	"github.com/llmq/llmq/admission"
+)
+
+// poolRow is a provider pool's limits and its state when it was read.
+type poolRow struct {
+	admission.Pool
+	InFlight        int     `json:"in_flight"`
+	RequestLevel    float64 `json:"request_level"` // requests grantable now
+	TokenLevel      float64 `json:"token_level"`   // tokens grantable now
+	CooldownSeconds float64 `json:"cooldown_seconds"`
+}
+
+func newPoolRow(s admission.PoolState) poolRow {
+	return poolRow{Pool: s.Pool, InFlight: s.InFlight, RequestLevel: s.RequestLevel, TokenLevel: s.TokenLevel, CooldownSeconds: s.Cooldown.Seconds()}
+}
+
+func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	sub, args, err := subcommand("pools", args, "list", "set")
+	if err != nil {
+		return err
+	}
+	fs, c := newFlagSet("pools "+sub, stderr)
+	if sub == "list" {
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		return withLimiter(ctx, c, func(l *admission.Postgres) error {
+			states, err := l.Pools(ctx)
+			if err != nil {
+				return err
+			}
+			rows := make([]poolRow, 0, len(states))
+			for _, s := range states {
+				rows = append(rows, newPoolRow(s))
+			}
+			return printPools(stdout, c.json, rows)
+		})
+	}
+	var rpm, tpm, inFlight, requestBurst, tokenBurst, inputPrice, outputPrice count
+	fs.Var(&rpm, "rpm", "`requests` per minute the provider allows the pool")
+	fs.Var(&tpm, "tpm", "`tokens` per minute the provider allows the pool")
+	fs.Var(&inFlight, "in-flight", "`calls` in flight at once, across every process")
+	fs.Var(&requestBurst, "request-burst", "`requests` granted at once after a quiet spell (0: RPM/60)")
+	fs.Var(&tokenBurst, "token-burst", "token bucket size in `tokens`, the largest request admitted (0: TPM/10)")
+	fs.Var(&inputPrice, "input-price", "price of a million input tokens, in `micro-units`, for the usage ledger")
+	fs.Var(&outputPrice, "output-price", "price of a million output tokens, in `micro-units`, for the usage ledger")
+	chargeReserved := fs.Bool("charge-reserved", false, "the provider counts max_tokens: answered calls refund nothing")
+	refundUncertain := fs.Bool("refund-uncertain", false, "refund the tokens of calls sent but not answered")
+	create := fs.Bool("create", false, "create the pool if it does not exist (--rpm, --tpm and --in-flight then required)")
+	pos, err := parseArgs(fs, args, 1, "pools set needs a pool: pools set POOL --rpm R --tpm T --in-flight N")
+	if err != nil {
+		return err
+	}
+	name, set := pos[0], setFlags(fs)
+	changes := 0
+	for _, f := range []string{"rpm", "tpm", "in-flight", "request-burst", "token-burst", "input-price", "output-price", "charge-reserved", "refund-uncertain"} {
+		if set[f] {
+			changes++
+		}
+	}
+	if changes == 0 {
+		return fmt.Errorf("%w: pools set %s: give at least one of --rpm, --tpm, --in-flight, --request-burst, --token-burst, --input-price, --output-price, --charge-reserved, --refund-uncertain", errUsage, name)
+	}
+	for _, f := range []struct {
+		name string
+		v    count
+	}{{"rpm", rpm}, {"in-flight", inFlight}, {"request-burst", requestBurst}} {
+		if set[f.name] && f.v > math.MaxInt32 {
+			return fmt.Errorf("%w: pools set: --%s is %d; use at most %d", errUsage, f.name, f.v, math.MaxInt32)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    count
+	}{{"rpm", rpm}, {"tpm", tpm}, {"in-flight", inFlight}} {
+		if set[f.name] && f.v == 0 {
+			return fmt.Errorf("%w: pools set: --%s must be positive", errUsage, f.name)
+		}
+	}
+	return withLimiter(ctx, c, func(l *admission.Postgres) error {
+		state, err := l.State(ctx, name)
+		var p admission.Pool
+		switch {
+		case errors.Is(err, admission.ErrUnknownPool) && !*create:
+			return fmt.Errorf("unknown pool %q: 'llmq pools list' shows the pools; --create makes a new one", name)
+		case errors.Is(err, admission.ErrUnknownPool):
+			if !set["rpm"] || !set["tpm"] || !set["in-flight"] {
+				return fmt.Errorf("%w: pools set %s --create: a new pool needs --rpm, --tpm and --in-flight", errUsage, name)
+			}
+			p = admission.Pool{Name: name}
+		case err != nil:
+			return err
+		default:
+			p = state.Pool
+		}
+		// A burst left at its default follows a new rate, as it would have
+		// had the pool been set with the new rate; a burst set on purpose
+		// stays.
+		if set["rpm"] && !set["request-burst"] && p.RequestBurst == max(1, p.RPM/60) {
+			p.RequestBurst = 0
+		}
+		if set["tpm"] && !set["token-burst"] && p.TokenBurst == max(1, p.TPM/10) {
+			p.TokenBurst = 0
+		}
+		apply := []struct {
+			name string
+			do   func()
+		}{
+			{"rpm", func() { p.RPM = int(rpm) }},
+			{"tpm", func() { p.TPM = int64(tpm) }},
+			{"in-flight", func() { p.MaxInFlight = int(inFlight) }},
+			{"request-burst", func() { p.RequestBurst = int(requestBurst) }},
+			{"token-burst", func() { p.TokenBurst = int64(tokenBurst) }},
+			{"input-price", func() { p.InputPrice = int64(inputPrice) }},
+			{"output-price", func() { p.OutputPrice = int64(outputPrice) }},
+			{"charge-reserved", func() { p.ChargeReserved = *chargeReserved }},
+			{"refund-uncertain", func() { p.RefundUncertain = *refundUncertain }},
+		}
+		for _, a := range apply {
+			if set[a.name] {
+				a.do()
+			}
+		}
+		if err := l.SetPool(ctx, p); err != nil {
+			return err
+		}
+		state, err = l.State(ctx, name)
+		if err != nil {
+			return err
+		}
+		return printPools(stdout, c.json, []poolRow{newPoolRow(state)})
+	})
+}
+
+func withLimiter(ctx context.Context, c *common, fn func(*admission.Postgres) error) error {
+	pool, err := c.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	// Holder names the CLI on anything it might hold; it acquires nothing.
+	l, err := admission.NewPostgres(pool, admission.Config{Schema: c.schema, Holder: "llmq-cli"})
+	if err != nil {
+		return err
+	}
+	return fn(l)
+}
+
+func printPools(w io.Writer, asJSON bool, rows []poolRow) error {
+	if asJSON {
+		return writeJSON(w, rows)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "POOL\tRPM\tTPM\tIN FLIGHT\tREQUESTS NOW\tTOKENS NOW\tCOOLDOWN\tPRICE IN/OUT\n")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d/%d\t%.0f/%d\t%.0f/%d\t%s\t%d/%d\n", r.Name, r.RPM, r.TPM, r.InFlight, r.MaxInFlight,
+			math.Floor(r.RequestLevel), r.RequestBurst, math.Floor(r.TokenLevel), r.TokenBurst, age(r.CooldownSeconds), r.InputPrice, r.OutputPrice)
+	}
+	if len(rows) == 0 {
+		fmt.Fprint(tw, "(no pools)\n")
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,132 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/llmq/llmq/internal/dbsql"
+)
+
+// Operator reads. An operator's tools (cmd/llmq) see every tenant; a server
+// answering tenants must use the tenant-scoped Store methods instead.
+
+type operatorSQL struct {
+	lookup, deadLetters, tenantBacklogs, listTenantLimits string
+}
+
+func newOperatorSQL(q dbsql.Queries) operatorSQL {
+	return operatorSQL{
+		lookup:           q.Must("LookupJob"),
+		deadLetters:      q.Must("ListDeadLetters"),
+		tenantBacklogs:   q.Must("TenantBacklogs"),
+		listTenantLimits: q.Must("ListTenantLimits"),
+	}
+}
+
+// Lookup returns the job with id whatever its tenant, or ErrNotFound. It is
+// for operators; a tenant's request goes through Get.
+func (s *PostgresStore) Lookup(ctx context.Context, db DBTX, id uuid.UUID) (*Job, error) {
+	rows, err := db.Query(ctx, s.ops.lookup, id)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: lookup %s: %w", id, err)
+	}
+	job, err := pgx.CollectExactlyOneRow(rows, scanJob)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jobs: lookup %s: %w", id, err)
+	}
+	return job, nil
+}
+
+// DeadLetters returns up to limit (1 to MaxListLimit) FAILED_TERMINAL jobs
+// of every tenant, most recently finished first. It reads every job row:
+// an operator's query, not a hot path. A tenant's own are listed by List.
+func (s *PostgresStore) DeadLetters(ctx context.Context, db DBTX, limit int) ([]*Job, error) {
+	if limit < 1 || limit > MaxListLimit {
+		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "limit", Problem: fmt.Sprintf("is %d; use 1 to %d", limit, MaxListLimit)}
+	}
+	rows, err := db.Query(ctx, s.ops.deadLetters, limit)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: listing dead letters: %w", err)
+	}
+	jobs, err := pgx.CollectRows(rows, scanJob)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: listing dead letters: %w", err)
+	}
+	return jobs, nil
+}
+
+// TenantBacklog is one tenant's unfinished work in one queue, with the
+// limits its claims run under.
+type TenantBacklog struct {
+	Queue  string `json:"queue"`
+	Tenant string `json:"tenant"`
+	// Runnable jobs are eligible now; Scheduled ones wait for their
+	// AvailableAt (a retry's backoff, a snooze, a delayed start).
+	Runnable  int64 `json:"runnable"`
+	Scheduled int64 `json:"scheduled"`
+	Running   int64 `json:"running"`
+	// OldestRunnableAge is how long the tenant's longest-waiting runnable
+	// job has been eligible; zero when none is.
+	OldestRunnableAge time.Duration `json:"oldest_runnable_age"`
+	// Limits apply to the tenant: its own when OwnLimits, else the
+	// defaults.
+	Limits    TenantLimits `json:"limits"`
+	OwnLimits bool         `json:"own_limits"`
+}
+
+// TenantBacklogs returns every (queue, tenant) with unfinished jobs, by
+// queue then tenant. It reads the unfinished jobs, so its cost grows with
+// the backlog: an operator's query, not a hot path.
+func (s *PostgresStore) TenantBacklogs(ctx context.Context, db DBTX) ([]TenantBacklog, error) {
+	rows, err := db.Query(ctx, s.ops.tenantBacklogs)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: tenant backlogs: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (TenantBacklog, error) {
+		var (
+			b      TenantBacklog
+			oldest float64
+		)
+		err := row.Scan(&b.Queue, &b.Tenant, &b.Runnable, &b.Scheduled, &b.Running, &oldest,
+			&b.Limits.Weight, &b.Limits.MaxRunning, &b.OwnLimits)
+		b.OldestRunnableAge = time.Duration(oldest * float64(time.Second))
+		return b, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jobs: tenant backlogs: %w", err)
+	}
+	return out, nil
+}
+
+// AllTenantLimits returns every stored limits row by tenant; the empty
+// tenant holds the defaults.
+func (s *PostgresStore) AllTenantLimits(ctx context.Context, db DBTX) (map[string]TenantLimits, error) {
+	rows, err := db.Query(ctx, s.ops.listTenantLimits)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: listing tenant limits: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]TenantLimits{}
+	for rows.Next() {
+		var (
+			tenant string
+			l      TenantLimits
+		)
+		if err := rows.Scan(&tenant, &l.Weight, &l.MaxRunning); err != nil {
+			return nil, fmt.Errorf("jobs: listing tenant limits: %w", err)
+		}
+		out[tenant] = l
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("jobs: listing tenant limits: %w", err)
+	}
+	return out, nil
+}
