@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -440,6 +442,30 @@ func TestPoolsCommands(t *testing.T) {
 		{2, []string{"pools", "list", "gpt-4o"}, []string{`unexpected argument "gpt-4o"`}},
 	} {
 		f.refused(bad.code, bad.args, bad.mentions...)
+	}
+}
+
+// Two operators changing different limits of one pool at the same moment:
+// both changes survive, round after round.
+func TestConcurrentPoolEditsAreNotLost(t *testing.T) {
+	t.Parallel()
+	f := setupMigrated(t)
+	limiter, err := admission.NewPostgres(f.pool, admission.Config{Schema: f.schema})
+	require.NoError(t, err)
+	code, _, stderr := f.run("pools", "set", "p", "--create", "--rpm", "600", "--tpm", "100000", "--in-flight", "10")
+	require.Equal(t, 0, code, stderr)
+	for round := 1; round <= 5; round++ {
+		input, output := strconv.Itoa(1000*round), strconv.Itoa(2000*round)
+		var wg sync.WaitGroup
+		codes := make([]int, 2)
+		wg.Go(func() { codes[0], _, _ = f.run("pools", "set", "p", "--input-price", input) })
+		wg.Go(func() { codes[1], _, _ = f.run("pools", "set", "p", "--output-price", output) })
+		wg.Wait()
+		require.Equal(t, []int{0, 0}, codes)
+		state, err := limiter.State(t.Context(), "p")
+		require.NoError(t, err)
+		require.Equal(t, int64(1000*round), state.InputPrice, "round %d", round)
+		require.Equal(t, int64(2000*round), state.OutputPrice, "round %d", round)
 	}
 }
 

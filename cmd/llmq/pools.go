@@ -8,6 +8,8 @@ import (
 	"math"
 	"text/tabwriter"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/llmq/llmq/admission"
 )
 
@@ -87,7 +89,7 @@ func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("%w: pools set: --%s must be positive", errUsage, f.name)
 		}
 	}
-	return withLimiter(ctx, c, func(l *admission.Postgres) error {
+	return withLimiterTx(ctx, c, "pool "+name, func(l *admission.Postgres) error {
 		state, err := l.State(ctx, name)
 		var p admission.Pool
 		switch {
@@ -154,6 +156,35 @@ func withLimiter(ctx context.Context, c *common, fn func(*admission.Postgres) er
 		return err
 	}
 	return fn(l)
+}
+
+// withLimiterTx is withLimiter inside one transaction that holds the edit
+// lock of what: two operators changing the same pool at once apply their
+// changes one after the other, and neither is lost.
+func withLimiterTx(ctx context.Context, c *common, what string, fn func(*admission.Postgres) error) error {
+	pool, err := c.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := lockEdit(ctx, tx, c.schema, what); err != nil {
+			return err
+		}
+		l, err := admission.NewPostgres(tx, admission.Config{Schema: c.schema, Holder: "llmq-cli"})
+		if err != nil {
+			return err
+		}
+		return fn(l)
+	})
+}
+
+// lockEdit takes a transaction-scoped advisory lock on what in schema, so
+// read-modify-write edits of one pool or tenant are serialised. Only the
+// CLI's edits take it; the library's own writers never wait for it.
+func lockEdit(ctx context.Context, tx pgx.Tx, schema, what string) error {
+	_, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", "llmq-cli-edit/"+schema+"/"+what)
+	return err
 }
 
 func printPools(w io.Writer, asJSON bool, rows []poolRow) error {

@@ -199,6 +199,10 @@ func (t *tenantStores) set(ctx context.Context, tenant string, change func(*jobs
 	limitsChanged, quotaChanged bool,
 ) (tenantRow, error) {
 	err := pgx.BeginFunc(ctx, t.s.pool, func(tx pgx.Tx) error {
+		// Concurrent edits of one tenant apply one after the other.
+		if err := lockEdit(ctx, tx, t.s.jobs.Config().Schema, "tenant "+tenant); err != nil {
+			return err
+		}
 		l, err := t.s.jobs.TenantLimitsOf(ctx, tx, tenant)
 		if err != nil {
 			return err
