@@ -35,7 +35,8 @@ type stackConfig struct {
 	Workers     int
 	SmallQuota  int64 // the small tenant's pending-job quota (0: none)
 	SystemMax   int64
-	Window      int // the event stream's replay window (0: the default)
+	Window      int           // the event stream's replay window (0: the default)
+	GapWait     time.Duration // the event stream's longest hold at a gap (0: the default)
 	// Broker names the broker carrying the job events ("" or "none": no
 	// broker). With one, the runner does not LISTEN: the events' consumer
 	// wakes it (see signals).
@@ -75,7 +76,7 @@ func startStack(ctx context.Context, pool *pgxpool.Pool, cfg stackConfig) (*stac
 	})
 	svc, err := invoice.New(pool, invoice.Config{
 		Schema: cfg.Schema, Auth: auth, AllowLoopback: true,
-		SystemMaxPendingJobs: cfg.SystemMax, QuotaRetry: 2 * time.Second, ReplayWindow: cfg.Window,
+		SystemMaxPendingJobs: cfg.SystemMax, QuotaRetry: 2 * time.Second, ReplayWindow: cfg.Window, StreamGapWait: cfg.GapWait,
 		// Short delivery retries, so an ERP outage of seconds is ridden out
 		// in seconds; production keeps webhook.DefaultSchedule().
 		WebhookSchedule: []time.Duration{0, 250 * time.Millisecond, 500 * time.Millisecond, time.Second, time.Second, 2 * time.Second, 2 * time.Second, 3 * time.Second, 3 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second},

@@ -53,6 +53,21 @@ SELECT iban FROM /*schema*/invoice_suppliers WHERE tenant = $1 AND name = $2;
 -- name: MaxEventSeq
 SELECT coalesce(max(seq), 0), coalesce(min(seq), 0) FROM /*schema*/outbox;
 
+-- name: CurrentSnapshot
+-- The transactions in progress now (xmin:xmax:xip), taken when the event
+-- stream first sees a gap in the outbox sequence. The transaction holding a
+-- missing number took it before the number after the gap was taken, and
+-- that one has committed, so the holder is in progress now or has ended.
+SELECT pg_current_snapshot()::text;
+
+-- name: SnapshotSettled
+-- Whether every transaction in progress when the snapshot was taken has
+-- ended (committed or rolled back).
+SELECT NOT EXISTS (
+    SELECT 1 FROM pg_snapshot_xip($1::pg_snapshot) AS x
+    WHERE pg_xact_status(x) = 'in progress'
+);
+
 -- name: EventsAfter
 -- The job lifecycle events after a cursor, every tenant's, in write order:
 -- the stream needs to see every sequence number to notice one whose

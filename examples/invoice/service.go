@@ -102,6 +102,10 @@ type Config struct {
 	// ReplayWindow is the most events a reconnecting stream replays.
 	// Default DefaultReplayWindow.
 	ReplayWindow int
+	// StreamGapWait is the longest the event stream holds back at a gap in
+	// the outbox sequence whose transactions it cannot see end (see
+	// Service.events). Default 2s.
+	StreamGapWait time.Duration
 }
 
 // Service holds the stores the API and the worker share.
@@ -132,6 +136,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	cfg.Schema = cmp.Or(cfg.Schema, DefaultSchema)
 	cfg.MaxTokens = cmp.Or(cfg.MaxTokens, 800)
 	cfg.ReplayWindow = cmp.Or(cfg.ReplayWindow, DefaultReplayWindow)
+	cfg.StreamGapWait = cmp.Or(cfg.StreamGapWait, defaultStreamGapWait)
 	schema, q, err := dbsql.Prepare(cfg.Schema, queriesSQL)
 	if err != nil {
 		return nil, err

@@ -13,12 +13,12 @@ import (
 // client further behind is told to re-read the snapshot (GET
 // /extraction-jobs).
 const (
-	DefaultReplayWindow = 1000
-	streamPoll          = 200 * time.Millisecond
-	streamGapWait       = 2 * time.Second
-	streamKeepalive     = 15 * time.Second
-	streamBatch         = 500
-	maxTracked          = 10_000 // jobs whose last state_version a stream remembers
+	DefaultReplayWindow  = 1000
+	streamPoll           = 200 * time.Millisecond
+	defaultStreamGapWait = 2 * time.Second
+	streamKeepalive      = 15 * time.Second
+	streamBatch          = 500
+	maxTracked           = 10_000 // jobs whose last state_version a stream remembers
 )
 
 // Notification is one "job changed" event on the stream. It says which job
@@ -44,7 +44,9 @@ type outboxRow struct {
 // pruned) or is further behind than that gets a "reset" event, after which
 // the client re-reads the snapshot and the stream goes on from now. A
 // sequence number whose transaction has not committed yet holds the stream
-// back (up to streamGapWait), so events are not skipped past.
+// back, so events are not skipped past: until every transaction that was in
+// progress when the gap was seen has ended (a rolled-back acceptance leaves
+// a gap for good), and never longer than Config.StreamGapWait.
 //
 // Only lifecycle events the job store writes reach the stream: acceptance,
 // a retry being scheduled, and the terminal states. A claim writes no event
@@ -94,7 +96,10 @@ func (s *Service) events(w http.ResponseWriter, r *http.Request, token string, c
 	flusher.Flush()
 
 	sent := map[string]int64{} // newest state_version sent per job
-	var gapSince time.Time
+	var (
+		gapSince    time.Time
+		gapSnapshot string // the transactions in progress when the gap was first seen
+	)
 	tick := time.NewTicker(streamPoll)
 	defer tick.Stop()
 	lastWrite := time.Now()
@@ -104,20 +109,33 @@ func (s *Service) events(w http.ResponseWriter, r *http.Request, token string, c
 			flusher.Flush()
 			return
 		}
+		// Checked before the read: if every transaction that could hold
+		// the missing sequence numbers had ended by now, the read below
+		// sees whichever of them committed, and what is still missing was
+		// rolled back (a refused acceptance, for one) and never comes.
+		gapSettled := false
+		if gapSnapshot != "" {
+			if err := s.pool.QueryRow(ctx, s.q["SnapshotSettled"], gapSnapshot).Scan(&gapSettled); err != nil {
+				return
+			}
+		}
 		rows, err := s.eventsAfter(ctx, cursor)
 		if err != nil {
 			return
 		}
 		for _, row := range rows {
-			if row.seq != cursor+1 {
+			if row.seq != cursor+1 && !gapSettled {
 				if gapSince.IsZero() {
 					gapSince = time.Now()
+					if err := s.pool.QueryRow(ctx, s.q["CurrentSnapshot"]).Scan(&gapSnapshot); err != nil {
+						return
+					}
 				}
-				if time.Since(gapSince) < streamGapWait {
+				if time.Since(gapSince) < s.cfg.StreamGapWait {
 					break // an earlier event may still commit
 				}
 			}
-			gapSince = time.Time{}
+			gapSince, gapSnapshot, gapSettled = time.Time{}, "", false
 			cursor = row.seq
 			if row.topic != s.Jobs.Config().EventTopic || row.tenant != c.Tenant || row.kind != Kind || row.version <= sent[row.job] {
 				continue
