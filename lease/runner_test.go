@@ -596,17 +596,25 @@ func TestLostLeaseCancelsTheHandler(t *testing.T) {
 	}
 }
 
-// With polling effectively off, only NOTIFY wakes the runner. After its
-// LISTEN connection is killed, it reconnects and wakes again.
-func TestListenReconnects(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
+// signalledConfig is a runner of kind "k" that polls only hourly, so that
+// only a signal (NOTIFY or Wake) makes it claim; each job's id is sent on
+// started when its handler runs.
+func signalledConfig() (chan uuid.UUID, lease.Config) {
 	started := make(chan uuid.UUID, 2)
 	cfg := fastConfig(map[string]lease.Handler{"k": lease.HandlerFunc(func(_ context.Context, job *jobs.Job) (json.RawMessage, error) {
 		started <- job.ID
 		return nil, nil
 	})})
 	cfg.PollInterval = time.Hour
+	return started, cfg
+}
+
+// With polling effectively off, only NOTIFY wakes the runner. After its
+// LISTEN connection is killed, it reconnects and wakes again.
+func TestListenReconnects(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	started, cfg := signalledConfig()
 	f.start(cfg)
 	listening := func() int {
 		var pid int
@@ -640,12 +648,7 @@ func TestListenReconnects(t *testing.T) {
 func TestWakeReplacesListen(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	started := make(chan uuid.UUID, 2)
-	cfg := fastConfig(map[string]lease.Handler{"k": lease.HandlerFunc(func(_ context.Context, job *jobs.Job) (json.RawMessage, error) {
-		started <- job.ID
-		return nil, nil
-	})})
-	cfg.PollInterval = time.Hour
+	started, cfg := signalledConfig()
 	cfg.DisableListen = true
 	first := f.enqueue(jobs.EnqueueParams{Kind: "k"})
 	// The second job becomes claimable a second from now, well after the
