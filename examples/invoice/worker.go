@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/llmq/llmq/admission"
+	"github.com/llmq/llmq/internal/retry"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
 	"github.com/llmq/llmq/webhook"
@@ -265,7 +266,7 @@ func (e *extractor) Work(ctx context.Context, job *jobs.Job) (json.RawMessage, e
 		raw, _ := json.Marshal(content)
 		return nil, jobs.InvalidOutput(err, raw)
 	}
-	sup, err := e.svc.supplier(ctx, job.Tenant, ex.SupplierName)
+	sup, err := e.supplierAfterCall(ctx, job.Tenant, ex.SupplierName)
 	if err != nil {
 		return nil, err
 	}
@@ -278,6 +279,25 @@ func (e *extractor) Work(ctx context.Context, job *jobs.Job) (json.RawMessage, e
 		return nil, jobs.NeedsReview(result, fmt.Sprintf("%d finding(s) under %s, first: %s: %s", len(findings), PolicyVersion, findings[0].Field, findings[0].Issue))
 	}
 	return result, nil
+}
+
+// supplierAfterCall reads the supplier's master data once the provider's
+// answer is in hand. The answer has been paid for, so a failed read (a lost
+// connection, a failover) is retried for as long as the attempt may run
+// rather than failing the attempt, which would throw the answer away and pay
+// for it again. The master data cannot be read before the call: the
+// supplier's name comes from the answer.
+func (e *extractor) supplierAfterCall(ctx context.Context, tenant, name string) (*Supplier, error) {
+	policy := retry.Policy{Base: 50 * time.Millisecond, Cap: time.Second}
+	for attempt := 1; ; attempt++ {
+		sup, err := e.svc.supplier(ctx, tenant, name)
+		if err == nil || ctx.Err() != nil {
+			return sup, err
+		}
+		if !retry.Sleep(ctx, policy.Delay(attempt, nil)) {
+			return nil, fmt.Errorf("reading supplier master data after a paid answer: %w", err)
+		}
+	}
 }
 
 // loopback is the address range tests and the demo deliver to.

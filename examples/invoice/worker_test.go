@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/internal/dbtest"
@@ -109,4 +112,57 @@ func TestProviderAnswers(t *testing.T) {
 	var review *jobs.ReviewError
 	require.ErrorAs(t, err, &review)
 	require.Contains(t, string(review.Result), `"rule":"arithmetic"`)
+}
+
+// The supplier lookup after a paid answer loses its connection: the handler
+// reads again instead of failing the attempt, so the answer is kept and the
+// provider is called once.
+func TestPaidAnswerSurvivesALostLookup(t *testing.T) {
+	t.Parallel()
+	f := setupWorker(t)
+	ctx := t.Context()
+	// The provider's answer is written while a transaction holds the
+	// supplier table, so the handler's lookup waits where it can be found.
+	blocker, err := f.svc.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = blocker.Rollback(ctx) }()
+	var calls atomic.Int32
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		_, err := blocker.Exec(r.Context(), "LOCK TABLE "+pgx.Identifier{f.svc.schema.Name(), "invoice_suppliers"}.Sanitize()+" IN ACCESS EXCLUSIVE MODE")
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		_, _ = w.Write([]byte(completion(goodExtraction())))
+	}))
+	defer provider.Close()
+
+	type outcome struct {
+		result json.RawMessage
+		err    error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		ex := &extractor{svc: f.svc, url: provider.URL + "/v1/chat/completions", client: provider.Client()}
+		result, err := ex.Work(ctx, f.job)
+		done <- outcome{result, err}
+	}()
+	waiting := func() int {
+		var pid int
+		require.NoError(t, f.svc.pool.QueryRow(ctx, `SELECT coalesce(max(pid), 0) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%invoice_suppliers%' AND pid <> pg_backend_pid()`).Scan(&pid))
+		return pid
+	}
+	var pid int
+	require.Eventually(t, func() bool { pid = waiting(); return pid != 0 }, 10*time.Second, 10*time.Millisecond, "the lookup never waited")
+	_, err = f.svc.pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { p := waiting(); return p != 0 && p != pid }, 10*time.Second, 10*time.Millisecond, "the lookup was not read again")
+	require.NoError(t, blocker.Rollback(ctx))
+
+	out := <-done
+	require.NoError(t, out.err)
+	require.Contains(t, string(out.result), `"invoice_number"`)
+	require.Equal(t, int32(1), calls.Load(), "the paid answer was kept: one provider call")
 }
