@@ -123,5 +123,7 @@
 // span, with llmq.webhook.delivery_id, llmq.webhook.endpoint_id,
 // llmq.webhook.attempt, http.response.status_code, llmq.webhook.outcome and
 // error.type. The trace context is not sent to the endpoint: its trace ids
-// are the sender's business.
+// are the sender's business. With ReceiverConfig.MeterProvider the receiver
+// counts llmq.webhook.received ({delivery}; status = the HTTP status it
+// answered).
 package webhook

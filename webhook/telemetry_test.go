@@ -1,10 +1,15 @@
 package webhook_test
 
 import (
+	"context"
+	"maps"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 
@@ -59,5 +64,42 @@ func TestDeliveryMetricsAndSpans(t *testing.T) {
 		require.Equal(t, attempts[i].SpanContext().SpanID(), spans[i].Parent().SpanID(), "a child of the runner's attempt span")
 		id, _ := telemetrytest.Attr(spans[i], "llmq.webhook.delivery_id")
 		require.Equal(t, d.ID.String(), id.AsString())
+	}
+}
+
+// The receiver counts every delivery by the status it answered: a signed
+// new delivery 204, its redelivery 200, an unsigned one 400.
+func TestReceiverCountsByStatus(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	m := telemetrytest.NewMetrics(t)
+	key := webhook.Key{ID: "erp", Secret: webhook.NewSecret()}
+	v, err := webhook.NewVerifier(webhook.VerifierConfig{Keys: []webhook.Key{key}})
+	require.NoError(t, err)
+	rc, err := webhook.NewReceiver(webhook.ReceiverConfig{
+		Verifier: v, Inbox: f.inbox, DB: f.pool, Consumer: "erp", MeterProvider: m.Provider,
+		Handle: func(context.Context, pgx.Tx, webhook.Received) error { return nil },
+	})
+	require.NoError(t, err)
+	srv := httptest.NewServer(rc)
+	t.Cleanup(srv.Close)
+	post := func(header http.Header) int {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL, strings.NewReader(`{"a":1}`))
+		require.NoError(t, err)
+		maps.Copy(req.Header, header)
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		return resp.StatusCode
+	}
+	signed := webhook.Sign(webhook.SchemeStandard, []webhook.Key{key}, "d1", time.Now(), []byte(`{"a":1}`), false)
+	require.Equal(t, http.StatusNoContent, post(signed))
+	require.Equal(t, http.StatusOK, post(signed))
+	require.Equal(t, http.StatusBadRequest, post(http.Header{}))
+
+	r := m.Collect(t)
+	for status, want := range map[int]int64{http.StatusNoContent: 1, http.StatusOK: 1, http.StatusBadRequest: 1} {
+		got, _ := r.Int("llmq.webhook.received", attribute.Int("status", status))
+		require.Equal(t, want, got, status)
 	}
 }
