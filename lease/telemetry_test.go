@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/internal/telemetry/telemetrytest"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
@@ -186,4 +187,39 @@ func TestAttemptLogLinesCarryTheJob(t *testing.T) {
 		require.EqualValues(t, 1, l["fence"], msg)
 	}
 	require.NotNil(t, lease.Logger(context.Background()), "outside an attempt a discarding logger")
+}
+
+// The time attempts wait for an admission permit is recorded by pool and
+// result: with one request a second, the second of two jobs waits about a
+// second for its grant.
+func TestAdmissionWaitsRecorded(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	m := telemetrytest.NewMetrics(t)
+	limiter, err := admission.NewLocal(admission.Pool{Name: "p", RPM: 60, TPM: 1_000_000, MaxInFlight: 10, RequestBurst: 1})
+	require.NoError(t, err)
+	cfg := fastConfig(map[string]lease.Handler{
+		"k": lease.HandlerFunc(func(context.Context, *jobs.Job) (json.RawMessage, error) { return json.RawMessage(`{}`), nil }),
+	})
+	cfg.MeterProvider = m.Provider
+	cfg.Admission = &lease.Admission{
+		Limiter: limiter,
+		Route: func(j *jobs.Job) (admission.Request, bool) {
+			return admission.Request{Pool: "p", Tenant: j.Tenant, Tokens: 1}, true
+		},
+		MaxWait: 1500 * time.Millisecond,
+	}
+	f.start(cfg)
+	a := f.enqueue(jobs.EnqueueParams{Kind: "k", Payload: json.RawMessage(`{}`)})
+	b := f.enqueue(jobs.EnqueueParams{Kind: "k", Payload: json.RawMessage(`{}`)})
+	require.Equal(t, jobs.StateSucceeded, f.await(a.ID).State)
+	require.Equal(t, jobs.StateSucceeded, f.await(b.ID).State)
+
+	var n uint64
+	var sum float64
+	require.Eventually(t, func() bool {
+		n, sum = m.Collect(t).Histogram("llmq.admission.wait", attribute.String("pool", "p"), attribute.String("result", "granted"))
+		return n == 2
+	}, 5*time.Second, 10*time.Millisecond)
+	require.Greater(t, sum, 0.5, "one attempt waited for the bucket to refill")
 }
