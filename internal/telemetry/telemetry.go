@@ -84,13 +84,19 @@ func NewSnapshot[T any](maxAge time.Duration, read func(ctx context.Context) (T,
 	return &Snapshot[T]{read: read, maxAge: maxAge}
 }
 
+// snapshotTimeout bounds one read: a scrape must not hang on a database
+// that does not answer.
+const snapshotTimeout = 10 * time.Second
+
 // Get returns the cached value, reading it again first when it is older
 // than MaxAge. Concurrent callers wait for one read.
 func (s *Snapshot[T]) Get(ctx context.Context) (T, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.at.IsZero() || time.Since(s.at) >= s.maxAge {
-		s.value, s.err = s.read(ctx)
+		readCtx, cancel := context.WithTimeout(ctx, snapshotTimeout)
+		s.value, s.err = s.read(readCtx)
+		cancel()
 		s.at = time.Now()
 	}
 	return s.value, s.err
