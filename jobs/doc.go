@@ -155,6 +155,7 @@
 //
 // Enqueue stores the W3C traceparent of the span in its context (if any) on
 // each job (Job.TraceParent, column trace_parent) and as the "traceparent"
-// header of its requested event, so the attempts' spans and the event's
-// consumers continue the acceptance's trace.
+// header of its requested event and of the event its completion writes, so
+// the attempts' spans and the events' consumers continue the acceptance's
+// trace.
 package jobs

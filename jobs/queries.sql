@@ -493,8 +493,10 @@ attempt AS (
         input_tokens, output_tokens, uncertain
     FROM updated
 ),
+-- A job's events carry its acceptance's trace context, so their consumers
+-- join the trace the attempts are in.
 event AS (
-    INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload)
+    INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload, headers)
     SELECT event_id, id, $13, id::text,
         kind || CASE state
             WHEN 'SUCCEEDED' THEN '.completed'
@@ -505,7 +507,8 @@ event AS (
         jsonb_build_object(
             'job_id', id, 'tenant', tenant, 'kind', kind, 'queue', queue,
             'state', state, 'state_version', state_version, 'attempt', attempt,
-            'error_class', error_class)
+            'error_class', error_class),
+        CASE WHEN trace_parent IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('traceparent', trace_parent) END
     FROM updated
     WHERE state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'FAILED_TERMINAL', 'CANCELLED')
 ),

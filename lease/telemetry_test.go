@@ -125,6 +125,12 @@ func TestAttemptSpanContinuesAcceptanceTrace(t *testing.T) {
 		require.True(t, ok, key)
 		require.Equal(t, want, got, key)
 	}
+	// The completion's event carries the acceptance's trace context too.
+	var header string
+	require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT headers->>'traceparent' FROM "+f.schema+
+		".outbox WHERE aggregate_id = $1 AND event_type = 'k.completed'", res.Job.ID).Scan(&header))
+	require.Equal(t, res.Job.TraceParent, header)
+	require.NotEmpty(t, header)
 }
 
 // syncBuffer is a bytes.Buffer safe for the runner's goroutines.
