@@ -80,12 +80,20 @@ const (
 // the job when the job carries its trace context (jobs.Job.TraceParent), and
 // puts the attempt's logger in ctx.
 func (r *Runner) startAttempt(ctx context.Context, job *jobs.Job) (context.Context, trace.Span, *slog.Logger) {
-	ctx, span := r.obs.tracer.Start(telemetry.RemoteContext(ctx, job.TraceParent), "llmq.attempt "+job.Kind,
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
-			attrJobID.String(job.ID.String()), attrTenant.String(job.Tenant), attrKind.String(job.Kind),
-			attrQueue.String(job.Queue), attrAttempt.Int(job.Attempt), attrFence.Int64(job.Fence)))
-	logger := r.cfg.Logger.With("job", job.ID, "tenant", job.Tenant, "kind", job.Kind, "attempt", job.Attempt, "fence", job.Fence)
+	// Without a TracerProvider, a no-op span: never one ctx holds, which
+	// endAttempt would end.
+	span := trace.SpanFromContext(context.Background())
+	if r.cfg.TracerProvider != nil {
+		ctx, span = r.obs.tracer.Start(telemetry.RemoteContext(ctx, job.TraceParent), "llmq.attempt "+job.Kind,
+			trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(
+				attrJobID.String(job.ID.String()), attrTenant.String(job.Tenant), attrKind.String(job.Kind),
+				attrQueue.String(job.Queue), attrAttempt.Int(job.Attempt), attrFence.Int64(job.Fence)))
+	}
+	logger := r.cfg.Logger
+	if logger.Handler() != slog.DiscardHandler { // attributes nobody reads are not built
+		logger = logger.With("job", job.ID, "tenant", job.Tenant, "kind", job.Kind, "attempt", job.Attempt, "fence", job.Fence)
+	}
 	return context.WithValue(ctx, loggerKey{}, logger), span, logger
 }
 
