@@ -143,6 +143,11 @@ type Config struct {
 	// GaugeRefresh is the longest the queue gauges reuse one reading of
 	// the database. Default jobs.DefaultGaugeRefresh (15s).
 	GaugeRefresh time.Duration
+	// NoQueueGauges leaves the queue gauges to another process: every
+	// runner with a MeterProvider reads them once per GaugeRefresh, which a
+	// fleet of many runners on a large backlog may not want (see
+	// jobs.PostgresStore.Depth for the cost).
+	NoQueueGauges bool
 	// TracerProvider receives a span per attempt, continuing the trace of
 	// the request that accepted the job. Nil means none.
 	TracerProvider trace.TracerProvider

@@ -101,7 +101,8 @@
 //   - llmq.admission.wait (s; pool, result = granted | snoozed | failed):
 //     time an attempt waited for its admission permit.
 //   - the store's queue gauges (jobs.PostgresStore.RegisterGauges), while
-//     Run runs, refreshed at most every GaugeRefresh.
+//     Run runs, refreshed at most every GaugeRefresh; NoQueueGauges leaves
+//     them to another process.
 //
 // With Config.TracerProvider each attempt is a span "llmq.attempt <kind>"
 // (kind consumer), a child of the span that accepted the job when the job

@@ -111,7 +111,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	defer r.running.Store(false)
 	if gauges, ok := r.store.(interface {
 		RegisterGauges(jobs.DBTX, jobs.GaugeConfig) (metric.Registration, error)
-	}); ok && r.cfg.MeterProvider != nil {
+	}); ok && r.cfg.MeterProvider != nil && !r.cfg.NoQueueGauges {
 		reg, err := gauges.RegisterGauges(r.pool, jobs.GaugeConfig{MeterProvider: r.cfg.MeterProvider, Refresh: r.cfg.GaugeRefresh})
 		if err != nil {
 			return err

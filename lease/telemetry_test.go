@@ -85,6 +85,25 @@ func TestRunnerMetrics(t *testing.T) {
 	require.True(t, ok)
 }
 
+// A runner told to leave the queue gauges to another process reports its
+// own metrics only.
+func TestRunnerWithoutQueueGauges(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	m := telemetrytest.NewMetrics(t)
+	cfg := fastConfig(map[string]lease.Handler{
+		"ok": lease.HandlerFunc(func(context.Context, *jobs.Job) (json.RawMessage, error) { return json.RawMessage(`{}`), nil }),
+	})
+	cfg.MeterProvider, cfg.NoQueueGauges = m.Provider, true
+	f.start(cfg)
+	f.await(f.enqueue(jobs.EnqueueParams{Kind: "ok", Payload: json.RawMessage(`{}`)}).ID)
+	require.Eventually(t, func() bool {
+		n, _ := m.Collect(t).Int("llmq.attempts")
+		return n == 1
+	}, 5*time.Second, 10*time.Millisecond)
+	require.NotContains(t, m.Collect(t).Names(), "llmq.jobs")
+}
+
 // An attempt's span continues the trace of the span that accepted its job,
 // carries the attempt's identity and outcome, and is the span the handler's
 // context holds.
