@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -29,11 +30,44 @@ type instruments struct {
 	jobDuration      metric.Float64Histogram // llmq.job.duration
 	reaped           metric.Int64Counter     // llmq.reaped
 	admissionWait    metric.Float64Histogram // llmq.admission.wait
+
+	// Attribute sets by what they hold, built once each: sorting and
+	// hashing a set on every measurement would cost more than recording it.
+	// The label values are bounded, so the cache is too.
+	mu   sync.RWMutex
+	sets map[attrKey]metric.MeasurementOption
+}
+
+// attrKey names one attribute set of an attempt measurement; field names
+// the instrument.
+type attrKey struct{ field, queue, kind, outcome, class, state string }
+
+func (in *instruments) attrs(k attrKey) metric.MeasurementOption {
+	in.mu.RLock()
+	o, ok := in.sets[k]
+	in.mu.RUnlock()
+	if ok {
+		return o
+	}
+	kvs := []attribute.KeyValue{attribute.String("queue", k.queue), attribute.String("kind", k.kind)}
+	switch k.field {
+	case "attempts":
+		kvs = append(kvs, attribute.String("outcome", k.outcome), attribute.String("error_class", k.class))
+	case "attempt.duration":
+		kvs = append(kvs, attribute.String("outcome", k.outcome))
+	case "job.duration":
+		kvs = append(kvs, attribute.String("state", k.state))
+	}
+	o = metric.WithAttributeSet(attribute.NewSet(kvs...))
+	in.mu.Lock()
+	in.sets[k] = o
+	in.mu.Unlock()
+	return o
 }
 
 func newInstruments(cfg Config) (*instruments, error) {
 	m := telemetry.Meter(cfg.MeterProvider, "lease")
-	in := &instruments{tracer: telemetry.Tracer(cfg.TracerProvider, "lease")}
+	in := &instruments{tracer: telemetry.Tracer(cfg.TracerProvider, "lease"), sets: map[attrKey]metric.MeasurementOption{}}
 	var err error
 	counter := func(name, unit, desc string) metric.Int64Counter {
 		if err != nil {
@@ -145,17 +179,14 @@ func (r *Runner) endAttempt(ctx context.Context, span trace.Span, job *jobs.Job,
 	span.End()
 
 	if r.obs.attempts.Enabled(ctx) {
-		r.obs.attempts.Add(ctx, 1, metric.WithAttributes(
-			attribute.String("queue", job.Queue), attribute.String("kind", job.Kind),
-			attribute.String("outcome", outcome), attribute.String("error_class", class)))
+		r.obs.attempts.Add(ctx, 1, r.obs.attrs(attrKey{field: "attempts", queue: job.Queue, kind: job.Kind, outcome: outcome, class: class}))
 	}
 	if r.obs.attemptDuration.Enabled(ctx) {
-		r.obs.attemptDuration.Record(ctx, ran.Seconds(), metric.WithAttributes(
-			attribute.String("queue", job.Queue), attribute.String("kind", job.Kind), attribute.String("outcome", outcome)))
+		r.obs.attemptDuration.Record(ctx, ran.Seconds(), r.obs.attrs(attrKey{field: "attempt.duration", queue: job.Queue, kind: job.Kind, outcome: outcome}))
 	}
 	if res != nil && res.State.Terminal() && r.obs.jobDuration.Enabled(ctx) {
-		r.obs.jobDuration.Record(ctx, res.FinishedAt.Sub(res.CreatedAt).Seconds(), metric.WithAttributes(
-			attribute.String("queue", res.Queue), attribute.String("kind", res.Kind), attribute.String("state", string(res.State))))
+		r.obs.jobDuration.Record(ctx, res.FinishedAt.Sub(res.CreatedAt).Seconds(),
+			r.obs.attrs(attrKey{field: "job.duration", queue: res.Queue, kind: res.Kind, state: string(res.State)}))
 	}
 }
 
