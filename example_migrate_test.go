@@ -34,5 +34,6 @@ func ExampleMigrate() {
 	// applied 0003_fair_claiming
 	// applied 0004_webhook
 	// applied 0005_admission
+	// applied 0006_observability
 	// all applied: true
 }

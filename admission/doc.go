@@ -143,4 +143,19 @@
 // option.WithMaxRetries(0); for anthropic-sdk-go likewise), or one attempt
 // would make several provider calls under one permit, invisible to the
 // limiter and to the attempt history.
+//
+// # Observability
+//
+// With Config.MeterProvider the Postgres limiter reports
+// llmq.admission.acquires ({request}; pool, result = granted | emergency |
+// denied | never_admissible | unavailable | error, and reason on denials:
+// cooldown, in_flight, requests, tokens, contention),
+// llmq.admission.cooldowns ({cooldown}; pool), and
+// llmq.admission.tokens.reserved and llmq.admission.tokens.used ({token};
+// pool): what grants reserved against what providers reported on release.
+// Pools are configuration, so the label is bounded; an acquire for a pool
+// the limiter does not know (result error) carries no pool label. The time
+// attempts wait for a permit is the runner's (lease: llmq.admission.wait).
+// The Local limiter reports nothing: it serves one process, whose runner
+// already reports its waits.
 package admission

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/llmq/llmq/internal/dbsql"
 )
@@ -61,6 +62,9 @@ type Config struct {
 	// OnUnavailable is the policy while the database cannot be reached.
 	// The zero value fails closed: nothing is admitted.
 	OnUnavailable FailurePolicy
+	// MeterProvider receives the limiter's metrics (see the package
+	// documentation). Nil means none.
+	MeterProvider metric.MeterProvider
 }
 
 // Postgres is the global limiter: its ceilings hold across every process
@@ -70,6 +74,7 @@ type Postgres struct {
 	cfg Config
 	q   dbsql.Queries
 	em  *emergency
+	obs *limiterInstruments
 }
 
 // NewPostgres returns a limiter on db (a pool) for cfg.
@@ -97,7 +102,11 @@ func NewPostgres(db DBTX, cfg Config) (*Postgres, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Postgres{db: db, cfg: cfg, q: q, em: em}, nil
+	obs, err := newLimiterInstruments(cfg.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("admission: instruments: %w", err)
+	}
+	return &Postgres{db: db, cfg: cfg, q: q, em: em, obs: obs}, nil
 }
 
 // SetPool creates pool or changes its limits; every process sees the new
@@ -149,6 +158,15 @@ func (l *Postgres) State(ctx context.Context, pool string) (PoolState, error) {
 // Acquire grants req from the shared pool or reports how long to wait; see
 // Limiter. While the database is unreachable the failure policy decides.
 func (l *Postgres) Acquire(ctx context.Context, req Request) (*Permit, error) {
+	var emergency bool
+	p, err := l.acquire(ctx, req, &emergency)
+	l.obs.acquired(ctx, req, err, emergency)
+	return p, err
+}
+
+// acquire is Acquire; emergency is set when the permit came from the
+// emergency allowance.
+func (l *Postgres) acquire(ctx context.Context, req Request, emergency *bool) (*Permit, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
@@ -159,7 +177,7 @@ func (l *Postgres) Acquire(ctx context.Context, req Request) (*Permit, error) {
 			_, err := l.State(ctx, req.Pool)
 			return err
 		}); err != nil {
-			return l.fallback(ctx, req, err)
+			return l.fallback(ctx, req, err, emergency)
 		}
 	}
 	// Two tries at most: the second only after reaping expired permits that
@@ -168,7 +186,7 @@ func (l *Postgres) Acquire(ctx context.Context, req Request) (*Permit, error) {
 		p, err := l.tryAcquire(ctx, req)
 		if !errors.Is(err, errReapable) {
 			if err != nil {
-				return l.fallback(ctx, req, err)
+				return l.fallback(ctx, req, err, emergency)
 			}
 			return p, nil
 		}
@@ -179,7 +197,7 @@ func (l *Postgres) Acquire(ctx context.Context, req Request) (*Permit, error) {
 			_, err := l.Reap(ctx, req.Pool)
 			return err
 		}); err != nil {
-			return l.fallback(ctx, req, err)
+			return l.fallback(ctx, req, err, emergency)
 		}
 	}
 }
@@ -195,14 +213,16 @@ func (l *Postgres) bounded(ctx context.Context, fn func(ctx context.Context) err
 // fallback applies the failure policy to an acquire that failed with err:
 // errors that mean the database is unreachable become ErrUnavailable or an
 // emergency grant; every other error is returned as it is.
-func (l *Postgres) fallback(ctx context.Context, req Request, err error) (*Permit, error) {
+func (l *Postgres) fallback(ctx context.Context, req Request, err error, emergency *bool) (*Permit, error) {
 	if !unreachable(ctx, err) {
 		return nil, err
 	}
 	if l.em == nil {
 		return nil, fmt.Errorf("%w (failing closed): %w", ErrUnavailable, err)
 	}
-	return l.em.acquire(ctx, req, err)
+	p, err := l.em.acquire(ctx, req, err)
+	*emergency = err == nil
+	return p, err
 }
 
 // unreachable reports whether err means the database could not be asked,
@@ -318,6 +338,7 @@ func (l *Postgres) release(ctx context.Context, p *Permit, o Outcome) error {
 	if err != nil {
 		return fmt.Errorf("admission: releasing permit %s of pool %q: %w", p.ID, p.Pool, err)
 	}
+	l.obs.released(ctx, p, o)
 	// Zero rows means the permit expired and was reaped: its slot is
 	// already back and it was charged in full, as an uncertain call is.
 	return nil
@@ -351,6 +372,7 @@ func (l *Postgres) Cooldown(ctx context.Context, pool string, d time.Duration) e
 	if _, err := l.db.Exec(ctx, l.q.Must("SetCooldown"), pool, d); err != nil {
 		return fmt.Errorf("admission: cooling down pool %q: %w", pool, err)
 	}
+	l.obs.cooled(ctx, pool)
 	if l.em != nil {
 		l.em.cooldown(pool, d)
 	}

@@ -38,4 +38,17 @@
 // message is nacked or rejected alone. A handler can therefore run in a
 // transaction that rolls back and then again, as after any redelivery: its
 // effects belong in tx.
+//
+// # Observability
+//
+// With IngressConfig.MeterProvider the ingress counts llmq.inbox.messages
+// ({message}; consumer, result = accepted | duplicate | quarantined |
+// failed) as it settles each delivery: failed ones are nacked and come
+// back. Consumer names are configuration, so the label is bounded. With
+// IngressConfig.TracerProvider each delivery gets a consumer span
+// "process <topic>" continuing the trace in the message's headers (read by
+// IngressConfig.Propagator, W3C traceparent/tracestate by default), with
+// messaging.message.id, messaging.destination.name,
+// messaging.consumer.group.name and llmq.inbox.result; the handler runs in
+// it.
 package inbox

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmq/llmq/broker"
 	"github.com/llmq/llmq/internal/dbsql"
@@ -60,6 +63,15 @@ type IngressConfig struct {
 	Concurrency int
 	// Logger receives operational messages. Default: discard.
 	Logger *slog.Logger
+	// MeterProvider receives llmq.inbox.messages. Nil means none.
+	MeterProvider metric.MeterProvider
+	// TracerProvider receives a consumer span per delivery, continuing the
+	// trace in the message's headers; the handler runs in it. Nil means
+	// none.
+	TracerProvider trace.TracerProvider
+	// Propagator reads the trace context from a message's headers. Default:
+	// W3C TraceContext (traceparent, tracestate).
+	Propagator propagation.TextMapPropagator
 }
 
 // Ingress takes deliveries from a broker.Consumer into the database. It
@@ -87,6 +99,7 @@ type Ingress struct {
 	db       dbsql.Beginner
 	consumer broker.Consumer
 	cfg      IngressConfig
+	obs      *ingressInstruments
 }
 
 // NewIngress validates cfg and returns an ingress reading from consumer
@@ -111,7 +124,11 @@ func (s *Store) NewIngress(db dbsql.Beginner, consumer broker.Consumer, cfg Ingr
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Ingress{store: s, db: db, consumer: consumer, cfg: cfg}, nil
+	obs, err := newIngressInstruments(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: ingress instruments: %w", err)
+	}
+	return &Ingress{store: s, db: db, consumer: consumer, cfg: cfg, obs: obs}, nil
 }
 
 // Run handles deliveries until ctx ends or the consumer is closed.
@@ -190,7 +207,8 @@ func (in *Ingress) Handle(ctx context.Context, d broker.Delivery) error {
 // verdict is what becomes of one delivery once its batch committed.
 type verdict struct {
 	settle func(ctx context.Context, d broker.Delivery) error
-	err    error // why it was not accepted
+	err    error  // why it was not accepted
+	result string // for llmq.inbox.messages
 }
 
 func ack(ctx context.Context, d broker.Delivery) error { return d.Ack(ctx) }
@@ -198,8 +216,15 @@ func ack(ctx context.Context, d broker.Delivery) error { return d.Ack(ctx) }
 func nack(ctx context.Context, d broker.Delivery) error { return d.Nack(ctx) }
 
 func reject(reason error) verdict {
-	return verdict{settle: func(ctx context.Context, d broker.Delivery) error { return d.Reject(ctx, reason) }, err: reason}
+	return verdict{settle: func(ctx context.Context, d broker.Delivery) error { return d.Reject(ctx, reason) }, err: reason,
+		result: resultQuarantined}
 }
+
+func acceptNew() verdict { return verdict{settle: ack, result: resultAccepted} }
+
+func acceptDuplicate() verdict { return verdict{settle: ack, result: resultDuplicate} }
+
+func retryLater(err error) verdict { return verdict{settle: nack, err: err, result: resultFailed} }
 
 // handleBatch processes batch in one transaction, then settles each
 // delivery and returns why each was not accepted.
@@ -215,15 +240,16 @@ func (in *Ingress) handleBatch(ctx context.Context, batch []broker.Delivery) []e
 		verdicts []verdict
 		err      error
 	)
+	spans := in.startSpans(ctx, batch)
 	whole := len(batch) > 1
 	if whole {
-		verdicts, err = in.wholeBatch(ctx, batch)
+		verdicts, err = in.wholeBatch(ctx, spans, batch)
 	}
 	if !whole || err != nil && ctx.Err() == nil {
 		verdicts = make([]verdict, len(batch))
 		err = dbsql.WithTx(ctx, in.db, func(tx pgx.Tx) error {
 			for i, d := range batch {
-				verdicts[i] = in.process(ctx, tx, d)
+				verdicts[i] = in.process(inSpan(ctx, spans, i), tx, d)
 			}
 			return nil
 		})
@@ -233,24 +259,26 @@ func (in *Ingress) handleBatch(ctx context.Context, batch []broker.Delivery) []e
 	settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	errs := make([]error, len(batch))
+	results := make([]string, len(batch))
 	for i, d := range batch {
 		var v verdict
 		if err != nil {
 			// Nothing committed: every delivery, quarantined ones included,
 			// is redelivered and processed again.
-			v = verdict{settle: nack, err: err}
+			v = retryLater(err)
 		} else {
 			v = verdicts[i]
 		}
 		// Committed: only now may the broker forget the message.
-		errs[i] = errors.Join(v.err, v.settle(settleCtx, d))
+		errs[i], results[i] = errors.Join(v.err, v.settle(settleCtx, d)), v.result
 	}
+	in.report(settleCtx, results, errs, spans)
 	return errs
 }
 
 // wholeBatch processes batch in one transaction without savepoints, and
 // fails (rolling everything back) at the first error.
-func (in *Ingress) wholeBatch(ctx context.Context, batch []broker.Delivery) ([]verdict, error) {
+func (in *Ingress) wholeBatch(ctx context.Context, spans []trace.Span, batch []broker.Delivery) ([]verdict, error) {
 	verdicts := make([]verdict, len(batch))
 	err := dbsql.WithTx(ctx, in.db, func(tx pgx.Tx) error {
 		results, err := in.store.acceptMany(ctx, tx, in.cfg.Consumer, batch)
@@ -268,12 +296,12 @@ func (in *Ingress) wholeBatch(ctx context.Context, batch []broker.Delivery) ([]v
 			case r.mismatch != nil:
 				verdicts[i] = reject(r.mismatch)
 			case r.result == Duplicate:
-				verdicts[i] = verdict{settle: ack}
+				verdicts[i] = acceptDuplicate()
 			default:
-				if err := in.cfg.Handler(ctx, tx, msg); err != nil {
+				if err := in.cfg.Handler(inSpan(ctx, spans, i), tx, msg); err != nil {
 					return err
 				}
-				verdicts[i] = verdict{settle: ack}
+				verdicts[i] = acceptNew()
 			}
 		}
 		return nil
@@ -385,14 +413,18 @@ func (in *Ingress) process(ctx context.Context, tx pgx.Tx, d broker.Delivery) ve
 		return in.quarantine(ctx, tx, d, noIDReason)
 	}
 	var mismatch error
+	dup := false
 	err := dbsql.WithTx(ctx, tx, func(sp pgx.Tx) error {
 		res, err := in.store.Accept(ctx, sp, in.cfg.Consumer, msg, source)
 		switch {
 		case errors.Is(err, ErrDigestMismatch):
 			mismatch = err
 			return nil // keep the quarantine row Accept wrote
-		case err != nil, res == Duplicate:
+		case err != nil:
 			return err
+		case res == Duplicate:
+			dup = true
+			return nil
 		}
 		return in.cfg.Handler(ctx, sp, msg)
 	})
@@ -402,9 +434,11 @@ func (in *Ingress) process(ctx context.Context, tx pgx.Tx, d broker.Delivery) ve
 	case errors.Is(err, ErrMalformed):
 		return in.quarantine(ctx, tx, d, err.Error())
 	case err != nil:
-		return verdict{settle: nack, err: err}
+		return retryLater(err)
+	case dup:
+		return acceptDuplicate()
 	}
-	return verdict{settle: ack}
+	return acceptNew()
 }
 
 func (in *Ingress) quarantine(ctx context.Context, tx pgx.Tx, d broker.Delivery, reason string) verdict {
@@ -413,7 +447,7 @@ func (in *Ingress) quarantine(ctx context.Context, tx pgx.Tx, d broker.Delivery,
 		return err
 	})
 	if err != nil {
-		return verdict{settle: nack, err: err}
+		return retryLater(err)
 	}
 	return reject(fmt.Errorf("%w: %s", ErrMalformed, reason))
 }

@@ -142,4 +142,26 @@
 //     tenants, for operators' tools (cmd/llmq): an operator has a job id,
 //     not always its tenant. A server answering a tenant never calls them;
 //     the Store interface, which servers use, stays tenant-scoped.
+//
+// # Observability
+//
+// RegisterGauges puts the queues' depth on a metric.MeterProvider as
+// observable gauges (lease.Runner does it while it runs): llmq.jobs
+// ({job}; queue, state = runnable | scheduled | running) and
+// llmq.jobs.oldest_runnable_age (s; queue). They are read with Depth at most
+// once per GaugeConfig.Refresh (default 15s), whatever the scrape rate.
+// Depth counts unfinished jobs only, through jobs_tenant_claim_idx and
+// jobs_running_tenant_idx: one index entry per waiting or running job and
+// none per finished one, where Stats reads every row. At a backlog of 1M
+// waiting jobs (beside 2M finished ones) the index-only scan reads 9,172
+// pages (72 MB) of jobs_tenant_claim_idx, against Stats' 53,600 heap pages
+// (419 MB); on a shared 2-core machine that was 0.8 to 1.8 s. Finished jobs
+// are counted by the runner's llmq.job.duration histogram instead. No label
+// holds a tenant or a job id: queues are configured, states fixed.
+//
+// Enqueue stores the W3C traceparent of the span in its context (if any) on
+// each job (Job.TraceParent, column trace_parent) and as the "traceparent"
+// header of its requested event and of the event its completion writes, so
+// the attempts' spans and the events' consumers continue the acceptance's
+// trace.
 package jobs

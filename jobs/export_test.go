@@ -12,6 +12,8 @@ func (s *PostgresStore) QueryForTest(name string) string {
 		return s.sql.lockClaimTenants
 	case "ClaimJobs":
 		return s.sql.claim
+	case "QueueDepth":
+		return s.sql.queueDepth
 	}
 	panic("unknown statement " + name)
 }

@@ -80,6 +80,9 @@ type Job struct {
 	CreatedAt       time.Time       `json:"created_at"`
 	UpdatedAt       time.Time       `json:"updated_at"`
 	FinishedAt      time.Time       `json:"finished_at,omitzero"`
+	// TraceParent is the W3C traceparent of the span that accepted the job
+	// (empty outside a trace): each attempt's span continues that trace.
+	TraceParent string `json:"trace_parent,omitempty"`
 }
 
 // EnqueueParams describes a job to accept. Tenant and Kind are required;

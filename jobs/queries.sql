@@ -7,7 +7,7 @@ id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
 group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
 available_at, deadline_at, state_version, estimated_tokens, result,
 error_class, last_error, replay_of, replayed_by, replay_reason,
-cancel_requested_at, created_at, updated_at, finished_at
+cancel_requested_at, created_at, updated_at, finished_at, trace_parent
 
 -- name: InsertJobs
 -- Inserts a batch of jobs and, in the same statement, one "<kind>.requested"
@@ -15,7 +15,9 @@ cancel_requested_at, created_at, updated_at, finished_at
 -- pool, and costs one round trip. A key already taken by the same tenant
 -- inserts nothing (ON CONFLICT DO NOTHING waits for a concurrent inserter of
 -- that key to finish, so a racing duplicate never slips in); the caller then
--- reads the existing job with SelectJobsByIdempotencyKey.
+-- reads the existing job with SelectJobsByIdempotencyKey. $18 is the W3C
+-- traceparent of the accepting span (NULL outside a trace): stored on each
+-- job for its attempts' spans, and sent as the requested event's header.
 WITH input AS (
     SELECT *
     FROM unnest(
@@ -32,23 +34,24 @@ job AS (
     INSERT INTO /*schema*/jobs (
         id, tenant, kind, queue, priority,
         idempotency_key, request_hash, payload, group_key, max_attempts,
-        available_at, deadline_at, estimated_tokens
+        available_at, deadline_at, estimated_tokens, trace_parent
     )
     SELECT
         id, tenant, kind, queue, priority,
         idempotency_key, request_hash, payload::jsonb, group_key, max_attempts,
-        coalesce(available_at, now()), deadline_at, estimated_tokens
+        coalesce(available_at, now()), deadline_at, estimated_tokens, $18::text
     FROM input
     ON CONFLICT (tenant, idempotency_key) DO NOTHING
     RETURNING
         /*job_columns*/
 ),
 event AS (
-    INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload)
+    INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload, headers)
     SELECT input.event_id, job.id, $15, job.id::text, job.kind || '.requested',
         jsonb_build_object(
             'job_id', job.id, 'tenant', job.tenant, 'kind', job.kind, 'queue', job.queue,
-            'state', job.state, 'state_version', job.state_version, 'attempt', job.attempt)
+            'state', job.state, 'state_version', job.state_version, 'attempt', job.attempt),
+        CASE WHEN $18::text IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('traceparent', $18::text) END
     FROM job JOIN input ON input.id = job.id
 ),
 -- Makes the jobs' tenants active in their queues (see tenant_queues). Only a
@@ -164,6 +167,30 @@ SELECT
 FROM /*schema*/jobs
 GROUP BY queue, state
 ORDER BY queue, state;
+
+-- name: QueueDepth
+-- The unfinished jobs of every queue, for the observable gauges: waiting
+-- jobs split into runnable now and scheduled for later, with the age of the
+-- oldest runnable one, then running jobs. Finished jobs are not counted:
+-- they pile up forever, and counting them would read the table's history.
+-- The first branch is an index-only scan of jobs_tenant_claim_idx, whose
+-- predicate is exactly the waiting states and which holds queue and
+-- available_at; the second one of jobs_running_tenant_idx. Both read one
+-- index entry per unfinished job and no heap page that the visibility map
+-- marks all-visible: the cost grows with the backlog, never with history.
+SELECT queue,
+    count(*) FILTER (WHERE available_at <= now()),
+    count(*) FILTER (WHERE available_at > now()),
+    0::bigint,
+    coalesce(extract(epoch FROM now() - min(available_at) FILTER (WHERE available_at <= now())), 0)::float8
+FROM /*schema*/jobs
+WHERE state IN ('READY', 'RETRY_SCHEDULED')
+GROUP BY queue
+UNION ALL
+SELECT queue, 0, 0, count(*), 0
+FROM /*schema*/jobs
+WHERE state = 'RUNNING'
+GROUP BY queue;
 
 -- name: LockClaimTenants
 -- The first statement of a claim transaction: locks up to $2 active tenants
@@ -466,8 +493,10 @@ attempt AS (
         input_tokens, output_tokens, uncertain
     FROM updated
 ),
+-- A job's events carry its acceptance's trace context, so their consumers
+-- join the trace the attempts are in.
 event AS (
-    INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload)
+    INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload, headers)
     SELECT event_id, id, $13, id::text,
         kind || CASE state
             WHEN 'SUCCEEDED' THEN '.completed'
@@ -479,7 +508,8 @@ event AS (
         jsonb_build_object(
             'job_id', id, 'tenant', tenant, 'kind', kind, 'queue', queue,
             'state', state, 'state_version', state_version, 'attempt', attempt,
-            'error_class', error_class)
+            'error_class', error_class),
+        CASE WHEN trace_parent IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('traceparent', trace_parent) END
     FROM updated
     -- A failed attempt's retry is news to whoever watches the job; a release
     -- at shutdown or a snooze is the runner's own business and stays quiet.

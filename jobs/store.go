@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/internal/telemetry"
 )
 
 //go:embed queries.sql
@@ -144,7 +145,7 @@ type PostgresStore struct {
 		insertJobs, selectByKey, get, list, cancel, stats                                             string
 		lockClaimTenants, claim, wakeIdleTenants, heartbeat, complete, markStale, reap, failDeadlines string
 		setTenantLimits, deleteTenantLimits, getTenantLimits                                          string
-		replay, attempts                                                                              string
+		replay, attempts, queueDepth                                                                  string
 	}
 	ops operatorSQL
 }
@@ -207,6 +208,7 @@ func NewStore(cfg Config) (*PostgresStore, error) {
 	s.sql.replay = q.Must("ReplayJob")
 	s.sql.attempts = q.Must("ListAttempts")
 	s.ops = newOperatorSQL(q)
+	s.sql.queueDepth = q.Must("QueueDepth")
 	return s, nil
 }
 
@@ -342,7 +344,8 @@ func (s *PostgresStore) insert(ctx context.Context, db DBTX, b *insertBatch) ([]
 		b.ids, b.tenants, b.kinds, b.queues, b.priorities,
 		b.keys, b.hashes, b.payloads, b.groupKeys, b.maxAttempts,
 		b.availableAt, b.deadlineAt, b.estimatedTokens, b.eventIDs,
-		s.cfg.EventTopic, s.channel, s.notify.queues(b.queues, time.Now()))
+		s.cfg.EventTopic, s.channel, s.notify.queues(b.queues, time.Now()),
+		dbsql.NullIfZero(telemetry.TraceParent(ctx)))
 	if err != nil {
 		return nil, fmt.Errorf("jobs: enqueue: %w", err)
 	}
@@ -539,6 +542,7 @@ func scanJob(row pgx.CollectableRow) (*Job, error) {
 		replayedBy, replayReason                   *string
 		leaseUntil, attemptedAt, deadline          *time.Time
 		cancelReq, finished                        *time.Time
+		traceParent                                *string
 		replayOf                                   pgtype.UUID
 		priority                                   int16
 		state                                      string
@@ -548,7 +552,7 @@ func scanJob(row pgx.CollectableRow) (*Job, error) {
 		&group, &state, &j.Attempt, &j.MaxAttempts, &j.Fence, &owner, &leaseUntil, &attemptedAt,
 		&j.AvailableAt, &deadline, &j.StateVersion, &j.EstimatedTokens, &j.Result,
 		&errClass, &lastErr, &replayOf, &replayedBy, &replayReason,
-		&cancelReq, &j.CreatedAt, &j.UpdatedAt, &finished)
+		&cancelReq, &j.CreatedAt, &j.UpdatedAt, &finished, &traceParent)
 	if err != nil {
 		return nil, err
 	}
@@ -562,5 +566,6 @@ func scanJob(row pgx.CollectableRow) (*Job, error) {
 		j.ReplayOf = replayOf.Bytes
 	}
 	j.ReplayedBy, j.ReplayReason = dbsql.Deref(replayedBy), dbsql.Deref(replayReason)
+	j.TraceParent = dbsql.Deref(traceParent)
 	return &j, nil
 }

@@ -10,6 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/internal/retry"
 	"github.com/llmq/llmq/jobs"
@@ -74,6 +77,8 @@ type Admission struct {
 	// UnavailableSnooze is how long a job is put off when the limiter is
 	// unreachable and its failure policy admits nothing. Default 5s.
 	UnavailableSnooze time.Duration
+
+	obs *instruments // the runner's, for the wait histogram
 }
 
 func (a *Admission) withDefaults(attemptTimeout time.Duration) (*Admission, error) {
@@ -269,6 +274,23 @@ func (h *admitted) outcome(ctx context.Context, c *call, err error) admission.Ou
 // acquire takes the attempt's permit, waiting at most MaxWait; longer
 // waits and an unreachable limiter become snoozes.
 func (h *admitted) acquire(ctx context.Context, req admission.Request) (*admission.Permit, error) {
+	start := time.Now()
+	permit, err := h.acquireWithin(ctx, req)
+	if hist := h.a.obs.admissionWait; hist.Enabled(ctx) {
+		result := "granted"
+		switch {
+		case errors.As(err, new(*jobs.SnoozeError)):
+			result = "snoozed"
+		case err != nil:
+			result = "failed"
+		}
+		hist.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(
+			attribute.String("pool", req.Pool), attribute.String("result", result)))
+	}
+	return permit, err
+}
+
+func (h *admitted) acquireWithin(ctx context.Context, req admission.Request) (*admission.Permit, error) {
 	deadline := time.Now().Add(h.a.MaxWait)
 	for {
 		permit, err := h.a.Limiter.Acquire(ctx, req)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/pglisten"
@@ -199,6 +201,9 @@ func (c *completer) record(ctx context.Context, completions []jobs.Completion) (
 	// hang forever on a dead connection.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.r.completionTimeout())
 	defer cancel()
+	if hist := c.r.obs.completeDuration; hist.Enabled(ctx) {
+		defer func(start time.Time) { hist.Record(ctx, time.Since(start).Seconds()) }(time.Now())
+	}
 	if c.r.cfg.OnSucceeded == nil {
 		// One statement is its own transaction: no BEGIN and COMMIT round
 		// trips when there is nothing to add to it.
@@ -354,11 +359,26 @@ func (r *Runner) ReapOnce(ctx context.Context) (jobs.ReapResult, error) {
 		total.Rescheduled += res.Rescheduled
 		total.LeaseFailed += res.LeaseFailed
 		total.DeadlineFail += res.DeadlineFail
+		r.countReaped(ctx, res)
 		if err != nil {
 			return total, err
 		}
 		if res.Rescheduled+res.LeaseFailed < limit && res.DeadlineFail < limit {
 			return total, nil
+		}
+	}
+}
+
+// countReaped adds one reaper pass to llmq.reaped.
+func (r *Runner) countReaped(ctx context.Context, res jobs.ReapResult) {
+	if !r.obs.reaped.Enabled(ctx) {
+		return
+	}
+	for result, n := range map[string]int64{
+		"rescheduled": int64(res.Rescheduled), "lease_failed": int64(res.LeaseFailed), "deadline_failed": int64(res.DeadlineFail),
+	} {
+		if n > 0 {
+			r.obs.reaped.Add(ctx, n, metric.WithAttributes(attribute.String("result", result)))
 		}
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmq/llmq/jobs"
 )
@@ -135,11 +137,31 @@ type Config struct {
 	// found without any signal at all. Default false: listen.
 	DisableListen bool
 	// Logger receives the runner's operational messages. Default: discard.
+	// Lines about one attempt carry job, tenant, kind, attempt and fence;
+	// handlers get the same logger from their context with Logger(ctx).
 	Logger *slog.Logger
+	// MeterProvider receives the runner's metrics, and the store's queue
+	// gauges while Run runs (when the store is a *jobs.PostgresStore); see
+	// the package documentation. Nil means none: no global provider is
+	// used.
+	MeterProvider metric.MeterProvider
+	// GaugeRefresh is the longest the queue gauges reuse one reading of
+	// the database. Default jobs.DefaultGaugeRefresh (15s).
+	GaugeRefresh time.Duration
+	// NoQueueGauges leaves the queue gauges to another process: every
+	// runner with a MeterProvider reads them once per GaugeRefresh, which a
+	// fleet of many runners on a large backlog may not want (see
+	// jobs.PostgresStore.Depth for the cost).
+	NoQueueGauges bool
+	// TracerProvider receives a span per attempt, continuing the trace of
+	// the request that accepted the job. Nil means none.
+	TracerProvider trace.TracerProvider
 	// Admission, when set, runs provider calls under an admission limiter:
 	// claims wait for the queue's pools, attempts hold permits, and 429s
 	// cool pools down without spending retries. See Admission.
 	Admission *Admission
+
+	obs *instruments // built once by withDefaults
 }
 
 // withDefaults validates c and fills in every default.
@@ -182,7 +204,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"LeaseDuration", c.LeaseDuration}, {"HeartbeatInterval", c.HeartbeatInterval},
 		{"AttemptTimeout", c.AttemptTimeout}, {"PollInterval", c.PollInterval}, {"ClaimCooldown", c.ClaimCooldown},
 		{"ReapInterval", c.ReapInterval}, {"ShutdownGrace", c.ShutdownGrace},
-		{"DeadlineMargin", c.DeadlineMargin},
+		{"DeadlineMargin", c.DeadlineMargin}, {"GaugeRefresh", c.GaugeRefresh},
 	} {
 		if d.v < 0 {
 			return fail("%s is %s; use 0 for the default or a positive duration", d.name, d.v)
@@ -223,11 +245,17 @@ func (c Config) withDefaults() (Config, error) {
 			return fail("RetryByKind[%q]: %v", kind, err)
 		}
 	}
+	obs, err := newInstruments(c)
+	if err != nil {
+		return fail("instruments: %v", err)
+	}
+	c.obs = obs
 	if c.Admission != nil {
 		a, err := c.Admission.withDefaults(c.AttemptTimeout)
 		if err != nil {
 			return fail("%v", err)
 		}
+		a.obs = obs
 		c.Admission, c.Handlers = a, a.wrap(c.Handlers)
 	}
 	if c.WorkerID == "" {

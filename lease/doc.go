@@ -85,4 +85,38 @@
 //     option.WithMaxRetries(0)): llmq owns retries, and an SDK retry is a
 //     second call under one permit that neither the limiter nor the
 //     attempt history sees.
+//
+// # Observability
+//
+// With Config.MeterProvider the runner reports, without tenant or job id
+// labels:
+//
+//   - llmq.attempts ({attempt}; queue, kind, outcome, error_class): each
+//     attempt as its row records it (succeeded, retry_scheduled, failed,
+//     review_required, cancelled, released, snoozed; stale when the lease
+//     was lost, unrecorded when recording failed).
+//   - llmq.attempt.duration (s; queue, kind, outcome): handler run time.
+//   - llmq.job.duration (s; queue, kind, state): from acceptance to the
+//     terminal state, for jobs an attempt finished.
+//   - llmq.claim.duration (s; queue), llmq.claimed ({job}; queue): claim
+//     transactions and what they took.
+//   - llmq.complete.duration (s): completion transactions (a batch each).
+//   - llmq.reaped ({job}; result = rescheduled | lease_failed |
+//     deadline_failed): the reaper's work.
+//   - llmq.admission.wait (s; pool, result = granted | snoozed | failed):
+//     time an attempt waited for its admission permit.
+//   - the store's queue gauges (jobs.PostgresStore.RegisterGauges), while
+//     Run runs, refreshed at most every GaugeRefresh; NoQueueGauges leaves
+//     them to another process.
+//
+// With Config.TracerProvider each attempt is a span "llmq.attempt <kind>"
+// (kind consumer), a child of the span that accepted the job when the job
+// carries its trace context (jobs.Job.TraceParent), with attributes
+// llmq.job.id, llmq.job.tenant, llmq.job.kind, llmq.job.queue,
+// llmq.job.attempt, llmq.job.fence, then llmq.attempt.outcome,
+// llmq.job.state and error.type. The handler's context holds that span, so
+// its own spans (HTTP calls to the provider) nest under it.
+//
+// Every log line about an attempt carries job, tenant, kind, attempt and
+// fence; a handler logs with the same attributes through Logger(ctx).
 package lease

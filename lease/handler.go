@@ -27,7 +27,9 @@ import (
 // lost, when a client cancels the job, and at shutdown; a handler should
 // return promptly then. A panic is recovered and recorded as a failed
 // attempt. The handler runs after the claim committed, never inside a
-// transaction: it may take as long as the attempt timeout.
+// transaction: it may take as long as the attempt timeout. The context also
+// carries the attempt's logger (Logger) and, with Config.TracerProvider, its
+// span.
 type Handler interface {
 	Work(ctx context.Context, job *jobs.Job) (json.RawMessage, error)
 }

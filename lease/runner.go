@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/llmq/llmq/internal/retry"
 	"github.com/llmq/llmq/jobs"
@@ -48,6 +51,7 @@ type Runner struct {
 	cfg     Config
 	kinds   []string
 	running atomic.Bool
+	obs     *instruments
 
 	// wakes holds one buffered signal per queue: a NOTIFY, Wake or the
 	// idle-tenant sweep found work. Created with the runner so that Wake
@@ -97,7 +101,7 @@ func NewRunner(pool *pgxpool.Pool, store jobs.Store, cfg Config) (*Runner, error
 	for q := range cfg.Queues {
 		wakes[q] = make(chan struct{}, 1)
 	}
-	return &Runner{pool: pool, store: store, cfg: cfg, kinds: kinds, wakes: wakes, leases: map[uuid.UUID]*attempt{}}, nil
+	return &Runner{pool: pool, store: store, cfg: cfg, kinds: kinds, obs: cfg.obs, wakes: wakes, leases: map[uuid.UUID]*attempt{}}, nil
 }
 
 // WorkerID is the name this runner holds leases under.
@@ -131,6 +135,15 @@ func (r *Runner) Run(ctx context.Context) error {
 		return errors.New("lease: Run called while the runner is already running")
 	}
 	defer r.running.Store(false)
+	if gauges, ok := r.store.(interface {
+		RegisterGauges(jobs.DBTX, jobs.GaugeConfig) (metric.Registration, error)
+	}); ok && r.cfg.MeterProvider != nil && !r.cfg.NoQueueGauges {
+		reg, err := gauges.RegisterGauges(r.pool, jobs.GaugeConfig{MeterProvider: r.cfg.MeterProvider, Refresh: r.cfg.GaugeRefresh})
+		if err != nil {
+			return err
+		}
+		defer func() { _ = reg.Unregister() }()
+	}
 
 	// background lives until every attempt has been recorded: heartbeats and
 	// completions must outlast ctx. work is the parent of every attempt's
@@ -155,7 +168,8 @@ func (r *Runner) Run(ctx context.Context) error {
 
 	var attempts sync.WaitGroup
 	for name, q := range r.cfg.Queues {
-		p := &producer{r: r, queue: name, maxWorkers: q.MaxWorkers, lowShare: q.LowPriorityShare, wake: wakes[name], freed: make(chan struct{}, 1)}
+		p := &producer{r: r, queue: name, maxWorkers: q.MaxWorkers, lowShare: q.LowPriorityShare, wake: wakes[name], freed: make(chan struct{}, 1),
+			attrs: attribute.NewSet(attribute.String("queue", name))}
 		loops.Go(func() { p.run(ctx, work, &attempts, completer) })
 	}
 
@@ -208,6 +222,7 @@ type producer struct {
 	inFlight   atomic.Int64
 	wake       chan struct{} // a NOTIFY or Wake for this queue arrived
 	freed      chan struct{} // an attempt finished and released its slot
+	attrs      attribute.Set // the queue, for its metrics
 }
 
 func (p *producer) run(ctx, work context.Context, attempts *sync.WaitGroup, c *completer) {
@@ -289,10 +304,21 @@ func (p *producer) claim(ctx context.Context, limit int) ([]*jobs.Job, error) {
 	cfg := p.r.cfg
 	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.r.completionTimeout())
 	defer cancel()
-	return p.r.store.Claim(claimCtx, p.r.pool, jobs.ClaimParams{
+	start := time.Now()
+	batch, err := p.r.store.Claim(claimCtx, p.r.pool, jobs.ClaimParams{
 		Queue: p.queue, Kinds: p.r.kinds, Worker: cfg.WorkerID, Limit: limit, LeaseDuration: cfg.LeaseDuration,
 		LowPriorityShare: p.lowShare,
 	})
+	if err == nil {
+		obs := p.r.obs
+		if obs.claimDuration.Enabled(ctx) {
+			obs.claimDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributeSet(p.attrs))
+		}
+		if len(batch) > 0 && obs.claimed.Enabled(ctx) {
+			obs.claimed.Add(ctx, int64(len(batch)), metric.WithAttributeSet(p.attrs))
+		}
+	}
+	return batch, err
 }
 
 // recentIdle is how far back wakeRecentlyIdle looks: far longer than any
@@ -380,15 +406,18 @@ func (r *Runner) execute(ctx context.Context, a *attempt, c *completer) {
 	job := a.job
 	handler := r.cfg.Handlers[job.Kind]
 	recorder := &usageRecorder{}
+	ctx, span, logger := r.startAttempt(ctx, job)
 	ctx, cancel := context.WithTimeoutCause(ctx, r.cfg.AttemptTimeout, ErrAttemptTimeout)
 	ctx = context.WithValue(ctx, usageKey{}, recorder)
+	started := time.Now()
 	result, err := safeWork(ctx, handler, job)
+	ran := time.Since(started)
 	cause := context.Cause(ctx)
 	cancel()
 
 	snoozed := 0
 	if invalid := (*jobs.InvalidOutputError)(nil); errors.As(err, &invalid) {
-		snoozed = r.snoozedAttempts(ctx, job)
+		snoozed = r.snoozedAttempts(ctx, job, logger)
 	}
 	completion := r.decide(job, result, err, cause, snoozed)
 	completion.Usage = recorder.get()
@@ -398,17 +427,17 @@ func (r *Runner) execute(ctx context.Context, a *attempt, c *completer) {
 		completion.Usage.Uncertain = true
 	}
 	res, err := c.submit(completion)
+	r.endAttempt(context.WithoutCancel(ctx), span, job, completion, ran, res, err)
 	if r.cfg.AfterRecord != nil {
 		r.cfg.AfterRecord(res, err)
 	}
 	switch {
 	case errors.Is(err, jobs.ErrLeaseLost):
-		r.cfg.Logger.Info("llmq: stale completion discarded", "job", job.ID, "attempt", job.Attempt, "kind", job.Kind)
+		logger.Info("llmq: stale completion discarded")
 	case err != nil:
-		r.cfg.Logger.Error("llmq: recording an attempt failed; the lease will expire and the reaper retry the job",
-			"job", job.ID, "attempt", job.Attempt, "err", err)
+		logger.Error("llmq: recording an attempt failed; the lease will expire and the reaper retry the job", "err", err)
 	default:
-		r.cfg.Logger.Debug("llmq: attempt recorded", "job", job.ID, "attempt", job.Attempt, "state", res.State)
+		logger.Debug("llmq: attempt recorded", "state", res.State)
 	}
 }
 
@@ -440,10 +469,10 @@ func (e *panicError) Error() string {
 // which the invalid-output budget does not count. It reads the attempt
 // history, on this rare path only; if it cannot, it counts none, which can
 // only end the budget sooner.
-func (r *Runner) snoozedAttempts(ctx context.Context, job *jobs.Job) int {
+func (r *Runner) snoozedAttempts(ctx context.Context, job *jobs.Job, logger *slog.Logger) int {
 	history, err := r.store.Attempts(context.WithoutCancel(ctx), r.pool, job.Tenant, job.ID)
 	if err != nil {
-		r.cfg.Logger.Warn("llmq: reading the attempt history for the invalid-output budget", "job", job.ID, "err", err)
+		logger.Warn("llmq: reading the attempt history for the invalid-output budget", "err", err)
 		return 0
 	}
 	n := 0

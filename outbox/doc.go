@@ -44,4 +44,21 @@
 // other relay's committed claims. A relay that crashes after the broker
 // confirmed but before it recorded that republishes the event after its
 // claim lease: duplicates happen only around crashes and lost connections.
+//
+// # Observability
+//
+// Write adds the trace context of its context's span to an event's headers
+// when they carry none (Config.Propagator, W3C traceparent/tracestate by
+// default). With RelayConfig.MeterProvider the relay reports
+// llmq.outbox.events ({event}; result = published | failed: its rate is the
+// publish rate), llmq.outbox.publish.duration (s; one batch until the
+// broker confirmed), and, while Run runs, the observable gauges
+// llmq.outbox.pending ({event}) and llmq.outbox.lag (s; age of the oldest
+// unpublished event), read through outbox_pending_idx at most once per
+// RelayConfig.GaugeRefresh (default 15s): the count reads one index entry
+// per unpublished event, the age one entry. With RelayConfig.TracerProvider
+// each event that carries a trace context is published in a producer span
+// "publish <topic>", a child of the writer's span, whose context replaces
+// the writer's in the message headers so consumers continue the trace
+// through it; events written outside a trace get no span.
 package outbox

@@ -7,12 +7,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/internal/telemetry"
 	"github.com/llmq/llmq/internal/validate"
 )
 
@@ -82,12 +86,17 @@ type Config struct {
 	Schema string
 	// MaxPayloadBytes bounds Event.Payload. Default 256 KiB.
 	MaxPayloadBytes int
+	// Propagator writes the trace context of Write's context into an
+	// event's headers when they carry none. Default: W3C TraceContext
+	// (traceparent, tracestate).
+	Propagator propagation.TextMapPropagator
 }
 
 // Store writes and reads the outbox table.
 type Store struct {
 	schema          dbsql.Schema
 	maxPayloadBytes int
+	propagator      propagation.TextMapPropagator
 	channel         string
 	insertEvent     string
 	listByAggregate string
@@ -108,6 +117,7 @@ func NewStore(cfg Config) (*Store, error) {
 	s := &Store{
 		schema:          schema,
 		maxPayloadBytes: cmp.Or(cfg.MaxPayloadBytes, DefaultMaxPayloadBytes),
+		propagator:      telemetry.Propagator(cfg.Propagator),
 		channel:         schema.Channel("outbox"),
 		insertEvent:     q.Must("InsertEvent"),
 		listByAggregate: q.Must("ListEventsByAggregate"),
@@ -128,10 +138,14 @@ func (s *Store) Channel() string { return s.channel }
 // Write validates ev and inserts it on db, normally the transaction that
 // makes the change ev describes. It returns the event as stored, with its ID
 // filled in. Invalid events return a *ValidationError and write nothing.
+// When ctx holds a span and ev's headers carry no trace context, the span's
+// is added to them (Config.Propagator), so the event's consumers continue
+// the writer's trace.
 func (s *Store) Write(ctx context.Context, db DBTX, ev Event) (Record, error) {
 	if err := s.validate(&ev); err != nil {
 		return Record{}, err
 	}
+	ev.Headers = s.withTraceContext(ctx, ev.Headers)
 	headers := ev.Headers
 	if headers == nil {
 		headers = map[string]string{}
@@ -144,6 +158,24 @@ func (s *Store) Write(ctx context.Context, db DBTX, ev Event) (Record, error) {
 		return Record{}, fmt.Errorf("outbox: writing event %s (%s): %w", ev.ID, ev.Type, err)
 	}
 	return rec, nil
+}
+
+// withTraceContext returns headers with ctx's trace context added, when ctx
+// has a span and headers no trace context of their own; headers unchanged
+// otherwise. The caller's map is never written to.
+func (s *Store) withTraceContext(ctx context.Context, headers map[string]string) map[string]string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return headers
+	}
+	for _, f := range s.propagator.Fields() {
+		if _, ok := headers[f]; ok {
+			return headers
+		}
+	}
+	out := make(map[string]string, len(headers)+2)
+	maps.Copy(out, headers)
+	s.propagator.Inject(ctx, propagation.MapCarrier(out))
+	return out
 }
 
 // ListByAggregate returns the stored events about aggregateID in write

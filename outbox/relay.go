@@ -17,6 +17,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmq/llmq/broker"
 	"github.com/llmq/llmq/internal/dbsql"
@@ -60,6 +63,19 @@ type RelayConfig struct {
 	PruneInterval time.Duration
 	// Logger receives operational messages. Default: discard.
 	Logger *slog.Logger
+	// MeterProvider receives the relay's metrics (see the package
+	// documentation). Nil means none.
+	MeterProvider metric.MeterProvider
+	// GaugeRefresh is the longest the backlog gauges reuse one reading of
+	// the database. Default 15s.
+	GaugeRefresh time.Duration
+	// TracerProvider receives a producer span per published event that
+	// carries a trace context. Nil means none.
+	TracerProvider trace.TracerProvider
+	// Propagator reads an event's trace context from its headers and writes
+	// the publish span's in its place. Default: W3C TraceContext
+	// (traceparent, tracestate).
+	Propagator propagation.TextMapPropagator
 }
 
 // Relay publishes committed outbox events through a broker.Publisher and
@@ -78,6 +94,7 @@ type Relay struct {
 	fullScans atomic.Int64 // unix nanoseconds of the last claim from seq 0
 
 	published, failed atomic.Int64
+	obs               *relayInstruments
 }
 
 // NewRelay validates cfg and returns a relay for the store's outbox.
@@ -87,7 +104,7 @@ func (s *Store) NewRelay(pool *pgxpool.Pool, pub broker.Publisher, cfg RelayConf
 	}
 	for name, d := range map[string]time.Duration{
 		"ClaimLease": cfg.ClaimLease, "PollInterval": cfg.PollInterval,
-		"Retention": cfg.Retention, "PruneInterval": cfg.PruneInterval,
+		"Retention": cfg.Retention, "PruneInterval": cfg.PruneInterval, "GaugeRefresh": cfg.GaugeRefresh,
 	} {
 		if d < 0 {
 			return nil, fmt.Errorf("outbox: relay %s is %s; use 0 for the default or a positive duration", name, d)
@@ -105,6 +122,7 @@ func (s *Store) NewRelay(pool *pgxpool.Pool, pub broker.Publisher, cfg RelayConf
 	cfg.Backoff = BackoffPolicy{Base: cmp.Or(cfg.Backoff.Base, time.Second), Cap: cmp.Or(cfg.Backoff.Cap, time.Minute)}
 	cfg.Retention = cmp.Or(cfg.Retention, 24*time.Hour)
 	cfg.PruneInterval = cmp.Or(cfg.PruneInterval, time.Minute)
+	cfg.GaugeRefresh = cmp.Or(cfg.GaugeRefresh, defaultGaugeRefresh)
 	if cfg.ID == "" {
 		host, _ := os.Hostname()
 		var b [3]byte
@@ -114,8 +132,15 @@ func (s *Store) NewRelay(pool *pgxpool.Pool, pub broker.Publisher, cfg RelayConf
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Relay{store: s, pool: pool, pub: pub, cfg: cfg, lockID: "llmq.outbox.claim:" + s.schema.Name()}, nil
+	obs, err := newRelayInstruments(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: relay instruments: %w", err)
+	}
+	return &Relay{store: s, pool: pool, pub: pub, cfg: cfg, obs: obs, lockID: "llmq.outbox.claim:" + s.schema.Name()}, nil
 }
+
+// defaultGaugeRefresh is RelayConfig.GaugeRefresh's default.
+const defaultGaugeRefresh = 15 * time.Second
 
 // BatchResult counts what one RelayOnce did.
 type BatchResult struct {
@@ -165,8 +190,14 @@ func (r *Relay) RelayOnce(ctx context.Context) (BatchResult, error) {
 	for i, rec := range recs {
 		msgs[i] = toMessage(rec)
 	}
+	spans := r.startPublishSpans(ctx, msgs, recs)
+	started := time.Now()
 	pubErr := r.pub.Publish(ctx, msgs)
+	if hist := r.obs.publishDuration; hist.Enabled(ctx) {
+		hist.Record(ctx, time.Since(started).Seconds())
+	}
 	failures := broker.Failures(len(msgs), pubErr)
+	endPublishSpans(spans, failures)
 
 	res := BatchResult{Claimed: len(recs)}
 	var published, failed [][16]byte
@@ -204,6 +235,14 @@ func (r *Relay) RelayOnce(ctx context.Context) (BatchResult, error) {
 	}
 	r.published.Add(int64(res.Published))
 	r.failed.Add(int64(res.Failed))
+	if r.obs.events.Enabled(ctx) {
+		if res.Published > 0 {
+			r.obs.events.Add(ctx, int64(res.Published), metric.WithAttributeSet(r.obs.published))
+		}
+		if res.Failed > 0 {
+			r.obs.events.Add(ctx, int64(res.Failed), metric.WithAttributeSet(r.obs.failed))
+		}
+	}
 	if res.Failed > 0 {
 		r.cfg.Logger.Warn("llmq: outbox events not confirmed; they will be retried", "failed", res.Failed, "of", res.Claimed, "err", pubErr)
 	}
@@ -243,6 +282,13 @@ func toMessage(rec Record) broker.Message {
 // an enqueue on the job store's channel) or the poll interval, and prunes
 // published events every PruneInterval. Several relays may run at once.
 func (r *Relay) Run(ctx context.Context) error {
+	if r.cfg.MeterProvider != nil {
+		reg, err := r.registerGauges()
+		if err != nil {
+			return fmt.Errorf("outbox: relay gauges: %w", err)
+		}
+		defer func() { _ = reg.Unregister() }()
+	}
 	wake := make(chan struct{}, 1)
 	signal := func() {
 		select {

@@ -14,6 +14,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/retry"
@@ -71,6 +73,15 @@ type DispatcherConfig struct {
 	Worker string
 	// Logger receives operational messages. Default: discard.
 	Logger *slog.Logger
+	// MeterProvider receives the dispatcher's metrics (see the package
+	// documentation). Nil means none.
+	MeterProvider metric.MeterProvider
+	// GaugeRefresh is the longest the breaker gauge reuses one reading of
+	// the database. Default 15s.
+	GaugeRefresh time.Duration
+	// TracerProvider receives a span per delivery attempt, a child of the
+	// runner's attempt span. Nil means none.
+	TracerProvider trace.TracerProvider
 }
 
 // Dispatcher is the lease.Handler of Kind: each call is one signed HTTP
@@ -79,6 +90,7 @@ type Dispatcher struct {
 	store *Store
 	db    DBTX
 	cfg   DispatcherConfig
+	obs   *dispatcherInstruments
 }
 
 // NewDispatcher validates cfg and returns the handler for Kind, reading and
@@ -94,7 +106,10 @@ func (s *Store) NewDispatcher(db DBTX, cfg DispatcherConfig) (*Dispatcher, error
 		return nil, invalid("Client", "is required")
 	case cfg.BreakerThreshold < 0, cfg.BreakerCooldown < 0, cfg.AuthAlertThreshold < 0, cfg.AuthSlowdown < 0:
 		return nil, invalid("DispatcherConfig", "thresholds, cool-down and slowdown must not be negative")
+	case cfg.GaugeRefresh < 0:
+		return nil, invalid("GaugeRefresh", "must not be negative")
 	}
+	cfg.GaugeRefresh = cmp.Or(cfg.GaugeRefresh, DefaultGaugeRefresh)
 	cfg.BreakerThreshold = cmp.Or(cfg.BreakerThreshold, DefaultBreakerThreshold)
 	cfg.BreakerCooldown = cmp.Or(cfg.BreakerCooldown, DefaultBreakerCooldown)
 	cfg.AuthAlertThreshold = cmp.Or(cfg.AuthAlertThreshold, DefaultAuthAlertThreshold)
@@ -102,7 +117,11 @@ func (s *Store) NewDispatcher(db DBTX, cfg DispatcherConfig) (*Dispatcher, error
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Dispatcher{store: s, db: db, cfg: cfg}, nil
+	obs, err := s.newDispatcherInstruments(db, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("webhook: dispatcher instruments: %w", err)
+	}
+	return &Dispatcher{store: s, db: db, cfg: cfg, obs: obs}, nil
 }
 
 type attemptTarget struct {
@@ -131,14 +150,18 @@ func (d *Dispatcher) Work(ctx context.Context, job *jobs.Job) (json.RawMessage, 
 	if t.status != StatusEnabled {
 		return nil, jobs.Permanent(fmt.Errorf("%w: %s", ErrEndpointDisabled, p.EndpointID))
 	}
+	ctx, span := d.startSpan(ctx, job, p)
 	if t.breaker != BreakerClosed {
 		if wait, admitted, err := d.admit(ctx, job.Tenant, p); err != nil {
+			span.End()
 			return nil, d.onSchedule(job, err)
 		} else if !admitted {
+			d.report(ctx, span, verdict{outcome: "deferred"}, nil, 0)
 			return nil, jobs.Snooze(max(wait, MinDefer))
 		}
 	}
 	if len(t.keys) == 0 {
+		span.End()
 		return nil, jobs.Permanent(fmt.Errorf("webhook: endpoint %s has no signing key", p.EndpointID))
 	}
 
@@ -147,6 +170,7 @@ func (d *Dispatcher) Work(ctx context.Context, job *jobs.Job) (json.RawMessage, 
 	resp, sendErr := d.cfg.Client.Post(ctx, t.url, header, t.body)
 	latency := time.Since(started)
 	v := d.classify(ctx, job, resp, sendErr)
+	d.report(context.WithoutCancel(ctx), span, v, resp, latency)
 
 	rec := attemptRecord{p: p, job: job, url: t.url, started: started, latency: latency, header: header, keys: t.keys, resp: resp, verdict: v}
 	// Record even if the attempt's context ended (lease lost, shutdown): the

@@ -106,4 +106,24 @@
 //     signature that does not match or a timestamp out of the window, 409 for
 //     a delivery id reused with another body (quarantined in the inbox and
 //     reported through OnDigestMismatch), 503 when its transaction failed.
+//
+// # Observability
+//
+// With DispatcherConfig.MeterProvider the dispatcher reports
+// llmq.webhook.attempts ({attempt}; outcome = delivered | retry | failed |
+// disabled | deferred, class = the attempt's error class, empty when
+// delivered), llmq.webhook.attempt.duration (s; outcome) from sending to
+// the answer, and the observable gauge llmq.webhook.breakers ({endpoint};
+// state = closed | open | half_open) over enabled endpoints, read at most
+// once per GaugeRefresh (default 15s) with one scan of webhook_endpoints
+// (one row per registered endpoint). No label names a tenant or an
+// endpoint. Dispatcher.Close unregisters the gauge. With
+// DispatcherConfig.TracerProvider each attempt that reaches the breaker
+// check is a client span "webhook deliver", a child of the runner's attempt
+// span, with llmq.webhook.delivery_id, llmq.webhook.endpoint_id,
+// llmq.webhook.attempt, http.response.status_code, llmq.webhook.outcome and
+// error.type. The trace context is not sent to the endpoint: its trace ids
+// are the sender's business. With ReceiverConfig.MeterProvider the receiver
+// counts llmq.webhook.received ({delivery}; status = the HTTP status it
+// answered).
 package webhook

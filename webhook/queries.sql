@@ -155,3 +155,12 @@ WHERE id IN (
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 );
+
+-- name: BreakerStates
+-- Enabled endpoints by breaker state, for the breaker gauge. A scan of
+-- webhook_endpoints, one row per registered endpoint (a small table, read
+-- at most once per gauge refresh).
+SELECT breaker_state, count(*)
+FROM /*schema*/webhook_endpoints
+WHERE status = 'enabled'
+GROUP BY breaker_state;

@@ -10,10 +10,13 @@ import (
 	"net/http"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/llmq/llmq/broker"
 	"github.com/llmq/llmq/inbox"
 	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/internal/telemetry"
 	"github.com/llmq/llmq/internal/validate"
 )
 
@@ -55,6 +58,9 @@ type ReceiverConfig struct {
 	OnDigestMismatch func(ctx context.Context, d Received)
 	// Logger receives operational messages. Default: discard.
 	Logger *slog.Logger
+	// MeterProvider receives llmq.webhook.received ({delivery}; status):
+	// every delivery by the status it was answered with. Nil means none.
+	MeterProvider metric.MeterProvider
 }
 
 // Receiver is the http.Handler a consuming service mounts to accept signed
@@ -70,7 +76,8 @@ type ReceiverConfig struct {
 //     (quarantined); 503 when the work or the transaction failed, so the
 //     sender retries.
 type Receiver struct {
-	cfg ReceiverConfig
+	cfg      ReceiverConfig
+	received metric.Int64Counter
 }
 
 // NewReceiver validates cfg once.
@@ -97,11 +104,37 @@ func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Receiver{cfg: cfg}, nil
+	received, err := telemetry.Meter(cfg.MeterProvider, "webhook").Int64Counter("llmq.webhook.received",
+		metric.WithUnit("{delivery}"), metric.WithDescription("Deliveries the receiver answered, by HTTP status."))
+	if err != nil {
+		return nil, fmt.Errorf("webhook: receiver instruments: %w", err)
+	}
+	return &Receiver{cfg: cfg, received: received}, nil
+}
+
+// statusRecorder remembers the status a handler answered with.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(status int) {
+	r.status = status
+	r.ResponseWriter.WriteHeader(status)
 }
 
 // ServeHTTP implements http.Handler.
 func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !rc.received.Enabled(r.Context()) {
+		rc.serve(w, r)
+		return
+	}
+	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+	rc.serve(rec, r)
+	rc.received.Add(r.Context(), 1, metric.WithAttributes(attribute.Int("status", rec.status)))
+}
+
+func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		http.Error(w, "POST only", http.StatusMethodNotAllowed)

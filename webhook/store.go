@@ -219,7 +219,7 @@ type Store struct {
 		insertEndpoint, insertKey, expireKeys, lockEndpoint, getEndpoint, listEndpoints, setStatus string
 		subscribed, insertDeliveries, getDelivery, loadAttempt                                     string
 		breakerAdmit, breakerSuccess, breakerFailure, authFailure, insertAttempt, listAttempts     string
-		pruneDeliveries                                                                            string
+		pruneDeliveries, breakerStates                                                             string
 	}
 }
 
@@ -272,6 +272,7 @@ func NewStore(cfg Config) (*Store, error) {
 		"GetDelivery": &s.sql.getDelivery, "LoadAttempt": &s.sql.loadAttempt, "BreakerAdmit": &s.sql.breakerAdmit,
 		"BreakerSuccess": &s.sql.breakerSuccess, "BreakerFailure": &s.sql.breakerFailure, "AuthFailure": &s.sql.authFailure,
 		"InsertAttempt": &s.sql.insertAttempt, "ListAttempts": &s.sql.listAttempts, "PruneDeliveries": &s.sql.pruneDeliveries,
+		"BreakerStates": &s.sql.breakerStates,
 	} {
 		*dst = q.Must(name)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/llmq/llmq/inbox"
 	"github.com/llmq/llmq/internal/dbsql"
@@ -29,6 +30,8 @@ const EventType = "invoice.extract.completed"
 type Config struct {
 	// Schema holds the ERP's tables and the llmq inbox. Default "erp".
 	Schema string
+	// MeterProvider receives the receivers' metrics. Nil means none.
+	MeterProvider metric.MeterProvider
 }
 
 // ERP is the receiving service; it is an http.Handler serving
@@ -37,6 +40,7 @@ type ERP struct {
 	pool  *pgxpool.Pool
 	q     dbsql.Queries
 	inbox *inbox.Store
+	mp    metric.MeterProvider
 
 	mu        sync.RWMutex
 	receivers map[string]*webhook.Receiver
@@ -57,7 +61,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*ERP, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ERP{pool: pool, q: q, inbox: in, receivers: map[string]*webhook.Receiver{}}, nil
+	return &ERP{pool: pool, q: q, inbox: in, mp: cfg.MeterProvider, receivers: map[string]*webhook.Receiver{}}, nil
 }
 
 // Migrate creates the ERP's tables (the inbox's come from llmq.Migrate).
@@ -79,6 +83,7 @@ func (e *ERP) AddTenant(tenant string, keys ...webhook.Key) error {
 			return e.book(ctx, tx, tenant, d)
 		},
 		OnDigestMismatch: func(context.Context, webhook.Received) { e.mismatch.Add(1) },
+		MeterProvider:    e.mp,
 	})
 	if err != nil {
 		return err

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/internal/retry"
@@ -76,6 +78,10 @@ type WorkerConfig struct {
 	// WorkerID names the runner; default lease's.
 	WorkerID string
 	Logger   *slog.Logger
+	// MeterProvider and TracerProvider reach the runner, the limiter and
+	// the dispatcher; nil means none.
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
 }
 
 // extractor is the handler of Kind.
@@ -97,6 +103,7 @@ func (s *Service) NewRunner(ctx context.Context, cfg WorkerConfig) (*lease.Runne
 	cfg.AttemptTimeout = cmp.Or(cfg.AttemptTimeout, lease.DefaultAttemptTimeout)
 	limiter, err := admission.NewPostgres(s.pool, admission.Config{
 		Schema: s.cfg.Schema, Holder: cfg.WorkerID, PermitTTL: max(admission.DefaultPermitTTL, 2*cfg.AttemptTimeout),
+		MeterProvider: cfg.MeterProvider,
 	})
 	if err != nil {
 		return nil, err
@@ -117,6 +124,7 @@ func (s *Service) NewRunner(ctx context.Context, cfg WorkerConfig) (*lease.Runne
 	}
 	dispatcher, err := s.Webhooks.NewDispatcher(s.pool, webhook.DispatcherConfig{
 		Client: client, BreakerCooldown: cfg.BreakerCooldown, Worker: cfg.WorkerID, Logger: cfg.Logger,
+		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider,
 	})
 	if err != nil {
 		return nil, err
@@ -143,6 +151,8 @@ func (s *Service) NewRunner(ctx context.Context, cfg WorkerConfig) (*lease.Runne
 		Retry:                 cfg.Retry,
 		RetryByKind:           map[string]jobs.BackoffPolicy{webhook.Kind: webhook.Backoff()},
 		Logger:                cfg.Logger,
+		MeterProvider:         cfg.MeterProvider,
+		TracerProvider:        cfg.TracerProvider,
 		OnSucceeded:           s.onSucceeded,
 		Admission: &lease.Admission{
 			Limiter: limiter,

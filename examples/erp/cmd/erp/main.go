@@ -1,6 +1,7 @@
 // Command erp serves the example ERP's webhook receiver: POST
 // /webhooks/{tenant}, verified with each tenant's secret (as printed by
-// `invoice -mode register-endpoint`), booked once per invoice.
+// `invoice -mode register-endpoint`), booked once per invoice, and its
+// Prometheus metrics on GET /metrics.
 //
 //	erp -addr 127.0.0.1:8070 -secrets acme=whsec_...
 package main
@@ -9,6 +10,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -47,7 +49,11 @@ func run(ctx context.Context, addr, databaseURL, schema, secrets string) error {
 	if _, err := llmq.Migrate(ctx, pool, llmq.MigrateOptions{Schema: schema}); err != nil {
 		return err
 	}
-	e, err := erp.New(pool, erp.Config{Schema: schema})
+	mp, metrics, err := serve.Metrics()
+	if err != nil {
+		return err
+	}
+	e, err := erp.New(pool, erp.Config{Schema: schema, MeterProvider: mp})
 	if err != nil {
 		return err
 	}
@@ -67,8 +73,11 @@ func run(ctx context.Context, addr, databaseURL, schema, secrets string) error {
 			return err
 		}
 	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics)
+	mux.Handle("/", e)
 	fmt.Println("erp listening on", addr)
-	return serve.HTTP(ctx, addr, e, 5*time.Second)
+	return serve.HTTP(ctx, addr, mux, 5*time.Second)
 }
 
 func envOr(name, def string) string {

@@ -1,13 +1,14 @@
 // Command invoice runs the invoice-extraction service of package invoice:
 //
 //	invoice -mode api    -addr :8080 -tokens tok-acme=acme,tok-ops=acme:operator
-//	invoice -mode worker -provider-url http://127.0.0.1:8090/v1 -rpm 600 -tpm 1000000
+//	invoice -mode worker -provider-url http://127.0.0.1:8090/v1 -rpm 600 -tpm 1000000 -metrics-addr :9091
 //	invoice -mode register-endpoint -tenant acme -url https://erp.example.com/webhooks/acme
 //	invoice -mode put-supplier -tenant acme -name "Nordwind Papier GmbH" -iban DE89370400440532013000
 //
 // Every mode migrates the schema first (safe from every replica). The API and
 // the worker are separate processes sharing the database; run as many of
-// each as needed. register-endpoint prints the signing secret once.
+// each as needed. register-endpoint prints the signing secret once. The API
+// serves Prometheus metrics on /metrics; the worker on -metrics-addr.
 package main
 
 import (
@@ -16,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -27,22 +29,25 @@ import (
 	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/examples/internal/serve"
 	"github.com/llmq/llmq/examples/invoice"
+	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/webhook"
 )
 
 type options struct {
-	mode, addr, databaseURL, schema, tokens string
-	providerURL, apiKey, pool               string
-	rpm, workers, maxInFlight               int
-	tpm                                     int64
-	tenant, url, name, iban                 string
-	allowLoopback                           bool
+	mode, addr, metricsAddr, databaseURL string
+	schema, tokens                       string
+	providerURL, apiKey, pool            string
+	rpm, workers, maxInFlight            int
+	tpm                                  int64
+	tenant, url, name, iban              string
+	allowLoopback                        bool
 }
 
 func main() {
 	var o options
 	flag.StringVar(&o.mode, "mode", "api", "api, worker, register-endpoint or put-supplier")
 	flag.StringVar(&o.addr, "addr", "127.0.0.1:8080", "API listen address")
+	flag.StringVar(&o.metricsAddr, "metrics-addr", "", "listen address of /metrics, e.g. 127.0.0.1:9091 (worker)")
 	flag.StringVar(&o.databaseURL, "database-url", envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL URL")
 	flag.StringVar(&o.schema, "schema", invoice.DefaultSchema, "Postgres schema")
 	flag.StringVar(&o.tokens, "tokens", envOr("INVOICE_TOKENS", ""), "bearer tokens: token=tenant[:operator],...")
@@ -90,20 +95,41 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	mp, metrics, err := serve.Metrics()
+	if err != nil {
+		return err
+	}
 	switch o.mode {
 	case "api":
+		gauges, err := svc.Jobs.RegisterGauges(pool, jobs.GaugeConfig{MeterProvider: mp})
+		if err != nil {
+			return err
+		}
+		defer func() { _ = gauges.Unregister() }()
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", metrics)
+		mux.Handle("/", svc.Handler())
 		logger.Info("API listening", "addr", o.addr)
 		// The grace is for acceptances in flight; event streams never
 		// finish, so they are cut when it runs out and the process exits
 		// (clients reconnect with Last-Event-ID).
-		return serve.HTTP(ctx, o.addr, svc.Handler(), 10*time.Second)
+		return serve.HTTP(ctx, o.addr, mux, 10*time.Second)
 	case "worker":
 		runner, err := svc.NewRunner(ctx, invoice.WorkerConfig{
 			ProviderURL: o.providerURL, APIKey: o.apiKey, Pool: o.pool, Workers: o.workers, Logger: logger,
-			Limits: admission.Pool{RPM: o.rpm, TPM: o.tpm, MaxInFlight: max(o.maxInFlight, o.workers)},
+			Limits:        admission.Pool{RPM: o.rpm, TPM: o.tpm, MaxInFlight: max(o.maxInFlight, o.workers)},
+			MeterProvider: mp,
 		})
 		if err != nil {
 			return err
+		}
+		if o.metricsAddr != "" {
+			go func() {
+				if err := serve.HTTP(ctx, o.metricsAddr, metrics, time.Second); err != nil {
+					logger.Error("metrics server failed", "addr", o.metricsAddr, "err", err)
+				}
+			}()
+			logger.Info("metrics listening", "addr", o.metricsAddr)
 		}
 		logger.Info("worker running", "id", runner.WorkerID(), "provider", o.providerURL)
 		return runner.Run(ctx)
