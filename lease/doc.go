@@ -66,10 +66,10 @@
 //     raises the job's MaxAttempts by one, as River's JobSnooze does, so the
 //     retry budget is untouched; its attempt row says "snoozed" and why. The
 //     job's deadline still holds.
-//   - The invalid-output budget counts attempts, not only invalid ones, but
-//     not snoozed ones: once InvalidOutputAttempts attempts that were not
-//     snoozed have run, invalid output is final. (The snoozes are counted
-//     from the attempt history, read only when an answer is invalid.)
+//   - The invalid-output budget counts only attempts that ended in invalid
+//     output: a timeout, a lost lease or a snooze before a malformed answer
+//     does not use it up. (They are counted from the attempt history, read
+//     only when an answer is invalid; MaxAttempts bounds all retries.)
 //   - A runner claims only kinds it has handlers for, so runners of
 //     different builds can share a queue during a rolling deploy.
 //   - If OnSucceeded keeps failing, the success is recorded as a transient

@@ -415,11 +415,11 @@ func (r *Runner) execute(ctx context.Context, a *attempt, c *completer) {
 	cause := context.Cause(ctx)
 	cancel()
 
-	snoozed := 0
+	invalidBefore := 0
 	if invalid := (*jobs.InvalidOutputError)(nil); errors.As(err, &invalid) {
-		snoozed = r.snoozedAttempts(ctx, job, logger)
+		invalidBefore = r.invalidAttempts(ctx, job, logger)
 	}
-	completion := r.decide(job, result, err, cause, snoozed)
+	completion := r.decide(job, result, err, cause, invalidBefore)
 	completion.Usage = recorder.get()
 	if cause != nil && err != nil && completion.Outcome != jobs.OutcomeSucceeded {
 		// The call may have reached the provider and been billed even though
@@ -465,11 +465,11 @@ func (e *panicError) Error() string {
 	return fmt.Sprintf("handler panicked: %v\n%s", e.value, stack)
 }
 
-// snoozedAttempts counts the job's earlier attempts that were snoozed,
-// which the invalid-output budget does not count. It reads the attempt
-// history, on this rare path only; if it cannot, it counts none, which can
-// only end the budget sooner.
-func (r *Runner) snoozedAttempts(ctx context.Context, job *jobs.Job, logger *slog.Logger) int {
+// invalidAttempts counts the job's earlier attempts that ended in invalid
+// output: the invalid-output budget counts those alone, not timeouts, lost
+// leases or snoozes. It reads the attempt history, on this rare path only;
+// if it cannot, it counts none, and MaxAttempts still bounds the retries.
+func (r *Runner) invalidAttempts(ctx context.Context, job *jobs.Job, logger *slog.Logger) int {
 	history, err := r.store.Attempts(context.WithoutCancel(ctx), r.pool, job.Tenant, job.ID)
 	if err != nil {
 		logger.Warn("llmq: reading the attempt history for the invalid-output budget", "err", err)
@@ -477,18 +477,17 @@ func (r *Runner) snoozedAttempts(ctx context.Context, job *jobs.Job, logger *slo
 	}
 	n := 0
 	for _, a := range history {
-		if a.Outcome == jobs.AttemptSnoozed {
+		if a.ErrorClass == jobs.ClassInvalidOutput {
 			n++
 		}
 	}
 	return n
 }
 
-// decide turns a handler's return into the completion to record. snoozed
-// is how many of the job's earlier attempts were snoozed: they do not count
-// against the invalid-output budget, as they do not against the retry
-// budget.
-func (r *Runner) decide(job *jobs.Job, result json.RawMessage, err error, cause error, snoozed int) jobs.Completion {
+// decide turns a handler's return into the completion to record.
+// invalidBefore is how many of the job's earlier attempts ended in invalid
+// output.
+func (r *Runner) decide(job *jobs.Job, result json.RawMessage, err error, cause error, invalidBefore int) jobs.Completion {
 	c := jobs.Completion{
 		Lease:          jobs.Lease{JobID: job.ID, Fence: job.Fence},
 		Attempt:        job.Attempt,
@@ -530,7 +529,7 @@ func (r *Runner) decide(job *jobs.Job, result json.RawMessage, err error, cause 
 	case errors.As(err, &panicE):
 		return retryIn(jobs.ClassPanic, 0)
 	case errors.As(err, &invalid):
-		if job.Attempt-snoozed < r.cfg.InvalidOutputAttempts {
+		if invalidBefore+1 < r.cfg.InvalidOutputAttempts {
 			return retryIn(jobs.ClassInvalidOutput, 0)
 		}
 		c.ErrorClass = jobs.ClassInvalidOutput

@@ -263,33 +263,36 @@ func TestSnoozeKeepsTheRetryBudget(t *testing.T) {
 	require.Equal(t, jobs.Usage{}, lease.UsageOf(t.Context()), "no attempt, no usage")
 }
 
-// Snoozed attempts do not count against the invalid-output budget either:
-// a job snoozed twice whose first real answer is malformed is retried, as
-// it would have been without the snoozes, instead of going to review.
-func TestSnoozesKeepTheInvalidOutputBudget(t *testing.T) {
+// The invalid-output budget (the default 2) counts malformed answers only:
+// a snooze and a transient failure before the first malformed answer leave
+// it whole, so that answer is retried, and the second malformed answer
+// spends it.
+func TestInvalidOutputBudgetCountsOnlyInvalidAnswers(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	handlers := map[string]lease.Handler{
 		"gated": lease.HandlerFunc(func(_ context.Context, job *jobs.Job) (json.RawMessage, error) {
 			switch job.Attempt {
-			case 1, 2:
+			case 1:
 				return nil, jobs.Snooze(10 * time.Millisecond)
-			case 3:
-				return nil, jobs.InvalidOutput(errors.New("not JSON"), nil)
+			case 2:
+				return nil, errors.New("connection reset")
+			default:
+				return nil, jobs.InvalidOutput(errors.New("not JSON"), json.RawMessage(`"{total: 42"`))
 			}
-			return json.RawMessage(`{"total":"42.00"}`), nil
 		}),
 	}
 	f.start(fastConfig(handlers)) // InvalidOutputAttempts: the default, 2
 	enqueued := f.enqueue(jobs.EnqueueParams{Kind: "gated"})
 
 	job := f.await(enqueued.ID)
-	require.Equal(t, jobs.StateSucceeded, job.State, "the malformed answer was retried, not sent to review")
+	require.Equal(t, jobs.StateReviewRequired, job.State)
+	require.Equal(t, 4, job.Attempt, "the first malformed answer (attempt 3) was retried, the second went to review")
 	outcomes := []jobs.AttemptOutcome{}
 	for _, a := range f.attempts(enqueued.ID) {
 		outcomes = append(outcomes, a.Outcome)
 	}
-	require.Equal(t, []jobs.AttemptOutcome{jobs.AttemptSnoozed, jobs.AttemptSnoozed, jobs.AttemptRetryScheduled, jobs.AttemptSucceeded}, outcomes)
+	require.Equal(t, []jobs.AttemptOutcome{jobs.AttemptSnoozed, jobs.AttemptRetryScheduled, jobs.AttemptRetryScheduled, jobs.AttemptReviewRequired}, outcomes)
 }
 
 // pausingStore drops heartbeats while paused, as a worker stalled by a long
