@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/dbtest"
+)
+
+// The test binary re-executes itself as the run's child processes.
+func TestMain(m *testing.M) {
+	if os.Getenv(roleEnv) != "" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		err := runChild(ctx, os.Stdin, os.Stdout, os.Stderr)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chaos child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// setup returns the reduced configuration CI runs: two worker processes,
+// 15s of arrivals, every fault kind once.
+func setup(t *testing.T, broker string) Config {
+	t.Helper()
+	return Config{
+		Duration: 15 * time.Second, Rate: 3, Workers: 2, PerWorker: 3, Broker: broker,
+		DuplicateRate: 0.25, FaultEvery: time.Hour, Drain: 30 * time.Second,
+		DatabaseURL: dbtest.URL(), AMQPURL: os.Getenv("AMQP_URL"), Out: t.Output(),
+		Command: func(string) *exec.Cmd {
+			return exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$") //nolint:gosec // the test binary, re-executed
+		},
+	}
+}
+
+// Under every fault kind — worker processes killed after the provider
+// answered, the signal path's consumer stopped between commit and ack, the
+// broker severed, Postgres backends terminated mid-transaction, a 429
+// storm, hung calls, malformed JSON, the ERP down — every accepted job is
+// in the database in an explainable state with its attempts, no result is
+// replaced, each success reaches the ERP exactly once and nothing else
+// does, provider calls stay within attempts and the provider's limits, and
+// every job event is handled once.
+func TestChaos(t *testing.T) {
+	t.Parallel()
+	for _, broker := range []string{brokerKafka, brokerRabbitMQ} {
+		t.Run(broker, func(t *testing.T) {
+			t.Parallel()
+			report, err := Run(t.Context(), setup(t, broker))
+			require.NoError(t, err)
+			report.Print(t.Output())
+			require.Empty(t, report.Violations)
+			require.True(t, report.Settled, "every job finished and every job event was handled")
+			for _, kind := range allFaults {
+				require.Positive(t, report.Faults[kind], "fault %s was injected", kind)
+			}
+			require.Equal(t, report.Accepted, report.InDB)
+			require.Positive(t, report.Accepted)
+			require.Positive(t, report.SameKeyResubmissions)
+			require.Positive(t, report.InboxDuplicates, "the held event came again as a duplicate")
+		})
+	}
+}
