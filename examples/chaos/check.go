@@ -272,6 +272,19 @@ func (c *controller) check(ctx context.Context, settled bool) (*Report, error) {
 			r.Findings = append(r.Findings, "no "+kind+" fault was injected")
 		}
 	}
+	for _, k := range c.stalled {
+		id := byNumber[invoiceNumber(k.call.Document)].jobIDOrNil()
+		stale := false
+		for _, a := range attempts[id] {
+			if a.worker == k.worker && a.outcome == jobs.AttemptSucceeded {
+				bad("job %s: the attempt of %s, paused past its lease, is recorded as its success", id, k.worker)
+			}
+			stale = stale || (a.worker == k.worker && a.outcome == jobs.AttemptStale)
+		}
+		if !stale {
+			r.Findings = append(r.Findings, fmt.Sprintf("job %s: %s, resumed after its lease was taken back, recorded no stale attempt: %s", id, k.worker, outcomes(attempts[id])))
+		}
+	}
 	for _, k := range c.killed {
 		if as := attempts[byNumber[invoiceNumber(k.call.Document)].jobIDOrNil()]; len(as) > 0 {
 			for _, a := range as {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"sort"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,6 +18,7 @@ import (
 // The fault kinds, in the order the summary lists them.
 const (
 	faultWorkerKill   = "worker-kill"
+	faultWorkerStall  = "worker-stall"
 	faultConsumerStop = "consumer-stop"
 	faultBrokerCut    = "broker-cut"
 	faultPGTerminate  = "pg-terminate"
@@ -26,7 +28,7 @@ const (
 	faultERPDown      = "erp-down"
 )
 
-var allFaults = []string{faultWorkerKill, faultConsumerStop, faultBrokerCut, faultPGTerminate, faultStorm, faultTimeouts, faultMalformed, faultERPDown}
+var allFaults = []string{faultWorkerKill, faultWorkerStall, faultConsumerStop, faultBrokerCut, faultPGTerminate, faultStorm, faultTimeouts, faultMalformed, faultERPDown}
 
 // faultKinds are the kinds a run injects: all of them, but a broker cut
 // only where there is a broker connection to cut.
@@ -74,7 +76,11 @@ func (c *controller) inject(ctx context.Context, schedule []scheduled) {
 			return
 		case <-time.After(time.Until(c.start.Add(f.at))):
 		}
-		what, err := c.fault(ctx, f.kind)
+		// A fault that cannot finish (a lock held by a paused process, a
+		// child that never answers) must not hold the run forever.
+		fctx, cancel := context.WithTimeout(ctx, time.Minute)
+		what, err := c.fault(fctx, f.kind)
+		cancel()
 		c.mu.Lock()
 		if err != nil {
 			c.findings = append(c.findings, fmt.Sprintf("%s at %s not injected: %v", f.kind, c.elapsed(), err))
@@ -95,6 +101,8 @@ func (c *controller) fault(ctx context.Context, kind string) (string, error) {
 	switch kind {
 	case faultWorkerKill:
 		return c.killWorker(ctx)
+	case faultWorkerStall:
+		return c.stallWorker(ctx)
 	case faultConsumerStop:
 		return c.stopConsumer(ctx)
 	case faultBrokerCut:
@@ -189,6 +197,66 @@ func (c *controller) killWorker(ctx context.Context) (string, error) {
 		return "", err
 	}
 	return fmt.Sprintf("%s killed after the provider answered %s; reaper took back %+v", k.worker, invoiceNumber(k.call.Document), reaped), nil
+}
+
+// stallWorker arms the provider's hook like killWorker, but the worker
+// whose call was answered is paused (SIGSTOP), not killed: a process that
+// stalls past its lease (a long GC pause, a frozen VM). Its leases are
+// ended as if they had run out while it was paused, the reaper takes its
+// jobs back, and the process is resumed (SIGCONT) once another worker has
+// finished the job whose answer it holds, or after 15s. Resumed, it
+// completes with a fence that is no longer the job's: the attempt must be
+// recorded as stale and the result it carries must not replace anything.
+func (c *controller) stallWorker(ctx context.Context) (string, error) {
+	c.stallArmed.Store(true)
+	var k killRecord
+	select {
+	case k = <-c.stalledCh:
+	case <-time.After(20 * time.Second):
+		if c.stallArmed.CompareAndSwap(true, false) {
+			return "", errors.New("no call was answered within 20s")
+		}
+		k = <-c.stalledCh
+	case <-ctx.Done():
+		c.stallArmed.Store(false)
+		return "", ctx.Err()
+	}
+	c.mu.Lock()
+	ch := c.keyOwner[k.call.APIKey]
+	s := c.byNumber(invoiceNumber(k.call.Document))
+	c.stalled = append(c.stalled, k)
+	c.mu.Unlock()
+	resume := func() { _ = ch.cmd.Process.Signal(syscall.SIGCONT) }
+	defer resume()
+	if _, err := c.pool.Exec(ctx, c.q.Must("ExpireLeases"), k.worker); err != nil {
+		return "", err
+	}
+	if _, err := c.svc.Jobs.Reap(ctx, c.pool, jobs.ReapParams{
+		Backoff:       jobs.BackoffPolicy{Base: 100 * time.Millisecond, Cap: time.Second},
+		BackoffByKind: map[string]jobs.BackoffPolicy{webhook.Kind: webhook.Backoff()},
+	}); err != nil {
+		return "", err
+	}
+	finished := "did not finish elsewhere within 15s"
+	if s != nil {
+		deadline := time.Now().Add(15 * time.Second)
+		for time.Now().Before(deadline) {
+			var state string
+			err := c.pool.QueryRow(ctx, c.q.Must("JobState"), s.jobID).Scan(&state)
+			if err != nil {
+				return "", err
+			}
+			if state != string(jobs.StateRunning) && state != string(jobs.StateReady) && state != string(jobs.StateRetryScheduled) {
+				finished = "finished elsewhere as " + state
+				break
+			}
+			if err := sleep(ctx, 20*time.Millisecond); err != nil {
+				return "", err
+			}
+		}
+	}
+	resume()
+	return fmt.Sprintf("%s paused after the provider answered %s, its leases ended; the job %s; resumed", k.worker, invoiceNumber(k.call.Document), finished), nil
 }
 
 // stopConsumer tells the signals process to hold the next delivery whose

@@ -19,7 +19,7 @@ func main() {
 	flag.IntVar(&cfg.PerWorker, "per-worker", 0, "extractions in flight per worker process (default 4)")
 	flag.StringVar(&cfg.Broker, "broker", "", "signal path broker: rabbitmq, kafka (kfake in this process) or postgres (default rabbitmq)")
 	flag.Uint64Var(&cfg.Seed, "seed", 0, "seed of every random choice (default: random, printed)")
-	flag.IntVar(&cfg.RPM, "rpm", 0, "the provider's requests per minute (default 240)")
+	flag.IntVar(&cfg.RPM, "rpm", 0, "the provider's requests per minute (default 200)")
 	flag.DurationVar(&cfg.Drain, "drain", 0, "how long to wait for the run to settle after arrivals end (default 2m)")
 	flag.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL")
 	flag.StringVar(&cfg.AMQPURL, "amqp-url", os.Getenv("AMQP_URL"), "RabbitMQ URL")

@@ -24,8 +24,14 @@ SELECT id, md5(result::text) FROM /*schema*/jobs WHERE kind = $1 AND state = 'SU
 -- name: ExpireLeases
 -- What a supervisor that saw a worker process die may do: its leases are
 -- ended now instead of when they run out, so the reaper takes the jobs back
--- at once. The fence is left to the reaper.
-UPDATE /*schema*/jobs SET lease_until = now() WHERE state = 'RUNNING' AND lease_owner = $1;
+-- at once. The fence is left to the reaper. SKIP LOCKED: a paused worker
+-- may hold a row in an open transaction, and waiting for it would wait for
+-- the pause; such a job keeps its lease.
+UPDATE /*schema*/jobs SET lease_until = now()
+WHERE id IN (SELECT id FROM /*schema*/jobs WHERE state = 'RUNNING' AND lease_owner = $1 FOR UPDATE SKIP LOCKED);
+
+-- name: JobState
+SELECT state FROM /*schema*/jobs WHERE id = $1;
 
 -- name: ExpirePermits
 UPDATE /*schema*/admission_permits SET expires_at = now() WHERE holder = $1;

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -65,7 +66,7 @@ type Config struct {
 	// Scale divides the fake provider's 15s mean latency. Default 100.
 	Scale float64
 	// RPM and TPM are the provider's limits, which the admission pool of
-	// the workers is set to. Defaults 240 and 1,000,000.
+	// the workers is set to. Defaults 200 and 1,000,000.
 	RPM int
 	TPM int64
 	// DuplicateRate is the share of submissions sent again with the same
@@ -96,7 +97,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.DatabaseURL = cmp.Or(c.DatabaseURL, "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable")
 	c.AMQPURL = cmp.Or(c.AMQPURL, rabbitmq.DefaultURL)
 	c.Scale = cmp.Or(c.Scale, 100)
-	c.RPM = cmp.Or(c.RPM, 240)
+	c.RPM = cmp.Or(c.RPM, 200)
 	c.TPM = cmp.Or(c.TPM, 1_000_000)
 	c.DuplicateRate = cmp.Or(c.DuplicateRate, 0.1)
 	c.ReviewRate = cmp.Or(c.ReviewRate, 0.08)
@@ -175,12 +176,15 @@ type controller struct {
 	faults     map[string]int
 	faultLog   []string
 	killed     []killRecord
+	stalled    []killRecord
 	violations []string
 	findings   []string
 
-	killArmed atomic.Bool
-	killedCh  chan killRecord
-	heldCh    chan string
+	killArmed  atomic.Bool
+	killedCh   chan killRecord
+	stallArmed atomic.Bool
+	stalledCh  chan killRecord
+	heldCh     chan string
 }
 
 // submission is one idempotency key of the load generator.
@@ -214,7 +218,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		loadRng:  mrand.New(mrand.NewPCG(cfg.Seed^0x9e3779b97f4a7c15, cfg.Seed)), //nolint:gosec // a test load, not a secret
 		keyOwner: map[string]*child{}, children: map[string]*child{}, gen: map[string]int{},
 		submitted: map[string]*submission{}, recv: map[string]int{}, dups: map[string]int{}, results: map[uuid.UUID]string{},
-		faults: map[string]int{}, killedCh: make(chan killRecord, 1), heldCh: make(chan string, 1),
+		faults: map[string]int{}, killedCh: make(chan killRecord, 1), stalledCh: make(chan killRecord, 1), heldCh: make(chan string, 1),
 	}
 	c.schema = "chaos_" + c.runID
 	fmt.Fprintf(cfg.Out, "chaos: seed %d, schema %s, broker %s, %d worker processes x %d, %.1f jobs/s for %s, provider RPM %d\n",
@@ -480,11 +484,28 @@ func (c *controller) onCall(call fakeprovider.Call) {
 	c.calls = append(c.calls, call)
 	owner := c.keyOwner[call.APIKey]
 	c.mu.Unlock()
-	if call.Status == http.StatusOK && owner != nil && c.killArmed.CompareAndSwap(true, false) {
+	if call.Status != http.StatusOK || owner == nil {
+		return
+	}
+	switch {
+	case c.killArmed.CompareAndSwap(true, false):
 		owner.expected.Store(true)
 		_ = owner.cmd.Process.Kill()
 		c.killedCh <- killRecord{worker: owner.cfg.WorkerID, call: call}
+	case c.stallArmed.CompareAndSwap(true, false):
+		_ = owner.cmd.Process.Signal(syscall.SIGSTOP)
+		c.stalledCh <- killRecord{worker: owner.cfg.WorkerID, call: call}
 	}
+}
+
+// byNumber returns the submission of an invoice number; c.mu is held.
+func (c *controller) byNumber(number string) *submission {
+	for _, s := range c.submitted {
+		if s.number == number {
+			return s
+		}
+	}
+	return nil
 }
 
 // child is one child process.
