@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -63,6 +64,7 @@ type attemptRow struct {
 	worker    string
 	outcome   jobs.AttemptOutcome
 	uncertain bool
+	class     string
 }
 
 // check reads the database, the provider's call log and the ERP's tables
@@ -187,8 +189,10 @@ func (c *controller) check(ctx context.Context, settled bool) (*Report, error) {
 		}
 	}
 
-	// Provider calls per job within its attempts.
-	calls := map[uuid.UUID]int{}
+	// Provider calls per job within its attempts; a good answer paid for
+	// twice only where an attempt lost its answer (killed, paused past its
+	// lease, or its completion not recorded).
+	calls, answered := map[uuid.UUID]int{}, map[uuid.UUID]int{}
 	for _, call := range c.calls {
 		r.ProviderCalls++
 		if call.Fault == "rate-limited" {
@@ -200,6 +204,20 @@ func (c *controller) check(ctx context.Context, settled bool) (*Report, error) {
 			continue
 		}
 		calls[s.jobID]++
+		if call.Status == http.StatusOK && call.Fault == "" {
+			answered[s.jobID]++
+		}
+	}
+	for id, n := range answered {
+		lost := 0
+		for _, a := range attempts[id] {
+			if a.outcome == jobs.AttemptStale || a.outcome == jobs.AttemptLeaseExpired || a.uncertain {
+				lost++
+			}
+		}
+		if n > 1+lost {
+			bad("job %s: %d correct answers paid for, but only %d attempts lost theirs: %s", id, n, lost, outcomes(attempts[id]))
+		}
 	}
 	for id, n := range calls {
 		j, ok := jobsByID[id]
@@ -312,6 +330,9 @@ func outcomes(as []attemptRow) string {
 	parts := make([]string, len(as))
 	for i, a := range as {
 		parts[i] = fmt.Sprintf("%d:%s@%s", a.attempt, a.outcome, a.worker)
+		if a.class != "" {
+			parts[i] += "[" + a.class + "]"
+		}
 		if a.uncertain {
 			parts[i] += "(uncertain)"
 		}
@@ -353,7 +374,7 @@ func (c *controller) readAttempts(ctx context.Context) (map[uuid.UUID][]attemptR
 	for rows.Next() {
 		var id uuid.UUID
 		var a attemptRow
-		if err := rows.Scan(&id, &a.attempt, &a.fence, &a.worker, &a.outcome, &a.uncertain); err != nil {
+		if err := rows.Scan(&id, &a.attempt, &a.fence, &a.worker, &a.outcome, &a.uncertain, &a.class); err != nil {
 			return nil, err
 		}
 		out[id] = append(out[id], a)

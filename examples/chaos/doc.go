@@ -28,6 +28,9 @@
 //     per job ≤ 1), exactly once per SUCCEEDED job whose delivery finished,
 //     and never for REVIEW_REQUIRED or failed jobs (documents the provider
 //     answers with a wrong IBAN must end in REVIEW_REQUIRED);
+//   - no completed extraction is paid for twice: a job gets more than one
+//     correct answer only where an attempt lost its answer (killed, paused
+//     past its lease, uncertain);
 //   - provider calls per job ≤ its attempts, and no 60-second window of the
 //     provider's call log holds more calls than RPM plus the bucket's burst
 //     (RPM/60), nor more tokens than TPM plus its burst (TPM/10): the
@@ -83,9 +86,12 @@
 //     timeouts (the next calls hang until the worker gives up), malformed
 //     (the next calls answer malformed JSON): the fake provider's run-time
 //     controls;
-//   - erp-down: the ERP's server is stopped (connections refused) for 3 to
-//     5 seconds, longer than the first five steps of the short delivery
-//     schedule the run configures, and started again on the same address.
+//   - erp-down: the ERP's server goes down for 3 to 5 seconds, longer than
+//     the first five steps of the short delivery schedule the run
+//     configures: its connections are closed and new ones closed as they
+//     arrive (its listener stays bound, so it comes back on the address
+//     the endpoint is registered with, which another process could
+//     otherwise take in between).
 //
 // # Decisions and workarounds
 //

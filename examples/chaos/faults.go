@@ -132,12 +132,10 @@ func (c *controller) fault(ctx context.Context, kind string) (string, error) {
 		// Longer than the first five steps of the delivery schedule
 		// (0, 250ms, 500ms, 1s, 1s) together.
 		d := rnd(3*time.Second, 5*time.Second)
-		c.erpSrv.stop()
+		c.erpSrv.down()
 		err := sleep(ctx, d)
-		if serr := c.erpSrv.start(ctx); serr != nil {
-			c.violation("the ERP could not be restarted: %v", serr)
-		}
-		return fmt.Sprintf("ERP stopped for %s", d.Round(time.Millisecond)), err
+		c.erpSrv.up()
+		return fmt.Sprintf("ERP down for %s", d.Round(time.Millisecond)), err
 	}
 	return "", fmt.Errorf("unknown fault %q", kind)
 }

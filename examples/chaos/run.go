@@ -153,7 +153,7 @@ type controller struct {
 	provSrv  *httptest.Server
 	apiSrv   *httptest.Server
 	erp      *erp.ERP
-	erpSrv   *restartable
+	erpSrv   *erpServer
 
 	brokerAddr string
 	cut        *cutListener // the broker's severable path (nil for postgres)
@@ -281,7 +281,7 @@ func (c *controller) setup(ctx context.Context) error {
 	if err := c.erp.Migrate(ctx); err != nil {
 		return err
 	}
-	if c.erpSrv, err = newRestartable(ctx, c.erp); err != nil {
+	if c.erpSrv, err = newERPServer(ctx, c.erp); err != nil {
 		return err
 	}
 	_, key, err := c.svc.Webhooks.RegisterEndpoint(ctx, c.pool, webhook.EndpointParams{
@@ -364,7 +364,7 @@ func (c *controller) teardown(ctx context.Context) {
 		}
 	}
 	if c.erpSrv != nil {
-		c.erpSrv.stop()
+		c.erpSrv.close()
 	}
 	if c.kafka != nil {
 		c.kafka.Close()
@@ -666,45 +666,29 @@ func (c *controller) stopChildren() {
 	}
 }
 
-// restartable is the ERP's HTTP server on a fixed loopback address, so that
-// it can be stopped (connections refused) and started again where the
-// registered endpoint points.
-type restartable struct {
-	h    http.Handler
+// erpServer is the ERP's HTTP server on a loopback listener that can be
+// cut: while it is down every connection is closed and new ones are closed
+// as soon as they arrive, so deliveries fail as against a stopped server,
+// and it comes back on the same address the endpoint is registered with.
+type erpServer struct {
 	addr string
-	mu   sync.Mutex
+	l    *cutListener
 	srv  *http.Server
 }
 
-func newRestartable(ctx context.Context, h http.Handler) (*restartable, error) {
-	r := &restartable{h: h, addr: "127.0.0.1:0"}
-	if err := r.start(ctx); err != nil {
+func newERPServer(ctx context.Context, h http.Handler) (*erpServer, error) {
+	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
 		return nil, err
 	}
-	return r, nil
+	e := &erpServer{addr: l.Addr().String(), l: newCutListener(l, nil), srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}}
+	go func() { _ = e.srv.Serve(e.l) }()
+	return e, nil
 }
 
-func (r *restartable) start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", r.addr)
-	if err != nil {
-		return err
-	}
-	r.addr = l.Addr().String()
-	r.srv = &http.Server{Handler: r.h, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = r.srv.Serve(l) }()
-	return nil
-}
-
-func (r *restartable) stop() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.srv != nil {
-		_ = r.srv.Close()
-		r.srv = nil
-	}
-}
+func (e *erpServer) down()  { e.l.Cut() }
+func (e *erpServer) up()    { e.l.Restore() }
+func (e *erpServer) close() { _ = e.srv.Close() }
 
 // load is the open-loop generator: a job arrives every 1/Rate seconds
 // whatever the pipeline does, each through the API with an
