@@ -105,17 +105,31 @@ func withAppName(databaseURL, name string, maxConns int) (string, error) {
 }
 
 // runChild runs the role a child process was started for, configured by
-// the JSON in childEnv, until ctx ends.
+// the JSON in childEnv, until ctx ends or stdin does: the controller holds
+// its other end, so a child never outlives the run, however the controller
+// ended.
 func runChild(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) error {
 	var cc childConfig
 	if err := json.Unmarshal([]byte(os.Getenv(childEnv)), &cc); err != nil {
 		return fmt.Errorf("%s: %w", childEnv, err)
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var armed atomic.Bool
+	go func() {
+		sc := bufio.NewScanner(stdin)
+		for sc.Scan() {
+			if sc.Text() == "arm" {
+				armed.Store(true)
+			}
+		}
+		cancel()
+	}()
 	switch cc.Role {
 	case roleWorker:
-		return runWorker(ctx, cc, stderr)
+		return runWorker(ctx, cc, stdout, stderr)
 	case roleSignals:
-		return runSignals(ctx, cc, stdin, stdout, stderr)
+		return runSignals(ctx, cc, &armed, stdout, stderr)
 	}
 	return fmt.Errorf("unknown role %q", cc.Role)
 }
@@ -150,7 +164,7 @@ func openService(ctx context.Context, cc childConfig) (*pgxpool.Pool, *invoice.S
 // runWorker is the invoice command's worker mode with the chaos run's
 // settings: the extraction runner under the shared admission pool, and the
 // webhook deliveries to the ERP.
-func runWorker(ctx context.Context, cc childConfig, stderr io.Writer) error {
+func runWorker(ctx context.Context, cc childConfig, stdout, stderr io.Writer) error {
 	pool, svc, err := openService(ctx, cc)
 	if err != nil {
 		return err
@@ -171,18 +185,19 @@ func runWorker(ctx context.Context, cc childConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	_, _ = fmt.Fprintln(stdout, "ready")
 	return runner.Run(ctx)
 }
 
 // runSignals runs the signal path: the outbox relay publishing the job
 // store's events to the broker, and the inbox ingress accepting them into
 // chaos_signals. It prints "recv <id>" for every delivery it takes and,
-// once told "arm" on stdin, holds the next delivery whose transaction
+// once armed ("arm" on stdin), holds the next delivery whose transaction
 // committed instead of acknowledging it, printing "held <id>": the
 // controller then kills the process (RabbitMQ, Kafka), or the process
 // closes its consumer and opens another (the memory broker, which lives
 // and dies with the process).
-func runSignals(ctx context.Context, cc childConfig, stdin io.Reader, stdout, stderr io.Writer) error {
+func runSignals(ctx context.Context, cc childConfig, armed *atomic.Bool, stdout, stderr io.Writer) error {
 	pool, svc, err := openService(ctx, cc)
 	if err != nil {
 		return err
@@ -211,15 +226,7 @@ func runSignals(ctx context.Context, cc childConfig, stdin io.Reader, stdout, st
 		return err
 	}
 	out := &lines{w: stdout}
-	var armed atomic.Bool
-	go func() {
-		sc := bufio.NewScanner(stdin)
-		for sc.Scan() {
-			if sc.Text() == "arm" {
-				armed.Store(true)
-			}
-		}
-	}()
+	out.printf("ready")
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	relayDone := make(chan error, 1)
@@ -230,7 +237,7 @@ func runSignals(ctx context.Context, cc childConfig, stdin io.Reader, stdout, st
 		if err != nil {
 			return err
 		}
-		rec := &recorder{Consumer: cons, out: out, armed: &armed, hold: b.kind != brokerPostgres, handled: map[string]bool{}}
+		rec := &recorder{Consumer: cons, out: out, armed: armed, hold: b.kind != brokerPostgres, handled: map[string]bool{}}
 		ingress, err := in.NewIngress(pool, rec, inbox.IngressConfig{
 			Consumer: signalConsumer, Logger: logger,
 			Handler: func(ctx context.Context, tx pgx.Tx, msg broker.Message) error {

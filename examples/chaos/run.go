@@ -483,8 +483,12 @@ func (c *controller) onCall(call fakeprovider.Call) {
 	c.mu.Lock()
 	c.calls = append(c.calls, call)
 	owner := c.keyOwner[call.APIKey]
+	current := owner != nil && c.children[owner.slot] == owner && !c.stopping
 	c.mu.Unlock()
-	if call.Status != http.StatusOK || owner == nil {
+	// Only the slot's live process: an answer written to one that was
+	// already killed must not "kill" it again and start a second
+	// replacement.
+	if call.Status != http.StatusOK || !current || owner.expected.Load() {
 		return
 	}
 	switch {
@@ -518,6 +522,7 @@ type child struct {
 	done     chan struct{}
 	err      error
 	expected atomic.Bool // its exit was caused by the controller
+	ready    atomic.Bool // it started up and runs
 }
 
 func (c *controller) startWorker(slot string) error {
@@ -583,6 +588,10 @@ func (c *controller) startChild(slot string, cc childConfig) error {
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
+			if sc.Text() == "ready" {
+				ch.ready.Store(true)
+				continue
+			}
 			c.childLine(sc.Text())
 		}
 		ch.err = ch.cmd.Wait()
@@ -613,24 +622,31 @@ func (c *controller) childLine(line string) {
 	}
 }
 
-// exited restarts a child that ended without the controller asking: that
-// is itself a violation (a process of the pipeline died of a fault it
-// should have ridden out).
+// exited restarts a child that ended without the controller asking. Once
+// running, that is a violation (a process of the pipeline died of a fault
+// it should have ridden out); during start-up (migrations, connecting) it
+// is a process failing fast, as it should, and a note.
 func (c *controller) exited(ch *child) {
 	if ch.expected.Load() {
 		return
 	}
 	c.mu.Lock()
-	stopping := c.stopping
+	stale := c.stopping || c.children[ch.slot] != ch
 	c.mu.Unlock()
-	if stopping {
+	if stale {
 		return
 	}
 	tail, _ := os.ReadFile(ch.log)
 	if len(tail) > 2000 {
 		tail = tail[len(tail)-2000:]
 	}
-	c.violation("%s (%s) exited by itself at %s: %v; end of its log (%s):\n%s", ch.cfg.WorkerID, ch.cfg.Role, c.elapsed(), ch.err, ch.log, tail)
+	if ch.ready.Load() {
+		c.violation("%s (%s) exited by itself at %s: %v; end of its log (%s):\n%s", ch.cfg.WorkerID, ch.cfg.Role, c.elapsed(), ch.err, ch.log, tail)
+	} else {
+		c.mu.Lock()
+		c.findings = append(c.findings, fmt.Sprintf("%s failed during start-up at %s and was restarted: %s", ch.cfg.WorkerID, c.elapsed(), strings.TrimSpace(string(tail))))
+		c.mu.Unlock()
+	}
 	var err error
 	if ch.cfg.Role == roleWorker {
 		err = c.startWorker(ch.slot)
