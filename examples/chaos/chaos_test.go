@@ -44,7 +44,8 @@ func setup(t *testing.T, broker string) Config {
 }
 
 // Under every fault kind — worker processes killed after the provider
-// answered, the signal path's consumer stopped between commit and ack, the
+// answered, a worker paused past its lease, the signal path's consumer
+// stopped between commit and ack, the
 // broker severed, Postgres backends terminated mid-transaction, a 429
 // storm, hung calls, malformed JSON, the ERP down — every accepted job is
 // in the database in an explainable state with its attempts, no result is
@@ -68,6 +69,7 @@ func TestChaos(t *testing.T) {
 			require.Positive(t, report.Accepted)
 			require.Positive(t, report.SameKeyResubmissions)
 			require.Positive(t, report.InboxDuplicates, "the held event came again as a duplicate")
+			require.Positive(t, report.Stale, "the paused worker's completion was recorded as stale")
 		})
 	}
 }

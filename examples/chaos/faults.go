@@ -206,55 +206,78 @@ func (c *controller) killWorker(ctx context.Context) (string, error) {
 // completes with a fence that is no longer the job's: the attempt must be
 // recorded as stale and the result it carries must not replace anything.
 func (c *controller) stallWorker(ctx context.Context) (string, error) {
+	// A worker paused inside a transaction on the job's row keeps its
+	// lease (ExpireLeases skips locked rows); it is resumed and the next
+	// answer is tried.
+	for range 3 {
+		what, taken, err := c.stallOnce(ctx)
+		if err != nil || taken {
+			return what, err
+		}
+	}
+	return "", errors.New("three paused workers each held their job's row in a transaction")
+}
+
+func (c *controller) stallOnce(ctx context.Context) (string, bool, error) {
 	c.stallArmed.Store(true)
 	var k killRecord
 	select {
 	case k = <-c.stalledCh:
 	case <-time.After(20 * time.Second):
 		if c.stallArmed.CompareAndSwap(true, false) {
-			return "", errors.New("no call was answered within 20s")
+			return "", false, errors.New("no call was answered within 20s")
 		}
 		k = <-c.stalledCh
 	case <-ctx.Done():
 		c.stallArmed.Store(false)
-		return "", ctx.Err()
+		return "", false, ctx.Err()
 	}
 	c.mu.Lock()
 	ch := c.keyOwner[k.call.APIKey]
 	s := c.byNumber(invoiceNumber(k.call.Document))
-	c.stalled = append(c.stalled, k)
 	c.mu.Unlock()
 	resume := func() { _ = ch.cmd.Process.Signal(syscall.SIGCONT) }
 	defer resume()
 	if _, err := c.pool.Exec(ctx, c.q.Must("ExpireLeases"), k.worker); err != nil {
-		return "", err
+		return "", false, err
 	}
 	if _, err := c.svc.Jobs.Reap(ctx, c.pool, jobs.ReapParams{
 		Backoff:       jobs.BackoffPolicy{Base: 100 * time.Millisecond, Cap: time.Second},
 		BackoffByKind: map[string]jobs.BackoffPolicy{webhook.Kind: webhook.Backoff()},
 	}); err != nil {
-		return "", err
+		return "", false, err
 	}
+	if s == nil {
+		return "", false, fmt.Errorf("the paused call's document %q is no submission's", invoiceNumber(k.call.Document))
+	}
+	// By key: the API's answer may not have reached the load generator yet.
+	var state, owner string
+	if err := c.pool.QueryRow(ctx, c.q.Must("JobByKey"), tenant, s.key).Scan(&state, &owner); err != nil {
+		return "", false, err
+	}
+	if owner == k.worker {
+		return "", false, nil
+	}
+	c.mu.Lock()
+	c.stalled = append(c.stalled, k)
+	c.mu.Unlock()
 	finished := "did not finish elsewhere within 15s"
-	if s != nil {
-		deadline := time.Now().Add(15 * time.Second)
-		for time.Now().Before(deadline) {
-			var state string
-			err := c.pool.QueryRow(ctx, c.q.Must("JobState"), s.jobID).Scan(&state)
-			if err != nil {
-				return "", err
-			}
-			if state != string(jobs.StateRunning) && state != string(jobs.StateReady) && state != string(jobs.StateRetryScheduled) {
-				finished = "finished elsewhere as " + state
-				break
-			}
-			if err := sleep(ctx, 20*time.Millisecond); err != nil {
-				return "", err
-			}
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		err := c.pool.QueryRow(ctx, c.q.Must("JobByKey"), tenant, s.key).Scan(&state, &owner)
+		if err != nil {
+			return "", true, err
+		}
+		if state != string(jobs.StateRunning) && state != string(jobs.StateReady) && state != string(jobs.StateRetryScheduled) {
+			finished = "finished elsewhere as " + state
+			break
+		}
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return "", true, err
 		}
 	}
 	resume()
-	return fmt.Sprintf("%s paused after the provider answered %s, its leases ended; the job %s; resumed", k.worker, invoiceNumber(k.call.Document), finished), nil
+	return fmt.Sprintf("%s paused after the provider answered %s, its leases ended; the job %s; resumed", k.worker, invoiceNumber(k.call.Document), finished), true, nil
 }
 
 // stopConsumer tells the signals process to hold the next delivery whose

@@ -30,8 +30,9 @@ SELECT id, md5(result::text) FROM /*schema*/jobs WHERE kind = $1 AND state = 'SU
 UPDATE /*schema*/jobs SET lease_until = now()
 WHERE id IN (SELECT id FROM /*schema*/jobs WHERE state = 'RUNNING' AND lease_owner = $1 FOR UPDATE SKIP LOCKED);
 
--- name: JobState
-SELECT state FROM /*schema*/jobs WHERE id = $1;
+-- name: JobByKey
+SELECT state, CASE WHEN state = 'RUNNING' THEN lease_owner ELSE '' END
+FROM /*schema*/jobs WHERE tenant = $1 AND idempotency_key = $2;
 
 -- name: ExpirePermits
 UPDATE /*schema*/admission_permits SET expires_at = now() WHERE holder = $1;
