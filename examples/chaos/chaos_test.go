@@ -35,7 +35,7 @@ func setup(t *testing.T, broker string) Config {
 	t.Helper()
 	return Config{
 		Duration: 15 * time.Second, Rate: 3, Workers: 2, PerWorker: 3, Broker: broker,
-		DuplicateRate: 0.25, FaultEvery: time.Hour, Drain: 30 * time.Second,
+		DuplicateRate: 0.25, FaultEvery: time.Hour, Drain: 40 * time.Second,
 		DatabaseURL: dbtest.URL(), AMQPURL: os.Getenv("AMQP_URL"), Out: t.Output(),
 		Command: func(string) *exec.Cmd {
 			return exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$") //nolint:gosec // the test binary, re-executed

@@ -34,6 +34,7 @@ type Report struct {
 	SameKeyResubmissions       int // duplicate submissions answered with their job
 	InboxDuplicates            int // redeliveries the signal path's inbox took as duplicates
 	SignalEvents               int
+	SignalDeliveries           int // deliveries the signal path's consumers took, redeliveries included
 	Booked                     int // invoices the ERP booked
 	MaxRPM                     int
 	MaxTPM                     int64
@@ -280,6 +281,9 @@ func (c *controller) check(ctx context.Context, settled bool) (*Report, error) {
 	for _, n := range c.dups {
 		r.InboxDuplicates += n
 	}
+	for _, n := range c.recv {
+		r.SignalDeliveries += n
+	}
 	for _, id := range c.held {
 		if c.dups[id] == 0 && settled {
 			bad("job event %s was committed and not acknowledged, but never came again as a duplicate", id)
@@ -454,8 +458,8 @@ func (r *Report) Print(w io.Writer) {
 		r.States[jobs.StateReviewRequired], r.States[jobs.StateFailedTerminal]+r.States[jobs.StateCancelled], live,
 		r.Attempts, r.Uncertain, r.Stale, r.ProviderCalls, r.RateLimited)
 	_ = tw.Flush()
-	fmt.Fprintf(w, "\nduplicates prevented: %d same-key resubmissions answered with their job; %d broker redeliveries taken as duplicates by the inbox (%d job events)\n",
-		r.SameKeyResubmissions, r.InboxDuplicates, r.SignalEvents)
+	fmt.Fprintf(w, "\nduplicates prevented: %d same-key resubmissions answered with their job; %d broker redeliveries taken as duplicates by the inbox (%d job events, %d deliveries)\n",
+		r.SameKeyResubmissions, r.InboxDuplicates, r.SignalEvents, r.SignalDeliveries)
 	fmt.Fprintf(w, "provider: max %d calls and %d tokens in a 60s window (limits %d and %d)\n", r.MaxRPM, r.MaxTPM, r.RPMLimit, r.TPMLimit)
 	fmt.Fprintf(w, "ERP: %d invoices booked for %d SUCCEEDED jobs\n", r.Booked, r.States[jobs.StateSucceeded])
 	var faults []string
