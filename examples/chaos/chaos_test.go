@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq/examples/fakeprovider"
 	"github.com/llmq/llmq/internal/dbtest"
 )
 
@@ -72,4 +73,23 @@ func TestChaos(t *testing.T) {
 			require.Positive(t, report.Stale, "the paused worker's completion was recorded as stale")
 		})
 	}
+}
+
+// The window check counts calls by start time in every window of the
+// given length, so a burst straddling two fixed minutes is not split.
+func TestMaxInWindow(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	call := func(offset time.Duration, tokens int64) fakeprovider.Call {
+		return fakeprovider.Call{Start: at.Add(offset), PromptTokens: tokens}
+	}
+	calls := []fakeprovider.Call{
+		call(50*time.Second, 10), call(0, 1), call(55*time.Second, 10), call(70*time.Second, 10), call(109*time.Second, 10), call(111*time.Second, 100),
+	}
+	n, tokens := maxInWindow(calls, time.Minute)
+	require.Equal(t, 4, n, "50s, 55s, 70s and 109s lie within one minute")
+	require.Equal(t, int64(130), tokens, "55s, 70s, 109s and 111s: 130 tokens")
+	n, tokens = maxInWindow(nil, time.Minute)
+	require.Zero(t, n)
+	require.Zero(t, tokens)
 }
