@@ -72,6 +72,12 @@
 //     the wire, SIGKILLs the worker process that owns the call's API key
 //     (each worker has its own) before it can record the answer; a
 //     replacement starts with a new key;
+//   - worker-stall: the same hook pauses the worker (SIGSTOP) instead, as
+//     a long GC pause or a frozen VM would; its leases are ended as if
+//     they had run out meanwhile, the reaper takes its jobs back, and it is
+//     resumed (SIGCONT) once another worker finished the job whose answer
+//     it holds: its completion must be recorded as stale and change
+//     nothing;
 //   - consumer-stop: the signals process holds the next delivery whose
 //     inbox transaction committed, instead of acknowledging it, and is
 //     SIGKILLed there (RabbitMQ, Kafka; a replacement starts), or closes
@@ -101,9 +107,14 @@
 //     than the CI test may take. After a kill, once the process is gone,
 //     the controller does what a supervisor that saw the process die may
 //     do: it ends the dead worker's leases and permits now and runs one
-//     reaper pass (jobs.Store.Reap). The lease-expiry path (fence bump,
-//     RETRY_SCHEDULED, lease_expired attempt, uncertain usage) is the
+//     reaper pass (jobs.Store.Reap). A stall ends the paused worker's
+//     leases the same way, standing for the time it would have been
+//     paused. The lease-expiry path (fence bump, RETRY_SCHEDULED,
+//     lease_expired attempt, uncertain usage, stale completion) is the
 //     library's; only the waiting is cut short.
+//   - A child that exits by itself while running is a violation; one that
+//     fails during start-up (its migration's connection terminated) fails
+//     fast as it should, is restarted and noted.
 //   - The API runs in the controller's process, with connections of its
 //     own that are never terminated; the workers' and the signal path's
 //     are.
@@ -117,6 +128,9 @@
 //     survives); the ERP losing its database; clock skew between hosts.
 //   - Exactly where in a transaction a backend dies: pg-terminate picks a
 //     backend that is in one when pg_stat_activity is read.
+//   - A stall of a worker inside a transaction on its own job's row: such
+//     a row keeps its lease (the controller skips locked rows), so the
+//     stall is retried on another answer.
 //   - Anything about latency or throughput: the timing of the run is
 //     compressed (a 15s provider latency scaled to 150ms) and the machine
 //     is shared.
