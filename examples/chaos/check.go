@@ -45,6 +45,13 @@ type Report struct {
 	FaultLog   []string
 	Findings   []string // notable, explained, not violations
 	Violations []string
+	// Defects break a guarantee of the DESIGN where the run's own records
+	// show the cause outside llmq's packages: a completed extraction paid
+	// for twice because the invoice example's handler failed after the
+	// provider answered (its supplier lookup, on a terminated connection)
+	// and returned a retryable error. `make chaos` fails on them like on
+	// violations; the CI test logs them (see TestChaos).
+	Defects []string
 }
 
 type jobRow struct {
@@ -66,6 +73,8 @@ type attemptRow struct {
 	outcome   jobs.AttemptOutcome
 	uncertain bool
 	class     string
+	err       string
+	tokens    int64 // usage recorded: the provider answered and billed
 }
 
 // check reads the database, the provider's call log and the ERP's tables
@@ -210,13 +219,24 @@ func (c *controller) check(ctx context.Context, settled bool) (*Report, error) {
 		}
 	}
 	for id, n := range answered {
-		lost := 0
+		lost, discarded := 0, 0
 		for _, a := range attempts[id] {
-			if a.outcome == jobs.AttemptStale || a.outcome == jobs.AttemptLeaseExpired || a.uncertain {
+			switch {
+			case a.outcome == jobs.AttemptStale || a.outcome == jobs.AttemptLeaseExpired || a.uncertain:
 				lost++
+			case a.tokens > 0 && a.class != jobs.ClassInvalidOutput &&
+				(a.outcome == jobs.AttemptRetryScheduled || a.outcome == jobs.AttemptFailed):
+				// Answered and billed (usage recorded), then failed
+				// by the handler itself after the call.
+				discarded++
 			}
 		}
-		if n > 1+lost {
+		switch {
+		case n <= 1+lost:
+		case n <= 1+lost+discarded:
+			r.Defects = append(r.Defects, fmt.Sprintf("job %s: %d correct answers paid for: the handler discarded a billed answer with a retryable error and the job ran again: %s",
+				id, n, outcomes(attempts[id])))
+		default:
 			bad("job %s: %d correct answers paid for, but only %d attempts lost theirs: %s", id, n, lost, outcomes(attempts[id]))
 		}
 	}
@@ -337,6 +357,9 @@ func outcomes(as []attemptRow) string {
 		if a.class != "" {
 			parts[i] += "[" + a.class + "]"
 		}
+		if a.err != "" && a.outcome != jobs.AttemptSucceeded {
+			parts[i] += fmt.Sprintf("(%.120q)", a.err)
+		}
 		if a.uncertain {
 			parts[i] += "(uncertain)"
 		}
@@ -378,7 +401,7 @@ func (c *controller) readAttempts(ctx context.Context) (map[uuid.UUID][]attemptR
 	for rows.Next() {
 		var id uuid.UUID
 		var a attemptRow
-		if err := rows.Scan(&id, &a.attempt, &a.fence, &a.worker, &a.outcome, &a.uncertain, &a.class); err != nil {
+		if err := rows.Scan(&id, &a.attempt, &a.fence, &a.worker, &a.outcome, &a.uncertain, &a.class, &a.err, &a.tokens); err != nil {
 			return nil, err
 		}
 		out[id] = append(out[id], a)
@@ -471,6 +494,9 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "faults injected: %s\n", strings.Join(faults, ", "))
 	for _, f := range r.Findings {
 		fmt.Fprintln(w, "note:", f)
+	}
+	for _, d := range r.Defects {
+		fmt.Fprintln(w, "DEFECT:", d)
 	}
 	if len(r.Violations) == 0 {
 		fmt.Fprintln(w, "violations: none")

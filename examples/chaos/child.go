@@ -62,9 +62,11 @@ const signalConsumer = "chaos-signals"
 // webhookSchedule is short, so an ERP outage of seconds spans several
 // retry steps and is ridden out in seconds; production keeps
 // webhook.DefaultSchedule().
-var webhookSchedule = []time.Duration{
-	0, 250 * time.Millisecond, 500 * time.Millisecond, time.Second, time.Second, 2 * time.Second, 2 * time.Second,
-	3 * time.Second, 3 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second,
+func webhookSchedule() []time.Duration {
+	return []time.Duration{
+		0, 250 * time.Millisecond, 500 * time.Millisecond, time.Second, time.Second, 2 * time.Second, 2 * time.Second,
+		3 * time.Second, 3 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second,
+	}
 }
 
 // childConfig is what the controller tells a child process.
@@ -146,7 +148,7 @@ func openService(ctx context.Context, cc childConfig) (*pgxpool.Pool, *invoice.S
 			return nil, err
 		}
 		svc, err := invoice.New(pool, invoice.Config{
-			Schema: cc.Schema, Auth: invoice.NewAuth(nil), AllowLoopback: true, WebhookSchedule: webhookSchedule,
+			Schema: cc.Schema, Auth: invoice.NewAuth(nil), AllowLoopback: true, WebhookSchedule: webhookSchedule(),
 		})
 		if err != nil {
 			return nil, err

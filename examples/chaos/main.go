@@ -20,6 +20,7 @@ func main() {
 	flag.StringVar(&cfg.Broker, "broker", "", "signal path broker: rabbitmq, kafka (kfake in this process) or postgres (default rabbitmq)")
 	flag.Uint64Var(&cfg.Seed, "seed", 0, "seed of every random choice (default: random, printed)")
 	flag.IntVar(&cfg.RPM, "rpm", 0, "the provider's requests per minute (default 200)")
+	flag.DurationVar(&cfg.FaultEvery, "fault-every", 0, "mean gap between faults once each kind had one (default 8s)")
 	flag.DurationVar(&cfg.Drain, "drain", 0, "how long to wait for the run to settle after arrivals end (default 2m)")
 	flag.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL")
 	flag.StringVar(&cfg.AMQPURL, "amqp-url", os.Getenv("AMQP_URL"), "RabbitMQ URL")
@@ -55,7 +56,7 @@ func run(role string, cfg Config) int {
 		return 2
 	}
 	report.Print(os.Stdout)
-	if len(report.Violations) > 0 {
+	if len(report.Violations)+len(report.Defects) > 0 {
 		return 1
 	}
 	return 0

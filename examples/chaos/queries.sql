@@ -52,7 +52,8 @@ SELECT id, idempotency_key, state, attempt, fence, lease_owner, lease_until, ava
 FROM /*schema*/jobs WHERE kind = $1;
 
 -- name: Attempts
-SELECT a.job_id, a.attempt, a.fence, a.worker, a.outcome, a.uncertain, coalesce(a.error_class, '')
+SELECT a.job_id, a.attempt, a.fence, a.worker, a.outcome, a.uncertain, coalesce(a.error_class, ''),
+       left(coalesce(a.error, ''), 300), coalesce(a.input_tokens, 0) + coalesce(a.output_tokens, 0)
 FROM /*schema*/job_attempts a JOIN /*schema*/jobs j ON j.id = a.job_id
 WHERE j.kind = $1 ORDER BY a.job_id, a.attempt;
 

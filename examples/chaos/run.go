@@ -149,6 +149,7 @@ type controller struct {
 	logDir  string
 	start   time.Time
 
+	client   *http.Client // the load generator's
 	provider *fakeprovider.Server
 	provSrv  *httptest.Server
 	apiSrv   *httptest.Server
@@ -213,7 +214,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	var id [4]byte
 	_, _ = rand.Read(id[:])
 	c := &controller{
-		cfg: cfg, runID: hex.EncodeToString(id[:]),
+		cfg: cfg, runID: hex.EncodeToString(id[:]), client: &http.Client{Timeout: 10 * time.Second},
 		rng:      mrand.New(mrand.NewPCG(cfg.Seed, cfg.Seed^0x5deece66d)),        //nolint:gosec // a test schedule, not a secret
 		loadRng:  mrand.New(mrand.NewPCG(cfg.Seed^0x9e3779b97f4a7c15, cfg.Seed)), //nolint:gosec // a test load, not a secret
 		keyOwner: map[string]*child{}, children: map[string]*child{}, gen: map[string]int{},
@@ -256,7 +257,7 @@ func (c *controller) setup(ctx context.Context) error {
 		return err
 	}
 	auth := invoice.NewAuth(map[string]invoice.Credential{tenantToken: {Tenant: tenant}})
-	c.svc, err = invoice.New(c.api, invoice.Config{Schema: c.schema, Auth: auth, AllowLoopback: true, WebhookSchedule: webhookSchedule})
+	c.svc, err = invoice.New(c.api, invoice.Config{Schema: c.schema, Auth: auth, AllowLoopback: true, WebhookSchedule: webhookSchedule()})
 	if err != nil {
 		return err
 	}
@@ -842,8 +843,6 @@ func (c *controller) retry(ctx context.Context, fn func() (done bool, retryAfter
 	}
 }
 
-var apiClient = &http.Client{Timeout: 10 * time.Second}
-
 // call makes one API request as the tenant.
 func (c *controller) call(ctx context.Context, method, path, key string, body []byte) (int, []byte, time.Duration, error) {
 	req, err := http.NewRequestWithContext(ctx, method, c.apiSrv.URL+path, bytes.NewReader(body))
@@ -855,7 +854,7 @@ func (c *controller) call(ctx context.Context, method, path, key string, body []
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
-	resp, err := apiClient.Do(req)
+	resp, err := c.client.Do(req)
 	if err != nil {
 		return 0, nil, 0, err
 	}
