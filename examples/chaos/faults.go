@@ -178,6 +178,12 @@ func (c *controller) killWorker(ctx context.Context) (string, error) {
 	case <-time.After(10 * time.Second):
 		c.violation("%s did not die within 10s of SIGKILL", k.worker)
 	}
+	// Postgres ends the dead process's backends (rolling back what they
+	// held) once it reads their closed sockets; until then a row of its
+	// may be locked, and the leases could not be ended.
+	if err := c.awaitBackendsGone(ctx, ch); err != nil {
+		return "", err
+	}
 	if _, err := c.pool.Exec(ctx, c.q.Must("ExpireLeases"), k.worker); err != nil {
 		return "", err
 	}
@@ -195,6 +201,27 @@ func (c *controller) killWorker(ctx context.Context) (string, error) {
 		return "", err
 	}
 	return fmt.Sprintf("%s killed after the provider answered %s; reaper took back %+v", k.worker, invoiceNumber(k.call.Document), reaped), nil
+}
+
+// awaitBackendsGone waits until no backend of the dead child ch is left.
+func (c *controller) awaitBackendsGone(ctx context.Context, ch *child) error {
+	name := "chaos-" + c.runID + "-" + ch.cfg.WorkerID
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var n int
+		if err := c.pool.QueryRow(ctx, c.q.Must("Backends"), name).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d backends of %s were still there 15s after it died", n, ch.cfg.WorkerID)
+		}
+		if err := sleep(ctx, 10*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // stallWorker arms the provider's hook like killWorker, but the worker
@@ -238,7 +265,7 @@ func (c *controller) stallOnce(ctx context.Context) (string, bool, error) {
 	c.mu.Unlock()
 	resume := func() { _ = ch.cmd.Process.Signal(syscall.SIGCONT) }
 	defer resume()
-	if _, err := c.pool.Exec(ctx, c.q.Must("ExpireLeases"), k.worker); err != nil {
+	if _, err := c.pool.Exec(ctx, c.q.Must("ExpireLeasesSkipLocked"), k.worker); err != nil {
 		return "", false, err
 	}
 	if _, err := c.svc.Jobs.Reap(ctx, c.pool, jobs.ReapParams{

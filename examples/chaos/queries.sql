@@ -24,11 +24,20 @@ SELECT id, md5(result::text) FROM /*schema*/jobs WHERE kind = $1 AND state = 'SU
 -- name: ExpireLeases
 -- What a supervisor that saw a worker process die may do: its leases are
 -- ended now instead of when they run out, so the reaper takes the jobs back
--- at once. The fence is left to the reaper. SKIP LOCKED: a paused worker
--- may hold a row in an open transaction, and waiting for it would wait for
--- the pause; such a job keeps its lease.
+-- at once. The fence is left to the reaper. Run once the dead process's
+-- backends are gone, so no transaction of its holds a row.
+UPDATE /*schema*/jobs SET lease_until = now() WHERE state = 'RUNNING' AND lease_owner = $1;
+
+-- name: ExpireLeasesSkipLocked
+-- The same for a paused worker, which may hold a row in an open
+-- transaction: waiting for it would wait for the pause, so such a job
+-- keeps its lease.
 UPDATE /*schema*/jobs SET lease_until = now()
 WHERE id IN (SELECT id FROM /*schema*/jobs WHERE state = 'RUNNING' AND lease_owner = $1 FOR UPDATE SKIP LOCKED);
+
+-- name: Backends
+-- The backends of one child process (application_name $1).
+SELECT count(*) FROM pg_stat_activity WHERE application_name = $1;
 
 -- name: JobByKey
 SELECT state, CASE WHEN state = 'RUNNING' THEN lease_owner ELSE '' END
