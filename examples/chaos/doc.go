@@ -2,7 +2,7 @@
 // DESIGN's reliability bar, run against the invoice pipeline as separate OS
 // processes under load, with faults injected at random points.
 //
-//	chaos [-duration 3m] [-rate 3] [-workers 3] [-broker rabbitmq|kafka|postgres] [-seed N]
+//	chaos [-duration 3m] [-rate 3] [-workers 3] [-broker rabbitmq|kafka|postgres] [-seed N] [-rpm 200] [-fault-every 8s]
 //
 // TestChaos runs a reduced configuration (15s of arrivals, two worker
 // processes, each fault kind once) against Kafka (kfake) and RabbitMQ in
