@@ -127,13 +127,19 @@ func runChild(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) er
 		}
 		cancel()
 	}()
+	var err error
 	switch cc.Role {
 	case roleWorker:
-		return runWorker(ctx, cc, stdout, stderr)
+		err = runWorker(ctx, cc, stdout, stderr)
 	case roleSignals:
-		return runSignals(ctx, cc, &armed, stdout, stderr)
+		err = runSignals(ctx, cc, &armed, stdout, stderr)
+	default:
+		return fmt.Errorf("unknown role %q", cc.Role)
 	}
-	return fmt.Errorf("unknown role %q", cc.Role)
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return nil // told to stop
+	}
+	return err
 }
 
 // openService connects and builds the invoice service as the invoice

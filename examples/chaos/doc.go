@@ -45,7 +45,10 @@
 //     redelivers; an event held between commit and ack comes again and is
 //     taken as a duplicate (its handler does not run);
 //   - no process of the pipeline dies of a fault it should ride out: a
-//     child that exits without being told to is a violation.
+//     child that exits without being told to is a violation, and so is one
+//     that does not shut down cleanly when the run ends (under go test the
+//     children are the race-enabled test binary, so a data race in a child
+//     fails the run).
 //
 // It prints a progress line every few seconds and a summary table, lists
 // each violation and exits 1 if there is any (2 if the run could not be

@@ -358,7 +358,7 @@ func (c *controller) setupBroker(ctx context.Context) error {
 }
 
 func (c *controller) teardown(ctx context.Context) {
-	c.stopChildren()
+	c.stopChildren(false)
 	for _, s := range []*httptest.Server{c.apiSrv, c.provSrv} {
 		if s != nil {
 			s.Close()
@@ -430,7 +430,7 @@ func (c *controller) run(ctx context.Context) (*Report, error) {
 	settled := c.awaitSettled(runCtx)
 	cancel()
 	bg.Wait()
-	c.stopChildren()
+	c.stopChildren(true)
 	c.sample(ctx)
 	c.progress(ctx)
 	return c.check(ctx, settled)
@@ -660,8 +660,9 @@ func (c *controller) exited(ch *child) {
 }
 
 // stopChildren interrupts every child and waits for it, killing those that
-// do not end within their grace.
-func (c *controller) stopChildren() {
+// do not end within their grace. With check, a child that does not end
+// cleanly (an error, a data race report, a kill) is a violation.
+func (c *controller) stopChildren(check bool) {
 	c.mu.Lock()
 	c.stopping = true
 	children := make([]*child, 0, len(c.children))
@@ -676,9 +677,19 @@ func (c *controller) stopChildren() {
 	for _, ch := range children {
 		select {
 		case <-ch.done:
+			if check && ch.err != nil {
+				tail, _ := os.ReadFile(ch.log)
+				if len(tail) > 2000 {
+					tail = tail[len(tail)-2000:]
+				}
+				c.violation("%s (%s) did not shut down cleanly: %v; end of its log (%s):\n%s", ch.cfg.WorkerID, ch.cfg.Role, ch.err, ch.log, tail)
+			}
 		case <-time.After(10 * time.Second):
 			_ = ch.cmd.Process.Kill()
 			<-ch.done
+			if check {
+				c.violation("%s (%s) did not shut down within 10s of SIGINT", ch.cfg.WorkerID, ch.cfg.Role)
+			}
 		}
 	}
 }
