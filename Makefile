@@ -5,6 +5,7 @@
 #   make lint      golangci-lint, pinned below, built into ./bin on first use
 #   make vet       go vet
 #   make demo      services, then the invoice pipeline end to end (go run ./examples/demo)
+#   make chaos     services, then the production acceptance suite (CHAOSFLAGS adds flags)
 #   make quickstart  services, then go run ./examples/quickstart
 #   make bench     services, then all benchmarks (BENCHFLAGS adds flags)
 #   make fmt       gofmt -w the repository's Go files
@@ -16,6 +17,7 @@ SHELL := /bin/bash
 GO ?= go
 TESTFLAGS ?=
 BENCHFLAGS ?=
+CHAOSFLAGS ?=
 
 GOLANGCI_LINT_VERSION := v2.15.0
 BIN_DIR := $(CURDIR)/bin
@@ -25,7 +27,7 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/
 export DATABASE_URL AMQP_URL
 
-.PHONY: all services test lint golangci-lint vet demo quickstart bench fmt clean
+.PHONY: all services test lint golangci-lint vet demo chaos quickstart bench fmt clean
 
 all: test
 
@@ -53,6 +55,11 @@ vet:
 
 demo: services
 	$(GO) run ./examples/demo
+
+# The faults, the load and the invariants of examples/chaos (doc.go); a
+# few minutes by default, -duration/-rate/-workers/-broker/-seed to change.
+chaos: services
+	$(GO) run ./examples/chaos $(CHAOSFLAGS)
 
 quickstart: services
 	$(GO) run ./examples/quickstart

@@ -20,7 +20,13 @@
 //     or "-once"), an IBAN that is not in the document
 //     ("[[fake:wrong-iban]]") and totals that do not add up
 //     ("[[fake:bad-total]]"). A "-once" fault hits the first call for a
-//     document only, so a retry succeeds.
+//     document only, so a retry succeeds;
+//   - faults switched on while it runs: HangNext and MalformNext hit the next
+//     n calls, Storm refuses everything for a while.
+//
+// Config.OnCall sees every call once its answer is on the wire: the call
+// log a test checks quotas against, and the moment to kill a client that
+// has its answer but has not recorded it yet.
 //
 // A document that says "ignore previous rules" makes the fake model obey it, as
 // a gullible model would: it adds a "send_to" field and swaps the IBAN for the

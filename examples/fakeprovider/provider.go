@@ -33,6 +33,31 @@ type Config struct {
 	TimeoutRate, MalformedRate, WrongRate float64
 	// Seed seeds the random faults and latencies. Default 1.
 	Seed uint64
+	// OnCall, when set, is called once per request, after its answer was
+	// written and flushed to the client (for a hung call: after the client
+	// gave up). Tests use it as the provider's call log and to act at the
+	// moment a client has its answer but has not yet used it. It runs on
+	// the request's goroutine and must be safe for concurrent use.
+	OnCall func(Call)
+}
+
+// Call describes one request the server handled, for Config.OnCall.
+type Call struct {
+	Start, End time.Time
+	// APIKey is the bearer token of the request ("" without one).
+	APIKey string
+	// Document is the user messages' text.
+	Document string
+	// Status is the HTTP status answered; 0 for a hung call the client
+	// gave up on.
+	Status int
+	// Fault is what the server did to the call: "" (a correct answer),
+	// "rate-limited", "timeout", "malformed", "wrong-iban", "bad-total" or
+	// "bad-request".
+	Fault string
+	// PromptTokens and CompletionTokens are the usage reported (zero
+	// unless answered with 200).
+	PromptTokens, CompletionTokens int64
 }
 
 // Stats counts what the server did.
@@ -57,6 +82,8 @@ type Server struct {
 	stormUntil time.Time
 	rnd        *rand.Rand
 	calls      map[[32]byte]int // calls per document, for the "-once" faults
+	hangNext   int              // calls still to hang (HangNext)
+	malformNxt int              // calls still to answer malformed (MalformNext)
 
 	calls64, answered, limited, timeouts, malformed, wrong, bad atomic.Int64
 }
@@ -95,6 +122,22 @@ func New(cfg Config) *Server {
 func (s *Server) Storm(d time.Duration) {
 	s.mu.Lock()
 	s.stormUntil = time.Now().Add(d)
+	s.mu.Unlock()
+}
+
+// HangNext makes the next n calls that are not rate-limited hang until
+// their clients give up, as a provider that stopped answering does.
+func (s *Server) HangNext(n int) {
+	s.mu.Lock()
+	s.hangNext += n
+	s.mu.Unlock()
+}
+
+// MalformNext answers the next n calls that are not rate-limited with
+// malformed JSON.
+func (s *Server) MalformNext(n int) {
+	s.mu.Lock()
+	s.malformNxt += n
 	s.mu.Unlock()
 }
 
@@ -156,11 +199,24 @@ const (
 	faultBadTotal
 )
 
+var faultNames = [...]string{faultNone: "", faultTimeout: "timeout", faultMalformed: "malformed", faultWrongIBAN: "wrong-iban", faultBadTotal: "bad-total"}
+
 func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	s.calls64.Add(1)
+	call := Call{Start: time.Now(), APIKey: strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")}
+	if s.cfg.OnCall != nil {
+		defer func() {
+			if f, ok := w.(http.Flusher); ok && call.Status != 0 {
+				f.Flush()
+			}
+			call.End = time.Now()
+			s.cfg.OnCall(call)
+		}()
+	}
 	var req ChatRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil || len(req.Messages) == 0 {
 		s.bad.Add(1)
+		call.Status, call.Fault = http.StatusBadRequest, "bad-request"
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "messages: required")
 		return
 	}
@@ -173,6 +229,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	text := doc.String()
+	call.Document = text
 	promptTokens := int64(promptChars/4 + 1)
 	maxOut := int64(cmpOr(req.MaxTokens, 800))
 
@@ -182,11 +239,13 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		s.rateHeaders(w, now)
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
 		w.Header().Set("retry-after-ms", strconv.FormatInt(max(1, wait.Milliseconds()), 10))
+		call.Status, call.Fault = http.StatusTooManyRequests, "rate-limited"
 		writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", "Rate limit reached; retry later")
 		return
 	}
 
 	f, latency := s.decide(text)
+	call.Fault = faultNames[f]
 	if f == faultTimeout {
 		s.timeouts.Add(1)
 		<-r.Context().Done() // hang until the client gives up
@@ -219,6 +278,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		}
 		b, err := json.Marshal(ex)
 		if err != nil {
+			call.Status = http.StatusInternalServerError
 			writeError(w, http.StatusInternalServerError, "server_error", err.Error())
 			return
 		}
@@ -226,6 +286,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	}
 	s.answered.Add(1)
 	out := int64(len(content)/4 + 1)
+	call.Status, call.PromptTokens, call.CompletionTokens = http.StatusOK, promptTokens, out
 	s.rateHeaders(w, time.Now())
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(ChatResponse{
@@ -296,6 +357,14 @@ func (s *Server) decide(text string) (fault, time.Duration) {
 	n := s.calls[key]
 	mean := float64(s.cfg.MeanLatency) / s.cfg.Scale
 	latency := time.Duration(mean * (0.5 + 0.5*s.rnd.ExpFloat64()))
+	if s.hangNext > 0 {
+		s.hangNext--
+		return faultTimeout, latency
+	}
+	if s.malformNxt > 0 {
+		s.malformNxt--
+		return faultMalformed, latency
+	}
 	for _, m := range markers {
 		if strings.Contains(text, m.text) && (!m.once || n == 1) {
 			return m.fault, latency

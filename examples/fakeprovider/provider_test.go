@@ -178,3 +178,53 @@ func FuzzExtract(f *testing.F) {
 		require.NoError(t, err)
 	})
 }
+
+// Faults switched on at run time hit the next calls only, and OnCall sees
+// each call, with its key, once its answer was written.
+func TestRunTimeFaultsAndCallLog(t *testing.T) {
+	t.Parallel()
+	calls := make(chan fakeprovider.Call, 10)
+	f := setup(t, fakeprovider.Config{OnCall: func(c fakeprovider.Call) { calls <- c }})
+	next := func() fakeprovider.Call {
+		select {
+		case c := <-calls:
+			return c
+		case <-time.After(10 * time.Second):
+			require.FailNow(t, "OnCall was not called")
+			return fakeprovider.Call{}
+		}
+	}
+
+	f.srv.HangNext(1)
+	f.srv.MalformNext(1)
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	_, _, err := f.call(ctx, doc)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the first call hangs")
+	hung := next()
+	require.Equal(t, "timeout", hung.Fault)
+	require.Zero(t, hung.Status)
+
+	_, err = f.extraction(doc)
+	var syntax *json.SyntaxError
+	require.ErrorAs(t, err, &syntax, "the second is malformed")
+	require.Equal(t, "malformed", next().Fault)
+
+	body, err := json.Marshal(fakeprovider.ChatRequest{Model: "m", Messages: []fakeprovider.ChatMessage{{Role: "user", Content: doc}}})
+	require.NoError(t, err)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer key-7")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "the third is answered")
+	ok := next()
+	require.Equal(t, "key-7", ok.APIKey)
+	require.Equal(t, http.StatusOK, ok.Status)
+	require.Empty(t, ok.Fault)
+	require.Equal(t, doc, ok.Document)
+	require.Positive(t, ok.PromptTokens)
+	require.Positive(t, ok.CompletionTokens)
+	require.False(t, ok.End.Before(ok.Start))
+}
