@@ -33,8 +33,7 @@
 //     past its lease, uncertain). Where the attempt history shows instead
 //     that the handler received and billed an answer and then failed with
 //     a retryable error, the report lists it as a defect (see Report);
-//     `make chaos` fails on defects as on violations, the CI test logs
-//     them;
+//     `make chaos` and the CI test fail on defects as on violations;
 //   - provider calls per job ≤ its attempts, and no 60-second window of the
 //     provider's call log holds more calls than RPM plus the bucket's burst
 //     (RPM/60), nor more tokens than TPM plus its burst (TPM/10): the
