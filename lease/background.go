@@ -14,6 +14,7 @@ import (
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/pglisten"
 	"github.com/llmq/llmq/internal/retry"
+	"github.com/llmq/llmq/internal/telemetry"
 	"github.com/llmq/llmq/jobs"
 )
 
@@ -218,7 +219,11 @@ func (c *completer) record(ctx context.Context, completions []jobs.Completion) (
 		}
 		for _, res := range results {
 			if res.Job != nil && res.Job.State == jobs.StateSucceeded {
-				if err := c.r.cfg.OnSucceeded(ctx, tx, res.Job); err != nil {
+				// The hook runs in the job's trace, so that what it
+				// enqueues or writes (a webhook delivery, an event)
+				// joins the trace its job was accepted in.
+				hookCtx := telemetry.RemoteContext(ctx, res.Job.TraceParent)
+				if err := c.r.cfg.OnSucceeded(hookCtx, tx, res.Job); err != nil {
 					return &hookError{err: err}
 				}
 			}

@@ -123,7 +123,8 @@ type Config struct {
 	// InvalidOutputReview.
 	InvalidOutput InvalidOutputPolicy
 	// OnSucceeded, when set, runs in the transaction that records each
-	// success. If it fails, the completion is retried a few times and then
+	// success, with a context in the job's trace (the span that accepted
+	// it), so that jobs it enqueues and events it writes join that trace. If it fails, the completion is retried a few times and then
 	// recorded as a transient failure (the job is retried) without the hook.
 	OnSucceeded SucceededHook
 	// AfterRecord, when set, is called once each attempt's outcome is

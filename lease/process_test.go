@@ -94,8 +94,13 @@ func runDoomedWorker() int {
 				<-make(chan struct{}) // killed here: the answer never gets recorded
 				return nil, nil
 			})},
-			WorkerID:      "doomed",
-			LeaseDuration: 2 * time.Second,
+			WorkerID: "doomed",
+			// Long enough that the claim's own timeout (a third of it)
+			// outlasts a slow commit on a loaded machine: a claim that
+			// commits after its caller gave up leaves the job leased,
+			// unrun, until the lease expires, and this process does not
+			// reap.
+			LeaseDuration: 6 * time.Second,
 			ReapInterval:  time.Hour,
 		}
 	})
@@ -126,9 +131,17 @@ func TestWorkerKilledAfterProviderResponded(t *testing.T) {
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	require.NoError(t, err)
-	require.Equal(t, "responded\n", line)
+	responded := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		responded <- line
+	}()
+	select {
+	case line := <-responded:
+		require.Equal(t, "responded\n", line)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the child worker did not call the provider within 30s")
+	}
 	require.NoError(t, cmd.Process.Kill())
 	_ = cmd.Wait()
 
