@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/llmq/llmq/examples/invoice"
 	"github.com/llmq/llmq/internal/dbtest"
+	"github.com/llmq/llmq/internal/telemetry/telemetrytest"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/outbox"
 	"github.com/llmq/llmq/webhook"
@@ -612,4 +614,42 @@ func TestStreamHoldsBackAtGaps(t *testing.T) {
 	later = accept(2)
 	require.NoError(t, tx.Rollback(ctx))
 	require.Equal(t, later, next().Data.JobID)
+}
+
+// One trace from the caller's request to the ERP: the caller's traceparent
+// is continued by the acceptance span, and the extraction's attempt and the
+// webhook delivery to the ERP join the same trace.
+func TestOneTraceFromRequestToERP(t *testing.T) {
+	t.Parallel()
+	traces := telemetrytest.NewTraces(t)
+	f := setup(t, stackConfig{Tracer: traces.Provider})
+	ctx := t.Context()
+	f.s.run(ctx)
+	doc := f.upload(f.big, "traced", sampleInvoice(suppliers[bigTenant][0], "TR-1", 1, plain))
+	body, err := json.Marshal(invoice.CreateRequest{Document: doc, Schema: invoice.SchemaV1})
+	require.NoError(t, err)
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	resp, err := f.big.do(ctx, http.MethodPost, "/extraction-jobs", http.Header{
+		"Content-Type": {"application/json"}, "Idempotency-Key": {"traced-1"},
+		"Traceparent": {"00-" + traceID + "-00f067aa0ba902b7-01"},
+	}, body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, resp.Status, string(resp.Body))
+	var job invoice.JobView
+	require.NoError(t, json.Unmarshal(resp.Body, &job))
+	require.Equal(t, jobs.StateSucceeded, f.waitTerminal(f.big, job.JobID.String()).State)
+
+	inTrace := func(name string) bool {
+		for _, s := range traces.Ended(name) {
+			if s.SpanContext().TraceID().String() == traceID {
+				return true
+			}
+		}
+		return false
+	}
+	require.True(t, inTrace("POST /extraction-jobs"), "the acceptance span continues the caller's trace")
+	require.Eventually(t, func() bool { return inTrace("llmq.attempt " + invoice.Kind) }, 10*time.Second, 20*time.Millisecond,
+		"the extraction's attempt joins the trace")
+	require.Eventually(t, func() bool { return inTrace("webhook deliver") }, 10*time.Second, 20*time.Millisecond,
+		"the delivery to the ERP joins the trace")
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/admission"
@@ -37,6 +38,8 @@ type stackConfig struct {
 	SystemMax   int64
 	Window      int           // the event stream's replay window (0: the default)
 	GapWait     time.Duration // the event stream's longest hold at a gap (0: the default)
+	// Tracer, when set, traces acceptance and work (tests).
+	Tracer trace.TracerProvider
 	// Broker names the broker carrying the job events ("" or "none": no
 	// broker). With one, the runner does not LISTEN: the events' consumer
 	// wakes it (see signals).
@@ -76,7 +79,7 @@ func startStack(ctx context.Context, pool *pgxpool.Pool, cfg stackConfig) (*stac
 	})
 	svc, err := invoice.New(pool, invoice.Config{
 		Schema: cfg.Schema, Auth: auth, AllowLoopback: true,
-		SystemMaxPendingJobs: cfg.SystemMax, QuotaRetry: 2 * time.Second, ReplayWindow: cfg.Window, StreamGapWait: cfg.GapWait,
+		SystemMaxPendingJobs: cfg.SystemMax, QuotaRetry: 2 * time.Second, ReplayWindow: cfg.Window, StreamGapWait: cfg.GapWait, TracerProvider: cfg.Tracer,
 		// Short delivery retries, so an ERP outage of seconds is ridden out
 		// in seconds; production keeps webhook.DefaultSchedule().
 		WebhookSchedule: []time.Duration{0, 250 * time.Millisecond, 500 * time.Millisecond, time.Second, time.Second, 2 * time.Second, 2 * time.Second, 3 * time.Second, 3 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second},
@@ -134,6 +137,7 @@ func startStack(ctx context.Context, pool *pgxpool.Pool, cfg stackConfig) (*stac
 		PollInterval:    100 * time.Millisecond,
 		ShutdownGrace:   2 * time.Second,
 		DisableListen:   cfg.Broker != "" && cfg.Broker != "none",
+		TracerProvider:  cfg.Tracer,
 	})
 	if err != nil {
 		closeAll()

@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/jobs"
@@ -157,6 +160,12 @@ func view(j *jobs.Job) JobView {
 var hexRe = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 func (s *Service) createJob(w http.ResponseWriter, r *http.Request, _ string, c Credential) {
+	// The acceptance span: the job's attempts, events and webhook delivery
+	// continue its trace, which continues the caller's when it sent one.
+	ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx, span := s.cfg.TracerProvider.Tracer("github.com/llmq/llmq/examples/invoice").Start(ctx, "POST /extraction-jobs",
+		trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attribute.String("llmq.tenant", c.Tenant)))
+	defer span.End()
 	key := r.Header.Get("Idempotency-Key")
 	if key == "" || len(key) > jobs.MaxIdempotencyKeyLen {
 		writeError(w, http.StatusBadRequest, "invalid", "Idempotency-Key", fmt.Sprintf("required, at most %d bytes", jobs.MaxIdempotencyKeyLen))
@@ -183,7 +192,7 @@ func (s *Service) createJob(w http.ResponseWriter, r *http.Request, _ string, c 
 		writeError(w, http.StatusUnprocessableEntity, "invalid", "schema", "must be "+strconv.Quote(SchemaV1))
 		return
 	}
-	text, err := s.document(r.Context(), c.Tenant, req.Document)
+	text, err := s.document(ctx, c.Tenant, req.Document)
 	switch {
 	case errors.Is(err, errNoDocument):
 		writeError(w, http.StatusUnprocessableEntity, "invalid", "document.version", "no such document version")
@@ -212,7 +221,7 @@ func (s *Service) createJob(w http.ResponseWriter, r *http.Request, _ string, c 
 	}
 	// A host would add its own writes (an upload record, an audit row) to
 	// this transaction.
-	res, err := s.enqueue(r.Context(), jobs.EnqueueParams{
+	res, err := s.enqueue(ctx, jobs.EnqueueParams{
 		Tenant: c.Tenant, Kind: Kind, Queue: Queue, Payload: payload,
 		IdempotencyKey: key, RequestHash: hash,
 		EstimatedTokens: estimateTokens(text, s.cfg.MaxTokens),

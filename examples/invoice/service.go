@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/internal/dbsql"
@@ -102,6 +104,11 @@ type Config struct {
 	// ReplayWindow is the most events a reconnecting stream replays.
 	// Default DefaultReplayWindow.
 	ReplayWindow int
+	// TracerProvider records an acceptance span for each POST
+	// /extraction-jobs, continuing the caller's W3C trace context (the
+	// traceparent header) when it sends one; the job store stores it, so
+	// the job's attempts and events join that trace. Default: no tracing.
+	TracerProvider trace.TracerProvider
 	// StreamGapWait is the longest the event stream holds back at a gap in
 	// the outbox sequence whose transactions it cannot see end (see
 	// Service.events). Default 2s.
@@ -137,6 +144,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	cfg.MaxTokens = cmp.Or(cfg.MaxTokens, 800)
 	cfg.ReplayWindow = cmp.Or(cfg.ReplayWindow, DefaultReplayWindow)
 	cfg.StreamGapWait = cmp.Or(cfg.StreamGapWait, defaultStreamGapWait)
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = noop.NewTracerProvider()
+	}
 	schema, q, err := dbsql.Prepare(cfg.Schema, queriesSQL)
 	if err != nil {
 		return nil, err
