@@ -37,6 +37,7 @@ import (
 	"github.com/llmq/llmq/broker/rabbitmq"
 	"github.com/llmq/llmq/examples/erp"
 	"github.com/llmq/llmq/examples/fakeprovider"
+	"github.com/llmq/llmq/examples/internal/sample"
 	"github.com/llmq/llmq/examples/invoice"
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/webhook"
@@ -746,7 +747,7 @@ func (c *controller) load(ctx context.Context, faultsDone <-chan struct{}) {
 		if c.loadRng.Float64() < c.cfg.DuplicateRate {
 			dupAfter = time.Duration(c.loadRng.Float64() * float64(5*time.Second))
 		}
-		text := sampleInvoice(s.number, n, extra)
+		text := sample.Invoice(supplier, s.number, n, extra)
 		c.mu.Lock()
 		c.submitted[s.key] = s
 		c.mu.Unlock()
@@ -877,34 +878,6 @@ func (c *controller) call(ctx context.Context, method, path, key string, body []
 	}
 	return resp.StatusCode, b, wait, err
 }
-
-// sampleInvoice is the OCR text of invoice n, numbered number, with extra
-// appended (a fault marker).
-func sampleInvoice(number string, n int, extra string) string {
-	q1, q2 := n%7+1, n%3+1
-	a1, a2 := q1*450, q2*6000 // cents
-	sub := a1 + a2
-	tax := (sub*19 + 50) / 100
-	var b strings.Builder
-	b.WriteString("INVOICE\n")
-	fmt.Fprintf(&b, "Supplier: %s\n", supplier.Name)
-	fmt.Fprintf(&b, "Invoice number: %s\n", number)
-	fmt.Fprintf(&b, "Date: 2026-11-%02d\n", n%28+1)
-	b.WriteString("Currency: EUR\n")
-	fmt.Fprintf(&b, "IBAN: %s\n", supplier.IBAN)
-	b.WriteString("Items:\n")
-	fmt.Fprintf(&b, "- Copy paper A4 | %d x 4.50 = %s\n", q1, cents(a1))
-	fmt.Fprintf(&b, "- Toner black | %d x 60.00 = %s\n", q2, cents(a2))
-	fmt.Fprintf(&b, "Subtotal: %s\n", cents(sub))
-	fmt.Fprintf(&b, "Tax: %s\n", cents(tax))
-	fmt.Fprintf(&b, "Total: %s\n", cents(sub+tax))
-	if extra != "" {
-		b.WriteString(extra + "\n")
-	}
-	return b.String()
-}
-
-func cents(c int) string { return fmt.Sprintf("%d.%02d", c/100, c%100) }
 
 // invoiceNumber reads the invoice number out of a document's text: how a
 // provider call is traced to its job.

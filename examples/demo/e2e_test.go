@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq/examples/internal/sample"
 	"github.com/llmq/llmq/examples/invoice"
 	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/internal/telemetry/telemetrytest"
@@ -180,16 +181,16 @@ func TestEndToEnd(t *testing.T) {
 		text   string
 		review bool
 	}{
-		"good-1":    {f.big, sampleInvoice(nordwind, "NW-1", 1, plain), false},
-		"good-2":    {f.big, sampleInvoice(acme, "AC-2", 2, plain), false},
-		"copy-of-1": {f.big, sampleInvoice(nordwind, "NW-1", 1, plain), false},
-		"malformed": {f.big, sampleInvoice(acme, "AC-3", 3, malformed), false},
-		"hangs":     {f.big, sampleInvoice(nordwind, "NW-4", 4, hangs), false},
-		"wrong":     {f.big, sampleInvoice(nordwind, "NW-5", 5, wrongIBAN), true},
-		"total":     {f.big, sampleInvoice(acme, "AC-6", 6, badTotal), true},
-		"inject":    {f.big, sampleInvoice(acme, "AC-7", 7, injection), true},
-		"small-1":   {f.small, sampleInvoice(suppliers[smallTenant][0], "KK-1", 1, plain), false},
-		"small-2":   {f.small, sampleInvoice(suppliers[smallTenant][0], "KK-2", 2, plain), false},
+		"good-1":    {f.big, sample.Invoice(nordwind, "NW-1", 1, plain), false},
+		"good-2":    {f.big, sample.Invoice(acme, "AC-2", 2, plain), false},
+		"copy-of-1": {f.big, sample.Invoice(nordwind, "NW-1", 1, plain), false},
+		"malformed": {f.big, sample.Invoice(acme, "AC-3", 3, malformed), false},
+		"hangs":     {f.big, sample.Invoice(nordwind, "NW-4", 4, hangs), false},
+		"wrong":     {f.big, sample.Invoice(nordwind, "NW-5", 5, wrongIBAN), true},
+		"total":     {f.big, sample.Invoice(acme, "AC-6", 6, badTotal), true},
+		"inject":    {f.big, sample.Invoice(acme, "AC-7", 7, injection), true},
+		"small-1":   {f.small, sample.Invoice(suppliers[smallTenant][0], "KK-1", 1, plain), false},
+		"small-2":   {f.small, sample.Invoice(suppliers[smallTenant][0], "KK-2", 2, plain), false},
 	}
 	ids := map[string]string{}
 	uploaded := map[string]invoice.Document{}
@@ -231,7 +232,7 @@ func TestEndToEnd(t *testing.T) {
 
 	// The small tenant holds 2 pending jobs, its quota: a third is 429 with
 	// a Retry-After, and nothing was accepted.
-	third := f.upload(f.small, "small-3", sampleInvoice(suppliers[smallTenant][0], "KK-3", 3, plain))
+	third := f.upload(f.small, "small-3", sample.Invoice(suppliers[smallTenant][0], "KK-3", 3, plain))
 	over := f.submit(f.small, "key-small-3", third)
 	require.Equal(t, http.StatusTooManyRequests, over.Status, "%s", over.Body)
 	secs, err := strconv.Atoi(over.RetryAfter)
@@ -432,8 +433,8 @@ func TestCapacityAndAuth(t *testing.T) {
 	f := setup(t, stackConfig{SystemMax: 1})
 	ctx := t.Context()
 	nordwind := suppliers[bigTenant][0]
-	first := f.upload(f.big, "a", sampleInvoice(nordwind, "NW-1", 1, plain))
-	second := f.upload(f.small, "b", sampleInvoice(suppliers[smallTenant][0], "KK-1", 1, plain))
+	first := f.upload(f.big, "a", sample.Invoice(nordwind, "NW-1", 1, plain))
+	second := f.upload(f.small, "b", sample.Invoice(suppliers[smallTenant][0], "KK-1", 1, plain))
 	require.Equal(t, http.StatusAccepted, f.submit(f.big, "k1", first).Status)
 	full := f.submit(f.small, "k2", second)
 	require.Equal(t, http.StatusServiceUnavailable, full.Status, "%s", full.Body)
@@ -475,7 +476,7 @@ func TestProviderStorm(t *testing.T) {
 	nordwind := suppliers[bigTenant][0]
 	var ids []string
 	for i := range 6 {
-		doc := f.upload(f.big, fmt.Sprintf("storm-%d", i), sampleInvoice(nordwind, fmt.Sprintf("NW-%d", i), i, plain))
+		doc := f.upload(f.big, fmt.Sprintf("storm-%d", i), sample.Invoice(nordwind, fmt.Sprintf("NW-%d", i), i, plain))
 		s := f.submit(f.big, fmt.Sprintf("k%d", i), doc)
 		require.Equal(t, http.StatusAccepted, s.Status)
 		ids = append(ids, s.Job.JobID.String())
@@ -514,7 +515,7 @@ func TestStreamWindow(t *testing.T) {
 	events, err := f.big.stream(streamCtx, "")
 	require.NoError(t, err)
 	for i := range 4 {
-		doc := f.upload(f.big, fmt.Sprintf("w-%d", i), sampleInvoice(suppliers[bigTenant][0], fmt.Sprintf("NW-%d", i), i, plain))
+		doc := f.upload(f.big, fmt.Sprintf("w-%d", i), sample.Invoice(suppliers[bigTenant][0], fmt.Sprintf("NW-%d", i), i, plain))
 		require.Equal(t, http.StatusAccepted, f.submit(f.big, fmt.Sprintf("k%d", i), doc).Status)
 	}
 	var ids []string
@@ -591,7 +592,7 @@ func TestStreamHoldsBackAtGaps(t *testing.T) {
 	}
 	accept := func(i int) string {
 		t.Helper()
-		doc := f.upload(f.big, fmt.Sprintf("g-%d", i), sampleInvoice(suppliers[bigTenant][0], fmt.Sprintf("GP-%d", i), i, plain))
+		doc := f.upload(f.big, fmt.Sprintf("g-%d", i), sample.Invoice(suppliers[bigTenant][0], fmt.Sprintf("GP-%d", i), i, plain))
 		sub := f.submit(f.big, fmt.Sprintf("gap-%d", i), doc)
 		require.Equal(t, http.StatusAccepted, sub.Status)
 		return sub.Job.JobID.String()
@@ -625,7 +626,7 @@ func TestOneTraceFromRequestToERP(t *testing.T) {
 	f := setup(t, stackConfig{Tracer: traces.Provider})
 	ctx := t.Context()
 	f.s.run(ctx)
-	doc := f.upload(f.big, "traced", sampleInvoice(suppliers[bigTenant][0], "TR-1", 1, plain))
+	doc := f.upload(f.big, "traced", sample.Invoice(suppliers[bigTenant][0], "TR-1", 1, plain))
 	body, err := json.Marshal(invoice.CreateRequest{Document: doc, Schema: invoice.SchemaV1})
 	require.NoError(t, err)
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -38,6 +38,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/llmq/llmq/examples/internal/sample"
 	"github.com/llmq/llmq/examples/invoice"
 	"github.com/llmq/llmq/jobs"
 )
@@ -277,7 +278,7 @@ func (d *demo) plan() []*submission {
 		number := fmt.Sprintf("%s-%04d", sup.Name[:2], i)
 		subs = append(subs, &submission{
 			client: big, tenant: bigTenant, name: fmt.Sprintf("big-%04d.txt", i),
-			text: sampleInvoice(sup, number, i, extra), invoice: sup.Name + "/" + number, review: review, malformed: extra == malformed,
+			text: sample.Invoice(sup, number, i, extra), invoice: sup.Name + "/" + number, review: review, malformed: extra == malformed,
 		})
 	}
 	// Duplicate uploads: the same invoices again under other names and
@@ -292,7 +293,7 @@ func (d *demo) plan() []*submission {
 		number := fmt.Sprintf("KK-%04d", i)
 		subs = append(subs, &submission{
 			client: small, tenant: smallTenant, name: fmt.Sprintf("small-%04d.txt", i),
-			text: sampleInvoice(sup, number, i, plain), invoice: sup.Name + "/" + number,
+			text: sample.Invoice(sup, number, i, plain), invoice: sup.Name + "/" + number,
 		})
 	}
 	return subs
