@@ -76,37 +76,24 @@ func matches(set attribute.Set, want []attribute.KeyValue) bool {
 // Int sums the points of an int64 sum or gauge named name whose attributes
 // include attrs; ok is false when no point matched.
 func (r Reading) Int(name string, attrs ...attribute.KeyValue) (total int64, ok bool) {
-	m, found := r.find(name)
-	if !found {
-		return 0, false
-	}
-	var points []metricdata.DataPoint[int64]
-	switch d := m.Data.(type) {
-	case metricdata.Sum[int64]:
-		points = d.DataPoints
-	case metricdata.Gauge[int64]:
-		points = d.DataPoints
-	}
-	for _, p := range points {
-		if matches(p.Attributes, attrs) {
-			total += p.Value
-			ok = true
-		}
-	}
-	return total, ok
+	return sumPoints[int64](r, name, attrs)
 }
 
 // Float is Int for float64 sums and gauges.
 func (r Reading) Float(name string, attrs ...attribute.KeyValue) (total float64, ok bool) {
+	return sumPoints[float64](r, name, attrs)
+}
+
+func sumPoints[N int64 | float64](r Reading, name string, attrs []attribute.KeyValue) (total N, ok bool) {
 	m, found := r.find(name)
 	if !found {
 		return 0, false
 	}
-	var points []metricdata.DataPoint[float64]
+	var points []metricdata.DataPoint[N]
 	switch d := m.Data.(type) {
-	case metricdata.Sum[float64]:
+	case metricdata.Sum[N]:
 		points = d.DataPoints
-	case metricdata.Gauge[float64]:
+	case metricdata.Gauge[N]:
 		points = d.DataPoints
 	}
 	for _, p := range points {
