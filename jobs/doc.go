@@ -89,6 +89,13 @@
 //   - Cost: a claim reads the tenants and jobs it takes, through indexes,
 //     whatever the backlog or the number of tenants; a test keeps the plan
 //     honest with EXPLAIN.
+//   - A stalled claimer does not hold tenants for long. Claims lock their
+//     tenants' rows (others skip them) for the claim's two round trips; a
+//     claiming process paused in between would keep those tenants from
+//     every runner until it woke. The claim's transaction therefore runs
+//     with idle_in_transaction_session_timeout set to
+//     Config.ClaimIdleTimeout (5s): Postgres ends the stalled session and
+//     its locks go with it.
 //
 // A tenant found with nothing to run (no eligible job, all held back by
 // their groups, or at its cap) is marked idle and leaves the claim's scan.

@@ -55,12 +55,15 @@ func (s *PostgresStore) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]*J
 	err := dbsql.WithTx(ctx, db, func(tx pgx.Tx) error {
 		// In a transaction of its own, the claim turns JIT off: the
 		// statements' generic cost estimates are high enough to trigger JIT
-		// compilation, which costs tens of milliseconds per claim. SET LOCAL
-		// ends with the transaction; inside a caller's transaction it would
-		// outlive the claim, so there the server's settings apply.
+		// compilation, which costs tens of milliseconds per claim. It also
+		// bounds how long it may idle holding its tenants' locks
+		// (Config.ClaimIdleTimeout). SET LOCAL ends with the transaction;
+		// inside a caller's transaction it would outlive the claim, so
+		// there the server's settings apply.
 		batch := &pgx.Batch{}
 		if !nested {
 			batch.Queue("SET LOCAL jit = off")
+			batch.Queue(fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", s.cfg.ClaimIdleTimeout.Milliseconds()))
 		}
 		batch.Queue(s.sql.lockClaimTenants, p.Queue, p.Limit)
 		results := tx.SendBatch(ctx, batch)
@@ -122,11 +125,13 @@ func readClaimed(results pgx.BatchResults, settings int) ([]*Job, error) {
 }
 
 // readClaimTenants reads the results of the claim's first round trip: the
-// setting (unless nested), then LockClaimTenants.
+// two settings (unless nested), then LockClaimTenants.
 func readClaimTenants(results pgx.BatchResults, nested bool) ([]*tenantCandidate, error) {
 	if !nested {
-		if _, err := results.Exec(); err != nil {
-			return nil, err
+		for range 2 {
+			if _, err := results.Exec(); err != nil {
+				return nil, err
+			}
 		}
 	}
 	rows, err := results.Query()

@@ -88,6 +88,9 @@ const (
 	defaultListLimit       = 100
 )
 
+// DefaultClaimIdleTimeout is Config.ClaimIdleTimeout's default.
+const DefaultClaimIdleTimeout = 5 * time.Second
+
 // Config configures a PostgresStore. The zero value accepts jobs into the
 // "default" queue of the "llmq" schema with the documented limits.
 type Config struct {
@@ -118,6 +121,15 @@ type Config struct {
 	// much less. A NOTIFY lost with a rolled-back transaction is covered the
 	// same way.
 	NotifyInterval time.Duration
+	// ClaimIdleTimeout bounds how long a claim's transaction may sit idle
+	// between its two round trips (Postgres' idle_in_transaction_session_
+	// timeout, for that transaction only). The claim holds its tenants' row
+	// locks there; a claimer that stalls at that point (a paused process, a
+	// frozen VM) would otherwise keep every other runner from those
+	// tenants' work until it woke. Past the timeout Postgres ends its
+	// session and the locks are free. Default 5s; a claim never idles more
+	// than a round trip when healthy.
+	ClaimIdleTimeout time.Duration
 	// DisableNotify stops Enqueue from sending NOTIFYs at all, for hosts
 	// whose runners poll or are woken by a broker.
 	DisableNotify bool
@@ -182,6 +194,10 @@ func NewStore(cfg Config) (*PostgresStore, error) {
 	if cfg.NotifyInterval < 0 {
 		return nil, fmt.Errorf("jobs: NotifyInterval is %s; use 0 to notify on every enqueue, or a positive interval", cfg.NotifyInterval)
 	}
+	if cfg.ClaimIdleTimeout < 0 {
+		return nil, fmt.Errorf("jobs: ClaimIdleTimeout is %s; use 0 for the default or a positive duration", cfg.ClaimIdleTimeout)
+	}
+	cfg.ClaimIdleTimeout = cmp.Or(cfg.ClaimIdleTimeout, DefaultClaimIdleTimeout)
 	s := &PostgresStore{
 		cfg:     cfg,
 		queues:  queues,
