@@ -131,28 +131,29 @@ func (r Reading) Attributes(name string) []attribute.Set {
 	if !found {
 		return nil
 	}
-	var sets []attribute.Set
 	switch d := m.Data.(type) {
 	case metricdata.Sum[int64]:
-		for _, p := range d.DataPoints {
-			sets = append(sets, p.Attributes)
-		}
+		return pointSets(d.DataPoints)
 	case metricdata.Sum[float64]:
-		for _, p := range d.DataPoints {
-			sets = append(sets, p.Attributes)
-		}
+		return pointSets(d.DataPoints)
 	case metricdata.Gauge[int64]:
-		for _, p := range d.DataPoints {
-			sets = append(sets, p.Attributes)
-		}
+		return pointSets(d.DataPoints)
 	case metricdata.Gauge[float64]:
-		for _, p := range d.DataPoints {
-			sets = append(sets, p.Attributes)
-		}
+		return pointSets(d.DataPoints)
 	case metricdata.Histogram[float64]:
-		for _, p := range d.DataPoints {
-			sets = append(sets, p.Attributes)
+		sets := make([]attribute.Set, len(d.DataPoints))
+		for i, p := range d.DataPoints {
+			sets[i] = p.Attributes
 		}
+		return sets
+	}
+	return nil
+}
+
+func pointSets[N int64 | float64](points []metricdata.DataPoint[N]) []attribute.Set {
+	sets := make([]attribute.Set, len(points))
+	for i, p := range points {
+		sets[i] = p.Attributes
 	}
 	return sets
 }
