@@ -408,6 +408,7 @@ func TestNewStoreRejectsBadConfig(t *testing.T) {
 		{MaxPayloadBytes: -1},
 		{DefaultMaxAttempts: -1},
 		{NotifyInterval: -time.Second},
+		{ClaimIdleTimeout: -time.Second},
 	} {
 		_, err := jobs.NewStore(cfg)
 		require.Error(t, err, "%+v", cfg)

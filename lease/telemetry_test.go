@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -150,6 +151,31 @@ func TestAttemptSpanContinuesAcceptanceTrace(t *testing.T) {
 		".outbox WHERE aggregate_id = $1 AND event_type = 'k.completed'", res.Job.ID).Scan(&header))
 	require.Equal(t, res.Job.TraceParent, header)
 	require.NotEmpty(t, header)
+}
+
+// OnSucceeded runs in its job's trace: what it enqueues or writes joins the
+// trace the job was accepted in.
+func TestOnSucceededRunsInTheJobsTrace(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	tr := telemetrytest.NewTraces(t)
+	inHook := make(chan trace.SpanContext, 1)
+	cfg := fastConfig(map[string]lease.Handler{
+		"k": lease.HandlerFunc(func(context.Context, *jobs.Job) (json.RawMessage, error) { return json.RawMessage(`{}`), nil }),
+	})
+	cfg.TracerProvider = tr.Provider
+	cfg.OnSucceeded = func(ctx context.Context, _ pgx.Tx, _ *jobs.Job) error {
+		inHook <- trace.SpanContextFromContext(ctx)
+		return nil
+	}
+	f.start(cfg)
+
+	ctx, accept := tr.Provider.Tracer("test").Start(t.Context(), "accept")
+	res, err := f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k", Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	accept.End()
+	require.Equal(t, jobs.StateSucceeded, f.await(res.Job.ID).State)
+	require.Equal(t, accept.SpanContext().TraceID(), (<-inHook).TraceID())
 }
 
 // syncBuffer is a bytes.Buffer safe for the runner's goroutines.
