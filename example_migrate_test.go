@@ -35,5 +35,6 @@ func ExampleMigrate() {
 	// applied 0004_webhook
 	// applied 0005_admission
 	// applied 0006_observability
+	// applied 0007_outbox_fillfactor
 	// all applied: true
 }

@@ -39,6 +39,16 @@
 //     event) and the backlog; Prune deletes events published longer than
 //     Retention ago.
 //
+// Relay.Run and Relay.Drain overlap the database with the broker: while one
+// batch is being published, the next is claimed, in the same transaction
+// that records the verdict on the batch before it. Key order is unaffected
+// (a key whose event is in flight has nothing claimable), so this pays when
+// batches hold different keys; when the batch in flight holds every key with
+// events waiting, the overlapping claim finds nothing (it looks only two
+// batches' worth of seqs ahead, so that costs little) and the next 32 claims
+// wait for their batch to be published. RelayOnce relays one batch, one
+// step after the other.
+//
 // Decisions: claims are serialised by a transaction-scoped advisory lock
 // (one short statement each), because the key-order check must see every
 // other relay's committed claims. A relay that crashes after the broker

@@ -36,12 +36,17 @@ SELECT pg_advisory_xact_lock(hashtextextended($1, 0)),
 
 -- name: ClaimEvents
 -- Claims up to $1 due, unclaimed (or claim-expired) events in write order
--- for relay $2, for $3 ms, starting at seq $4. The relay passes the lowest
+-- for relay $2, for $3 ms, with seq in [$4, $5). The relay passes the lowest
 -- seq of its previous full batch while it keeps finding full batches, so
 -- each claim does not step again over the index entries of everything
 -- published since the last vacuum; it starts from 0 again whenever a batch
 -- is not full, and at least once a second, so an event skipped meanwhile
 -- (one backing off, or committed late with a low seq) is never left behind.
+-- $5 bounds the claims a relay makes while its previous batch is still
+-- being published: when that batch holds every key with events waiting,
+-- each event in the range is held back by its key, and an unbounded claim
+-- would step over the whole backlog to find nothing. Other claims pass the
+-- largest bigint.
 --
 -- Key order: an event with a key is claimed only when it is the oldest
 -- unpublished event of its key. So a key has at most one event in flight,
@@ -56,6 +61,7 @@ WITH claimable AS (
     FROM /*schema*/outbox AS o
     WHERE o.published_at IS NULL
         AND o.seq >= $4
+        AND o.seq < $5
         AND o.next_attempt_at <= now()
         AND (o.claimed_until IS NULL OR o.claimed_until < now())
         AND (o.key IS NULL OR NOT EXISTS (

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"slices"
 	"sync/atomic"
@@ -147,40 +148,202 @@ type BatchResult struct {
 	Claimed, Published, Failed int
 }
 
+// verdict is the broker's answer for one batch, to be recorded in the
+// outbox: which events to mark published and which to back off.
+type verdict struct {
+	firstSeq  int64 // the batch's lowest seq
+	published [][16]byte
+	failed    [][16]byte
+	errs      []string
+	delays    []int64
+}
+
+func (v *verdict) empty() bool { return v == nil || len(v.published) == 0 && len(v.failed) == 0 }
+
+// merge returns the verdicts of both batches as one.
+func (v *verdict) merge(o *verdict) *verdict {
+	switch {
+	case v.empty():
+		return o
+	case o.empty():
+		return v
+	}
+	return &verdict{
+		firstSeq:  min(v.firstSeq, o.firstSeq),
+		published: append(slices.Clip(v.published), o.published...),
+		failed:    append(slices.Clip(v.failed), o.failed...),
+		errs:      append(slices.Clip(v.errs), o.errs...),
+		delays:    append(slices.Clip(v.delays), o.delays...),
+	}
+}
+
+// queueVerdict adds the statements recording v to b, which must run in one
+// transaction. RelaxCommit (see queries.sql) makes it commit without
+// waiting for its WAL flush.
+func (r *Relay) queueVerdict(b *pgx.Batch, v *verdict) {
+	if v.empty() {
+		return
+	}
+	b.Queue(r.store.sql.relaxCommit)
+	if len(v.published) > 0 {
+		b.Queue(r.store.sql.markPublished, r.cfg.ID, v.published)
+	}
+	if len(v.failed) > 0 {
+		b.Queue(r.store.sql.markFailed, r.cfg.ID, v.failed, v.errs, v.delays)
+	}
+}
+
 // RelayOnce claims one batch, publishes it and records the broker's
 // verdict on each event. Nothing is held open while publishing: the claim
-// is its own short transaction.
+// is its own short transaction, and so is the verdict.
 func (r *Relay) RelayOnce(ctx context.Context) (BatchResult, error) {
-	var recs []Record
-	err := dbsql.WithTx(ctx, r.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, r.store.sql.lockClaims, r.lockID); err != nil {
-			return err
-		}
-		floor := r.floor.Load()
-		if time.Since(time.Unix(0, r.fullScans.Load())) >= time.Second {
-			floor = 0
-		}
-		if floor == 0 {
-			r.fullScans.Store(time.Now().UnixNano())
-		}
-		rows, err := tx.Query(ctx, r.store.sql.claimEvents, r.cfg.BatchSize, r.cfg.ID, r.cfg.ClaimLease.Milliseconds(), floor)
-		if err != nil {
-			return err
-		}
-		recs, err = pgx.CollectRows(rows, scanClaimed)
-		return err
-	})
+	recs, err := r.claim(ctx, nil, r.startSeq(r.floor.Load()), math.MaxInt64)
 	if err != nil {
 		return BatchResult{}, fmt.Errorf("outbox: claiming events: %w", err)
 	}
-	// UPDATE ... RETURNING has no order: restore write order, which the
-	// messages of one key must keep.
-	slices.SortFunc(recs, func(a, b Record) int { return cmp.Compare(a.Seq, b.Seq) })
 	if len(recs) < r.cfg.BatchSize {
 		r.floor.Store(0)
 	} else {
 		r.floor.Store(recs[0].Seq)
 	}
+	res, v := r.publish(ctx, recs)
+	return res, r.settle(ctx, v)
+}
+
+// Drain relays until a claim finds no event due, and returns what it did
+// in total. It overlaps the database with the broker: while one batch is
+// being published, the next is claimed, in the same transaction that
+// records the verdict on the batch before. Key order still holds, because
+// a key's next event cannot be claimed while its previous one is in
+// flight (see ClaimEvents). The last verdict is recorded before Drain
+// returns, also when it fails. Run relays the same way.
+func (r *Relay) Drain(ctx context.Context) (BatchResult, error) {
+	var (
+		total   BatchResult
+		carried *verdict // published, not yet recorded
+		flight  *flight  // being published
+		floor   int64
+		// When the batch in flight holds every key with events waiting
+		// (few keys, large batches), a claim overlapping it finds nothing.
+		// After such a claim, the next serialAfterEmptyOverlap claims wait
+		// for the batch before them to be published.
+		serial int
+	)
+	for {
+		if flight != nil && serial > 0 {
+			serial--
+			res, v := flight.wait()
+			total.add(res)
+			carried, flight = carried.merge(v), nil
+		}
+		// A claim made while a batch is in flight looks only a little past
+		// it (see ClaimEvents), so finding nothing costs little.
+		ceiling := int64(math.MaxInt64)
+		if flight != nil {
+			ceiling = flight.lastSeq + overlapWindow*int64(r.cfg.BatchSize)
+		}
+		recs, err := r.claim(ctx, carried, r.startSeq(floor), ceiling)
+		if err != nil {
+			if flight != nil {
+				res, v := flight.wait()
+				total.add(res)
+				carried = carried.merge(v)
+			}
+			return total, errors.Join(fmt.Errorf("outbox: claiming events: %w", err), r.settle(ctx, carried))
+		}
+		r.recorded(ctx, carried)
+		carried = nil
+		if flight != nil && len(recs) == 0 {
+			serial = serialAfterEmptyOverlap
+		}
+		if flight != nil {
+			res, v := flight.wait()
+			total.add(res)
+			carried, flight = v, nil
+		}
+		// Where the next claim may start. It records the verdict taken
+		// meanwhile, so an event it can claim is one of
+		//   - the events this claim left out: none below the ceiling unless
+		//     it was full, and then they lie above its first seq;
+		//   - the next event of a key whose event that verdict records,
+		//     above that batch's first seq.
+		// Anything else (an event whose backoff ended, a late commit) waits
+		// for the once-a-second claim from the beginning.
+		full := len(recs) == r.cfg.BatchSize
+		switch {
+		case full:
+			floor = recs[0].Seq
+		case ceiling < math.MaxInt64:
+			floor = ceiling
+		default:
+			floor = 0
+		}
+		if !carried.empty() {
+			floor = min(floor, carried.firstSeq)
+		}
+		if len(recs) > 0 {
+			flight = r.startPublish(ctx, recs)
+			continue
+		}
+		if carried.empty() {
+			return total, nil // nothing in flight, nothing claimable
+		}
+		// The batch just published may have held keys back: claim again
+		// once its verdict is recorded.
+	}
+}
+
+// serialAfterEmptyOverlap: see Drain.
+const serialAfterEmptyOverlap = 32
+
+// overlapWindow is how many batches' worth of seqs past the batch in
+// flight a claim overlapping it looks at.
+const overlapWindow = 2
+
+// flight is a batch being published.
+type flight struct {
+	lastSeq int64
+	done    chan struct{}
+	res     BatchResult
+	v       *verdict
+}
+
+func (r *Relay) startPublish(ctx context.Context, recs []Record) *flight {
+	f := &flight{lastSeq: recs[len(recs)-1].Seq, done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		f.res, f.v = r.publish(ctx, recs)
+	}()
+	return f
+}
+
+func (f *flight) wait() (BatchResult, *verdict) {
+	<-f.done
+	return f.res, f.v
+}
+
+func (b *BatchResult) add(o BatchResult) {
+	b.Claimed += o.Claimed
+	b.Published += o.Published
+	b.Failed += o.Failed
+}
+
+// startSeq is the seq a claim starts from: floor, except at least once a
+// second from the beginning, so that an event skipped meanwhile (one
+// backing off, or committed late with a low seq) is never left behind.
+func (r *Relay) startSeq(floor int64) int64 {
+	if time.Since(time.Unix(0, r.fullScans.Load())) >= time.Second {
+		floor = 0
+	}
+	if floor == 0 {
+		r.fullScans.Store(time.Now().UnixNano())
+	}
+	return floor
+}
+
+// publish publishes recs, which are in write order, and returns the
+// broker's verdict on each.
+func (r *Relay) publish(ctx context.Context, recs []Record) (BatchResult, *verdict) {
 	if len(recs) == 0 {
 		return BatchResult{}, nil
 	}
@@ -199,54 +362,87 @@ func (r *Relay) RelayOnce(ctx context.Context) (BatchResult, error) {
 	failures := broker.Failures(len(msgs), pubErr)
 	endPublishSpans(spans, failures)
 
-	res := BatchResult{Claimed: len(recs)}
-	var published, failed [][16]byte
-	var errs []string
-	var delays []int64
+	v := &verdict{firstSeq: recs[0].Seq}
 	for i, rec := range recs {
 		if failures[i] == nil {
-			published = append(published, rec.ID)
+			v.published = append(v.published, rec.ID)
 			continue
 		}
-		failed = append(failed, rec.ID)
-		errs = append(errs, failures[i].Error())
-		delays = append(delays, r.cfg.Backoff.Delay(rec.Attempts, nil).Milliseconds())
+		v.failed = append(v.failed, rec.ID)
+		v.errs = append(v.errs, failures[i].Error())
+		v.delays = append(v.delays, r.cfg.Backoff.Delay(rec.Attempts, nil).Milliseconds())
 	}
-	res.Published, res.Failed = len(published), len(failed)
-	// The verdict is recorded even if ctx ended while publishing: what the
-	// broker confirmed must be marked, or it is published again.
+	if len(v.failed) > 0 {
+		r.cfg.Logger.Warn("llmq: outbox events not confirmed; they will be retried", "failed", len(v.failed), "of", len(recs), "err", pubErr)
+	}
+	return BatchResult{Claimed: len(recs), Published: len(v.published), Failed: len(v.failed)}, v
+}
+
+// claim records carried, then claims up to a batch with seq in [floor,
+// ceiling), in one transaction whose statements are sent together. The
+// verdict goes first, before the claims' advisory lock is taken, so it
+// does not lengthen the time the lock is held, and so the claim sees the
+// keys it frees (a key's next event is claimable once its previous one is
+// marked published). The records come back in write order.
+func (r *Relay) claim(ctx context.Context, carried *verdict, floor, ceiling int64) ([]Record, error) {
+	var recs []Record
+	err := dbsql.WithTx(ctx, r.pool, func(tx pgx.Tx) error {
+		batch := &pgx.Batch{}
+		r.queueVerdict(batch, carried)
+		batch.Queue(r.store.sql.lockClaims, r.lockID)
+		batch.Queue(r.store.sql.claimEvents, r.cfg.BatchSize, r.cfg.ID, r.cfg.ClaimLease.Milliseconds(), floor, ceiling).
+			Query(func(rows pgx.Rows) error {
+				var err error
+				recs, err = pgx.CollectRows(rows, scanClaimed)
+				return err
+			})
+		return tx.SendBatch(ctx, batch).Close()
+	})
+	if err != nil {
+		return nil, err
+	}
+	// UPDATE ... RETURNING has no order: restore write order, which the
+	// messages of one key must keep.
+	slices.SortFunc(recs, func(a, b Record) int { return cmp.Compare(a.Seq, b.Seq) })
+	return recs, nil
+}
+
+// settle records v in a transaction of its own. It runs even if ctx has
+// ended: what the broker confirmed must be marked, or it is published
+// again.
+func (r *Relay) settle(ctx context.Context, v *verdict) error {
+	if v.empty() {
+		return nil
+	}
 	settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ClaimLease)
 	defer cancel()
-	// One transaction for both verdicts, its statements sent together; see
-	// RelaxCommit in queries.sql for why it does not wait for its flush.
-	err = dbsql.WithTx(settleCtx, r.pool, func(tx pgx.Tx) error {
+	err := dbsql.WithTx(settleCtx, r.pool, func(tx pgx.Tx) error {
 		batch := &pgx.Batch{}
-		batch.Queue(r.store.sql.relaxCommit)
-		if len(published) > 0 {
-			batch.Queue(r.store.sql.markPublished, r.cfg.ID, published)
-		}
-		if len(failed) > 0 {
-			batch.Queue(r.store.sql.markFailed, r.cfg.ID, failed, errs, delays)
-		}
+		r.queueVerdict(batch, v)
 		return tx.SendBatch(settleCtx, batch).Close()
 	})
 	if err != nil {
-		return res, fmt.Errorf("outbox: recording %d publications and %d failures: %w", len(published), len(failed), err)
+		return fmt.Errorf("outbox: recording %d publications and %d failures: %w", len(v.published), len(v.failed), err)
 	}
-	r.published.Add(int64(res.Published))
-	r.failed.Add(int64(res.Failed))
+	r.recorded(ctx, v)
+	return nil
+}
+
+// recorded counts a verdict once it is durable.
+func (r *Relay) recorded(ctx context.Context, v *verdict) {
+	if v == nil {
+		return
+	}
+	r.published.Add(int64(len(v.published)))
+	r.failed.Add(int64(len(v.failed)))
 	if r.obs.events.Enabled(ctx) {
-		if res.Published > 0 {
-			r.obs.events.Add(ctx, int64(res.Published), metric.WithAttributeSet(r.obs.published))
+		if len(v.published) > 0 {
+			r.obs.events.Add(ctx, int64(len(v.published)), metric.WithAttributeSet(r.obs.published))
 		}
-		if res.Failed > 0 {
-			r.obs.events.Add(ctx, int64(res.Failed), metric.WithAttributeSet(r.obs.failed))
+		if len(v.failed) > 0 {
+			r.obs.events.Add(ctx, int64(len(v.failed)), metric.WithAttributeSet(r.obs.failed))
 		}
 	}
-	if res.Failed > 0 {
-		r.cfg.Logger.Warn("llmq: outbox events not confirmed; they will be retried", "failed", res.Failed, "of", res.Claimed, "err", pubErr)
-	}
-	return res, nil
 }
 
 func scanClaimed(row pgx.CollectableRow) (Record, error) {
@@ -313,16 +509,13 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer prune.Stop()
 	backoff := time.Duration(0)
 	for {
-		res, err := r.RelayOnce(ctx)
+		_, err := r.Drain(ctx)
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
 			backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
 			r.cfg.Logger.Warn("llmq: outbox relay pass failed", "err", err, "retry_in", backoff)
-		case res.Claimed == r.cfg.BatchSize:
-			backoff = 0
-			continue // more are waiting
 		default:
 			backoff = 0
 		}

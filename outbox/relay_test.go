@@ -273,27 +273,115 @@ func TestRelayRetriesFailuresWithoutBlockingOthers(t *testing.T) {
 
 // Publish failures must not reorder a key: with small batches, few keys
 // and a third of first attempts refused, every key's events still reach the
-// broker in write order. (Two ways this went wrong before: a later event of
-// a key confirmed in the same call as a refused earlier one, and a later
-// event claimed while an earlier one, due again, sat below the claim's
-// starting seq.)
+// broker in write order, whether batches are relayed one at a time
+// (RelayOnce) or overlapping (Drain, which claims the next batch while one
+// is published). (Two ways this went wrong before: a later event of a key
+// confirmed in the same call as a refused earlier one, and a later event
+// claimed while an earlier one, due again, sat below the claim's starting
+// seq.)
 func TestRelayKeepsKeyOrderThroughFailures(t *testing.T) {
 	t.Parallel()
-	f := setupRelay(t)
-	rng := rand.New(rand.NewPCG(3, 4))
-	var mu sync.Mutex
-	tried := map[string]bool{}
-	b := memory.New(memory.Config{FailPublish: func(m broker.Message) error {
-		mu.Lock()
-		defer mu.Unlock()
-		first := !tried[m.ID]
-		tried[m.ID] = true
-		if first && rng.Float64() < 0.3 {
-			return errors.New("injected: broker refused")
-		}
+	for _, tc := range []struct {
+		name        string
+		keys, batch int
+		relay       func(context.Context, *outbox.Relay) error
+	}{
+		{"RelayOnce", 8, 50, func(ctx context.Context, r *outbox.Relay) error { _, err := r.RelayOnce(ctx); return err }},
+		{"Drain", 64, 16, func(ctx context.Context, r *outbox.Relay) error { _, err := r.Drain(ctx); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := setupRelay(t)
+			rng := rand.New(rand.NewPCG(3, 4))
+			var mu sync.Mutex
+			tried := map[string]bool{}
+			b := memory.New(memory.Config{FailPublish: func(m broker.Message) error {
+				mu.Lock()
+				defer mu.Unlock()
+				first := !tried[m.ID]
+				tried[m.ID] = true
+				if first && rng.Float64() < 0.3 {
+					return errors.New("injected: broker refused")
+				}
+				return nil
+			}})
+			const events = 400
+			for i := range events {
+				_, err := f.store.Write(t.Context(), f.db.Pool, outbox.Event{
+					Topic: "orders", Key: fmt.Sprintf("key-%d", i%tc.keys), Type: "order.changed",
+					Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)),
+				})
+				require.NoError(t, err)
+			}
+			r, err := f.store.NewRelay(f.db.Pool, b.Publisher(), outbox.RelayConfig{
+				BatchSize: tc.batch,
+				Backoff:   outbox.BackoffPolicy{Base: 5 * time.Millisecond, Cap: 10 * time.Millisecond},
+			})
+			require.NoError(t, err)
+			require.Eventually(t, func() bool {
+				require.NoError(t, tc.relay(t.Context(), r))
+				return f.pending(t) == 0
+			}, 30*time.Second, time.Millisecond)
+
+			got := drain(t, b, events)
+			last := map[string]int{}
+			for _, m := range got {
+				var body struct{ N int }
+				require.NoError(t, json.Unmarshal(m.Body, &body))
+				if prev, ok := last[m.Key]; ok {
+					require.Greater(t, body.N, prev, "key %s out of order", m.Key)
+				}
+				last[m.Key] = body.N
+			}
+		})
+	}
+}
+
+// overlapProbe publishes through the memory broker and, while it holds a
+// batch that is not the last, waits for the relay to claim events of
+// another batch: evidence that claiming overlaps publishing.
+type overlapProbe struct {
+	broker.Publisher
+	f                   relayFixture
+	total               int
+	published, overlaps int
+	missed              bool // a wait timed out: do not wait again
+}
+
+func (p *overlapProbe) Publish(ctx context.Context, msgs []broker.Message) error {
+	if err := p.Publisher.Publish(ctx, msgs); err != nil {
+		return err
+	}
+	p.published += len(msgs) // Publish calls of one relay never overlap
+	if p.published == p.total || p.missed {
 		return nil
-	}})
-	const events, keys = 400, 8
+	}
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for wait.Err() == nil {
+		var others int
+		err := p.f.db.Pool.QueryRow(wait, "SELECT count(*) FROM "+p.f.db.Schema+".outbox WHERE published_at IS NULL AND claimed_until > now() AND NOT event_id::text = ANY ($1)", ids).Scan(&others)
+		if err == nil && others > 0 {
+			p.overlaps++
+			return nil
+		}
+		time.Sleep(time.Millisecond) // polling the database for a condition it cannot signal
+	}
+	p.missed = true
+	return nil
+}
+
+// Drain claims the next batch while the previous one is being published,
+// and still publishes every key in write order and marks every event.
+func TestDrainClaimsWhilePublishing(t *testing.T) {
+	t.Parallel()
+	f := setupRelay(t)
+	b := memory.New(memory.Config{})
+	const events, keys, batch = 300, 100, 25
 	for i := range events {
 		_, err := f.store.Write(t.Context(), f.db.Pool, outbox.Event{
 			Topic: "orders", Key: fmt.Sprintf("key-%d", i%keys), Type: "order.changed",
@@ -301,20 +389,18 @@ func TestRelayKeepsKeyOrderThroughFailures(t *testing.T) {
 		})
 		require.NoError(t, err)
 	}
-	r, err := f.store.NewRelay(f.db.Pool, b.Publisher(), outbox.RelayConfig{
-		BatchSize: 50,
-		Backoff:   outbox.BackoffPolicy{Base: 5 * time.Millisecond, Cap: 10 * time.Millisecond},
-	})
+	probe := &overlapProbe{Publisher: b.Publisher(), f: f, total: events}
+	r, err := f.store.NewRelay(f.db.Pool, probe, outbox.RelayConfig{BatchSize: batch})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		_, err := r.RelayOnce(t.Context())
-		require.NoError(t, err)
-		return f.pending(t) == 0
-	}, 30*time.Second, time.Millisecond)
 
-	got := drain(t, b, events)
+	res, err := r.Drain(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, outbox.BatchResult{Claimed: events, Published: events}, res)
+	require.Zero(t, f.pending(t), "the last verdict is recorded before Drain returns")
+	require.Equal(t, events/batch-1, probe.overlaps, "every batch but the last was published while the next was claimed")
+
 	last := map[string]int{}
-	for _, m := range got {
+	for _, m := range drain(t, b, events) {
 		var body struct{ N int }
 		require.NoError(t, json.Unmarshal(m.Body, &body))
 		if prev, ok := last[m.Key]; ok {
@@ -322,6 +408,7 @@ func TestRelayKeepsKeyOrderThroughFailures(t *testing.T) {
 		}
 		last[m.Key] = body.N
 	}
+	require.Equal(t, events, b.Published("orders"))
 }
 
 // Trace context travels with the message; the backlog's age is reported as
@@ -377,4 +464,54 @@ func TestRelayHeadersLagAndPruning(t *testing.T) {
 	left, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
 	require.NoError(t, err)
 	require.Equal(t, [][16]byte{recent.ID, stuck.ID}, left, "only the event published longer ago than the retention is gone")
+}
+
+// cancellingPublisher confirms every batch, and cancels the relay's
+// context while it publishes batch number cancelAt.
+type cancellingPublisher struct {
+	broker.Publisher
+	cancelAt, calls int
+	cancel          context.CancelFunc
+}
+
+func (p *cancellingPublisher) Publish(ctx context.Context, msgs []broker.Message) error {
+	p.calls++
+	if p.calls == p.cancelAt {
+		p.cancel()
+		return p.Publisher.Publish(context.WithoutCancel(ctx), msgs)
+	}
+	return p.Publisher.Publish(ctx, msgs)
+}
+
+// Drain stopped mid-stream, while the next claim may be running, still
+// records every batch the broker confirmed: nothing confirmed is left to be
+// published again.
+func TestDrainRecordsConfirmedBatchesWhenStopped(t *testing.T) {
+	t.Parallel()
+	f := setupRelay(t)
+	b := memory.New(memory.Config{})
+	const events = 200
+	for i := range events {
+		_, err := f.store.Write(t.Context(), f.db.Pool, outbox.Event{
+			Topic: "orders", Key: fmt.Sprintf("key-%d", i), Type: "order.changed",
+			Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)),
+		})
+		require.NoError(t, err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	pub := &cancellingPublisher{Publisher: b.Publisher(), cancelAt: 3, cancel: cancel}
+	r, err := f.store.NewRelay(f.db.Pool, pub, outbox.RelayConfig{BatchSize: 20})
+	require.NoError(t, err)
+
+	res, err := r.Drain(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	require.GreaterOrEqual(t, res.Published, 60, "three batches were confirmed")
+	var marked int
+	require.NoError(t, f.db.Pool.QueryRow(t.Context(), "SELECT count(*) FROM "+f.db.Schema+".outbox WHERE published_at IS NOT NULL").Scan(&marked))
+	require.Equal(t, b.Published("orders"), marked, "every confirmed event is marked published")
+	require.Equal(t, res.Published, marked)
+	st, err := r.Stats(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, int64(marked), st.Published)
 }
