@@ -73,6 +73,11 @@
 //     Backlogged tenants receive claims in proportion to their weights
 //     (default 1). A tenant that returns after an idle spell starts at the
 //     lowest active virtual time: it is served at once, but banks no credit.
+//     A claim locks one tenant for every 16 jobs it may take (at least 4):
+//     with many tenants, each is served up to about 16 jobs at a time and
+//     they take turns, because every locked tenant's row is written by the
+//     claim. Locking a tenant per job cost a tenant-row update per job
+//     claimed (13,200 against 19,400 jobs/s on 1,000 tenants, claims of 500).
 //   - Caps: TenantLimits.MaxRunning bounds a tenant's RUNNING jobs in a
 //     queue across every runner. The tenant's row is locked from the choice
 //     to the commit, and its running jobs are counted by a statement that

@@ -65,7 +65,7 @@ func (s *PostgresStore) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]*J
 			batch.Queue("SET LOCAL jit = off")
 			batch.Queue(fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", s.cfg.ClaimIdleTimeout.Milliseconds()))
 		}
-		batch.Queue(s.sql.lockClaimTenants, p.Queue, p.Limit)
+		batch.Queue(s.sql.lockClaimTenants, p.Queue, tenantsPerClaim(p.Limit))
 		results := tx.SendBatch(ctx, batch)
 		tenants, err := readClaimTenants(results, nested)
 		if closeErr := results.Close(); err == nil {
@@ -289,3 +289,22 @@ func checkTenantLimits(tenant string, l TenantLimits) error {
 	}
 	return nil
 }
+
+// tenantsPerClaim is how many tenants a claim of limit jobs locks: one for
+// every claimQuantum jobs, at least minTenantsPerClaim, at most limit.
+// Each locked tenant's row is updated by the claim (its virtual time), and
+// each is read through its own range of the claim index, so locking a
+// tenant per job made a many-tenant claim write a tenant row per job
+// claimed. With fewer tenants per claim, a backlogged tenant is served up
+// to about claimQuantum jobs at a time, and tenants take turns by virtual
+// time as before: over any longer window the shares are the same, and a
+// tenant that becomes active is still among the first locked.
+func tenantsPerClaim(limit int) int {
+	return min(limit, max(minTenantsPerClaim, (limit+claimQuantum-1)/claimQuantum))
+}
+
+// claimQuantum and minTenantsPerClaim: see tenantsPerClaim.
+const (
+	claimQuantum       = 16
+	minTenantsPerClaim = 4
+)
