@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -30,7 +29,7 @@ func BenchmarkEnqueue(b *testing.B) {
 	}{
 		{name: "statement"},
 		{name: "caller_tx", callerTx: true},
-		{name: "statement_notify_per_10ms", cfg: jobs.Config{NotifyInterval: 10 * time.Millisecond}},
+		{name: "statement_notify_every_enqueue", cfg: jobs.Config{NotifyInterval: -1}},
 		{name: "statement_without_notify", cfg: jobs.Config{DisableNotify: true}},
 	}
 	for _, v := range variants {

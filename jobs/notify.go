@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// notifyLimiter decides which enqueues send a NOTIFY. With a zero interval
-// every enqueue does; otherwise at most one per queue per interval from this
+// notifyLimiter decides which enqueues send a NOTIFY. With a negative
+// interval every enqueue does; otherwise at most one per queue per interval from this
 // store, which keeps most accepting transactions off Postgres' notify lock
 // (see Config.NotifyInterval).
 type notifyLimiter struct {
@@ -27,7 +27,7 @@ func (l *notifyLimiter) queues(queues []string, now time.Time) []string {
 	if l.disabled {
 		return out
 	}
-	if l.interval <= 0 {
+	if l.interval < 0 {
 		for _, q := range queues {
 			if !contains(out, q) {
 				out = append(out, q)

@@ -407,7 +407,6 @@ func TestNewStoreRejectsBadConfig(t *testing.T) {
 		{Queues: []string{""}},
 		{MaxPayloadBytes: -1},
 		{DefaultMaxAttempts: -1},
-		{NotifyInterval: -time.Second},
 		{ClaimIdleTimeout: -time.Second},
 	} {
 		_, err := jobs.NewStore(cfg)
@@ -571,30 +570,44 @@ func TestDisableNotify(t *testing.T) {
 
 func TestNotifyInterval(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	limited, err := jobs.NewStore(jobs.Config{Schema: f.schema, Queues: []string{"default", "webhooks"}, NotifyInterval: time.Hour})
-	require.NoError(t, err)
+	for _, tc := range []struct {
+		name     string
+		interval time.Duration
+		want     []string
+	}{
+		// The first "default" enqueue notifies, the next two are within the
+		// interval, then "webhooks".
+		{"an hour", time.Hour, []string{"default", "webhooks"}},
+		{"negative: every enqueue", -1, []string{"default", "default", "default", "webhooks"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			limited, err := jobs.NewStore(jobs.Config{Schema: f.schema, Queues: []string{"default", "webhooks"}, NotifyInterval: tc.interval})
+			require.NoError(t, err)
 
-	conn, err := pgx.Connect(t.Context(), dbtest.URL())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	_, err = conn.Exec(t.Context(), "LISTEN "+limited.Channel())
-	require.NoError(t, err)
-	next := func() string {
-		wait, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-		defer cancel()
-		n, err := conn.WaitForNotification(wait)
-		require.NoError(t, err)
-		return n.Payload
-	}
+			conn, err := pgx.Connect(t.Context(), dbtest.URL())
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = conn.Close(context.Background()) })
+			_, err = conn.Exec(t.Context(), "LISTEN "+limited.Channel())
+			require.NoError(t, err)
 
-	for _, queue := range []string{"default", "default", "default", "webhooks"} {
-		_, err = limited.Enqueue(t.Context(), f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k", Queue: queue})
-		require.NoError(t, err)
+			for _, queue := range []string{"default", "default", "default", "webhooks"} {
+				_, err = limited.Enqueue(t.Context(), f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k", Queue: queue})
+				require.NoError(t, err)
+			}
+			// Notifications arrive in commit order, so once "webhooks"
+			// arrived, every earlier one has too.
+			var got []string
+			for len(got) == 0 || got[len(got)-1] != "webhooks" {
+				wait, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+				n, err := conn.WaitForNotification(wait)
+				cancel()
+				require.NoError(t, err, "notifications so far: %v", got)
+				got = append(got, n.Payload)
+			}
+			require.Equal(t, tc.want, got)
+			require.Equal(t, 4, f.count(t, "jobs"))
+		})
 	}
-	// Notifications arrive in commit order: the first "default" enqueue
-	// notified, the next two were within the interval, then "webhooks".
-	require.Equal(t, "default", next())
-	require.Equal(t, "webhooks", next())
-	require.Equal(t, 4, f.count(t, "jobs"))
 }

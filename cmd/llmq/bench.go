@@ -58,7 +58,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.producers, "producers", 16, "e2e: concurrent producers, each enqueueing one job (and its outbox event) per transaction")
 	fs.Float64Var(&o.rate, "rate", 100, "latency: arrivals per second")
 	fs.IntVar(&o.batch, "claim-batch", 0, "jobs per claim (0: 500 for drain, 100 for e2e, 10 for latency, never more than -workers); events per relay claim (0: 500)")
-	fs.DurationVar(&o.notifyEach, "notify-interval", 0, "jobs.Config.NotifyInterval of the producers' store (0: NOTIFY on every enqueue)")
+	fs.DurationVar(&o.notifyEach, "notify-interval", 0, "jobs.Config.NotifyInterval of the producers' store (0: its default, 5ms; negative: NOTIFY on every enqueue)")
 	fs.IntVar(&o.tenants, "tenants", 1, "drain: tenants the backlog is spread over, round robin (fair claiming shares claims among them)")
 	fs.IntVar(&o.backlog, "backlog", 0, "drain: jobs queued up front (0: -jobs); the bench times the first -jobs of them")
 	fs.BoolVar(&o.keep, "keep", false, "keep the throwaway schema instead of dropping it")
