@@ -36,5 +36,6 @@ func ExampleMigrate() {
 	// applied 0005_admission
 	// applied 0006_observability
 	// applied 0007_outbox_fillfactor
+	// applied 0008_job_keys
 	// all applied: true
 }

@@ -14,6 +14,10 @@ func (s *PostgresStore) QueryForTest(name string) string {
 		return s.sql.claim
 	case "QueueDepth":
 		return s.sql.queueDepth
+	case "ListJobs":
+		return s.sql.list
+	case "SelectJobsByIdempotencyKey":
+		return s.sql.selectByKey
 	}
 	panic("unknown statement " + name)
 }

@@ -34,7 +34,7 @@ func TestFencedStatementsProbeThePrimaryKey(t *testing.T) {
 	}
 	claimed, err := f.store.Claim(ctx, f.pool, jobs.ClaimParams{Queue: "default", Kinds: []string{"k"}, Worker: "w", Limit: 300, LeaseDuration: time.Minute})
 	require.NoError(t, err)
-	_, err = f.pool.Exec(ctx, "ANALYZE "+f.schema+".jobs, "+f.schema+".tenant_queues")
+	_, err = f.pool.Exec(ctx, "ANALYZE "+f.schema+".jobs, "+f.schema+".job_keys, "+f.schema+".tenant_queues")
 	require.NoError(t, err)
 
 	conn, err := f.pool.Acquire(ctx)
@@ -82,4 +82,19 @@ func TestFencedStatementsProbeThePrimaryKey(t *testing.T) {
 	}
 	require.NotContains(t, plan, "Seq Scan on jobs", plan)
 	require.NotContains(t, plan, "Seq Scan on tenant_queues", plan)
+
+	// The reads that moved to job_keys go through its indexes, then jobs'
+	// primary key.
+	for name, want := range map[string]struct {
+		params int
+		index  string
+	}{
+		"ListJobs":                   {5, "job_keys_pkey"},
+		"SelectJobsByIdempotencyKey": {2, "job_keys_idempotency_idx"},
+	} {
+		plan := explain(name, want.params)
+		require.Contains(t, plan, want.index, "%s:\n%s", name, plan)
+		require.Contains(t, plan, "jobs_pkey", "%s:\n%s", name, plan)
+		require.NotContains(t, plan, "Seq Scan", "%s:\n%s", name, plan)
+	}
 }

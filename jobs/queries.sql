@@ -12,10 +12,12 @@ cancel_requested_at, created_at, updated_at, finished_at, trace_parent
 -- name: InsertJobs
 -- Inserts a batch of jobs and, in the same statement, one "<kind>.requested"
 -- outbox event per job actually inserted. One statement is atomic even on a
--- pool, and costs one round trip. A key already taken by the same tenant
--- inserts nothing (ON CONFLICT DO NOTHING waits for a concurrent inserter of
--- that key to finish, so a racing duplicate never slips in); the caller then
--- reads the existing job with SelectJobsByIdempotencyKey. $18 is the W3C
+-- pool, and costs one round trip. Each job's keys go to job_keys first; a
+-- key already taken by the same tenant inserts nothing there (ON CONFLICT DO
+-- NOTHING waits for a concurrent inserter of that key to finish, so a racing
+-- duplicate never slips in), and only jobs whose keys went in are inserted;
+-- the caller then reads the existing job with SelectJobsByIdempotencyKey.
+-- (job_keys says why keys live apart from jobs.) $18 is the W3C
 -- traceparent of the accepting span (NULL outside a trace): stored on each
 -- job for its attempts' spans, and sent as the requested event's header.
 WITH input AS (
@@ -30,6 +32,13 @@ WITH input AS (
         available_at, deadline_at, estimated_tokens, event_id
     )
 ),
+keyed AS (
+    INSERT INTO /*schema*/job_keys (tenant, id, idempotency_key)
+    SELECT tenant, id, idempotency_key
+    FROM input
+    ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id
+),
 job AS (
     INSERT INTO /*schema*/jobs (
         id, tenant, kind, queue, priority,
@@ -37,11 +46,11 @@ job AS (
         available_at, deadline_at, estimated_tokens, trace_parent
     )
     SELECT
-        id, tenant, kind, queue, priority,
-        idempotency_key, request_hash, payload::jsonb, group_key, max_attempts,
-        coalesce(available_at, now()), deadline_at, estimated_tokens, $18::text
-    FROM input
-    ON CONFLICT (tenant, idempotency_key) DO NOTHING
+        i.id, i.tenant, i.kind, i.queue, i.priority,
+        i.idempotency_key, i.request_hash, i.payload::jsonb, i.group_key, i.max_attempts,
+        coalesce(i.available_at, now()), i.deadline_at, i.estimated_tokens, $18::text
+    FROM input AS i
+    JOIN keyed ON keyed.id = i.id
     RETURNING
         /*job_columns*/
 ),
@@ -91,12 +100,15 @@ FROM job
 WHERE NOT (job.queue = ANY ($17::text[])) OR pg_notify($16, job.queue) IS NOT NULL;
 
 -- name: SelectJobsByIdempotencyKey
--- The jobs holding the given (tenant, key) pairs; served by the unique
--- constraint's index.
+-- The jobs holding the given (tenant, key) pairs, found through
+-- job_keys_idempotency_idx (the IS NOT NULL lets the planner use that
+-- partial index), then the primary key.
 SELECT
-    /*job_columns*/
-FROM /*schema*/jobs
-WHERE (tenant, idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]));
+    /*job_columns j*/
+FROM /*schema*/job_keys AS k
+JOIN /*schema*/jobs AS j ON j.id = k.id
+WHERE (k.tenant, k.idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+    AND k.idempotency_key IS NOT NULL;
 
 -- name: GetJob
 -- Every read is tenant-scoped: another tenant's id finds nothing.
@@ -106,16 +118,18 @@ FROM /*schema*/jobs
 WHERE tenant = $1 AND id = $2;
 
 -- name: ListJobs
--- Newest first with keyset pagination on the time-ordered id, served by
--- jobs_tenant_id_idx; state and kind filters are applied while walking it.
+-- Newest first with keyset pagination on the time-ordered id: walks the
+-- tenant's range of job_keys' primary key backwards and reads each job
+-- through jobs' primary key; state and kind filters are applied on the way.
 SELECT
-    /*job_columns*/
-FROM /*schema*/jobs
-WHERE tenant = $1
-    AND (cardinality($2::text[]) = 0 OR state = ANY ($2::text[]))
-    AND ($3::text = '' OR kind = $3::text)
-    AND ($4::uuid IS NULL OR id < $4::uuid)
-ORDER BY tenant, id DESC
+    /*job_columns j*/
+FROM /*schema*/job_keys AS k
+JOIN /*schema*/jobs AS j ON j.id = k.id
+WHERE k.tenant = $1
+    AND (cardinality($2::text[]) = 0 OR j.state = ANY ($2::text[]))
+    AND ($3::text = '' OR j.kind = $3::text)
+    AND ($4::uuid IS NULL OR k.id < $4::uuid)
+ORDER BY k.tenant, k.id DESC
 LIMIT $5;
 
 -- name: CancelJob
@@ -707,6 +721,10 @@ job AS (
     FROM source
     RETURNING
         /*job_columns*/
+),
+keyed AS (
+    INSERT INTO /*schema*/job_keys (tenant, id)
+    SELECT tenant, id FROM job
 ),
 event AS (
     INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload)

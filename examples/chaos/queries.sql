@@ -40,8 +40,10 @@ WHERE id IN (SELECT id FROM /*schema*/jobs WHERE state = 'RUNNING' AND lease_own
 SELECT count(*) FROM pg_stat_activity WHERE application_name = $1;
 
 -- name: JobByKey
-SELECT state, CASE WHEN state = 'RUNNING' THEN lease_owner ELSE '' END
-FROM /*schema*/jobs WHERE tenant = $1 AND idempotency_key = $2;
+SELECT j.state, CASE WHEN j.state = 'RUNNING' THEN j.lease_owner ELSE '' END
+FROM /*schema*/job_keys AS k
+JOIN /*schema*/jobs AS j ON j.id = k.id
+WHERE k.tenant = $1 AND k.idempotency_key = $2;
 
 -- name: ExpirePermits
 UPDATE /*schema*/admission_permits SET expires_at = now() WHERE holder = $1;
