@@ -406,6 +406,16 @@ WHERE j.id = ANY ($3::uuid[])
     AND j.lease_until > now()
 RETURNING j.id, j.cancel_requested_at IS NOT NULL;
 
+-- name: ListLeases
+-- The RUNNING jobs of queue $2 leased to worker $1, read through
+-- jobs_running_tenant_idx (the queue's running jobs, in every runner). A
+-- runner reads this only after a claim failed, to find jobs a claim leased
+-- to it whose reply it never received.
+SELECT
+    /*job_columns*/
+FROM /*schema*/jobs
+WHERE queue = $2 AND state = 'RUNNING' AND lease_owner = $1;
+
 -- name: CompleteJobs
 -- Records a batch of attempt outcomes, each conditional on its fence: a job
 -- changes only while it is still in the lease its attempt was claimed with.

@@ -59,6 +59,10 @@ type Store interface {
 	// runnable work active again once they have some (a retry's time came);
 	// idleFor > 0 looks only at those idle for less than that.
 	WakeIdleTenants(ctx context.Context, db DBTX, queue string, idleFor time.Duration) (int64, error)
+	// Leases returns the RUNNING jobs of queue leased to worker: after a
+	// claim whose reply was lost, the leases it took that the worker never
+	// heard of.
+	Leases(ctx context.Context, db DBTX, worker, queue string) ([]*Job, error)
 	// Heartbeat extends the leases worker still holds.
 	Heartbeat(ctx context.Context, db DBTX, worker string, leaseDuration time.Duration, leases []Lease) (HeartbeatResult, error)
 	// Complete applies attempt outcomes, each only under its fence.
@@ -163,7 +167,7 @@ type PostgresStore struct {
 	channel string
 	notify  *notifyLimiter
 	sql     struct {
-		insertJobs, selectByKey, get, list, cancel, stats                                             string
+		insertJobs, selectByKey, get, list, cancel, stats, leases                                     string
 		lockClaimTenants, claim, wakeIdleTenants, heartbeat, complete, markStale, reap, failDeadlines string
 		setTenantLimits, deleteTenantLimits, getTenantLimits                                          string
 		replay, attempts, queueDepth                                                                  string
@@ -215,6 +219,7 @@ func NewStore(cfg Config) (*PostgresStore, error) {
 	s.sql.selectByKey = q.Must("SelectJobsByIdempotencyKey")
 	s.sql.get = q.Must("GetJob")
 	s.sql.list = q.Must("ListJobs")
+	s.sql.leases = q.Must("ListLeases")
 	s.sql.cancel = q.Must("CancelJob")
 	s.sql.stats = q.Must("QueueStats")
 	s.sql.lockClaimTenants = q.Must("LockClaimTenants")

@@ -48,7 +48,7 @@ const (
 	AttemptFailed         AttemptOutcome = "failed"
 	AttemptCancelled      AttemptOutcome = "cancelled"
 	AttemptReleased       AttemptOutcome = "released"      // handed back at shutdown
-	AttemptSnoozed        AttemptOutcome = "snoozed"       // put off by its handler (a limiter, a circuit breaker); not counted against MaxAttempts
+	AttemptSnoozed        AttemptOutcome = "snoozed"       // put off by its handler (a limiter, a circuit breaker), or released unstarted after its claim's reply was lost; not counted against MaxAttempts
 	AttemptLeaseExpired   AttemptOutcome = "lease_expired" // its worker stopped heartbeating; the reaper took the job back
 	AttemptStale          AttemptOutcome = "stale"         // it completed after losing its lease; nothing of it was applied
 )
@@ -242,6 +242,25 @@ func (s *PostgresStore) Heartbeat(ctx context.Context, db DBTX, worker string, l
 		return res, fmt.Errorf("jobs: heartbeat: %w", err)
 	}
 	return res, nil
+}
+
+// Leases implements Store.
+func (s *PostgresStore) Leases(ctx context.Context, db DBTX, worker, queue string) ([]*Job, error) {
+	if worker == "" {
+		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "worker", Problem: "must not be empty"}
+	}
+	if queue == "" {
+		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "queue", Problem: "must not be empty"}
+	}
+	rows, err := db.Query(ctx, s.sql.leases, worker, queue)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: leases of %s in %s: %w", worker, queue, err)
+	}
+	held, err := pgx.CollectRows(rows, scanJob)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: leases of %s in %s: %w", worker, queue, err)
+	}
+	return held, nil
 }
 
 // Complete implements Store: it applies a batch of completions in one

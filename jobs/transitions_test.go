@@ -271,3 +271,32 @@ func TestReapFailsWhenAttemptsAreUsedUp(t *testing.T) {
 	events := f.events(t)
 	require.Equal(t, "k.dead_lettered", events[len(events)-1].eventType)
 }
+
+// Leases lists a worker's RUNNING jobs in one queue: not another worker's,
+// not a finished one, not another queue's.
+func TestLeasesListsAWorkersRunningJobs(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	queued := jobs.EnqueueParams{Tenant: "acme", Kind: "k"}
+	webhook := jobs.EnqueueParams{Tenant: "acme", Kind: "k", Queue: "webhooks"}
+	_, err := f.store.EnqueueMany(ctx, f.pool, []jobs.EnqueueParams{queued, queued, queued, webhook})
+	require.NoError(t, err)
+	mine, done := f.claim(t, "w"), f.claim(t, "w")
+	f.claim(t, "other")
+	_, err = f.store.Claim(ctx, f.pool, jobs.ClaimParams{Queue: "webhooks", Kinds: []string{"k"}, Worker: "w", Limit: 1, LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	_, err = f.store.Complete(ctx, f.pool, []jobs.Completion{succeeded(done, `{}`)})
+	require.NoError(t, err)
+
+	held, err := f.store.Leases(ctx, f.pool, "w", "default")
+	require.NoError(t, err)
+	require.Len(t, held, 1)
+	require.Equal(t, mine.ID, held[0].ID)
+	require.Equal(t, mine.Fence, held[0].Fence)
+
+	_, err = f.store.Leases(ctx, f.pool, "", "default")
+	require.ErrorIs(t, err, jobs.ErrInvalidParams)
+	_, err = f.store.Leases(ctx, f.pool, "w", "")
+	require.ErrorIs(t, err, jobs.ErrInvalidParams)
+}

@@ -47,6 +47,14 @@
 //     job signals travel on a broker call Runner.Wake from their consumer
 //     (and may set DisableListen); a wake-up is a hint, read against
 //     Postgres, so a lost or repeated one only moves when a claim happens.
+//   - A claim whose commit reached Postgres but whose reply never reached
+//     the runner (a dropped connection, a timeout during the commit) does
+//     not strand its jobs: a third of LeaseDuration after a failed claim,
+//     the runner lists the queue's jobs leased to it (jobs.Store.Leases),
+//     and hands back at once those it is not running, as snoozed attempts
+//     that say so ("released unstarted"), their retry budget untouched.
+//     Leases whose outcome could not be recorded are left to the reaper,
+//     which marks them uncertain.
 //   - Graceful shutdown: Run stops claiming, lets attempts finish within
 //     ShutdownGrace, cancels the rest and releases their jobs at once
 //     (RETRY_SCHEDULED, available now) instead of leaving them to expire.

@@ -60,6 +60,17 @@ type Runner struct {
 
 	mu     sync.Mutex
 	leases map[uuid.UUID]*attempt // live attempts by job id
+	// unrecorded holds the leases whose attempt ran but whose outcome could
+	// not be recorded, by job id: they are left to expire, so the reaper
+	// records them as uncertain, and releaseUnheard must not take them for
+	// leases never started.
+	unrecorded map[uuid.UUID]unrecordedLease
+}
+
+// unrecordedLease is a lease in Runner.unrecorded.
+type unrecordedLease struct {
+	queue string
+	fence int64
 }
 
 // attempt is one job this runner holds.
@@ -101,7 +112,8 @@ func NewRunner(pool *pgxpool.Pool, store jobs.Store, cfg Config) (*Runner, error
 	for q := range cfg.Queues {
 		wakes[q] = make(chan struct{}, 1)
 	}
-	return &Runner{pool: pool, store: store, cfg: cfg, kinds: kinds, obs: cfg.obs, wakes: wakes, leases: map[uuid.UUID]*attempt{}}, nil
+	return &Runner{pool: pool, store: store, cfg: cfg, kinds: kinds, obs: cfg.obs, wakes: wakes,
+		leases: map[uuid.UUID]*attempt{}, unrecorded: map[uuid.UUID]unrecordedLease{}}, nil
 }
 
 // WorkerID is the name this runner holds leases under.
@@ -232,7 +244,13 @@ func (p *producer) run(ctx, work context.Context, attempts *sync.WaitGroup, c *c
 	var activeUntil, lastClaim time.Time
 	backoff := time.Duration(0)
 	notified := false // the last wake-up was a NOTIFY or Wake: committed work exists
+	// After a failed claim, when to look for leases it took anyway (see
+	// releaseUnheard); zero when there is nothing to look for.
+	var unheardCheck time.Time
 	for {
+		if !unheardCheck.IsZero() && !time.Now().Before(unheardCheck) && p.releaseUnheard(ctx) {
+			unheardCheck = time.Time{}
+		}
 		free := p.maxWorkers - int(p.inFlight.Load())
 		claimed := 0
 		if free > 0 {
@@ -254,6 +272,11 @@ func (p *producer) run(ctx, work context.Context, attempts *sync.WaitGroup, c *c
 			case err != nil && ctx.Err() != nil:
 				return
 			case err != nil:
+				if unheardCheck.IsZero() {
+					// By then a claim whose reply was lost has committed or
+					// never will: its timeout is past.
+					unheardCheck = time.Now().Add(p.r.completionTimeout())
+				}
 				backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
 				cfg.Logger.Warn("llmq: claim failed", "queue", p.queue, "err", err, "retry_in", backoff)
 				if !retry.Sleep(ctx, backoff) {
@@ -320,6 +343,67 @@ func (p *producer) claim(ctx context.Context, limit int) ([]*jobs.Job, error) {
 	}
 	return batch, err
 }
+
+// releaseUnheard gives back the leases of this queue that Postgres says
+// this runner holds and the runner does not know of: those of a claim that
+// committed after its reply was lost (a dropped connection, a timeout
+// during the commit). Without this they would sit RUNNING until their
+// leases expired, and the reaper would then count an attempt that never
+// started, marked uncertain. Each is snoozed with no delay, so it is
+// claimable at once, keeps its attempt budget, and its attempt row says
+// what happened. The producer calls this between claims, so no claim of
+// its own is in flight, and an attempt stays tracked until its outcome is
+// durable: every untracked lease is one it never heard of. It reports
+// whether the check ran; on an error it is tried again on the next turn.
+func (p *producer) releaseUnheard(ctx context.Context) bool {
+	r := p.r
+	held, err := r.store.Leases(ctx, r.pool, r.cfg.WorkerID, p.queue)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.cfg.Logger.Warn("llmq: reading this runner's leases after a failed claim", "queue", p.queue, "err", err)
+		}
+		return false
+	}
+	var release []jobs.Completion
+	r.mu.Lock()
+	for _, job := range held {
+		if _, tracked := r.leases[job.ID]; tracked {
+			continue
+		}
+		if l, ok := r.unrecorded[job.ID]; ok && l.fence == job.Fence {
+			continue
+		}
+		release = append(release, jobs.Completion{
+			Lease:   jobs.Lease{JobID: job.ID, Fence: job.Fence},
+			Attempt: job.Attempt,
+			Worker:  r.cfg.WorkerID,
+			Outcome: jobs.OutcomeSnoozed,
+			Error:   unheardClaim,
+		})
+	}
+	// An unrecorded lease of this queue that is no longer held has been
+	// reaped: forget it.
+	for id, l := range r.unrecorded {
+		if l.queue == p.queue && !slices.ContainsFunc(held, func(j *jobs.Job) bool { return j.ID == id && j.Fence == l.fence }) {
+			delete(r.unrecorded, id)
+		}
+	}
+	r.mu.Unlock()
+	if len(release) == 0 {
+		return true
+	}
+	if _, err := r.store.Complete(ctx, r.pool, release); err != nil {
+		if ctx.Err() == nil {
+			r.cfg.Logger.Warn("llmq: releasing leases of a claim whose reply was lost", "queue", p.queue, "jobs", len(release), "err", err)
+		}
+		return false
+	}
+	r.cfg.Logger.Warn("llmq: released leases of a claim whose reply was lost; they are claimable again", "queue", p.queue, "jobs", len(release))
+	return true
+}
+
+// unheardClaim is the attempt error of a lease released by releaseUnheard.
+const unheardClaim = "released unstarted: the claim committed but its reply never reached the runner"
 
 // recentIdle is how far back wakeRecentlyIdle looks: far longer than any
 // claim transaction a NOTIFY could have raced.
@@ -435,6 +519,9 @@ func (r *Runner) execute(ctx context.Context, a *attempt, c *completer) {
 	case errors.Is(err, jobs.ErrLeaseLost):
 		logger.Info("llmq: stale completion discarded")
 	case err != nil:
+		r.mu.Lock()
+		r.unrecorded[job.ID] = unrecordedLease{queue: job.Queue, fence: job.Fence}
+		r.mu.Unlock()
 		logger.Error("llmq: recording an attempt failed; the lease will expire and the reaper retry the job", "err", err)
 	default:
 		logger.Debug("llmq: attempt recorded", "state", res.State)
