@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -212,6 +213,16 @@ func (c *completer) record(ctx context.Context, completions []jobs.Completion) (
 	}
 	var results []jobs.CompletionResult
 	err := dbsql.WithTx(ctx, c.r.pool, func(tx pgx.Tx) error {
+		// The transaction holds its jobs' row locks while the hooks run. A
+		// hook that stalls outside the database (a call that ignores ctx)
+		// would keep them, and every heartbeat of this runner waits on
+		// them: Postgres ends the session once it has sat idle for the
+		// completion timeout, the locks go, and the outcome is recorded
+		// again.
+		if _, err := tx.Exec(ctx, "SELECT set_config('idle_in_transaction_session_timeout', $1, true)",
+			strconv.FormatInt(c.r.completionTimeout().Milliseconds(), 10)); err != nil {
+			return err
+		}
 		var err error
 		results, err = c.r.store.Complete(ctx, tx, completions)
 		if err != nil {

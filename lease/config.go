@@ -124,8 +124,11 @@ type Config struct {
 	InvalidOutput InvalidOutputPolicy
 	// OnSucceeded, when set, runs in the transaction that records each
 	// success, with a context in the job's trace (the span that accepted
-	// it), so that jobs it enqueues and events it writes join that trace. If it fails, the completion is retried a few times and then
-	// recorded as a transient failure (the job is retried) without the hook.
+	// it), so that jobs it enqueues and events it writes join that trace.
+	// If it fails, the completion is retried a few times and then recorded
+	// as a transient failure (the job is retried) without the hook. Keep
+	// it to database writes: the transaction holds the jobs' rows, and
+	// Postgres ends it if it sits idle for a third of LeaseDuration.
 	OnSucceeded SucceededHook
 	// AfterRecord, when set, is called once each attempt's outcome is
 	// durable (or recording it failed for good), outside any transaction:

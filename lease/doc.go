@@ -82,7 +82,11 @@
 //     different builds can share a queue during a rolling deploy.
 //   - If OnSucceeded keeps failing, the success is recorded as a transient
 //     failure after a few tries: the job runs again rather than sitting
-//     RUNNING until its lease expires.
+//     RUNNING until its lease expires. A hook that stalls outside the
+//     database cannot hold its jobs' rows (and with them this runner's
+//     heartbeats) for longer than a third of LeaseDuration: the completion
+//     transaction runs with idle_in_transaction_session_timeout set to
+//     that, and the outcome is recorded again after Postgres ends it.
 //   - Config.Admission puts provider calls under an admission limiter
 //     (package admission): a queue is claimed from only while its pools can
 //     grant soon, each attempt holds a permit, waiting for one never holds

@@ -572,6 +572,55 @@ func TestOnSucceededJoinsTheCompletion(t *testing.T) {
 	require.GreaterOrEqual(t, failures.Load(), int32(3))
 }
 
+// A hook that stalls outside the database, ignoring its context, holds the
+// completion transaction open: Postgres ends it after the completion
+// timeout (a third of the lease), so its jobs' rows are not locked for
+// longer, and the outcome is recorded again, with the hook's write once.
+func TestStalledOnSucceededReleasesItsRows(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	_, err := f.pool.Exec(t.Context(), "CREATE TABLE "+f.schema+".deliveries (job_id uuid PRIMARY KEY)")
+	require.NoError(t, err)
+	stalled, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	cfg := fastConfig(map[string]lease.Handler{
+		"k": lease.HandlerFunc(func(context.Context, *jobs.Job) (json.RawMessage, error) { return json.RawMessage(`{}`), nil }),
+	})
+	cfg.OnSucceeded = func(ctx context.Context, tx pgx.Tx, job *jobs.Job) error {
+		if calls.Add(1) == 1 {
+			close(stalled)
+			<-release // a call that ignores ctx
+		}
+		_, err := tx.Exec(ctx, "INSERT INTO "+f.schema+".deliveries (job_id) VALUES ($1)", job.ID)
+		return err
+	}
+	f.start(cfg)
+	var once sync.Once
+	unstall := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unstall) // before the runner stops, whatever happens
+	job := f.enqueue(jobs.EnqueueParams{Kind: "k"})
+	<-stalled
+
+	// The job's row is locked by the stalled transaction until Postgres
+	// ends it; without the bound this waits out its own lock_timeout.
+	started := time.Now()
+	err = pgx.BeginFunc(t.Context(), f.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(t.Context(), "SET LOCAL lock_timeout = '10s'"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(t.Context(), "SELECT 1 FROM "+f.schema+".jobs WHERE id = $1 FOR UPDATE", job.ID)
+		return err
+	})
+	require.NoError(t, err, "the row stayed locked by the stalled hook's transaction")
+	require.Less(t, time.Since(started), 8*time.Second)
+	unstall()
+
+	require.Equal(t, jobs.StateSucceeded, f.await(job.ID).State)
+	var n int
+	require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT count(*) FROM "+f.schema+".deliveries WHERE job_id = $1", job.ID).Scan(&n))
+	require.Equal(t, 1, n, "the stalled transaction's write did not commit; the retry's did")
+}
+
 // A heartbeat that finds the lease gone cancels the handler's context at
 // once, with ErrLeaseLost as the cause.
 func TestLostLeaseCancelsTheHandler(t *testing.T) {
