@@ -18,6 +18,8 @@ func (s *PostgresStore) QueryForTest(name string) string {
 		return s.sql.list
 	case "SelectJobsByIdempotencyKey":
 		return s.sql.selectByKey
+	case "ListLeases":
+		return s.sql.leases
 	}
 	panic("unknown statement " + name)
 }

@@ -6,9 +6,9 @@ import (
 )
 
 // notifyLimiter decides which enqueues send a NOTIFY. With a negative
-// interval every enqueue does; otherwise at most one per queue per interval from this
-// store, which keeps most accepting transactions off Postgres' notify lock
-// (see Config.NotifyInterval).
+// interval every enqueue does; otherwise at most one per queue per
+// interval from this store, which keeps most accepting transactions off
+// Postgres' notify lock (see Config.NotifyInterval).
 type notifyLimiter struct {
 	disabled bool
 	interval time.Duration

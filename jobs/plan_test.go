@@ -97,4 +97,9 @@ func TestFencedStatementsProbeThePrimaryKey(t *testing.T) {
 		require.Contains(t, plan, "jobs_pkey", "%s:\n%s", name, plan)
 		require.NotContains(t, plan, "Seq Scan", "%s:\n%s", name, plan)
 	}
+
+	// A runner's leases are read from the running jobs only.
+	plan = explain("ListLeases", 2)
+	require.NotContains(t, plan, "Seq Scan", plan)
+	require.Regexp(t, "jobs_running_tenant_idx|jobs_lease_expiry_idx", plan)
 }

@@ -407,10 +407,10 @@ WHERE j.id = ANY ($3::uuid[])
 RETURNING j.id, j.cancel_requested_at IS NOT NULL;
 
 -- name: ListLeases
--- The RUNNING jobs of queue $2 leased to worker $1, read through
--- jobs_running_tenant_idx (the queue's running jobs, in every runner). A
--- runner reads this only after a claim failed, to find jobs a claim leased
--- to it whose reply it never received.
+-- The RUNNING jobs of queue $2 leased to worker $1, read through one of the
+-- partial indexes on RUNNING jobs: the cost is the number of jobs running,
+-- in every runner, not the table. A runner reads this only after a claim
+-- failed, to find jobs a claim leased to it whose reply it never received.
 SELECT
     /*job_columns*/
 FROM /*schema*/jobs

@@ -234,6 +234,9 @@ func (r *Relay) Drain(ctx context.Context) (BatchResult, error) {
 			serial--
 			res, v := flight.wait()
 			total.add(res)
+			if !v.empty() {
+				floor = min(floor, v.firstSeq) // see below: its keys' next events
+			}
 			carried, flight = carried.merge(v), nil
 		}
 		// A claim made while a batch is in flight looks only a little past
