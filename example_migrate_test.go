@@ -37,5 +37,6 @@ func ExampleMigrate() {
 	// applied 0006_observability
 	// applied 0007_outbox_fillfactor
 	// applied 0008_job_keys
+	// applied 0009_webhook_sealed_secrets
 	// all applied: true
 }

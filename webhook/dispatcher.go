@@ -206,8 +206,9 @@ func (d *Dispatcher) load(ctx context.Context, tenant string, p deliveryPayload)
 	var scheme, status, breaker string
 	var keyIDs []string
 	var secrets [][]byte
+	var sealed []bool
 	err := d.db.QueryRow(ctx, d.store.sql.loadAttempt, tenant, p.DeliveryID).Scan(&t.endpointID,
-		&t.body, &t.url, &scheme, &t.sendKeyIDs, &status, &breaker, &t.breakerTill, &keyIDs, &secrets)
+		&t.body, &t.url, &scheme, &t.sendKeyIDs, &status, &breaker, &t.breakerTill, &keyIDs, &secrets, &sealed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, jobs.Permanent(fmt.Errorf("webhook: delivery %s: %w", p.DeliveryID, ErrNotFound))
 	}
@@ -216,7 +217,13 @@ func (d *Dispatcher) load(ctx context.Context, tenant string, p deliveryPayload)
 	}
 	t.scheme, t.status, t.breaker = Scheme(scheme), Status(status), BreakerState(breaker)
 	for i := range keyIDs {
-		t.keys = append(t.keys, Key{ID: keyIDs[i], Secret: secrets[i]})
+		secret, err := d.store.openKey(t.endpointID, keyIDs[i], secrets[i], sealed[i])
+		if err != nil {
+			// A configuration problem of this host, not of the delivery:
+			// it is retried on its schedule.
+			return nil, fmt.Errorf("webhook: delivery %s: %w", p.DeliveryID, err)
+		}
+		t.keys = append(t.keys, Key{ID: keyIDs[i], Secret: secret})
 	}
 	return &t, nil
 }

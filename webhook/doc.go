@@ -80,9 +80,14 @@
 //   - The body is built once at Enqueue, in the Standard Webhooks shape
 //     {"type", "timestamp", "data"}, and stored as bytes: every attempt sends
 //     the identical body, so a receiver's inbox digest stays the same.
-//   - Secrets are stored raw in webhook_endpoint_keys: HMAC signing needs them
-//     in clear. Encrypt the database at rest, or keep the schema's access
-//     narrow.
+//   - HMAC signing needs each secret in clear, so a secret cannot be stored
+//     hashed. With Config.Sealer (NewAESGCMSealer: AES-256-GCM under a key
+//     the host keeps outside the database) secrets are stored sealed, bound
+//     to their endpoint and key id, and opened only to sign; a dump or a
+//     replica of the database then holds no usable secret. Without a
+//     sealer they are stored raw, and Store.SealSecrets seals those once a
+//     sealer is set. A dispatcher without the sealer fails deliveries whose
+//     keys are sealed with ErrSealed, and they are retried on schedule.
 //   - A name that resolves to several addresses is refused if any of them is
 //     forbidden: a public address next to an internal one is a rebinding
 //     attempt, not a configuration.

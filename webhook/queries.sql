@@ -13,7 +13,23 @@ INSERT INTO /*schema*/webhook_endpoints (id, tenant, url, event_types, scheme, s
 VALUES ($1, $2, $3, $4, $5, $6, $7);
 
 -- name: InsertKey
-INSERT INTO /*schema*/webhook_endpoint_keys (endpoint_id, key_id, secret) VALUES ($1, $2, $3);
+-- $4: the secret is sealed (Config.Sealer), not raw.
+INSERT INTO /*schema*/webhook_endpoint_keys (endpoint_id, key_id, secret, sealed) VALUES ($1, $2, $3, $4);
+
+-- name: RawKeys
+-- Keys whose secrets are stored raw, locked for SealSecrets to seal them.
+SELECT endpoint_id, key_id, secret
+FROM /*schema*/webhook_endpoint_keys
+WHERE NOT sealed
+ORDER BY endpoint_id, key_id
+LIMIT $1
+FOR UPDATE;
+
+-- name: SealKeys
+UPDATE /*schema*/webhook_endpoint_keys AS k
+SET secret = v.secret, sealed = true
+FROM unnest($1::uuid[], $2::text[], $3::bytea[]) AS v (endpoint_id, key_id, secret)
+WHERE k.endpoint_id = v.endpoint_id AND k.key_id = v.key_id AND NOT k.sealed;
 
 -- name: ExpireKeys
 -- Rotation: the endpoint's current keys (other than the new one, $2) expire
@@ -77,6 +93,9 @@ SELECT e.id, d.body, e.url, e.scheme, e.send_key_ids, e.status, e.breaker_state,
           WHERE k.endpoint_id = e.id AND (k.expires_at IS NULL OR k.expires_at > now())
           ORDER BY k.created_at DESC, k.key_id),
     ARRAY(SELECT k.secret FROM /*schema*/webhook_endpoint_keys AS k
+          WHERE k.endpoint_id = e.id AND (k.expires_at IS NULL OR k.expires_at > now())
+          ORDER BY k.created_at DESC, k.key_id),
+    ARRAY(SELECT k.sealed FROM /*schema*/webhook_endpoint_keys AS k
           WHERE k.endpoint_id = e.id AND (k.expires_at IS NULL OR k.expires_at > now())
           ORDER BY k.created_at DESC, k.key_id)
 FROM /*schema*/webhook_deliveries AS d

@@ -203,6 +203,12 @@ type Config struct {
 	// AlertTopic is the outbox topic of alert events. Default
 	// "llmq.webhooks".
 	AlertTopic string
+	// Sealer, when set, seals every secret stored from now on (see
+	// SecretSealer and NewAESGCMSealer), and opens sealed secrets to sign
+	// deliveries. Without it secrets are stored raw, and a sealed one
+	// cannot be used: the delivery fails with ErrSealed until a sealer is
+	// configured. SealSecrets seals the raw ones already stored.
+	Sealer SecretSealer
 	// Retention is how long Prune keeps deliveries and their attempts.
 	// Default 30 days; it must exceed the schedule's whole span by a day,
 	// so that no delivery is pruned while it may still be retried (a
@@ -219,7 +225,7 @@ type Store struct {
 		insertEndpoint, insertKey, expireKeys, lockEndpoint, getEndpoint, listEndpoints, setStatus string
 		subscribed, insertDeliveries, getDelivery, loadAttempt                                     string
 		breakerAdmit, breakerSuccess, breakerFailure, authFailure, insertAttempt, listAttempts     string
-		pruneDeliveries, breakerStates                                                             string
+		pruneDeliveries, breakerStates, rawKeys, sealKeys                                          string
 	}
 }
 
@@ -272,7 +278,7 @@ func NewStore(cfg Config) (*Store, error) {
 		"GetDelivery": &s.sql.getDelivery, "LoadAttempt": &s.sql.loadAttempt, "BreakerAdmit": &s.sql.breakerAdmit,
 		"BreakerSuccess": &s.sql.breakerSuccess, "BreakerFailure": &s.sql.breakerFailure, "AuthFailure": &s.sql.authFailure,
 		"InsertAttempt": &s.sql.insertAttempt, "ListAttempts": &s.sql.listAttempts, "PruneDeliveries": &s.sql.pruneDeliveries,
-		"BreakerStates": &s.sql.breakerStates,
+		"BreakerStates": &s.sql.breakerStates, "RawKeys": &s.sql.rawKeys, "SealKeys": &s.sql.sealKeys,
 	} {
 		*dst = q.Must(name)
 	}
@@ -338,7 +344,7 @@ func (s *Store) RegisterEndpoint(ctx context.Context, db DBTX, p EndpointParams)
 		if _, err := tx.Exec(ctx, s.sql.insertEndpoint, id, p.Tenant, p.URL, p.EventTypes, string(p.Scheme), p.SendKeyIDs, p.Description); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, s.sql.insertKey, id, key.ID, key.Secret); err != nil {
+		if err := s.insertKey(ctx, tx, id, key); err != nil {
 			return err
 		}
 		ep, err = s.getEndpoint(ctx, tx, p.Tenant, id)
@@ -351,6 +357,86 @@ func (s *Store) RegisterEndpoint(ctx context.Context, db DBTX, p EndpointParams)
 }
 
 func newKeyID() string { return "key_" + uuid.Must(uuid.NewV7()).String() }
+
+// insertKey stores an endpoint's key, its secret sealed when a Sealer is
+// configured.
+func (s *Store) insertKey(ctx context.Context, tx pgx.Tx, endpoint uuid.UUID, key Key) error {
+	secret, sealed := key.Secret, false
+	if s.cfg.Sealer != nil {
+		var err error
+		if secret, err = s.cfg.Sealer.Seal(key.Secret, keyAssociation(endpoint, key.ID)); err != nil {
+			return err
+		}
+		sealed = true
+	}
+	_, err := tx.Exec(ctx, s.sql.insertKey, endpoint, key.ID, secret, sealed)
+	return err
+}
+
+// openKey returns a stored secret as the signer needs it.
+func (s *Store) openKey(endpoint uuid.UUID, keyID string, stored []byte, sealed bool) ([]byte, error) {
+	if !sealed {
+		return stored, nil
+	}
+	if s.cfg.Sealer == nil {
+		return nil, fmt.Errorf("%w: key %s of endpoint %s is sealed and webhook.Config.Sealer is not set", ErrSealed, keyID, endpoint)
+	}
+	secret, err := s.cfg.Sealer.Open(stored, keyAssociation(endpoint, keyID))
+	if err != nil {
+		return nil, fmt.Errorf("key %s of endpoint %s: %w", keyID, endpoint, err)
+	}
+	return secret, nil
+}
+
+// SealSecrets seals, with Config.Sealer, the secrets stored raw (before a
+// sealer was configured), and returns how many. Run it once after setting
+// a Sealer; it is safe to run again, and alongside dispatchers.
+func (s *Store) SealSecrets(ctx context.Context, db DBTX) (int64, error) {
+	if s.cfg.Sealer == nil {
+		return 0, &ValidationError{Kind: ErrInvalidConfig, Field: "Sealer", Problem: "is required to seal secrets"}
+	}
+	const batch = 1000
+	var total int64
+	for {
+		var n int64
+		err := dbsql.WithTx(ctx, db, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, s.sql.rawKeys, batch)
+			if err != nil {
+				return err
+			}
+			type rawKey struct {
+				endpoint uuid.UUID
+				keyID    string
+				secret   []byte
+			}
+			raw, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (rawKey, error) {
+				var k rawKey
+				err := row.Scan(&k.endpoint, &k.keyID, &k.secret)
+				return k, err
+			})
+			if err != nil || len(raw) == 0 {
+				return err
+			}
+			endpoints, keyIDs, sealed := make([]uuid.UUID, len(raw)), make([]string, len(raw)), make([][]byte, len(raw))
+			for i, k := range raw {
+				if sealed[i], err = s.cfg.Sealer.Seal(k.secret, keyAssociation(k.endpoint, k.keyID)); err != nil {
+					return err
+				}
+				endpoints[i], keyIDs[i] = k.endpoint, k.keyID
+			}
+			tag, err := tx.Exec(ctx, s.sql.sealKeys, endpoints, keyIDs, sealed)
+			n = tag.RowsAffected()
+			return err
+		})
+		if err != nil {
+			return total, fmt.Errorf("webhook: sealing secrets: %w", err)
+		}
+		total += n
+		if n < batch {
+			return total, nil
+		}
+	}
+}
 
 // RotateSecret adds a fresh signing key to the endpoint and lets its current
 // keys sign for overlap more (zero retires them at once). It returns the new
@@ -365,7 +451,7 @@ func (s *Store) RotateSecret(ctx context.Context, db DBTX, tenant string, id uui
 		if err := tx.QueryRow(ctx, s.sql.lockEndpoint, tenant, id).Scan(&got); err != nil {
 			return notFound(err)
 		}
-		if _, err := tx.Exec(ctx, s.sql.insertKey, id, key.ID, key.Secret); err != nil {
+		if err := s.insertKey(ctx, tx, id, key); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, s.sql.expireKeys, id, key.ID, overlap.Milliseconds())

@@ -1,0 +1,1 @@
+ALTER TABLE /*schema*/webhook_endpoint_keys DROP COLUMN sealed;
