@@ -571,9 +571,20 @@ func (d *demo) report(ctx context.Context) error {
 	}
 	var signalLine string
 	if d.signals != nil {
-		written, pending, accepted, err := d.signals.counts(ctx)
-		if err != nil {
-			return err
+		// The last webhook deliveries complete just after the ERP counted
+		// them, and their completion events are written then: give the
+		// relay and the ingress a moment to carry those too.
+		var written, pending, accepted int64
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			var err error
+			if written, pending, accepted, err = d.signals.counts(ctx); err != nil {
+				return err
+			}
+			if pending == 0 && accepted == written || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 		signalLine = fmt.Sprintf("broker (%s): %d job events written to the outbox, %d unpublished, %d accepted once by the inbox\n", d.signals.broker, written, pending, accepted)
 		if pending != 0 || accepted != written {
