@@ -42,8 +42,11 @@
 //     ErrNotFound, exactly like a job that does not exist.
 //   - Every change a client can observe bumps the job's state_version, which
 //     never goes backwards.
-//   - Enqueue NOTIFYs "<schema>_jobs" with the queue name; Postgres delivers
-//     it on commit, so runners wake for committed work only.
+//   - Enqueue NOTIFYs "<schema>_jobs" with the queue name, at most once per
+//     queue per Config.NotifyInterval (5ms) from a store; Postgres delivers
+//     it on commit, so runners wake for committed work only, and a runner
+//     keeps claiming for a while after each wake-up, so an enqueue that sent
+//     none is still picked up within milliseconds.
 //   - Fencing: a job's fence changes whenever a lease begins (Claim) or ends
 //     (Complete, the reaper, a release at shutdown). Heartbeat and Complete
 //     apply only under the fence their attempt was claimed with, in one
