@@ -432,9 +432,10 @@ func (s *PostgresStore) resolveExisting(ctx context.Context, db DBTX, b *insertB
 		k := tenantKey{b.tenants[i], *b.keys[i]}
 		j, ok := byKey[k]
 		if !ok {
-			// The key's holder was deleted between the two statements (job
-			// retention); the caller can simply retry.
-			return nil, fmt.Errorf("jobs: enqueue: tenant %q key %q was taken and released concurrently; retry", k.tenant, k.key)
+			// The key's job_keys row has no job: the job was deleted between
+			// the two statements (retry), or deleted without its job_keys
+			// row, which keeps the key taken (see the package documentation).
+			return nil, fmt.Errorf("jobs: enqueue: tenant %q key %q is held in job_keys by no job: it was released concurrently (retry), or its job was deleted without its job_keys row", k.tenant, k.key)
 		}
 		if j.RequestHash != dbsql.Deref(b.hashes[i]) {
 			return nil, &ConflictError{Index: i, Tenant: k.tenant, IdempotencyKey: k.key, ExistingJobID: j.ID}
