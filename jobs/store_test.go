@@ -149,6 +149,35 @@ func TestEnqueueSameKeyDifferentRequestConflicts(t *testing.T) {
 	require.NotEqual(t, first.Job.ID, other.Job.ID)
 }
 
+// A key lives as long as its job_keys row: a job pruned together with
+// that row frees its key; a job deleted without it leaves the key taken,
+// and enqueueing it again says so.
+func TestPrunedJobsAndTheirKeys(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	prune := func(id uuid.UUID, keys bool) {
+		t.Helper()
+		if keys {
+			_, err := f.pool.Exec(ctx, "DELETE FROM "+f.schema+".job_keys WHERE id = $1", id)
+			require.NoError(t, err)
+		}
+		_, err := f.pool.Exec(ctx, "DELETE FROM "+f.schema+".jobs WHERE id = $1", id)
+		require.NoError(t, err)
+	}
+
+	first, err := f.store.Enqueue(ctx, f.pool, invoice("acme", "upload-1", "doc-1"))
+	require.NoError(t, err)
+	prune(first.Job.ID, true)
+	again, err := f.store.Enqueue(ctx, f.pool, invoice("acme", "upload-1", "doc-1"))
+	require.NoError(t, err)
+	require.False(t, again.Existing, "pruned with its key, the key is free")
+
+	prune(again.Job.ID, false)
+	_, err = f.store.Enqueue(ctx, f.pool, invoice("acme", "upload-1", "doc-1"))
+	require.ErrorContains(t, err, "deleted without its job_keys row")
+}
+
 func TestEnqueueCommitsWithTheCallersTransaction(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
