@@ -383,6 +383,9 @@ func (s *Store) openKey(endpoint uuid.UUID, keyID string, stored []byte, sealed 
 	}
 	secret, err := s.cfg.Sealer.Open(stored, keyAssociation(endpoint, keyID))
 	if err != nil {
+		if !errors.Is(err, ErrSealed) { // a sealer of the host's own
+			err = fmt.Errorf("%w: %w", ErrSealed, err)
+		}
 		return nil, fmt.Errorf("key %s of endpoint %s: %w", keyID, endpoint, err)
 	}
 	return secret, nil
