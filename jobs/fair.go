@@ -86,7 +86,10 @@ func (s *PostgresStore) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]*J
 		// plan test checks): planning it afresh cost as much as running it.
 		// With many, the planner's view of the arrays' sizes is worth its
 		// cost: measured on 100-job claims, the generic plan was about 30 %
-		// faster for one tenant and 2.8 times slower for a hundred.
+		// faster for one tenant and 2.8 times slower for a hundred tenants
+		// of one job each. Claims of 100 lock 7 tenants (tenantsPerClaim),
+		// and there the generic plan drained a 1,000,000-job, 1,000-tenant
+		// backlog about 5 % faster; at 32 tenants the two were level.
 		batch = &pgx.Batch{}
 		if !nested && len(tenants) <= genericPlanTenants {
 			batch.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
@@ -108,7 +111,7 @@ func (s *PostgresStore) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]*J
 
 // genericPlanTenants is the most tenants a claim runs ClaimJobs for on its
 // generic plan.
-const genericPlanTenants = 4
+const genericPlanTenants = 8
 
 // readClaimed reads ClaimJobs' rows after settings statements.
 func readClaimed(results pgx.BatchResults, settings int) ([]*Job, error) {
