@@ -158,6 +158,15 @@ type verdict struct {
 	delays    []int64
 }
 
+// result counts what the batch behind v came to: every claimed event was
+// either confirmed or not.
+func (v *verdict) result() BatchResult {
+	if v == nil {
+		return BatchResult{}
+	}
+	return BatchResult{Claimed: len(v.published) + len(v.failed), Published: len(v.published), Failed: len(v.failed)}
+}
+
 func (v *verdict) empty() bool { return v == nil || len(v.published) == 0 && len(v.failed) == 0 }
 
 // merge returns the verdicts of both batches as one.
@@ -206,8 +215,8 @@ func (r *Relay) RelayOnce(ctx context.Context) (BatchResult, error) {
 	} else {
 		r.floor.Store(recs[0].Seq)
 	}
-	res, v := r.publish(ctx, recs)
-	return res, r.settle(ctx, v)
+	v := r.publish(ctx, recs)
+	return v.result(), r.settle(ctx, v)
 }
 
 // Drain relays until a claim finds no event due, and returns what it did
@@ -232,8 +241,8 @@ func (r *Relay) Drain(ctx context.Context) (BatchResult, error) {
 	for {
 		if flight != nil && serial > 0 {
 			serial--
-			res, v := flight.wait()
-			total.add(res)
+			v := flight.wait()
+			total.add(v.result())
 			if !v.empty() {
 				floor = min(floor, v.firstSeq) // see below: its keys' next events
 			}
@@ -248,8 +257,8 @@ func (r *Relay) Drain(ctx context.Context) (BatchResult, error) {
 		recs, err := r.claim(ctx, carried, r.startSeq(floor), ceiling)
 		if err != nil {
 			if flight != nil {
-				res, v := flight.wait()
-				total.add(res)
+				v := flight.wait()
+				total.add(v.result())
 				carried = carried.merge(v)
 			}
 			return total, errors.Join(fmt.Errorf("outbox: claiming events: %w", err), r.settle(ctx, carried))
@@ -260,8 +269,8 @@ func (r *Relay) Drain(ctx context.Context) (BatchResult, error) {
 			serial = serialAfterEmptyOverlap
 		}
 		if flight != nil {
-			res, v := flight.wait()
-			total.add(res)
+			v := flight.wait()
+			total.add(v.result())
 			carried, flight = v, nil
 		}
 		// Where the next claim may start. It records the verdict taken
@@ -307,7 +316,6 @@ const overlapWindow = 2
 type flight struct {
 	lastSeq int64
 	done    chan struct{}
-	res     BatchResult
 	v       *verdict
 }
 
@@ -315,14 +323,14 @@ func (r *Relay) startPublish(ctx context.Context, recs []Record) *flight {
 	f := &flight{lastSeq: recs[len(recs)-1].Seq, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
-		f.res, f.v = r.publish(ctx, recs)
+		f.v = r.publish(ctx, recs)
 	}()
 	return f
 }
 
-func (f *flight) wait() (BatchResult, *verdict) {
+func (f *flight) wait() *verdict {
 	<-f.done
-	return f.res, f.v
+	return f.v
 }
 
 func (b *BatchResult) add(o BatchResult) {
@@ -346,9 +354,9 @@ func (r *Relay) startSeq(floor int64) int64 {
 
 // publish publishes recs, which are in write order, and returns the
 // broker's verdict on each.
-func (r *Relay) publish(ctx context.Context, recs []Record) (BatchResult, *verdict) {
+func (r *Relay) publish(ctx context.Context, recs []Record) *verdict {
 	if len(recs) == 0 {
-		return BatchResult{}, nil
+		return nil
 	}
 	// Claims are ordered by seq, and so are the messages: events sharing a
 	// key reach the publisher in write order.
@@ -378,7 +386,7 @@ func (r *Relay) publish(ctx context.Context, recs []Record) (BatchResult, *verdi
 	if len(v.failed) > 0 {
 		r.cfg.Logger.Warn("llmq: outbox events not confirmed; they will be retried", "failed", len(v.failed), "of", len(recs), "err", pubErr)
 	}
-	return BatchResult{Claimed: len(recs), Published: len(v.published), Failed: len(v.failed)}, v
+	return v
 }
 
 // claim records carried, then claims up to a batch with seq in [floor,
