@@ -16,7 +16,7 @@ import (
 // answering tenants must use the tenant-scoped Store methods instead.
 
 type operatorSQL struct {
-	lookup, deadLetters, tenantBacklogs, listTenantLimits string
+	lookup, deadLetters, tenantBacklogs, kindBacklogs, listTenantLimits string
 }
 
 func newOperatorSQL(q dbsql.Queries) operatorSQL {
@@ -24,6 +24,7 @@ func newOperatorSQL(q dbsql.Queries) operatorSQL {
 		lookup:           q.Must("LookupJob"),
 		deadLetters:      q.Must("ListDeadLetters"),
 		tenantBacklogs:   q.Must("TenantBacklogs"),
+		kindBacklogs:     q.Must("KindBacklogs"),
 		listTenantLimits: q.Must("ListTenantLimits"),
 	}
 }
@@ -102,6 +103,81 @@ func (s *PostgresStore) TenantBacklogs(ctx context.Context, db DBTX) ([]TenantBa
 	})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: tenant backlogs: %w", err)
+	}
+	return out, nil
+}
+
+// KindBacklog is one kind's unfinished work in one queue. Runnable work of
+// a kind that no runner serves only ages: OldestRunnableAge grows and
+// Running stays zero.
+type KindBacklog struct {
+	Queue     string `json:"queue"`
+	Kind      string `json:"kind"`
+	Runnable  int64  `json:"runnable"`
+	Scheduled int64  `json:"scheduled"`
+	Running   int64  `json:"running"`
+	// OldestRunnableAge is how long the kind's longest-waiting runnable job
+	// has been eligible; zero when none is.
+	OldestRunnableAge time.Duration `json:"oldest_runnable_age"`
+}
+
+// KindBacklogs returns every (queue, kind) with unfinished jobs, by queue
+// then kind. Like TenantBacklogs it reads the unfinished jobs: an
+// operator's query, not a hot path.
+func (s *PostgresStore) KindBacklogs(ctx context.Context, db DBTX) ([]KindBacklog, error) {
+	rows, err := db.Query(ctx, s.ops.kindBacklogs)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: kind backlogs: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (KindBacklog, error) {
+		var (
+			b      KindBacklog
+			oldest float64
+		)
+		err := row.Scan(&b.Queue, &b.Kind, &b.Runnable, &b.Scheduled, &b.Running, &oldest)
+		b.OldestRunnableAge = time.Duration(oldest * float64(time.Second))
+		return b, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jobs: kind backlogs: %w", err)
+	}
+	return out, nil
+}
+
+// UnservedKind is a kind with runnable jobs that a runner has no handler
+// for; see UnservedKinds.
+type UnservedKind struct {
+	Kind string
+	// Runnable counts the jobs seen (at most 1000 per tenant).
+	Runnable int64
+	// OldestRunnableAge is how long the oldest of them has been eligible.
+	OldestRunnableAge time.Duration
+}
+
+// UnservedKinds returns the kinds of queue, other than kinds, with jobs
+// that have been runnable for at least waited, among the queue's idle
+// tenants: where jobs that no claim of those kinds takes end up. A runner
+// calls it now and then to warn about work it sees no handler for (see
+// queries.sql for its cost and what it cannot see).
+func (s *PostgresStore) UnservedKinds(ctx context.Context, db DBTX, queue string, kinds []string, waited time.Duration) ([]UnservedKind, error) {
+	if !s.queues[queue] {
+		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "queue", Problem: fmt.Sprintf("%q is not one of the configured queues %q", queue, s.cfg.Queues), Cause: ErrUnknownQueue}
+	}
+	rows, err := db.Query(ctx, s.sql.unservedKinds, queue, kinds, waited.Milliseconds())
+	if err != nil {
+		return nil, fmt.Errorf("jobs: unserved kinds of %s: %w", queue, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (UnservedKind, error) {
+		var (
+			k      UnservedKind
+			oldest float64
+		)
+		err := row.Scan(&k.Kind, &k.Runnable, &oldest)
+		k.OldestRunnableAge = time.Duration(oldest * float64(time.Second))
+		return k, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jobs: unserved kinds of %s: %w", queue, err)
 	}
 	return out, nil
 }

@@ -589,9 +589,44 @@ SET outcome       = 'stale',
     input_tokens  = excluded.input_tokens,
     output_tokens = excluded.output_tokens,
     uncertain     = a.uncertain OR excluded.uncertain
--- Only the reaper's record is amended: an outcome already recorded by this
+-- Only the reaper's record, or the runner's record of a hung attempt
+-- (MarkHungAttempts), is amended: an outcome already recorded by this
 -- attempt itself (a completion retried after an ambiguous commit) stands.
-WHERE a.fence = excluded.fence AND a.outcome = 'lease_expired';
+WHERE a.fence = excluded.fence AND a.outcome IN ('lease_expired', 'hung');
+
+-- name: MarkHungAttempts
+-- A runner gives up attempts whose handlers run on past their timeout and
+-- grace ($2 ids, $3 fences, of worker $1; $4 the attempts' errors). Each
+-- job still under that fence and owner gets a new fence: nothing its hung
+-- handler reports later can apply (CompleteJobs matches no row, and
+-- MarkStaleAttempts amends this attempt's row). Its row is written now, as
+-- 'hung' and uncertain, with the fence the attempt held. The job stays
+-- RUNNING with lease_until as it was: nobody renews it, and once it expires
+-- ReapExpiredLeases takes the job back under yet another fence. Until then
+-- no runner can claim it, so the job never runs twice at once within its
+-- lease. Like CompleteJobs, "id = ANY" gives the planner the primary-key
+-- probe; the UPDATE locks each row and re-checks the fence on its newest
+-- version, so a completion that won the race leaves nothing to mark.
+WITH hung AS (
+    UPDATE /*schema*/jobs AS j
+    SET fence      = j.fence + 1,
+        updated_at = now()
+    FROM unnest($2::uuid[], $3::bigint[], $4::text[]) AS h (id, fence, error)
+    WHERE j.id = ANY ($2::uuid[])
+        AND j.id = h.id
+        AND j.fence = h.fence
+        AND j.lease_owner = $1
+    RETURNING j.id, j.attempt, h.fence AS held_fence, j.fence, j.lease_owner, j.attempted_at, h.error
+),
+attempt AS (
+    INSERT INTO /*schema*/job_attempts (
+        job_id, attempt, fence, worker, started_at, outcome, error_class, error, uncertain
+    )
+    SELECT id, attempt, held_fence, lease_owner, attempted_at, 'hung', 'hung', error, true
+    FROM hung
+    ON CONFLICT (job_id, attempt) DO NOTHING
+)
+SELECT id, fence FROM hung;
 
 -- name: ReapExpiredLeases
 -- Takes back up to $1 jobs whose lease expired (their worker stopped
@@ -601,7 +636,10 @@ WHERE a.fence = excluded.fence AND a.outcome = 'lease_expired';
 -- full-jitter backoff (per-kind policies in $4..$6, default $2/$3 ms) — or
 -- FAILED_TERMINAL when its attempts are used up or the next attempt plus the
 -- margin $7 would end after its deadline. The attempt is marked uncertain:
--- its provider call may have been made and billed.
+-- its provider call may have been made and billed. An attempt its runner
+-- gave up as hung (MarkHungAttempts wrote its row: one primary-key probe
+-- of job_attempts per job taken back) keeps that row, and the job records
+-- the class 'hung' instead of 'lease_expired'.
 WITH expired AS (
     SELECT id, lease_owner
     FROM /*schema*/jobs
@@ -621,7 +659,11 @@ decided AS (
         CASE
             WHEN j.attempt >= j.max_attempts THEN 'lease_expired'
             WHEN j.deadline_at IS NOT NULL AND now() + $7 * interval '1 millisecond' > j.deadline_at THEN 'deadline'
-        END AS terminal_class
+        END AS terminal_class,
+        EXISTS (
+            SELECT 1 FROM /*schema*/job_attempts AS a
+            WHERE a.job_id = j.id AND a.attempt = j.attempt AND a.outcome = 'hung'
+        ) AS hung
     FROM expired AS e
     JOIN /*schema*/jobs AS j ON j.id = e.id
     LEFT JOIN unnest($4::text[], $5::bigint[], $6::bigint[]) AS p (kind, base_ms, cap_ms) ON p.kind = j.kind
@@ -634,8 +676,16 @@ reaped AS (
         available_at  = CASE WHEN d.terminal_class IS NULL
                             THEN now() + d.delay_ms * interval '1 millisecond'
                             ELSE j.available_at END,
-        error_class   = coalesce(d.terminal_class, 'lease_expired'),
-        last_error    = 'lease of worker ' || d.lease_owner || ' expired during attempt ' || j.attempt
+        error_class   = CASE
+                            WHEN d.terminal_class = 'deadline' THEN 'deadline'
+                            WHEN d.hung THEN 'hung'
+                            ELSE 'lease_expired'
+                        END,
+        last_error    = CASE
+                            WHEN d.hung THEN 'attempt ' || j.attempt || ' hung in worker ' || d.lease_owner
+                                || ' (still running past its timeout); its abandoned lease expired'
+                            ELSE 'lease of worker ' || d.lease_owner || ' expired during attempt ' || j.attempt
+                        END
                         || CASE d.terminal_class
                                WHEN 'deadline' THEN '; no time left before the deadline'
                                WHEN 'lease_expired' THEN '; no attempts left'
@@ -711,15 +761,27 @@ SELECT count(*) FROM failed;
 -- name: ReplayJob
 -- A new job from a finished one of the same tenant, linked by replay_of and
 -- recording who asked and why. The old row is only read, never changed. The
--- new job has no idempotency key: the old job keeps its own. Its tenant is
--- not made active here: if the tenant is idle, the runners' idle-tenant
--- sweep brings it back within a poll interval, which is soon enough for an
+-- new job has no idempotency key of its own: the old job keeps its own.
+-- $10 is the replay key (NULL when the operator asks for another replay):
+-- it goes to job_keys with the new job's id, and only if it was free is
+-- the job inserted. ON CONFLICT DO NOTHING waits for a concurrent replay of
+-- the same job to commit, so of two racing replays one inserts and the
+-- other finds the first (SelectJobsByIdempotencyKey, through
+-- job_keys_idempotency_idx). A NULL key never conflicts. Its tenant is not
+-- made active here: if the tenant is idle, the runners' idle-tenant sweep
+-- brings it back within a poll interval, which is soon enough for an
 -- operator's replay.
 WITH source AS (
     SELECT *
     FROM /*schema*/jobs
     WHERE tenant = $1 AND id = $2
         AND state IN ('FAILED_TERMINAL', 'REVIEW_REQUIRED', 'CANCELLED')
+),
+keyed AS (
+    INSERT INTO /*schema*/job_keys (tenant, id, idempotency_key)
+    SELECT tenant, $3, $10::text FROM source
+    ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id
 ),
 job AS (
     INSERT INTO /*schema*/jobs (
@@ -729,12 +791,9 @@ job AS (
     SELECT $3, tenant, kind, queue, priority, payload, group_key, max_attempts,
         $4, estimated_tokens, id, $5, $6
     FROM source
+    WHERE EXISTS (SELECT FROM keyed)
     RETURNING
         /*job_columns*/
-),
-keyed AS (
-    INSERT INTO /*schema*/job_keys (tenant, id)
-    SELECT tenant, id FROM job
 ),
 event AS (
     INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload)
@@ -764,6 +823,31 @@ SELECT id, attempt, fence, lease_owner, attempted_at, NULL, NULL,
 FROM /*schema*/jobs
 WHERE tenant = $1 AND id = $2 AND state = 'RUNNING'
 ORDER BY 2;
+
+-- name: UnservedKinds
+-- Kinds of queue $1 outside $2 (the kinds a runner has handlers for) with
+-- jobs runnable for at least $3 ms, counted among the queue's idle tenants:
+-- a tenant whose runnable work is all of kinds no runner claims is marked
+-- idle by every claim, so that is where such jobs wait. Idle tenants come
+-- from tenant_queues (tenant_queues_idle_idx); each one's waiting jobs from
+-- jobs_tenant_claim_idx, at most 1000 per tenant, the kind read from the
+-- heap. The cost follows the idle tenants' runnable backlog, not the
+-- table: a runner runs it once a minute per queue. Jobs of a tenant that
+-- also has work a runner claims are not seen until that work is done.
+SELECT u.kind, count(*), coalesce(extract(epoch FROM now() - min(u.available_at)), 0)::float8
+FROM /*schema*/tenant_queues AS q
+CROSS JOIN LATERAL (
+    SELECT j.kind, j.available_at
+    FROM /*schema*/jobs AS j
+    WHERE j.queue = q.queue AND j.tenant = q.tenant
+        AND j.state IN ('READY', 'RETRY_SCHEDULED')
+        AND j.available_at <= now() - $3 * interval '1 millisecond'
+        AND NOT (j.kind = ANY ($2::text[]))
+    LIMIT 1000
+) AS u
+WHERE q.queue = $1 AND q.idle
+GROUP BY u.kind
+ORDER BY u.kind;
 
 -- name: SetTenantLimits
 INSERT INTO /*schema*/tenant_limits (tenant, weight, max_running)
@@ -824,6 +908,22 @@ FROM backlog AS b
 LEFT JOIN /*schema*/tenant_limits AS own ON own.tenant = b.tenant
 LEFT JOIN /*schema*/tenant_limits AS d ON d.tenant = ''
 ORDER BY b.queue, b.tenant;
+
+-- name: KindBacklogs
+-- Per queue and kind with unfinished work: jobs eligible now, jobs waiting
+-- for their time, running jobs and the oldest eligible job's age. A kind
+-- that no runner serves shows as runnable work that only ages. Reads the
+-- unfinished jobs only, like TenantBacklogs.
+SELECT queue, kind,
+    count(*) FILTER (WHERE state IN ('READY', 'RETRY_SCHEDULED') AND available_at <= now()),
+    count(*) FILTER (WHERE state IN ('READY', 'RETRY_SCHEDULED') AND available_at > now()),
+    count(*) FILTER (WHERE state = 'RUNNING'),
+    coalesce(extract(epoch FROM now() - min(available_at)
+        FILTER (WHERE state IN ('READY', 'RETRY_SCHEDULED') AND available_at <= now())), 0)::float8
+FROM /*schema*/jobs
+WHERE state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')
+GROUP BY queue, kind
+ORDER BY queue, kind;
 
 -- name: ListTenantLimits
 -- Every stored row: the defaults ('') first, then each tenant's own.

@@ -47,7 +47,9 @@ type Store interface {
 	// Attempts returns the tenant's job's attempts, oldest first.
 	Attempts(ctx context.Context, db DBTX, tenant string, id uuid.UUID) ([]Attempt, error)
 	// Replay creates a new job from a finished one, leaving it unchanged.
-	Replay(ctx context.Context, db DBTX, params ReplayParams) (*Job, error)
+	// A second replay of the same job returns the first one's job unless
+	// params.Again asks for another.
+	Replay(ctx context.Context, db DBTX, params ReplayParams) (ReplayResult, error)
 
 	// The runner's side: claims, heartbeats and fenced completions, and the
 	// reaper that takes back expired leases.
@@ -67,6 +69,10 @@ type Store interface {
 	Heartbeat(ctx context.Context, db DBTX, worker string, leaseDuration time.Duration, leases []Lease) (HeartbeatResult, error)
 	// Complete applies attempt outcomes, each only under its fence.
 	Complete(ctx context.Context, db DBTX, completions []Completion) ([]CompletionResult, error)
+	// MarkHung gives up attempts whose handlers ignore their cancellation:
+	// their fences move on and their rows say "hung"; their leases are left
+	// to expire for the reaper.
+	MarkHung(ctx context.Context, db DBTX, worker string, hung []HungAttempt) ([]Lease, error)
 	// Reap takes back expired leases and fails jobs past their deadline.
 	Reap(ctx context.Context, db DBTX, params ReapParams) (ReapResult, error)
 	// Channel is the NOTIFY channel Enqueue signals on.
@@ -170,7 +176,7 @@ type PostgresStore struct {
 		insertJobs, selectByKey, get, list, cancel, stats, leases                                     string
 		lockClaimTenants, claim, wakeIdleTenants, heartbeat, complete, markStale, reap, failDeadlines string
 		setTenantLimits, deleteTenantLimits, getTenantLimits                                          string
-		replay, attempts, queueDepth                                                                  string
+		replay, attempts, queueDepth, markHung, unservedKinds                                         string
 	}
 	ops operatorSQL
 }
@@ -231,6 +237,8 @@ func NewStore(cfg Config) (*PostgresStore, error) {
 	s.sql.heartbeat = q.Must("HeartbeatLeases")
 	s.sql.complete = q.Must("CompleteJobs")
 	s.sql.markStale = q.Must("MarkStaleAttempts")
+	s.sql.markHung = q.Must("MarkHungAttempts")
+	s.sql.unservedKinds = q.Must("UnservedKinds")
 	s.sql.reap = q.Must("ReapExpiredLeases")
 	s.sql.failDeadlines = q.Must("FailExpiredDeadlines")
 	s.sql.replay = q.Must("ReplayJob")

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/retry"
+	"github.com/llmq/llmq/internal/validate"
 )
 
 // ErrLeaseLost is returned for a completion whose fence no longer matches:
@@ -51,6 +54,7 @@ const (
 	AttemptSnoozed        AttemptOutcome = "snoozed"       // put off by its handler (a limiter, a circuit breaker), or released unstarted after its claim's reply was lost; not counted against MaxAttempts
 	AttemptLeaseExpired   AttemptOutcome = "lease_expired" // its worker stopped heartbeating; the reaper took the job back
 	AttemptStale          AttemptOutcome = "stale"         // it completed after losing its lease; nothing of it was applied
+	AttemptHung           AttemptOutcome = "hung"          // still running past its timeout and grace: its runner abandoned the lease (see MarkHung)
 )
 
 // Error classes recorded on jobs and attempts. Handlers choose between the
@@ -66,6 +70,9 @@ const (
 	ClassLeaseExpired  = "lease_expired"  // the worker stopped heartbeating
 	ClassCancelled     = "cancelled"      // cancelled on request
 	ClassShutdown      = "shutdown"       // released by a worker shutting down
+	ClassHandlerDefect = "handler_defect" // the handler broke its contract (a result that is not JSON): terminal at once
+	ClassUnrecordable  = "unrecordable"   // PostgreSQL refused to store the outcome (a host trigger or constraint, a value jsonb cannot hold): terminal at once
+	ClassHung          = "hung"           // the handler kept running past its timeout and grace; its lease was abandoned
 )
 
 // ClaimParams asks for up to Limit eligible jobs of one queue.
@@ -190,6 +197,28 @@ type ReplayParams struct {
 	// DeadlineAt is the new job's deadline; zero means none. The old job's
 	// deadline is not copied: it has usually passed.
 	DeadlineAt time.Time
+	// Again asks for another new job even when JobID was replayed before.
+	// Without it a replay is idempotent: a second replay of the same job
+	// returns the first replay's job (ReplayResult.Existing) and writes
+	// nothing, so a repeated request never pays twice.
+	Again bool
+}
+
+// ReplayResult is what Replay did.
+type ReplayResult struct {
+	// Job is the replay: the new job, or the job of the earlier replay.
+	Job *Job
+	// Existing is true when JobID had been replayed before (and Again was
+	// not set): nothing was written and Job is that first replay.
+	Existing bool
+}
+
+// HungAttempt is an attempt its runner gives up on: the handler still runs
+// past its timeout and grace. See MarkHung.
+type HungAttempt struct {
+	Lease
+	// Error says what happened, for the attempt's row.
+	Error string
 }
 
 func (s *PostgresStore) checkClaim(p ClaimParams) error {
@@ -282,7 +311,7 @@ func (s *PostgresStore) Complete(ctx context.Context, db DBTX, completions []Com
 		seen                       = make(map[uuid.UUID]bool, n)
 	)
 	for i, c := range completions {
-		if err := checkCompletion(c); err != nil {
+		if err := c.Validate(); err != nil {
 			var fe *ValidationError
 			if errors.As(err, &fe) {
 				fe.Field = fmt.Sprintf("completions[%d].%s", i, fe.Field)
@@ -298,7 +327,7 @@ func (s *PostgresStore) Complete(ctx context.Context, db DBTX, completions []Com
 			return nil, fmt.Errorf("jobs: new event id: %w", err)
 		}
 		ids[i], eventIDs[i], fences[i], outcomes[i] = c.JobID, id, c.Fence, string(c.Outcome)
-		classes[i], messages[i] = dbsql.NullIfZero(c.ErrorClass), dbsql.NullIfZero(c.Error)
+		classes[i], messages[i] = dbsql.NullIfZero(c.ErrorClass), dbsql.NullIfZero(storableText(c.Error))
 		if len(c.Result) > 0 {
 			results[i] = dbsql.NullIfZero(string(c.Result))
 		}
@@ -346,7 +375,7 @@ func (s *PostgresStore) markStale(ctx context.Context, db DBTX, stale []Completi
 	workers, outcomes := make([]string, n), make([]string, n)
 	inTokens, outTokens, uncertain := make([]int64, n), make([]int64, n), make([]bool, n)
 	for i, c := range stale {
-		// checkCompletion bounded the attempt number.
+		// Validate bounded the attempt number.
 		ids[i], attempts[i], fences[i] = c.JobID, int32(c.Attempt), c.Fence
 		workers[i], outcomes[i] = c.Worker, string(c.Outcome)
 		inTokens[i], outTokens[i], uncertain[i] = c.Usage.InputTokens, c.Usage.OutputTokens, c.Usage.Uncertain
@@ -357,7 +386,15 @@ func (s *PostgresStore) markStale(ctx context.Context, db DBTX, stale []Completi
 	return nil
 }
 
-func checkCompletion(c Completion) error {
+// Validate reports, as a *ValidationError, what in c the store would
+// refuse: an unknown outcome, an attempt number out of range, no worker, a
+// negative duration, or a Result that is not JSON PostgreSQL's jsonb can
+// hold. Complete refuses a batch holding such a completion before writing
+// anything; a runner validates each outcome before it joins a batch, so
+// that one bad outcome cannot fail the others. Error texts are never
+// refused: Complete replaces what PostgreSQL cannot store in them (invalid
+// UTF-8, NUL bytes).
+func (c Completion) Validate() error {
 	fail := func(field, problem string) error {
 		return &ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}
 	}
@@ -372,13 +409,41 @@ func checkCompletion(c Completion) error {
 	if c.Worker == "" {
 		return fail("Worker", "must not be empty")
 	}
-	if len(c.Result) > 0 && !json.Valid(c.Result) {
-		return fail("Result", "is not valid JSON")
+	if len(c.Result) > 0 {
+		if problem, _ := validate.JSON(c.Result, math.MaxInt); problem != "" {
+			return fail("Result", problem)
+		}
 	}
 	if c.RetryDelay < 0 || c.DeadlineMargin < 0 {
 		return fail("RetryDelay", "durations must not be negative")
 	}
 	return nil
+}
+
+// OutputAsResult returns a model's or handler's output in a form the store
+// can keep as a job's result: output itself when it is JSON that
+// PostgreSQL's jsonb accepts, else a JSON string holding output as text
+// (invalid UTF-8 and NUL bytes become U+FFFD), so whoever reviews the job
+// reads what was said. Empty output stays empty.
+func OutputAsResult(output []byte) json.RawMessage {
+	if len(output) == 0 {
+		return nil
+	}
+	if problem, _ := validate.JSON(output, math.MaxInt); problem == "" {
+		return json.RawMessage(output)
+	}
+	text, err := json.Marshal(storableText(string(output)))
+	if err != nil { // a string always marshals
+		return nil
+	}
+	return text
+}
+
+// storableText replaces what a PostgreSQL text value cannot hold: invalid
+// UTF-8 and NUL bytes.
+func storableText(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	return strings.ReplaceAll(s, "\x00", "\uFFFD")
 }
 
 // Reap implements Store: one pass of the reaper. Expired leases are taken
@@ -416,47 +481,117 @@ func (s *PostgresStore) Reap(ctx context.Context, db DBTX, p ReapParams) (ReapRe
 // Replay implements Store: a new job with the finished job's input, linked
 // by ReplayOf and recording who asked and why. The finished job is not
 // changed. SUCCEEDED jobs and live jobs return ErrNotReplayable.
-func (s *PostgresStore) Replay(ctx context.Context, db DBTX, p ReplayParams) (*Job, error) {
+//
+// A replay is idempotent per finished job: the first replay of a job takes
+// a replay key (a job_keys row of the tenant holding a key no tenant can
+// send, since keys with control characters are refused), and a second
+// replay finds it and returns that job with Existing set, writing nothing.
+// ReplayParams.Again skips the key and always creates a new job.
+func (s *PostgresStore) Replay(ctx context.Context, db DBTX, p ReplayParams) (ReplayResult, error) {
 	fail := func(field, problem string) error {
 		return &ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}
 	}
 	if problem := checkText(p.By, true, MaxTenantLen); problem != "" {
-		return nil, fail("By", problem)
+		return ReplayResult{}, fail("By", problem)
 	}
 	if problem := checkText(p.Reason, true, 1000); problem != "" {
-		return nil, fail("Reason", problem)
+		return ReplayResult{}, fail("Reason", problem)
 	}
 	if !p.DeadlineAt.IsZero() && !p.DeadlineAt.After(time.Now()) {
-		return nil, fail("DeadlineAt", "is not in the future")
+		return ReplayResult{}, fail("DeadlineAt", "is not in the future")
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
-		return nil, fmt.Errorf("jobs: new job id: %w", err)
+		return ReplayResult{}, fmt.Errorf("jobs: new job id: %w", err)
 	}
 	eventID, err := uuid.NewV7()
 	if err != nil {
-		return nil, fmt.Errorf("jobs: new event id: %w", err)
+		return ReplayResult{}, fmt.Errorf("jobs: new event id: %w", err)
 	}
 	channel := s.channel // replays are rare: always worth a wake-up
 	if s.cfg.DisableNotify {
 		channel = ""
 	}
-	rows, err := db.Query(ctx, s.sql.replay, p.Tenant, p.JobID, id, dbsql.NullIfZero(p.DeadlineAt), p.By, p.Reason, eventID, s.cfg.EventTopic, channel)
+	var key *string
+	if !p.Again {
+		k := replayKey(p.JobID)
+		key = &k
+	}
+	rows, err := db.Query(ctx, s.sql.replay, p.Tenant, p.JobID, id, dbsql.NullIfZero(p.DeadlineAt), p.By, p.Reason, eventID, s.cfg.EventTopic, channel, key)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: replay %s: %w", p.JobID, err)
+		return ReplayResult{}, fmt.Errorf("jobs: replay %s: %w", p.JobID, err)
 	}
 	job, err := pgx.CollectExactlyOneRow(rows, scanJob)
-	if errors.Is(err, pgx.ErrNoRows) {
-		old, getErr := s.Get(ctx, db, p.Tenant, p.JobID)
-		if getErr != nil {
-			return nil, getErr
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return s.replayRefused(ctx, db, p, key)
+	case err != nil:
+		return ReplayResult{}, fmt.Errorf("jobs: replay %s: %w", p.JobID, err)
+	}
+	return ReplayResult{Job: job}, nil
+}
+
+// replayKey is the key of the first replay of a job. Its control character
+// keeps it out of reach of every tenant's own keys.
+func replayKey(id uuid.UUID) string { return "\x1freplay " + id.String() }
+
+// replayRefused explains a replay that wrote nothing: the job was replayed
+// before (its first replay is returned), it is not finished, or it does not
+// exist for the tenant.
+func (s *PostgresStore) replayRefused(ctx context.Context, db DBTX, p ReplayParams, key *string) (ReplayResult, error) {
+	if key != nil {
+		rows, err := db.Query(ctx, s.sql.selectByKey, []string{p.Tenant}, []string{*key})
+		if err != nil {
+			return ReplayResult{}, fmt.Errorf("jobs: replay %s: reading its earlier replay: %w", p.JobID, err)
 		}
-		return nil, fmt.Errorf("%w: %s is %s", ErrNotReplayable, p.JobID, old.State)
+		earlier, err := pgx.CollectRows(rows, scanJob)
+		if err != nil {
+			return ReplayResult{}, fmt.Errorf("jobs: replay %s: reading its earlier replay: %w", p.JobID, err)
+		}
+		if len(earlier) == 1 && earlier[0].ReplayOf == p.JobID {
+			return ReplayResult{Job: earlier[0], Existing: true}, nil
+		}
 	}
+	old, err := s.Get(ctx, db, p.Tenant, p.JobID)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: replay %s: %w", p.JobID, err)
+		return ReplayResult{}, err
 	}
-	return job, nil
+	return ReplayResult{}, fmt.Errorf("%w: %s is %s", ErrNotReplayable, p.JobID, old.State)
+}
+
+// MarkHung implements Store: for each attempt still RUNNING under its fence
+// and held by worker, it moves the fence on, so that nothing the hung
+// handler reports later can apply (it is recorded as stale), and writes
+// the attempt's row as hung and uncertain. The job stays RUNNING and its
+// lease is left to run out: nobody renews it, and once it has expired the
+// reaper takes the job back like any other, recording the class "hung". It
+// returns the leases it marked, with their new fences.
+func (s *PostgresStore) MarkHung(ctx context.Context, db DBTX, worker string, hung []HungAttempt) ([]Lease, error) {
+	if len(hung) == 0 {
+		return nil, nil
+	}
+	if worker == "" {
+		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "worker", Problem: "must not be empty"}
+	}
+	ids := make([][16]byte, len(hung)) // binary-encoded by pgx, unlike uuid.UUID
+	fences := make([]int64, len(hung))
+	messages := make([]string, len(hung))
+	for i, h := range hung {
+		ids[i], fences[i], messages[i] = h.JobID, h.Fence, storableText(h.Error)
+	}
+	rows, err := db.Query(ctx, s.sql.markHung, worker, ids, fences, messages)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: marking hung attempts: %w", err)
+	}
+	marked, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Lease, error) {
+		var l Lease
+		err := row.Scan((*[16]byte)(&l.JobID), &l.Fence)
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jobs: marking hung attempts: %w", err)
+	}
+	return marked, nil
 }
 
 // Attempts implements Store: the tenant's job's attempts, oldest first.

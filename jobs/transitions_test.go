@@ -2,12 +2,15 @@ package jobs_test
 
 import (
 	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/jobs"
 )
 
@@ -234,8 +237,10 @@ func TestDeadlinesAndReplay(t *testing.T) {
 	require.Equal(t, jobs.ClassDeadline, job.ErrorClass)
 
 	before := f.rawJob(t, job.ID)
-	replay, err := f.store.Replay(ctx, f.pool, jobs.ReplayParams{Tenant: "acme", JobID: job.ID, By: "ops@acme", Reason: "provider outage"})
+	res2, err := f.store.Replay(ctx, f.pool, jobs.ReplayParams{Tenant: "acme", JobID: job.ID, By: "ops@acme", Reason: "provider outage"})
 	require.NoError(t, err)
+	require.False(t, res2.Existing)
+	replay := res2.Job
 	require.Equal(t, job.ID, replay.ReplayOf)
 	require.Equal(t, "ops@acme", replay.ReplayedBy)
 	require.Equal(t, "provider outage", replay.ReplayReason)
@@ -298,5 +303,70 @@ func TestLeasesListsAWorkersRunningJobs(t *testing.T) {
 	_, err = f.store.Leases(ctx, f.pool, "", "default")
 	require.ErrorIs(t, err, jobs.ErrInvalidParams)
 	_, err = f.store.Leases(ctx, f.pool, "w", "")
+	require.ErrorIs(t, err, jobs.ErrInvalidParams)
+}
+
+// A replay is idempotent per dead job: replaying it again, even from many
+// callers at once, returns the first replay and writes nothing; Again
+// creates another job on purpose.
+func TestReplayIsIdempotent(t *testing.T) {
+	t.Parallel()
+	f := setup(t, dbtest.Options{MaxConns: 8})
+	ctx := t.Context()
+	res, err := f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k", MaxAttempts: 1})
+	require.NoError(t, err)
+	j := f.claim(t, "w")
+	_, err = f.store.Complete(ctx, f.pool, []jobs.Completion{{Lease: jobs.Lease{JobID: j.ID, Fence: j.Fence}, Attempt: 1, Worker: "w", Outcome: jobs.OutcomeFailed, ErrorClass: jobs.ClassPermanent, Error: "boom"}})
+	require.NoError(t, err)
+	eventsBefore := f.count(t, "outbox")
+
+	params := jobs.ReplayParams{Tenant: "acme", JobID: res.Job.ID, By: "alice", Reason: "parser fixed"}
+	results := make([]jobs.ReplayResult, 6)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() {
+			r, err := f.store.Replay(ctx, f.pool, params)
+			assert.NoError(t, err)
+			results[i] = r
+		})
+	}
+	wg.Wait()
+	first := 0
+	for _, r := range results {
+		require.NotNil(t, r.Job)
+		require.Equal(t, results[0].Job.ID, r.Job.ID, "every replay returns the same job")
+		require.Equal(t, res.Job.ID, r.Job.ReplayOf)
+		if !r.Existing {
+			first++
+		}
+	}
+	require.Equal(t, 1, first, "exactly one call created the replay")
+	require.Equal(t, eventsBefore+1, f.count(t, "outbox"), "one requested event")
+	require.Equal(t, 2, f.count(t, "jobs"))
+
+	params.By, params.Reason = "bob", "clicked twice"
+	again, err := f.store.Replay(ctx, f.pool, params)
+	require.NoError(t, err)
+	require.True(t, again.Existing)
+	require.Equal(t, results[0].Job.ID, again.Job.ID)
+	require.Equal(t, "alice", again.Job.ReplayedBy, "the first replay is returned as it was")
+
+	params.Again = true
+	second, err := f.store.Replay(ctx, f.pool, params)
+	require.NoError(t, err)
+	require.False(t, second.Existing)
+	require.NotEqual(t, results[0].Job.ID, second.Job.ID, "Again creates another job")
+	require.Equal(t, res.Job.ID, second.Job.ReplayOf)
+	require.Equal(t, "bob", second.Job.ReplayedBy)
+	require.Equal(t, 3, f.count(t, "jobs"))
+
+	params.Again = false
+	after, err := f.store.Replay(ctx, f.pool, params)
+	require.NoError(t, err)
+	require.True(t, after.Existing)
+	require.Equal(t, results[0].Job.ID, after.Job.ID, "a plain replay still returns the first")
+
+	// The replay key is the store's own: a tenant cannot send one like it.
+	_, err = f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k", IdempotencyKey: "\x1freplay " + res.Job.ID.String()})
 	require.ErrorIs(t, err, jobs.ErrInvalidParams)
 }

@@ -122,7 +122,8 @@ func runDead(ctx context.Context, name string, args []string, stdout, stderr io.
 	by := fs.String("by", "", "who asks for the replay, recorded on the new job (default: the OS user name)")
 	reason := fs.String("reason", "", "why, recorded on the new job (required)")
 	deadline := fs.Duration("deadline", 0, "the new job's deadline, from now (default: none)")
-	usage := sub + " needs a job id: " + name + " replay ID --reason WHY [--by WHO]"
+	again := fs.Bool("again", false, "replay even if the job was replayed before: another new job (default: a job replayed before returns its first replay)")
+	usage := sub + " needs a job id: " + name + " replay ID --reason WHY [--by WHO] [--again]"
 	pos, err := parseArgs(fs, args, 1, usage)
 	if err != nil {
 		return err
@@ -151,19 +152,32 @@ func runDead(ctx context.Context, name string, args []string, stdout, stderr io.
 	if err != nil {
 		return err
 	}
-	p := jobs.ReplayParams{Tenant: old.Tenant, JobID: id, By: *by, Reason: *reason}
+	p := jobs.ReplayParams{Tenant: old.Tenant, JobID: id, By: *by, Reason: *reason, Again: *again}
 	if *deadline > 0 {
 		p.DeadlineAt = time.Now().Add(*deadline)
 	}
-	job, err := s.jobs.Replay(ctx, s.pool, p)
+	res, err := s.jobs.Replay(ctx, s.pool, p)
 	if err != nil {
 		return err
 	}
+	job := res.Job
 	if c.json {
-		return writeJSON(stdout, job)
+		return writeJSON(stdout, replayJSON{Job: job, Existing: res.Existing})
+	}
+	if res.Existing {
+		fmt.Fprintf(stdout, "%s was already replayed as %s (%s), by %s: %s; nothing was written (--again replays it once more)\n",
+			id, job.ID, job.State, job.ReplayedBy, job.ReplayReason)
+		return nil
 	}
 	fmt.Fprintf(stdout, "replayed %s as %s (%s), by %s: %s\n", id, job.ID, job.State, job.ReplayedBy, job.ReplayReason)
 	return nil
+}
+
+// replayJSON is what dead replay --json prints: the replay job, and
+// whether it is an earlier replay that was returned rather than created.
+type replayJSON struct {
+	*jobs.Job
+	Existing bool `json:"existing"`
 }
 
 func deadList(ctx context.Context, c *common, tenant string, limit int, stdout io.Writer) error {

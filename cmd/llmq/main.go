@@ -16,9 +16,10 @@
 //	                                a job, its attempts with their outcomes, and its events
 //	llmq dead list [-tenant T] [-limit N]
 //	                                dead-lettered (FAILED_TERMINAL) jobs, newest first
-//	llmq dead replay ID --reason WHY [--by WHO] [-tenant T] [-deadline D]
+//	llmq dead replay ID --reason WHY [--by WHO] [-tenant T] [-deadline D] [--again]
 //	                                run a finished job again as a new job linked to it; the
-//	                                dead job is left unchanged; --by defaults to the OS user
+//	                                dead job is left unchanged; --by defaults to the OS user;
+//	                                a job replayed before returns its first replay unless --again
 //	llmq tenants list               weights, in-flight caps and acceptance quotas
 //	llmq tenants set TENANT [--weight W] [--max-in-flight N] [--max-pending-jobs N]
 //	                     [--max-pending-bytes N] [--max-pending-tokens N] [--max-daily-cost N]
@@ -81,8 +82,9 @@ commands:
   stats                                  queues by state, outbox lag, per-tenant backlog
   jobs inspect ID [-tenant T]            a job, its attempts and its events
   dead list [-tenant T] [-limit N]       dead-lettered jobs, newest first
-  dead replay ID --reason WHY [--by WHO] [-tenant T] [-deadline D]
+  dead replay ID --reason WHY [--by WHO] [-tenant T] [-deadline D] [--again]
                                          run a dead job again as a new, linked job
+                                         (once: a second replay returns the first unless --again)
   tenants list                           tenants' weights, in-flight caps and quotas
   tenants set TENANT [--weight W] [--max-in-flight N] [--max-pending-jobs N]
                      [--max-pending-bytes N] [--max-pending-tokens N] [--max-daily-cost N]

@@ -242,6 +242,29 @@ func TestDeadListAndReplay(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	require.Regexp(t, "^replayed "+globexID.String()+` as \S+ \(READY\), by `+who+": retry after outage\n$", out)
 
+	// A second replay (a double click) returns the first one and writes
+	// nothing; --again asks for another job.
+	jobsBefore := f.countJobs()
+	code, out, stderr = f.run("dead", "replay", acmeID.String(), "--reason", "clicked twice", "--by", "bob")
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, acmeID.String()+" was already replayed as "+replay.ID.String()+
+		" (READY), by alice: parser fixed in 1.4; nothing was written (--again replays it once more)\n", out)
+	code, out, stderr = f.run("dead", "replay", acmeID.String(), "--reason", "clicked twice", "--json")
+	require.Equal(t, 0, code, stderr)
+	var existing struct {
+		jobs.Job
+		Existing bool `json:"existing"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &existing))
+	require.True(t, existing.Existing)
+	require.Equal(t, replay.ID, existing.ID)
+	require.Equal(t, jobsBefore, f.countJobs())
+	code, out, stderr = f.run("dead", "replay", acmeID.String(), "--reason", "second run wanted", "--by", "bob", "--again")
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, "^replayed "+acmeID.String()+` as \S+ \(READY\), by bob: second run wanted\n$`, out)
+	require.NotContains(t, out, replay.ID.String())
+	require.Equal(t, jobsBefore+1, f.countJobs())
+
 	replayed := replay.ID.String()
 	for _, bad := range []struct {
 		code     int
@@ -262,6 +285,14 @@ func TestDeadListAndReplay(t *testing.T) {
 	} {
 		f.refused(bad.code, bad.args, bad.mentions...)
 	}
+}
+
+// countJobs is how many jobs the schema holds.
+func (f *fixture) countJobs() int {
+	f.t.Helper()
+	var n int
+	require.NoError(f.t, f.pool.QueryRow(f.t.Context(), "SELECT count(*) FROM "+f.schema+".jobs").Scan(&n))
+	return n
 }
 
 // rowsOf is a job's row, attempts and events as stored.
