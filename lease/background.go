@@ -8,7 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
@@ -113,10 +115,11 @@ func (c *completer) loop(ctx context.Context) {
 	}
 }
 
-// apply records a batch in one transaction. If the database failed, the
-// whole batch is retried with backoff; if the host's OnSucceeded hook
-// failed, the outcomes are recorded one by one, so one bad outcome cannot
-// hold back the others.
+// apply records a batch in one transaction. If the database failed (a lost
+// connection, a timeout, a conflict), the whole batch is retried with
+// backoff; if the host's OnSucceeded hook failed, or PostgreSQL refused the
+// statement for what one of the outcomes holds, the outcomes are recorded
+// one by one, so that one bad outcome cannot hold back the others.
 func (c *completer) apply(ctx context.Context, batch []*pendingCompletion) {
 	completions := make([]jobs.Completion, len(batch))
 	for i, p := range batch {
@@ -129,12 +132,12 @@ func (c *completer) apply(ctx context.Context, batch []*pendingCompletion) {
 		for i, p := range batch {
 			p.done <- completionDone{job: results[i].Job, err: results[i].Err}
 		}
-	case errors.As(err, &hookErr) && len(batch) > 1:
-		c.r.cfg.Logger.Warn("llmq: OnSucceeded failed in a batch; recording its outcomes one by one", "size", len(batch), "err", err)
+	case (errors.As(err, &hookErr) || refused(err)) && len(batch) > 1:
+		c.r.cfg.Logger.Warn("llmq: recording a batch of outcomes failed; recording them one by one", "size", len(batch), "err", err)
 		for _, p := range batch {
 			p.done <- c.applyOne(ctx, p.completion)
 		}
-	case errors.As(err, &hookErr):
+	case errors.As(err, &hookErr) || refused(err):
 		p := batch[0]
 		p.done <- c.applyOne(ctx, p.completion)
 	default:
@@ -151,7 +154,7 @@ func (c *completer) recordWithRetry(ctx context.Context, completions []jobs.Comp
 	for try := 1; ; try++ {
 		results, err := c.record(ctx, completions)
 		var hookErr *hookError
-		if err == nil || errors.As(err, &hookErr) || try == completionAttempts {
+		if err == nil || errors.As(err, &hookErr) || refused(err) || try == completionAttempts {
 			return results, err
 		}
 		c.r.cfg.Logger.Warn("llmq: recording outcomes failed; retrying", "size", len(completions), "err", err, "retry_in", backoff)
@@ -162,13 +165,18 @@ func (c *completer) recordWithRetry(ctx context.Context, completions []jobs.Comp
 	}
 }
 
-// applyOne records one outcome whose batch failed in the host's hook. It
-// tries with the hook a few times; if the hook keeps failing, it records
-// the attempt as a transient failure without the hook, so the job is
-// retried rather than left RUNNING until its lease expires.
+// applyOne records one outcome whose batch failed in the host's hook or
+// was refused. It tries with the hook a few times; if the hook keeps
+// failing, it records the attempt as a transient failure without the hook,
+// so the job is retried rather than left RUNNING until its lease expires.
+// If PostgreSQL refuses this outcome itself (a value jsonb cannot hold, a
+// host's trigger or constraint), the job fails at once with class
+// unrecordable and the refusal as its error: retrying would pay the
+// provider again for an answer that cannot be stored.
 func (c *completer) applyOne(ctx context.Context, completion jobs.Completion) completionDone {
 	backoff := 100 * time.Millisecond
 	var err error
+	hookFailures, fellBack := 0, false
 	for try := 1; try <= completionAttempts; try++ {
 		var results []jobs.CompletionResult
 		results, err = c.record(ctx, []jobs.Completion{completion})
@@ -176,12 +184,22 @@ func (c *completer) applyOne(ctx context.Context, completion jobs.Completion) co
 			return completionDone{job: results[0].Job, err: results[0].Err}
 		}
 		var hookErr *hookError
-		if errors.As(err, &hookErr) && try >= 3 {
-			completion.Outcome = jobs.OutcomeRetry
-			completion.ErrorClass = jobs.ClassTransient
-			completion.Error = err.Error()
-			completion.Result = nil
-			completion.RetryDelay = c.r.cfg.Retry.Delay(completion.Attempt, nil)
+		switch {
+		case errors.As(err, &hookErr):
+			if hookFailures++; hookFailures >= 3 {
+				completion.Outcome = jobs.OutcomeRetry
+				completion.ErrorClass = jobs.ClassTransient
+				completion.Error = err.Error()
+				completion.Result = nil
+				completion.RetryDelay = c.r.cfg.Retry.Delay(completion.Attempt, nil)
+			}
+		case refused(err) && !fellBack:
+			c.r.cfg.Logger.Error("llmq: PostgreSQL refused an attempt's outcome; the job fails with class "+jobs.ClassUnrecordable,
+				"job", completion.JobID, "attempt", completion.Attempt, "fence", completion.Fence, "outcome", completion.Outcome, "err", err)
+			completion, fellBack = unrecordable(completion, err), true
+			continue // a refusal is not a busy database: no backoff
+		case refused(err):
+			return completionDone{err: fmt.Errorf("lease: recording attempt %d of job %s: %w", completion.Attempt, completion.JobID, err)}
 		}
 		if !retry.Sleep(ctx, backoff) {
 			break
@@ -189,6 +207,42 @@ func (c *completer) applyOne(ctx context.Context, completion jobs.Completion) co
 		backoff = min(2*backoff, 5*time.Second)
 	}
 	return completionDone{err: fmt.Errorf("lease: recording attempt %d of job %s: %w", completion.Attempt, completion.JobID, err)}
+}
+
+// unrecordable is the failure recorded in place of an outcome PostgreSQL
+// refused.
+func unrecordable(c jobs.Completion, err error) jobs.Completion {
+	return jobs.Completion{
+		Lease: c.Lease, Attempt: c.Attempt, Worker: c.Worker, DeadlineMargin: c.DeadlineMargin, Usage: c.Usage,
+		Outcome: jobs.OutcomeFailed, ErrorClass: jobs.ClassUnrecordable,
+		Error: fmt.Sprintf("PostgreSQL refused to record the attempt's outcome (%s): %v", c.Outcome, err),
+	}
+}
+
+// refused reports whether err is the store or PostgreSQL refusing a
+// statement for what it holds (a data exception, a constraint, a host
+// trigger's error), which the same statement would meet again, as opposed
+// to a lost connection, a timeout, a serialization failure or a deadlock,
+// which a retry can get past.
+func refused(err error) bool {
+	if errors.Is(err, jobs.ErrInvalidParams) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "08", // connection exception
+		"25", // invalid transaction state (an idle transaction ended)
+		"40", // serialization failure, deadlock
+		"53", // insufficient resources
+		"55", // lock not available, object in use
+		"57", // operator intervention: query cancelled (timeout), shutdown
+		"58": // system error
+		return false
+	}
+	return true
 }
 
 type hookError struct{ err error }
@@ -206,6 +260,10 @@ func (c *completer) record(ctx context.Context, completions []jobs.Completion) (
 	if hist := c.r.obs.completeDuration; hist.Enabled(ctx) {
 		defer func(start time.Time) { hist.Record(ctx, time.Since(start).Seconds()) }(time.Now())
 	}
+	return withConn(ctx, c.r, func() ([]jobs.CompletionResult, error) { return c.recordOn(ctx, completions) })
+}
+
+func (c *completer) recordOn(ctx context.Context, completions []jobs.Completion) ([]jobs.CompletionResult, error) {
 	if c.r.cfg.OnSucceeded == nil {
 		// One statement is its own transaction: no BEGIN and COMMIT round
 		// trips when there is nothing to add to it.
@@ -254,20 +312,38 @@ func (r *Runner) heartbeat(ctx context.Context) {
 }
 
 func (r *Runner) heartbeatOnce(ctx context.Context) {
+	now := time.Now()
 	r.mu.Lock()
 	live := make([]*attempt, 0, len(r.leases))
 	leases := make([]jobs.Lease, 0, len(r.leases))
+	var hung []*attempt
 	for _, a := range r.leases {
+		switch {
+		case a.hung:
+			if a.hungFence == 0 {
+				hung = append(hung, a) // not recorded yet: try again
+			}
+			continue
+		case !a.hungAt.IsZero() && !now.Before(a.hungAt):
+			// Given up before this heartbeat: the lease was last extended
+			// before hungAt, so it expires within LeaseDuration of it.
+			a.hung = true
+			hung = append(hung, a)
+			continue
+		}
 		live = append(live, a)
 		leases = append(leases, jobs.Lease{JobID: a.job.ID, Fence: a.job.Fence})
 	}
 	r.mu.Unlock()
+	r.abandon(ctx, hung)
 	if len(live) == 0 {
 		return
 	}
 	sentAt := time.Now()
 	hbCtx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatInterval)
-	res, err := r.store.Heartbeat(hbCtx, r.pool, r.cfg.WorkerID, r.cfg.LeaseDuration, leases)
+	res, err := withConn(hbCtx, r, func() (jobs.HeartbeatResult, error) {
+		return r.store.Heartbeat(hbCtx, r.pool, r.cfg.WorkerID, r.cfg.LeaseDuration, leases)
+	})
 	cancel()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -290,6 +366,57 @@ func (r *Runner) heartbeatOnce(ctx context.Context) {
 		default:
 			a.extendedAt = sentAt
 		}
+	}
+}
+
+// abandon records attempts whose handlers still run past AttemptTimeout
+// and HungGrace as hung (jobs.Store.MarkHung): their leases are no longer
+// renewed, their jobs' fences move on, and once the leases expire the
+// reaper hands the jobs to whichever runner claims them next. The
+// handlers' goroutines keep their slots until they return. An attempt
+// MarkHung could not record is tried again at the next heartbeat; its
+// lease runs out either way.
+func (r *Runner) abandon(ctx context.Context, hung []*attempt) {
+	if len(hung) == 0 {
+		return
+	}
+	given := make([]jobs.HungAttempt, len(hung))
+	for i, a := range hung {
+		given[i] = jobs.HungAttempt{
+			Lease: jobs.Lease{JobID: a.job.ID, Fence: a.job.Fence},
+			Error: fmt.Sprintf("the handler was still running %s after its timeout of %s; the runner gave up its lease (the provider call may have been billed)",
+				r.cfg.HungGrace, r.cfg.AttemptTimeout),
+		}
+	}
+	markCtx, cancel := context.WithTimeout(ctx, r.completionTimeout())
+	defer cancel()
+	marked, err := withConn(markCtx, r, func() ([]jobs.Lease, error) { return r.store.MarkHung(markCtx, r.pool, r.cfg.WorkerID, given) })
+	if err != nil {
+		r.cfg.Logger.Warn("llmq: recording hung attempts failed; their leases expire anyway", "attempts", len(hung), "err", err)
+		return
+	}
+	fences := make(map[uuid.UUID]int64, len(marked))
+	for _, l := range marked {
+		fences[l.JobID] = l.Fence
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, a := range hung {
+		fence, ok := fences[a.job.ID]
+		if !ok {
+			fence = -1 // its outcome or the reaper got there first: nothing to record
+		}
+		a.hungFence = fence
+		if !ok {
+			continue
+		}
+		job := a.job
+		if r.obs.hung.Enabled(ctx) {
+			r.obs.hung.Add(ctx, 1, r.obs.attrs(attrKey{field: "hung", queue: job.Queue, kind: job.Kind}))
+		}
+		r.cfg.Logger.Warn("llmq: attempt hung: its handler ignores its cancelled context; the lease is abandoned and the job will be retried once it expires",
+			"job", job.ID, "tenant", job.Tenant, "kind", job.Kind, "attempt", job.Attempt, "fence", job.Fence,
+			"timeout", r.cfg.AttemptTimeout, "grace", r.cfg.HungGrace)
 	}
 }
 
@@ -339,7 +466,7 @@ func signal(ch chan struct{}) {
 func (r *Runner) wakeIdleTenants(ctx context.Context, wakes map[string]chan struct{}) {
 	every(ctx, r.cfg.PollInterval, func() {
 		for queue, wake := range wakes {
-			woken, err := r.store.WakeIdleTenants(ctx, r.pool, queue, 0)
+			woken, err := withConn(ctx, r, func() (int64, error) { return r.store.WakeIdleTenants(ctx, r.pool, queue, 0) })
 			switch {
 			case err != nil && ctx.Err() == nil:
 				r.cfg.Logger.Warn("llmq: idle-tenant sweep failed", "queue", queue, "err", err)
@@ -366,11 +493,13 @@ func (r *Runner) ReapOnce(ctx context.Context) (jobs.ReapResult, error) {
 	const limit = 1000
 	var total jobs.ReapResult
 	for {
-		res, err := r.store.Reap(ctx, r.pool, jobs.ReapParams{
-			Limit:          limit,
-			Backoff:        r.cfg.Retry,
-			BackoffByKind:  r.cfg.RetryByKind,
-			DeadlineMargin: r.cfg.DeadlineMargin,
+		res, err := withConn(ctx, r, func() (jobs.ReapResult, error) {
+			return r.store.Reap(ctx, r.pool, jobs.ReapParams{
+				Limit:          limit,
+				Backoff:        r.cfg.Retry,
+				BackoffByKind:  r.cfg.RetryByKind,
+				DeadlineMargin: r.cfg.DeadlineMargin,
+			})
 		})
 		total.Rescheduled += res.Rescheduled
 		total.LeaseFailed += res.LeaseFailed
@@ -397,4 +526,36 @@ func (r *Runner) countReaped(ctx context.Context, res jobs.ReapResult) {
 			r.obs.reaped.Add(ctx, n, metric.WithAttributes(attribute.String("result", result)))
 		}
 	}
+}
+
+// warnUnservedKinds warns, once per Config.UnservedKinds, about jobs in the
+// runner's queues of kinds it has no handler for that have been runnable at
+// least that long: with no runner serving them they would wait unseen. A
+// runner of another build may serve them during a rolling deploy; jobs it
+// serves do not wait that long. It needs a store that can look
+// (jobs.PostgresStore does).
+func (r *Runner) warnUnservedKinds(ctx context.Context) {
+	store, ok := r.store.(interface {
+		UnservedKinds(ctx context.Context, db jobs.DBTX, queue string, kinds []string, waited time.Duration) ([]jobs.UnservedKind, error)
+	})
+	if !ok {
+		return
+	}
+	every(ctx, r.cfg.UnservedKinds, func() {
+		for queue := range r.cfg.Queues {
+			unserved, err := withConn(ctx, r, func() ([]jobs.UnservedKind, error) {
+				return store.UnservedKinds(ctx, r.pool, queue, r.kinds, r.cfg.UnservedKinds)
+			})
+			if err != nil {
+				if ctx.Err() == nil {
+					r.cfg.Logger.Warn("llmq: looking for jobs of kinds without a handler failed", "queue", queue, "err", err)
+				}
+				continue
+			}
+			for _, k := range unserved {
+				r.cfg.Logger.Warn("llmq: runnable jobs of a kind this runner has no handler for are waiting; register a handler for it or route it to another queue",
+					"queue", queue, "kind", k.Kind, "jobs", k.Runnable, "oldest", k.OldestRunnableAge.Round(time.Second), "handlers", r.kinds)
+			}
+		}
+	})
 }

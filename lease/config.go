@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,6 +31,8 @@ const (
 	DefaultShutdownGrace     = 10 * time.Second
 	DefaultInvalidOutputRuns = 2 // attempts that may end in invalid output before the final decision
 	DefaultLowPriorityShare  = 0.10
+	DefaultHungGrace         = 10 * time.Second // at most LeaseDuration/2
+	DefaultUnservedKinds     = time.Minute
 )
 
 // ErrInvalidConfig is matched (errors.Is) by every error NewRunner returns
@@ -93,6 +96,15 @@ type Config struct {
 	// AttemptTimeout bounds one attempt; the handler's context is cancelled
 	// when it fires. Default 45s; must be shorter than LeaseDuration.
 	AttemptTimeout time.Duration
+	// HungGrace is how long a handler may keep running after its context
+	// was cancelled at AttemptTimeout. An attempt still running then is
+	// hung: the runner stops renewing its lease and records the attempt as
+	// hung and uncertain (jobs.Store.MarkHung); once the lease has expired
+	// any runner's reaper takes the job back and it is retried under a new
+	// fence, and whatever the hung handler returns later is recorded as
+	// stale. The hung handler's goroutine keeps its worker slot until it
+	// returns. Default 10s, or LeaseDuration/2 if that is shorter.
+	HungGrace time.Duration
 	// PollInterval is the fallback claim interval when no NOTIFY arrives.
 	// Default 1s.
 	PollInterval time.Duration
@@ -104,6 +116,12 @@ type Config struct {
 	// ReapInterval is how often this runner takes back expired leases and
 	// fails jobs past their deadline. Default a sixth of LeaseDuration.
 	ReapInterval time.Duration
+	// UnservedKinds is how often the runner looks, in each of its queues,
+	// for jobs of kinds it has no handler for that have been runnable at
+	// least that long, and warns about them (jobs.PostgresStore.
+	// UnservedKinds says what it reads). Default 1 minute; negative turns
+	// the check off.
+	UnservedKinds time.Duration
 	// ShutdownGrace is how long in-flight attempts may finish after Run's
 	// context is cancelled, before their contexts are cancelled too and
 	// their jobs released. Default 10s.
@@ -140,9 +158,12 @@ type Config struct {
 	// Runner.Wake instead. Polling (PollInterval) still runs, so work is
 	// found without any signal at all. Default false: listen.
 	DisableListen bool
-	// Logger receives the runner's operational messages. Default: discard.
-	// Lines about one attempt carry job, tenant, kind, attempt and fence;
-	// handlers get the same logger from their context with Logger(ctx).
+	// Logger receives the runner's operational messages. Default: warnings
+	// and errors go to slog.Default() (as it is when each line is written),
+	// lower levels nowhere; slog.New(slog.DiscardHandler) silences the
+	// runner. Lines about one attempt carry job, tenant, kind, attempt and
+	// fence; handlers get the same logger from their context with
+	// Logger(ctx).
 	Logger *slog.Logger
 	// MeterProvider receives the runner's metrics, and the store's queue
 	// gauges while Run runs (when the store is a *jobs.PostgresStore); see
@@ -208,7 +229,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"LeaseDuration", c.LeaseDuration}, {"HeartbeatInterval", c.HeartbeatInterval},
 		{"AttemptTimeout", c.AttemptTimeout}, {"PollInterval", c.PollInterval}, {"ClaimCooldown", c.ClaimCooldown},
 		{"ReapInterval", c.ReapInterval}, {"ShutdownGrace", c.ShutdownGrace},
-		{"DeadlineMargin", c.DeadlineMargin}, {"GaugeRefresh", c.GaugeRefresh},
+		{"DeadlineMargin", c.DeadlineMargin}, {"GaugeRefresh", c.GaugeRefresh}, {"HungGrace", c.HungGrace},
 	} {
 		if d.v < 0 {
 			return fail("%s is %s; use 0 for the default or a positive duration", d.name, d.v)
@@ -228,6 +249,8 @@ func (c Config) withDefaults() (Config, error) {
 	c.ClaimCooldown = cmp.Or(c.ClaimCooldown, DefaultClaimCooldown)
 	c.ReapInterval = cmp.Or(c.ReapInterval, c.LeaseDuration/6)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, DefaultShutdownGrace)
+	c.HungGrace = cmp.Or(c.HungGrace, min(DefaultHungGrace, c.LeaseDuration/2))
+	c.UnservedKinds = cmp.Or(c.UnservedKinds, DefaultUnservedKinds)
 	c.DeadlineMargin = cmp.Or(c.DeadlineMargin, c.AttemptTimeout)
 	c.InvalidOutputAttempts = cmp.Or(c.InvalidOutputAttempts, DefaultInvalidOutputRuns)
 	switch {
@@ -266,7 +289,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.WorkerID = defaultWorkerID()
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+		c.Logger = slog.New(defaultWarnings{})
 	}
 	return c, nil
 }
@@ -286,4 +309,37 @@ func defaultWorkerID() string {
 	var b [3]byte
 	_, _ = rand.Read(b[:]) // crypto/rand never fails on supported platforms
 	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// defaultWarnings is the runner's logger when Config.Logger is nil: it
+// passes warnings and errors to slog.Default(), read when each line is
+// written so that a host that sets its default later is still heard, and
+// drops lower levels. A defect in a handler, a hung attempt or jobs nobody
+// serves must not go unseen because no logger was configured.
+type defaultWarnings struct {
+	ops []func(slog.Handler) slog.Handler // attributes and groups, in order
+}
+
+func (h defaultWarnings) target() slog.Handler {
+	t := slog.Default().Handler()
+	for _, op := range h.ops {
+		t = op(t)
+	}
+	return t
+}
+
+func (h defaultWarnings) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && slog.Default().Handler().Enabled(ctx, l)
+}
+
+func (h defaultWarnings) Handle(ctx context.Context, r slog.Record) error {
+	return h.target().Handle(ctx, r)
+}
+
+func (h defaultWarnings) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return defaultWarnings{ops: append(slices.Clip(h.ops), func(t slog.Handler) slog.Handler { return t.WithAttrs(attrs) })}
+}
+
+func (h defaultWarnings) WithGroup(name string) slog.Handler {
+	return defaultWarnings{ops: append(slices.Clip(h.ops), func(t slog.Handler) slog.Handler { return t.WithGroup(name) })}
 }

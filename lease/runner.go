@@ -58,6 +58,10 @@ type Runner struct {
 	// works before and between runs.
 	wakes map[string]chan struct{}
 
+	// conns holds one token per pool connection in use by the runner; see
+	// maxConns.
+	conns chan struct{}
+
 	mu     sync.Mutex
 	leases map[uuid.UUID]*attempt // live attempts by job id
 	// unrecorded holds the leases whose attempt ran but whose outcome could
@@ -81,6 +85,36 @@ type attempt struct {
 	// successful heartbeat was sent: the lease lasts at least
 	// LeaseDuration from then. Guarded by Runner.mu.
 	extendedAt time.Time
+	// hungAt is when the attempt is hung if its handler still runs:
+	// AttemptTimeout plus HungGrace after the handler was called; zero
+	// before. Guarded by Runner.mu.
+	hungAt time.Time
+	// hung is set once the runner has given the attempt up: its lease is
+	// no longer renewed. hungFence is the fence MarkHung moved the job to,
+	// zero until that is recorded. Guarded by Runner.mu.
+	hung      bool
+	hungFence int64
+}
+
+// maxConns is the most connections of its pool a runner uses at once:
+// every statement and transaction of the runner (claims, completions,
+// heartbeats, the reaper, the sweeps, the rare reads) holds one of these
+// while it runs, whatever MaxWorkers or the number of queues. Two let a
+// completion commit while the next batch is written; the third keeps
+// claims and heartbeats from waiting behind them. LISTEN uses one more
+// connection of its own, outside the pool.
+const maxConns = 3
+
+// withConn runs fn holding one of the runner's connection slots.
+func withConn[T any](ctx context.Context, r *Runner, fn func() (T, error)) (T, error) {
+	select {
+	case r.conns <- struct{}{}:
+	case <-ctx.Done():
+		var zero T
+		return zero, context.Cause(ctx)
+	}
+	defer func() { <-r.conns }()
+	return fn()
 }
 
 // NewRunner validates cfg and returns a runner that claims through store
@@ -112,7 +146,7 @@ func NewRunner(pool *pgxpool.Pool, store jobs.Store, cfg Config) (*Runner, error
 	for q := range cfg.Queues {
 		wakes[q] = make(chan struct{}, 1)
 	}
-	return &Runner{pool: pool, store: store, cfg: cfg, kinds: kinds, obs: cfg.obs, wakes: wakes,
+	return &Runner{pool: pool, store: store, cfg: cfg, kinds: kinds, obs: cfg.obs, wakes: wakes, conns: make(chan struct{}, maxConns),
 		leases: map[uuid.UUID]*attempt{}, unrecorded: map[uuid.UUID]unrecordedLease{}}, nil
 }
 
@@ -177,6 +211,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	loops.Go(func() { r.reap(ctx) })
 	loops.Go(func() { r.wakeIdleTenants(ctx, wakes) })
+	if r.cfg.UnservedKinds > 0 {
+		loops.Go(func() { r.warnUnservedKinds(ctx) })
+	}
 
 	var attempts sync.WaitGroup
 	for name, q := range r.cfg.Queues {
@@ -328,9 +365,11 @@ func (p *producer) claim(ctx context.Context, limit int) ([]*jobs.Job, error) {
 	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.r.completionTimeout())
 	defer cancel()
 	start := time.Now()
-	batch, err := p.r.store.Claim(claimCtx, p.r.pool, jobs.ClaimParams{
-		Queue: p.queue, Kinds: p.r.kinds, Worker: cfg.WorkerID, Limit: limit, LeaseDuration: cfg.LeaseDuration,
-		LowPriorityShare: p.lowShare,
+	batch, err := withConn(claimCtx, p.r, func() ([]*jobs.Job, error) {
+		return p.r.store.Claim(claimCtx, p.r.pool, jobs.ClaimParams{
+			Queue: p.queue, Kinds: p.r.kinds, Worker: cfg.WorkerID, Limit: limit, LeaseDuration: cfg.LeaseDuration,
+			LowPriorityShare: p.lowShare,
+		})
 	})
 	if err == nil {
 		obs := p.r.obs
@@ -357,7 +396,7 @@ func (p *producer) claim(ctx context.Context, limit int) ([]*jobs.Job, error) {
 // whether the check ran; on an error it is tried again on the next turn.
 func (p *producer) releaseUnheard(ctx context.Context) bool {
 	r := p.r
-	held, err := r.store.Leases(ctx, r.pool, r.cfg.WorkerID, p.queue)
+	held, err := withConn(ctx, r, func() ([]*jobs.Job, error) { return r.store.Leases(ctx, r.pool, r.cfg.WorkerID, p.queue) })
 	if err != nil {
 		if ctx.Err() == nil {
 			r.cfg.Logger.Warn("llmq: reading this runner's leases after a failed claim", "queue", p.queue, "err", err)
@@ -392,7 +431,7 @@ func (p *producer) releaseUnheard(ctx context.Context) bool {
 	if len(release) == 0 {
 		return true
 	}
-	if _, err := r.store.Complete(ctx, r.pool, release); err != nil {
+	if _, err := withConn(ctx, r, func() ([]jobs.CompletionResult, error) { return r.store.Complete(ctx, r.pool, release) }); err != nil {
 		if ctx.Err() == nil {
 			r.cfg.Logger.Warn("llmq: releasing leases of a claim whose reply was lost", "queue", p.queue, "jobs", len(release), "err", err)
 		}
@@ -417,7 +456,7 @@ const recentIdle = 5 * time.Second
 // before the enqueue committed. The poll-interval sweep would find it too;
 // this finds it at once.
 func (p *producer) wakeRecentlyIdle(ctx context.Context) bool {
-	woken, err := p.r.store.WakeIdleTenants(ctx, p.r.pool, p.queue, recentIdle)
+	woken, err := withConn(ctx, p.r, func() (int64, error) { return p.r.store.WakeIdleTenants(ctx, p.r.pool, p.queue, recentIdle) })
 	if err != nil && ctx.Err() == nil {
 		p.r.cfg.Logger.Warn("llmq: idle-tenant sweep failed", "queue", p.queue, "err", err)
 	}
@@ -494,8 +533,14 @@ func (r *Runner) execute(ctx context.Context, a *attempt, c *completer) {
 	ctx, cancel := context.WithTimeoutCause(ctx, r.cfg.AttemptTimeout, ErrAttemptTimeout)
 	ctx = context.WithValue(ctx, usageKey{}, recorder)
 	started := time.Now()
+	r.mu.Lock()
+	a.hungAt = started.Add(r.cfg.AttemptTimeout + r.cfg.HungGrace)
+	r.mu.Unlock()
 	result, err := safeWork(ctx, handler, job)
 	ran := time.Since(started)
+	r.mu.Lock()
+	a.hungAt = time.Time{} // returned: recording its outcome is not hanging
+	r.mu.Unlock()
 	cause := context.Cause(ctx)
 	cancel()
 
@@ -504,6 +549,12 @@ func (r *Runner) execute(ctx context.Context, a *attempt, c *completer) {
 		invalidBefore = r.invalidAttempts(ctx, job, logger)
 	}
 	completion := r.decide(job, result, err, cause, invalidBefore)
+	// Each outcome is checked before it joins a batch: one the store would
+	// refuse would fail every outcome batched with it.
+	if problem := completion.Validate(); problem != nil {
+		completion = defective(completion, result, problem)
+		logger.Error("llmq: the handler broke its contract; the job fails with class "+jobs.ClassHandlerDefect, "err", completion.Error)
+	}
 	completion.Usage = recorder.get()
 	if cause != nil && err != nil && completion.Outcome != jobs.OutcomeSucceeded {
 		// The call may have reached the provider and been billed even though
@@ -517,6 +568,15 @@ func (r *Runner) execute(ctx context.Context, a *attempt, c *completer) {
 	}
 	switch {
 	case errors.Is(err, jobs.ErrLeaseLost):
+		if fence := r.hungFence(a); fence > 0 {
+			// The job stays RUNNING under that fence until the reaper takes
+			// it back: not a lease this runner failed to hear of.
+			r.mu.Lock()
+			r.unrecorded[job.ID] = unrecordedLease{queue: job.Queue, fence: fence}
+			r.mu.Unlock()
+			logger.Warn("llmq: a hung attempt returned; its outcome was recorded as stale", "ran", ran, "outcome", completion.Outcome)
+			break
+		}
 		logger.Info("llmq: stale completion discarded")
 	case err != nil:
 		r.mu.Lock()
@@ -526,6 +586,33 @@ func (r *Runner) execute(ctx context.Context, a *attempt, c *completer) {
 	default:
 		logger.Debug("llmq: attempt recorded", "state", res.State)
 	}
+}
+
+// hungFence is the fence MarkHung moved a's job to; zero or less if it did
+// not.
+func (r *Runner) hungFence(a *attempt) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return a.hungFence
+}
+
+// defective replaces an outcome the store would refuse with what it stands
+// for: the handler broke its contract, and the job fails at once with class
+// handler_defect (retrying would pay the provider again for the same
+// defect). A result that is not JSON the store can keep is kept as text,
+// for whoever looks into the job.
+func defective(c jobs.Completion, result json.RawMessage, problem error) jobs.Completion {
+	d := jobs.Completion{
+		Lease: c.Lease, Attempt: c.Attempt, Worker: c.Worker, DeadlineMargin: c.DeadlineMargin,
+		Outcome: jobs.OutcomeFailed, ErrorClass: jobs.ClassHandlerDefect,
+	}
+	if c.Outcome == jobs.OutcomeSucceeded {
+		d.Result = jobs.OutputAsResult(result)
+		d.Error = fmt.Sprintf("the handler returned a result (%d bytes) that is not JSON the store can keep (%v); the job's result holds it as text", len(result), problem)
+		return d
+	}
+	d.Error = fmt.Sprintf("the handler's outcome (%s) cannot be recorded: %v", c.Outcome, problem)
+	return d
 }
 
 // safeWork calls the handler, turning a panic into an error.
@@ -557,7 +644,8 @@ func (e *panicError) Error() string {
 // leases or snoozes. It reads the attempt history, on this rare path only;
 // if it cannot, it counts none, and MaxAttempts still bounds the retries.
 func (r *Runner) invalidAttempts(ctx context.Context, job *jobs.Job, logger *slog.Logger) int {
-	history, err := r.store.Attempts(context.WithoutCancel(ctx), r.pool, job.Tenant, job.ID)
+	ctx = context.WithoutCancel(ctx)
+	history, err := withConn(ctx, r, func() ([]jobs.Attempt, error) { return r.store.Attempts(ctx, r.pool, job.Tenant, job.ID) })
 	if err != nil {
 		logger.Warn("llmq: reading the attempt history for the invalid-output budget", "err", err)
 		return 0
@@ -611,7 +699,7 @@ func (r *Runner) decide(job *jobs.Job, result json.RawMessage, err error, cause 
 		c.Error = fmt.Sprintf("attempt timed out after %s: %v", r.cfg.AttemptTimeout, err)
 		return retryIn(jobs.ClassTimeout, 0)
 	case errors.As(err, &review):
-		c.Outcome, c.Result, c.ErrorClass, c.Error = jobs.OutcomeReviewRequired, review.Result, "", review.Reason
+		c.Outcome, c.Result, c.ErrorClass, c.Error = jobs.OutcomeReviewRequired, jobs.OutputAsResult(review.Result), "", review.Reason
 		return c
 	case errors.As(err, &panicE):
 		return retryIn(jobs.ClassPanic, 0)
@@ -619,12 +707,13 @@ func (r *Runner) decide(job *jobs.Job, result json.RawMessage, err error, cause 
 		if invalidBefore+1 < r.cfg.InvalidOutputAttempts {
 			return retryIn(jobs.ClassInvalidOutput, 0)
 		}
-		c.ErrorClass = jobs.ClassInvalidOutput
+		// The output is kept either way, as text when it is not JSON, so
+		// that whoever looks into the job reads what the model said.
+		c.ErrorClass, c.Result = jobs.ClassInvalidOutput, jobs.OutputAsResult(invalid.Output)
+		c.Outcome = jobs.OutcomeReviewRequired
 		if r.cfg.InvalidOutput == InvalidOutputFail {
 			c.Outcome = jobs.OutcomeFailed
-			return c
 		}
-		c.Outcome, c.Result = jobs.OutcomeReviewRequired, invalid.Output
 		return c
 	}
 	class, retryAfter := jobs.Classify(err)

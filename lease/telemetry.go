@@ -30,6 +30,7 @@ type instruments struct {
 	jobDuration      metric.Float64Histogram // llmq.job.duration
 	reaped           metric.Int64Counter     // llmq.reaped
 	admissionWait    metric.Float64Histogram // llmq.admission.wait
+	hung             metric.Int64Counter     // llmq.attempts.hung
 
 	// Attribute sets by what they hold, built once each: sorting and
 	// hashing a set on every measurement would cost more than recording it.
@@ -57,6 +58,7 @@ func (in *instruments) attrs(k attrKey) metric.MeasurementOption {
 		kvs = append(kvs, attribute.String("outcome", k.outcome))
 	case "job.duration":
 		kvs = append(kvs, attribute.String("state", k.state))
+	case "hung":
 	}
 	o = metric.WithAttributeSet(attribute.NewSet(kvs...))
 	in.mu.Lock()
@@ -93,6 +95,7 @@ func newInstruments(cfg Config) (*instruments, error) {
 	in.completeDuration = histogram("llmq.complete.duration", "Latency of one completion transaction (a batch of outcomes).", telemetry.FastBuckets)
 	in.jobDuration = histogram("llmq.job.duration", "From acceptance to a terminal state, by queue, kind and state.", telemetry.SlowBuckets)
 	in.reaped = counter("llmq.reaped", "{job}", "Expired leases and deadlines the reaper acted on, by result.")
+	in.hung = counter("llmq.attempts.hung", "{attempt}", "Attempts given up because their handler kept running past the timeout and grace, by queue and kind.")
 	in.admissionWait = histogram("llmq.admission.wait", "Time an attempt waited for an admission permit, by pool and result.", telemetry.FastBuckets)
 	return in, err
 }
