@@ -341,9 +341,7 @@ func (r *Runner) heartbeatOnce(ctx context.Context) {
 	}
 	sentAt := time.Now()
 	hbCtx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatInterval)
-	res, err := withConn(hbCtx, r, func() (jobs.HeartbeatResult, error) {
-		return r.store.Heartbeat(hbCtx, r.pool, r.cfg.WorkerID, r.cfg.LeaseDuration, leases)
-	})
+	res, err := r.store.Heartbeat(hbCtx, r.pool, r.cfg.WorkerID, r.cfg.LeaseDuration, leases)
 	cancel()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -390,7 +388,7 @@ func (r *Runner) abandon(ctx context.Context, hung []*attempt) {
 	}
 	markCtx, cancel := context.WithTimeout(ctx, r.completionTimeout())
 	defer cancel()
-	marked, err := withConn(markCtx, r, func() ([]jobs.Lease, error) { return r.store.MarkHung(markCtx, r.pool, r.cfg.WorkerID, given) })
+	marked, err := r.store.MarkHung(markCtx, r.pool, r.cfg.WorkerID, given)
 	if err != nil {
 		r.cfg.Logger.Warn("llmq: recording hung attempts failed; their leases expire anyway", "attempts", len(hung), "err", err)
 		return

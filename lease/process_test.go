@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/jobs"
@@ -33,7 +34,9 @@ func TestMain(m *testing.M) {
 	case "capped-worker":
 		os.Exit(runCappedWorker())
 	}
-	os.Exit(m.Run())
+	// Every runner a test starts must be gone when the tests end: no
+	// attempt, completer, heartbeat or listener goroutine outlives Run.
+	goleak.VerifyTestMain(m)
 }
 
 // callProvider makes the "model call": one POST to the fake provider.

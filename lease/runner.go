@@ -58,8 +58,8 @@ type Runner struct {
 	// works before and between runs.
 	wakes map[string]chan struct{}
 
-	// conns holds one token per pool connection in use by the runner; see
-	// maxConns.
+	// conns holds one token per pool connection in use by the runner's
+	// claims, completions and chores; see sharedConns.
 	conns chan struct{}
 
 	mu     sync.Mutex
@@ -96,16 +96,18 @@ type attempt struct {
 	hungFence int64
 }
 
-// maxConns is the most connections of its pool a runner uses at once:
-// every statement and transaction of the runner (claims, completions,
-// heartbeats, the reaper, the sweeps, the rare reads) holds one of these
-// while it runs, whatever MaxWorkers or the number of queues. Two let a
-// completion commit while the next batch is written; the third keeps
-// claims and heartbeats from waiting behind them. LISTEN uses one more
-// connection of its own, outside the pool.
-const maxConns = 3
+// sharedConns is how many connections of its pool a runner's claims,
+// completions and chores (the reaper, the idle-tenant sweeps, the
+// unserved-kinds check, the rare reads of an attempt history or of leases
+// after a failed claim) use at once, whatever MaxWorkers or the number of
+// queues: each statement or transaction holds one of these while it runs.
+// Heartbeats (and the marking of hung attempts) run in one goroutine of
+// their own, outside this budget, so a lease is never renewed late because
+// completions are busy: a runner uses at most sharedConns+1 connections of
+// its pool. LISTEN holds one more connection of its own, outside the pool.
+const sharedConns = 2
 
-// withConn runs fn holding one of the runner's connection slots.
+// withConn runs fn holding one of the runner's sharedConns slots.
 func withConn[T any](ctx context.Context, r *Runner, fn func() (T, error)) (T, error) {
 	select {
 	case r.conns <- struct{}{}:
@@ -146,7 +148,7 @@ func NewRunner(pool *pgxpool.Pool, store jobs.Store, cfg Config) (*Runner, error
 	for q := range cfg.Queues {
 		wakes[q] = make(chan struct{}, 1)
 	}
-	return &Runner{pool: pool, store: store, cfg: cfg, kinds: kinds, obs: cfg.obs, wakes: wakes, conns: make(chan struct{}, maxConns),
+	return &Runner{pool: pool, store: store, cfg: cfg, kinds: kinds, obs: cfg.obs, wakes: wakes, conns: make(chan struct{}, sharedConns),
 		leases: map[uuid.UUID]*attempt{}, unrecorded: map[uuid.UUID]unrecordedLease{}}, nil
 }
 
