@@ -186,7 +186,8 @@ func (c *completer) applyOne(ctx context.Context, completion jobs.Completion) co
 		var hookErr *hookError
 		switch {
 		case errors.As(err, &hookErr):
-			if hookFailures++; hookFailures >= 3 {
+			hookFailures++
+			if hookFailures >= 3 {
 				completion.Outcome = jobs.OutcomeRetry
 				completion.ErrorClass = jobs.ClassTransient
 				completion.Error = err.Error()

@@ -256,10 +256,12 @@ func TestHungHandlerIsTakenOver(t *testing.T) {
 		startedMu.Lock()
 		hungSince := started[j.ID.String()]
 		startedMu.Unlock()
-		at, ok := takenOver.Load(j.ID.String())
+		v, ok := takenOver.Load(j.ID.String())
+		require.True(t, ok)
+		at, ok := v.(time.Time)
 		require.True(t, ok)
 		// Claiming after the reaper freed it takes up to a poll interval.
-		require.Less(t, at.(time.Time).Sub(hungSince), bound+cfgA.PollInterval+500*time.Millisecond)
+		require.Less(t, at.Sub(hungSince), bound+cfgA.PollInterval+500*time.Millisecond)
 		attempts := f.attempts(j.ID)
 		require.Len(t, attempts, 2)
 		require.Equal(t, jobs.AttemptHung, attempts[0].Outcome)
@@ -299,8 +301,9 @@ func TestUnservedKindsAreReported(t *testing.T) {
 	require.Equal(t, jobs.StateSucceeded, f.await(served.ID).State)
 	require.Eventually(t, func() bool {
 		for _, l := range logs.lines() {
+			msg, _ := l["msg"].(string)
 			if l["level"] == "WARN" && l["kind"] == "invoice.extract.v2" && l["jobs"] == float64(2) &&
-				strings.Contains(l["msg"].(string), "no handler") {
+				strings.Contains(msg, "no handler") {
 				return true
 			}
 		}

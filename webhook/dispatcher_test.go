@@ -75,7 +75,7 @@ func TestBadRequestStops(t *testing.T) {
 	// A dead-lettered delivery can be replayed, and keeps its delivery id.
 	replay, err := f.jobs.Replay(t.Context(), f.pool, jobs.ReplayParams{Tenant: tenant, JobID: d.JobID, By: "ops", Reason: "receiver fixed"})
 	require.NoError(t, err)
-	f.await(replay.ID)
+	f.await(replay.Job.ID)
 	require.Equal(t, 2, h.count())
 	h.mu.Lock()
 	require.Equal(t, []string{d.ID.String(), d.ID.String()}, h.ids)
