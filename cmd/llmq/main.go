@@ -11,7 +11,8 @@
 //	llmq migrate sql [-down] [-from N] [-to N]
 //	                                print the SQL, for teams that run their own migration tool
 //	llmq stats                      jobs by queue and state, oldest eligible job age, outbox
-//	                                lag, and each tenant's backlog, in-flight jobs, weight and cap
+//	                                lag, each tenant's backlog, in-flight jobs, weight and cap,
+//	                                and each kind's backlog (a kind no runner serves only ages)
 //	llmq jobs inspect ID [-tenant T]
 //	                                a job, its attempts with their outcomes, and its events
 //	llmq dead list [-tenant T] [-limit N]
@@ -79,7 +80,7 @@ commands:
   migrate down -to N                     revert migrations above version N
   migrate status                         list migrations and whether each is applied
   migrate sql [-down] [-from N] [-to N]  print the migration SQL
-  stats                                  queues by state, outbox lag, per-tenant backlog
+  stats                                  queues by state, outbox lag, per-tenant and per-kind backlog
   jobs inspect ID [-tenant T]            a job, its attempts and its events
   dead list [-tenant T] [-limit N]       dead-lettered jobs, newest first
   dead replay ID --reason WHY [--by WHO] [-tenant T] [-deadline D] [--again]

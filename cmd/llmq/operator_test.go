@@ -126,6 +126,11 @@ func TestStatsReport(t *testing.T) {
 	require.Positive(t, acme.OldestRunnableAgeSeconds)
 	require.Equal(t, backlogJSON{Queue: "default", Tenant: "globex", Scheduled: 1, InFlight: 1, Weight: 1}, globex,
 		"the scheduled job is not runnable; the defaults apply")
+	require.Len(t, report.Kinds, 2)
+	k, slow := report.Kinds[0], report.Kinds[1]
+	require.Positive(t, k.OldestRunnableAgeSeconds)
+	require.Equal(t, kindJSON{Queue: "default", Kind: "k", Runnable: 2, Scheduled: 1, OldestRunnableAgeSeconds: k.OldestRunnableAgeSeconds}, k)
+	require.Equal(t, kindJSON{Queue: "default", Kind: "slow", InFlight: 1}, slow)
 
 	code, out, stderr = f.run("stats")
 	require.Equal(t, 0, code, stderr)
@@ -133,6 +138,9 @@ func TestStatsReport(t *testing.T) {
 	require.Contains(t, out, "outbox: 4 unpublished, oldest ")
 	require.Regexp(t, `default\s+acme\s+2\s+0\s+0\s+\S+\s+3\s+5\s`, out)
 	require.Regexp(t, `default\s+globex\s+0\s+1\s+1\s+-\s+1 \(default\)\s+- \(default\)`, out)
+	require.Regexp(t, `QUEUE\s+KIND\s+RUNNABLE\s+SCHEDULED\s+IN FLIGHT\s+OLDEST RUNNABLE\n`, out)
+	require.Regexp(t, `default\s+k\s+2\s+1\s+0\s+\S+\n`, out)
+	require.Regexp(t, `default\s+slow\s+0\s+0\s+1\s+-\n`, out)
 }
 
 func TestJobsInspect(t *testing.T) {

@@ -15,11 +15,23 @@ import (
 )
 
 // statsReport is what stats prints: the queues by state, the outbox's
-// publication lag, and each tenant's unfinished work with its limits.
+// publication lag, each tenant's unfinished work with its limits, and each
+// kind's unfinished work (a kind no runner serves shows as runnable work
+// that only ages).
 type statsReport struct {
 	Queues  []queueJSON   `json:"queues"`
 	Outbox  outboxJSON    `json:"outbox"`
 	Tenants []backlogJSON `json:"tenants"`
+	Kinds   []kindJSON    `json:"kinds"`
+}
+
+type kindJSON struct {
+	Queue                    string  `json:"queue"`
+	Kind                     string  `json:"kind"`
+	Runnable                 int64   `json:"runnable"`
+	Scheduled                int64   `json:"scheduled"`
+	InFlight                 int64   `json:"in_flight"`
+	OldestRunnableAgeSeconds float64 `json:"oldest_runnable_age_seconds"`
 }
 
 type queueJSON struct {
@@ -99,6 +111,19 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(report.Tenants) == 0 {
 		fmt.Fprintln(tw, "(no unfinished jobs)")
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(stdout)
+	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "QUEUE\tKIND\tRUNNABLE\tSCHEDULED\tIN FLIGHT\tOLDEST RUNNABLE\n")
+	for _, k := range report.Kinds {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\n", k.Queue, k.Kind, k.Runnable, k.Scheduled, k.InFlight, age(k.OldestRunnableAgeSeconds))
+	}
+	if len(report.Kinds) == 0 {
+		fmt.Fprintln(tw, "(no unfinished jobs)")
+	}
 	return tw.Flush()
 }
 
@@ -134,6 +159,15 @@ func (s *session) stats(ctx context.Context) (statsReport, error) {
 			OldestRunnableAgeSeconds: b.OldestRunnableAge.Seconds(),
 			Weight:                   b.Limits.Weight, MaxInFlight: b.Limits.MaxRunning, OwnLimits: b.OwnLimits,
 		})
+	}
+	kinds, err := s.jobs.KindBacklogs(ctx, s.pool)
+	if err != nil {
+		return r, err
+	}
+	r.Kinds = make([]kindJSON, 0, len(kinds))
+	for _, k := range kinds {
+		r.Kinds = append(r.Kinds, kindJSON{Queue: k.Queue, Kind: k.Kind, Runnable: k.Runnable, Scheduled: k.Scheduled,
+			InFlight: k.Running, OldestRunnableAgeSeconds: k.OldestRunnableAge.Seconds()})
 	}
 	return r, nil
 }
