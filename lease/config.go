@@ -289,7 +289,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.WorkerID = defaultWorkerID()
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(defaultWarnings{})
+		c.Logger = slog.New(defaultWarnings{source: slog.Default})
 	}
 	return c, nil
 }
@@ -317,11 +317,12 @@ func defaultWorkerID() string {
 // drops lower levels. A defect in a handler, a hung attempt or jobs nobody
 // serves must not go unseen because no logger was configured.
 type defaultWarnings struct {
-	ops []func(slog.Handler) slog.Handler // attributes and groups, in order
+	source func() *slog.Logger              // slog.Default
+	ops    []func(slog.Handler) slog.Handler // attributes and groups, in order
 }
 
 func (h defaultWarnings) target() slog.Handler {
-	t := slog.Default().Handler()
+	t := h.source().Handler()
 	for _, op := range h.ops {
 		t = op(t)
 	}
@@ -329,7 +330,7 @@ func (h defaultWarnings) target() slog.Handler {
 }
 
 func (h defaultWarnings) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= slog.LevelWarn && slog.Default().Handler().Enabled(ctx, l)
+	return l >= slog.LevelWarn && h.source().Handler().Enabled(ctx, l)
 }
 
 func (h defaultWarnings) Handle(ctx context.Context, r slog.Record) error {
@@ -337,9 +338,9 @@ func (h defaultWarnings) Handle(ctx context.Context, r slog.Record) error {
 }
 
 func (h defaultWarnings) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return defaultWarnings{ops: append(slices.Clip(h.ops), func(t slog.Handler) slog.Handler { return t.WithAttrs(attrs) })}
+	return defaultWarnings{source: h.source, ops: append(slices.Clip(h.ops), func(t slog.Handler) slog.Handler { return t.WithAttrs(attrs) })}
 }
 
 func (h defaultWarnings) WithGroup(name string) slog.Handler {
-	return defaultWarnings{ops: append(slices.Clip(h.ops), func(t slog.Handler) slog.Handler { return t.WithGroup(name) })}
+	return defaultWarnings{source: h.source, ops: append(slices.Clip(h.ops), func(t slog.Handler) slog.Handler { return t.WithGroup(name) })}
 }

@@ -26,6 +26,32 @@
 //   - Outcomes are durable before the attempt counts as finished: the slot
 //     is freed only after the completion transaction committed. Completions
 //     are batched into few transactions under load, never delayed when idle.
+//   - One job's outcome never affects another's. Each outcome is validated
+//     (jobs.Completion.Validate) before it joins a batch; one the store
+//     would refuse is replaced by what it stands for: a result that is not
+//     JSON jsonb can hold fails its own job as a handler defect (class
+//     handler_defect, FAILED_TERMINAL on that attempt, the bytes kept as
+//     text in its result). If PostgreSQL still refuses a batch's statement
+//     for what it holds, the batch is recorded job by job, and an outcome
+//     refused on its own fails its job alone (class unrecordable). Only a
+//     database that cannot be reached (a lost connection, a timeout) holds
+//     back a whole batch, which is then retried with backoff.
+//   - The raw output given to jobs.InvalidOutput and jobs.NeedsReview is
+//     stored as it is when it is JSON, else as a JSON string holding the
+//     text, so a REVIEW_REQUIRED (or failed) job shows what the model said.
+//   - A hung handler cannot hold its job. An attempt still running
+//     HungGrace after AttemptTimeout cancelled its context is given up at
+//     the next heartbeat: its lease is no longer renewed, the job's fence
+//     moves on and the attempt's row says "hung" and uncertain (its call
+//     may have been billed) (jobs.Store.MarkHung). The lease expires at the
+//     latest LeaseDuration after the attempt became hung; then any runner's
+//     reaper takes the job back (class "hung") and any runner retries it
+//     under a new fence: a job is taken over within AttemptTimeout +
+//     HungGrace + LeaseDuration + ReapInterval of its attempt's start, plus
+//     a claim. Whatever the hung handler returns later is recorded as
+//     stale. Its goroutine keeps its worker slot until it returns, so a
+//     runner never runs more than MaxWorkers handlers of a queue at once;
+//     the llmq.attempts.hung metric and a warning count such attempts.
 //   - Every attempt leaves a row: worker, fence, timings, outcome, error
 //     class and message, the next retry time, provider usage, and whether a
 //     provider call may have been billed without its answer (uncertain).
@@ -79,7 +105,28 @@
 //     does not use it up. (They are counted from the attempt history, read
 //     only when an answer is invalid; MaxAttempts bounds all retries.)
 //   - A runner claims only kinds it has handlers for, so runners of
-//     different builds can share a queue during a rolling deploy.
+//     different builds can share a queue during a rolling deploy. Jobs of a
+//     kind no runner serves would wait unseen: every Config.UnservedKinds
+//     (1 minute) each runner looks for jobs of kinds it has no handler for
+//     that have waited that long in its queues and logs a warning naming
+//     the kind, the count and the oldest's age (jobs.PostgresStore.
+//     UnservedKinds; it looks among the queue's idle tenants, so jobs of a
+//     tenant that still has work the runner serves show up once that work
+//     is done). llmq stats lists unfinished work by kind too.
+//   - A handler defect (a result that is not JSON) and an unrecordable
+//     outcome fail the job at once rather than retrying it: the same code
+//     would pay the provider again for an answer that cannot be stored. A
+//     replay after the fix runs it again.
+//   - HungGrace defaults to 10s, or half of LeaseDuration if that is
+//     shorter: a handler that honours its context returns within
+//     milliseconds of the cancellation, and the grace only covers unwinding.
+//     The job is left RUNNING until the abandoned lease expires rather than
+//     released at once, so that no other runner starts it while the hung
+//     call may still be running within the lease it was given.
+//   - With no Logger, warnings and errors go to slog.Default() and lower
+//     levels nowhere: a handler defect, a refused outcome, a hung attempt
+//     or work no handler serves is never silent because no logger was
+//     configured.
 //   - If OnSucceeded keeps failing, the success is recorded as a transient
 //     failure after a few tries: the job runs again rather than sitting
 //     RUNNING until its lease expires. A hook that stalls outside the
@@ -98,6 +145,32 @@
 //     second call under one permit that neither the limiter nor the
 //     attempt history sees.
 //
+// # Connections
+//
+// A runner's use of the database is bounded by a constant, whatever
+// MaxWorkers, the number of queues or the load:
+//
+//   - Claims, completions and the chores (the reaper, the idle-tenant
+//     sweeps, the unserved-kinds check, reading an attempt history when an
+//     answer is invalid, reading this runner's leases after a failed claim)
+//     share 2 connections of the pool: each statement or transaction holds
+//     one of them while it runs, and waits for one when both are busy.
+//     Completions are batched, so 100 workers finishing at once take one or
+//     two transactions, not 100.
+//   - Heartbeats, one statement for every lease the runner holds, and the
+//     marking of hung attempts run in one goroutine of their own: 1 more
+//     connection of the pool at most, never waiting behind a completion.
+//   - LISTEN holds 1 connection of its own, outside the pool, for as long
+//     as Run runs (none with DisableListen).
+//   - With a MeterProvider, reading the queue gauges takes 1 connection of
+//     the pool at most once per GaugeRefresh (none with NoQueueGauges).
+//
+// So a runner holds 1 connection and uses at most 3 of its pool at once
+// (4 while the gauges are read). Size the pool for what else the process
+// runs beside it; a pool smaller than 3 still works, the runner's
+// statements then wait for each other. Config.Admission's limiter uses its
+// own pool (package admission).
+//
 // # Observability
 //
 // With Config.MeterProvider the runner reports, without tenant or job id
@@ -106,7 +179,9 @@
 //   - llmq.attempts ({attempt}; queue, kind, outcome, error_class): each
 //     attempt as its row records it (succeeded, retry_scheduled, failed,
 //     review_required, cancelled, released, snoozed; stale when the lease
-//     was lost, unrecorded when recording failed).
+//     was lost, unrecorded when recording failed). A handler defect or an
+//     unrecordable outcome is "failed" with error_class handler_defect or
+//     unrecordable.
 //   - llmq.attempt.duration (s; queue, kind, outcome): handler run time.
 //   - llmq.job.duration (s; queue, kind, state): from acceptance to the
 //     terminal state, for jobs an attempt finished.
@@ -115,6 +190,8 @@
 //   - llmq.complete.duration (s): completion transactions (a batch each).
 //   - llmq.reaped ({job}; result = rescheduled | lease_failed |
 //     deadline_failed): the reaper's work.
+//   - llmq.attempts.hung ({attempt}; queue, kind): attempts given up
+//     because their handler ran HungGrace past AttemptTimeout.
 //   - llmq.admission.wait (s; pool, result = granted | snoozed | failed):
 //     time an attempt waited for its admission permit.
 //   - the store's queue gauges (jobs.PostgresStore.RegisterGauges), while

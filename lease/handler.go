@@ -8,9 +8,8 @@ import (
 	"github.com/llmq/llmq/jobs"
 )
 
-// Handler runs one attempt of a job. It returns the job's result (small
-// JSON, or a reference to where a large result lives) or an error that says
-// how the attempt ended:
+// Handler runs one attempt of a job. It returns the job's result or an
+// error that says how the attempt ended:
 //
 //   - nil: SUCCEEDED with the result.
 //   - jobs.NeedsReview(result, reason): REVIEW_REQUIRED.
@@ -23,13 +22,30 @@ import (
 //     the attempt against the retry budget (for waits that are not the
 //     job's fault: no admission permit yet, an open circuit breaker).
 //
+// The result contract: a successful result is one JSON value that
+// PostgreSQL's jsonb can hold (no \u0000), small, or a reference to where a
+// large result lives; nil means none. A result that breaks it is the
+// handler's defect, not the model's: that job alone fails at once
+// (FAILED_TERMINAL, class jobs.ClassHandlerDefect, not retried, since a
+// retry would pay the provider again for the same bug), with the bytes
+// kept as a JSON string in its result. The output given to NeedsReview or
+// InvalidOutput may be anything a model said: JSON is kept as it is, other
+// text as a JSON string holding it (jobs.OutputAsResult), so the job shows
+// what the model said. An outcome PostgreSQL still refuses (a number jsonb
+// cannot hold, a host trigger's error) fails its job alone, with class
+// jobs.ClassUnrecordable. No outcome ever affects another job's.
+//
 // The context is cancelled when the attempt times out, when the lease is
-// lost, when a client cancels the job, and at shutdown; a handler should
-// return promptly then. A panic is recovered and recorded as a failed
-// attempt. The handler runs after the claim committed, never inside a
-// transaction: it may take as long as the attempt timeout. The context also
-// carries the attempt's logger (Logger) and, with Config.TracerProvider, its
-// span.
+// lost, when a client cancels the job, and at shutdown; a handler must
+// return promptly then. One that keeps running HungGrace past its timeout
+// is given up as hung: its lease is abandoned, the job is retried by
+// whichever runner claims it after the lease expired, and what the handler
+// returns at last is recorded as stale; its goroutine keeps its worker slot
+// until then. Give every provider call a deadline from ctx. A panic is
+// recovered and recorded as a failed attempt. The handler runs after the
+// claim committed, never inside a transaction: it may take as long as the
+// attempt timeout. The context also carries the attempt's logger (Logger)
+// and, with Config.TracerProvider, its span.
 type Handler interface {
 	Work(ctx context.Context, job *jobs.Job) (json.RawMessage, error)
 }
