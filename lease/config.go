@@ -317,7 +317,7 @@ func defaultWorkerID() string {
 // drops lower levels. A defect in a handler, a hung attempt or jobs nobody
 // serves must not go unseen because no logger was configured.
 type defaultWarnings struct {
-	source func() *slog.Logger              // slog.Default
+	source func() *slog.Logger               // slog.Default
 	ops    []func(slog.Handler) slog.Handler // attributes and groups, in order
 }
 
