@@ -63,7 +63,27 @@
 //     backoff, or terminal when attempts or time are used up). Reap is safe
 //     to run from every runner at once.
 //   - Replay leaves the finished job untouched and creates a new one linked
-//     by ReplayOf, recording who asked and why.
+//     by ReplayOf, recording who asked and why. It is idempotent per
+//     finished job: a second replay (a double click, a retried request,
+//     two operators at once) returns the first replay's job with
+//     ReplayResult.Existing set and writes nothing; ReplayParams.Again asks
+//     for another new job on purpose. The first replay holds a replay key:
+//     a job_keys row of the tenant whose key holds a control character, so
+//     no key a tenant sends (those are refused) can take it, and the unique
+//     index decides between racing replays as it does for Enqueue. The key
+//     lives as long as the replay's job_keys row.
+//   - One completion cannot fail another's batch for what it holds: Complete
+//     refuses a batch before writing anything when a completion fails
+//     Completion.Validate (callers validate each first), and makes error
+//     texts storable (invalid UTF-8 and NUL bytes become U+FFFD) instead of
+//     refusing them. OutputAsResult turns any output into a result the store
+//     can keep: JSON as it is, anything else as a JSON string of its text.
+//   - MarkHung gives up attempts whose handlers ignore their cancellation:
+//     the job's fence moves on at once (the hung handler's completion is
+//     then stale), its attempt row says "hung" and uncertain, and the job
+//     stays RUNNING until its lease expires, when Reap takes it back with
+//     the class "hung" (a primary-key probe of job_attempts per job taken
+//     back tells it so).
 //
 // # Fair claiming
 //
@@ -160,10 +180,17 @@
 //   - Enqueue expects READ COMMITTED (Postgres' default). Under REPEATABLE
 //     READ a key taken by a concurrent transaction surfaces as a
 //     serialization failure for the caller to retry.
-//   - Lookup, DeadLetters, TenantBacklogs and AllTenantLimits read across
-//     tenants, for operators' tools (cmd/llmq): an operator has a job id,
-//     not always its tenant. A server answering a tenant never calls them;
-//     the Store interface, which servers use, stays tenant-scoped.
+//   - The error classes handler_defect (a result that is not JSON the store
+//     can hold), unrecordable (PostgreSQL refused the outcome) and hung (an
+//     attempt given up past its timeout) are set by the runner and the
+//     reaper, like timeout and lease_expired. The first two are terminal at
+//     once; a hung attempt is retried like an expired lease.
+//   - Lookup, DeadLetters, TenantBacklogs, KindBacklogs and
+//     AllTenantLimits read across tenants, for operators' tools (cmd/llmq):
+//     an operator has a job id, not always its tenant. A server answering a
+//     tenant never calls them; the Store interface, which servers use,
+//     stays tenant-scoped. UnservedKinds reads across tenants too, for the
+//     runners' warning about jobs of kinds they have no handler for.
 //
 // # Observability
 //
