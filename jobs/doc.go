@@ -48,7 +48,8 @@
 //     keeps claiming for a while after each wake-up, so an enqueue that sent
 //     none is still picked up within milliseconds.
 //   - Fencing: a job's fence changes whenever a lease begins (Claim) or ends
-//     (Complete, the reaper, a release at shutdown). Heartbeat and Complete
+//     (Complete, the reaper, a release at shutdown), or its holder gives it
+//     up as hung (MarkHung). Heartbeat and Complete
 //     apply only under the fence their attempt was claimed with, in one
 //     statement per batch, so a worker that lost its lease changes nothing;
 //     Complete reports ErrLeaseLost and records the attempt as stale.

@@ -18,7 +18,10 @@
 //     lease (it paused past it, or its process died) gets jobs.ErrLeaseLost,
 //     and only its own attempt row records what it reported, as "stale".
 //   - A job never runs in two live attempts of llmq at once: a lease is
-//     taken back only after it expired, and expiry bumps the fence.
+//     taken back only after it expired, and expiry bumps the fence. The one
+//     exception is a handler that ignores its cancelled context: once given
+//     up as hung (below), its job is retried after the lease expires while
+//     the hung call may still be running; nothing it reports is applied.
 //   - A lost lease cancels the handler's context at the next heartbeat
 //     (context.Cause is ErrLeaseLost); so does a client's cancellation
 //     (ErrCancelRequested), the attempt timeout (ErrAttemptTimeout) and the
