@@ -20,6 +20,10 @@ func (s *PostgresStore) QueryForTest(name string) string {
 		return s.sql.selectByKey
 	case "ListLeases":
 		return s.sql.leases
+	case "MarkHungAttempts":
+		return s.sql.markHung
+	case "UnservedKinds":
+		return s.sql.unservedKinds
 	}
 	panic("unknown statement " + name)
 }

@@ -60,7 +60,7 @@ func TestFencedStatementsProbeThePrimaryKey(t *testing.T) {
 		return strings.Join(lines, "\n")
 	}
 
-	for name, params := range map[string]int{"HeartbeatLeases": 4, "CompleteJobs": 13} {
+	for name, params := range map[string]int{"HeartbeatLeases": 4, "CompleteJobs": 13, "MarkHungAttempts": 4} {
 		plan := explain(name, params)
 		require.Contains(t, plan, "jobs_pkey", "%s:\n%s", name, plan)
 		require.NotContains(t, plan, "jobs_lease_expiry_idx", "%s:\n%s", name, plan)
@@ -97,6 +97,12 @@ func TestFencedStatementsProbeThePrimaryKey(t *testing.T) {
 		require.Contains(t, plan, "jobs_pkey", "%s:\n%s", name, plan)
 		require.NotContains(t, plan, "Seq Scan", "%s:\n%s", name, plan)
 	}
+
+	// The warning about unserved kinds reads idle tenants, then each one's
+	// waiting jobs, through their indexes.
+	plan = explain("UnservedKinds", 3)
+	require.Contains(t, plan, "jobs_tenant_claim_idx", plan)
+	require.NotContains(t, plan, "Seq Scan on jobs", plan)
 
 	// A runner's leases are read from the running jobs only.
 	plan = explain("ListLeases", 2)
