@@ -171,8 +171,9 @@
 // So a runner holds 1 connection and uses at most 3 of its pool at once
 // (4 while the gauges are read). Size the pool for what else the process
 // runs beside it; a pool smaller than 3 still works, the runner's
-// statements then wait for each other. Config.Admission's limiter uses its
-// own pool (package admission).
+// statements then wait for each other. Config.Admission's limiter talks to
+// the database through the pool it was built with, under its own budget
+// (package admission): with a Postgres limiter, count its connections too.
 //
 // # Observability
 //
