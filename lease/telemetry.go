@@ -128,11 +128,47 @@ func (r *Runner) startAttempt(ctx context.Context, job *jobs.Job) (context.Conte
 				attrQueue.String(job.Queue), attrAttempt.Int(job.Attempt), attrFence.Int64(job.Fence)))
 	}
 	logger := r.cfg.Logger
-	if logger.Handler() != slog.DiscardHandler { // attributes nobody reads are not built
-		logger = logger.With("job", job.ID, "tenant", job.Tenant, "kind", job.Kind, "attempt", job.Attempt, "fence", job.Fence)
+	if base := logger.Handler(); base != slog.DiscardHandler { // attributes nobody reads are not built
+		logger = slog.New(&attemptHandler{base: base, job: job})
 	}
 	return context.WithValue(ctx, loggerKey{}, logger), span, logger
 }
+
+// attemptHandler adds an attempt's attributes (job, tenant, kind, attempt,
+// fence) to its lines, built when the first line is written: most attempts
+// write none, and building them cost more than the rest of an attempt's
+// telemetry.
+type attemptHandler struct {
+	base slog.Handler
+	job  *jobs.Job
+	once sync.Once
+	with slog.Handler
+}
+
+func (a *attemptHandler) handler() slog.Handler {
+	a.once.Do(func() {
+		j := a.job
+		a.with = a.base.WithAttrs([]slog.Attr{
+			slog.Any("job", j.ID), slog.String("tenant", j.Tenant), slog.String("kind", j.Kind),
+			slog.Int("attempt", j.Attempt), slog.Int64("fence", j.Fence),
+		})
+	})
+	return a.with
+}
+
+func (a *attemptHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return a.base.Enabled(ctx, l)
+}
+
+func (a *attemptHandler) Handle(ctx context.Context, r slog.Record) error {
+	return a.handler().Handle(ctx, r)
+}
+
+func (a *attemptHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return a.handler().WithAttrs(attrs)
+}
+
+func (a *attemptHandler) WithGroup(name string) slog.Handler { return a.handler().WithGroup(name) }
 
 // recordedOutcome names what the attempt's row says, as the completion
 // recorded it.
