@@ -54,6 +54,10 @@ func TestMarkHung(t *testing.T) {
 	require.Equal(t, jobs.StateRetryScheduled, got.State)
 	require.Equal(t, jobs.ClassHung, got.ErrorClass)
 	require.Contains(t, got.LastError, "hung")
+	attempts, err = f.store.Attempts(ctx, f.pool, "acme", j.ID)
+	require.NoError(t, err)
+	require.Equal(t, jobs.AttemptHung, attempts[0].Outcome, "the reaper keeps the hung attempt's row")
+	require.Equal(t, got.AvailableAt, attempts[0].RetryAt)
 
 	res, err := f.store.Complete(ctx, f.pool, []jobs.Completion{succeeded(j, `{"late":true}`)})
 	require.NoError(t, err)

@@ -706,7 +706,11 @@ attempt AS (
     SELECT r.id, r.attempt, r.fence - 1, r.lease_owner, r.attempted_at, 'lease_expired',
         r.error_class, r.last_error, CASE WHEN r.state = 'RETRY_SCHEDULED' THEN r.available_at END, true
     FROM reaped AS r
-    ON CONFLICT (job_id, attempt) DO NOTHING
+    -- A hung attempt's row stays as its runner wrote it, and learns when
+    -- the job runs again.
+    ON CONFLICT (job_id, attempt) DO UPDATE
+    SET retry_at = excluded.retry_at
+    WHERE job_attempts.outcome = 'hung'
 ),
 
 event AS (
