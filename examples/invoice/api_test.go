@@ -1,7 +1,9 @@
 package invoice
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,9 +14,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq/examples/internal/serve"
 	"github.com/llmq/llmq/internal/dbtest"
 )
 
@@ -265,4 +269,75 @@ func TestAPIRefusesBeforeAnyQuery(t *testing.T) {
 		a := f.call(tc.method, tc.path, http.Header{"Idempotency-Key": {tc.key}}, tc.body)
 		require.Equal(t, tc.want, a.status, "%s %s %q: %s", tc.method, tc.path, tc.body, a.body)
 	}
+}
+
+// The event stream outlives the server's read and write timeouts, which
+// bound every other request: it sets a deadline per write in place of the
+// server's, and events written after the timeouts expired still arrive.
+func TestEventStreamOutlivesServerTimeouts(t *testing.T) {
+	t.Parallel()
+	f := setupAPI(t)
+	const limit = 300 * time.Millisecond
+	srv := httptest.NewUnstartedServer(f.svc.Handler())
+	serve.Limits{Read: limit, Write: limit}.Apply(srv.Config)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	f.srv = srv
+
+	ctx, cancel := context.WithCancel(t.Context())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/extraction-jobs/events", http.NoBody)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+apiToken)
+	resp, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	lines, readerDone := readLines(ctx, resp.Body)
+	defer func() {
+		cancel() // ends the request, so the reader's Scan returns
+		<-readerDone
+	}()
+	require.Equal(t, ": stream open", <-lines)
+
+	// Time passing is what is under test: both timeouts expire while the
+	// stream waits.
+	<-time.After(3 * limit)
+
+	doc, err := f.svc.PutDocument(t.Context(), "acme", "inv-1.txt", "Total: 10.71\n")
+	require.NoError(t, err)
+	a := f.call(http.MethodPost, "/extraction-jobs", http.Header{"Idempotency-Key": {"k1"}}, createBody(doc.Name, doc.Version, doc.SHA256))
+	require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+	var job JobView
+	require.NoError(t, json.Unmarshal(a.body, &job))
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case line, ok := <-lines:
+			require.True(t, ok, "the stream ended")
+			if strings.HasPrefix(line, "data: ") && strings.Contains(line, job.JobID.String()) {
+				return
+			}
+		case <-deadline:
+			t.Fatal("no event for the job")
+		}
+	}
+}
+
+// readLines sends r's lines on lines until r ends or ctx does, then closes
+// lines and done.
+func readLines(ctx context.Context, r io.Reader) (lines <-chan string, done <-chan struct{}) {
+	out, finished := make(chan string), make(chan struct{})
+	go func() {
+		defer close(finished)
+		defer close(out)
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			select {
+			case out <- sc.Text():
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, finished
 }

@@ -41,7 +41,10 @@
 //   - GET /extraction-jobs/{id} is authoritative. Attempts and errors are
 //     shown to operator credentials only.
 //   - GET /extraction-jobs/events streams {event_id, type, job_id, state,
-//     state_version}; see the events handler for the replay window.
+//     state_version}; see the events handler for the replay window. A
+//     stream replaces the server's write timeout with a deadline per write
+//     (30s; a keep-alive comment goes out every 15s), so it lives as long
+//     as its client reads, and no longer.
 //
 // # Worker
 //

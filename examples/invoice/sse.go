@@ -86,14 +86,12 @@ func (s *Service) events(w http.ResponseWriter, r *http.Request, token string, c
 			}
 		}
 	}
-	// A stream outlives the server's read and write timeouts, which are
-	// for requests that end: it reads nothing more, and each of its writes
-	// gets a deadline of its own (a client that stops reading is dropped
-	// after streamWriteTimeout, not held for ever).
+	// A stream outlives the server's write timeout, which is for responses
+	// that end: each of its writes gets a deadline of its own instead, so a
+	// client that stops reading is dropped after streamWriteTimeout, not
+	// held for ever. (The read timeout does not reach it: once a request
+	// without a body has been read, net/http clears the read deadline.)
 	rc := http.NewResponseController(w)
-	if err := rc.SetReadDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		s.cfg.Logger.Warn("invoice events: lifting the read deadline", "err", err)
-	}
 	writeDeadline := func() {
 		if err := rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
 			s.cfg.Logger.Warn("invoice events: setting the write deadline", "err", err)
