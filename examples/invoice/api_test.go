@@ -207,6 +207,36 @@ func TestAPIUnavailableIsLoggedWithRetryAfter(t *testing.T) {
 	require.Contains(t, f.log.String(), "closed pool", "with its cause")
 }
 
+// System capacity is a 503 too: with Retry-After, and logged.
+func TestAPICapacityIsLoggedWithRetryAfter(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Setup(t)
+	log := &syncBuffer{}
+	svc, err := New(db.Pool, Config{
+		Schema: db.Schema, Auth: NewAuth(map[string]Credential{apiToken: {Tenant: "acme"}}),
+		SystemMaxPendingJobs: 1, QuotaRetry: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(log, nil)),
+	})
+	require.NoError(t, err)
+	require.NoError(t, svc.Migrate(t.Context()))
+	srv := httptest.NewServer(svc.Handler())
+	t.Cleanup(srv.Close)
+	f := &apiFixture{t: t, svc: svc, srv: srv, log: log, db: db}
+	doc, err := svc.PutDocument(t.Context(), "acme", "inv-1.txt", "Total: 10.71\n")
+	require.NoError(t, err)
+	body := createBody(doc.Name, doc.Version, doc.SHA256)
+
+	a := f.call(http.MethodPost, "/extraction-jobs", http.Header{"Idempotency-Key": {"k1"}}, body)
+	require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+	a = f.call(http.MethodPost, "/extraction-jobs", http.Header{"Idempotency-Key": {"k2"}}, body)
+	require.Equal(t, http.StatusServiceUnavailable, a.status, "%s", a.body)
+	require.Equal(t, "capacity", a.err.Code)
+	require.Equal(t, "1", a.header.Get("Retry-After"), "every 503 says when to retry")
+	require.Contains(t, log.String(), "system at capacity")
+	_, jobs := f.rows()
+	require.Equal(t, 1, jobs)
+}
+
 // FuzzDecodeCreateRequest feeds arbitrary bodies to the decoding of POST
 // /extraction-jobs: it never panics; what it refuses is a 4xx naming a
 // field; what it accepts is exactly one JSON value whose values the
