@@ -43,9 +43,10 @@
 // 2 with a message naming it, before anything is written: an unknown
 // command or flag, a malformed id, a negative limit, a schema or tenant
 // name llmq refuses (checked before connecting), any other value llmq's
-// packages refuse (their ValidationError), an unknown migration version,
-// an unknown pool. Exit 1 is for what the database said or did (a job not
-// found, a refused statement, no connection).
+// packages refuse (their ValidationError), a migration version this build
+// does not know, an unknown pool. Exit 1 is for what the database said or
+// did (a job not found, a version applied by a newer build, a refused
+// statement, no connection).
 //
 // Operator commands are not tenant-scoped: a job is found by its id alone,
 // and -tenant, where given, narrows the search to that tenant.
@@ -187,7 +188,7 @@ func refusedInput(err error) bool {
 	if _, ok := errors.AsType[*jobs.ValidationError](err); ok {
 		return true // every llmq package's bad-input error is this type
 	}
-	for _, refused := range []error{errInvalidInput, llmq.ErrInvalidSchema, llmq.ErrUnknownVersion, admission.ErrUnknownPool} {
+	for _, refused := range []error{errInvalidInput, llmq.ErrInvalidSchema, admission.ErrUnknownPool} {
 		if errors.Is(err, refused) {
 			return true
 		}

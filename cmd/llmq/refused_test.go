@@ -11,9 +11,9 @@ import (
 
 // Every refused input exits 2 with a message naming it, and writes nothing:
 // how the command was called, a schema or tenant or pool name llmq refuses
-// (refused before connecting), a value llmq's packages refuse, an unknown
-// migration version, an unknown pool. Exit 1 is left for what the database
-// said.
+// (refused before connecting), a value llmq's packages refuse, a migration
+// version this build does not know, an unknown pool. Exit 1 is left for what
+// the database said.
 func TestRefusedInputExitsTwo(t *testing.T) {
 	t.Parallel()
 	f := setupMigrated(t)
@@ -38,7 +38,9 @@ func TestRefusedInputExitsTwo(t *testing.T) {
 		{[]string{"plan", "-pool", "missing"}, []string{"unknown pool"}},
 		{[]string{"plan", "-pool", "nul\x00"}, []string{"-pool", "control character"}},
 		{[]string{"migrate", "sql", "-to", "99"}, []string{"unknown migration version"}},
-		{[]string{"migrate", "up", "-to", "99"}, []string{"unknown migration version"}},
+		{[]string{"migrate", "up", "-to", "99"}, []string{"-to 99", "unknown migration version"}},
+		{[]string{"migrate", "down", "-to", "99"}, []string{"-to 99", "unknown migration version"}},
+		{[]string{"migrate", "sql", "-from", "99"}, []string{"-from 99", "unknown migration version"}},
 	} {
 		f.refused(2, bad.args, bad.mentions...)
 	}

@@ -76,7 +76,7 @@ func writeError(w http.ResponseWriter, status int, code, field, msg string) {
 }
 
 // refuse answers a client error.
-func refuse(w http.ResponseWriter, e *clientError) {
+func refuse(w http.ResponseWriter, e *refusal) {
 	writeError(w, e.status, e.code, e.field, e.message)
 }
 

@@ -25,21 +25,17 @@ const (
 	maxVersion = math.MaxInt32
 )
 
-// clientError is a request the API refuses: the status (4xx), a code, the
+// refusal is a request the API refuses: the status (4xx), a code, the
 // field at fault (a JSON path, a header or "body") and what was wrong.
-type clientError struct {
+type refusal struct {
 	status  int
 	code    string
 	field   string
 	message string
 }
 
-func (e *clientError) Error() string {
-	return fmt.Sprintf("%d %s: %s: %s", e.status, e.code, e.field, e.message)
-}
-
-func invalid(field, message string) *clientError {
-	return &clientError{status: http.StatusUnprocessableEntity, code: "invalid", field: field, message: message}
+func invalid(field, message string) *refusal {
+	return &refusal{status: http.StatusUnprocessableEntity, code: "invalid", field: field, message: message}
 }
 
 var (
@@ -50,7 +46,7 @@ var (
 // checkName refuses a document name the API does not store: 1 to 200
 // letters, digits, '.', '_' or '-' (so no NUL, no control character and
 // nothing that is not UTF-8 reaches a query).
-func checkName(field, name string) *clientError {
+func checkName(field, name string) *refusal {
 	if !nameRe.MatchString(name) {
 		return invalid(field, "1 to 200 letters, digits, '.', '_' or '-'")
 	}
@@ -59,7 +55,7 @@ func checkName(field, name string) *clientError {
 
 // checkDocumentText refuses OCR text that a Postgres text column cannot hold:
 // invalid UTF-8 or a NUL byte.
-func checkDocumentText(text []byte) *clientError {
+func checkDocumentText(text []byte) *refusal {
 	if !utf8.Valid(text) {
 		return invalid("body", "the document is not valid UTF-8 text")
 	}
@@ -72,11 +68,11 @@ func checkDocumentText(text []byte) *clientError {
 // checkIdempotencyKey refuses a missing key (400: the header is required)
 // and one the job store would refuse (422): longer than
 // jobs.MaxIdempotencyKeyLen bytes, not UTF-8, or with a control character.
-func checkIdempotencyKey(key string) *clientError {
+func checkIdempotencyKey(key string) *refusal {
 	const field = "Idempotency-Key"
 	switch {
 	case key == "":
-		return &clientError{status: http.StatusBadRequest, code: "invalid", field: field, message: "required"}
+		return &refusal{status: http.StatusBadRequest, code: "invalid", field: field, message: "required"}
 	case len(key) > jobs.MaxIdempotencyKeyLen:
 		return invalid(field, fmt.Sprintf("at most %d bytes", jobs.MaxIdempotencyKeyLen))
 	case !utf8.ValidString(key):
@@ -90,7 +86,7 @@ func checkIdempotencyKey(key string) *clientError {
 // decodeCreateRequest reads the body of POST /extraction-jobs: exactly one
 // JSON object of known fields, whose values the database can hold. body
 // should be bounded (http.MaxBytesReader); a body over the bound is 413.
-func decodeCreateRequest(body io.Reader) (CreateRequest, *clientError) {
+func decodeCreateRequest(body io.Reader) (CreateRequest, *refusal) {
 	var req CreateRequest
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
@@ -107,9 +103,9 @@ func decodeCreateRequest(body io.Reader) (CreateRequest, *clientError) {
 	}
 	if err != nil {
 		if tooLarge(err) {
-			return req, &clientError{status: http.StatusRequestEntityTooLarge, code: "too_large", field: "body", message: fmt.Sprintf("at most %d bytes", maxCreateBody)}
+			return req, &refusal{status: http.StatusRequestEntityTooLarge, code: "too_large", field: "body", message: fmt.Sprintf("at most %d bytes", maxCreateBody)}
 		}
-		return req, &clientError{status: http.StatusBadRequest, code: "invalid_json", field: jsonField(err), message: err.Error()}
+		return req, &refusal{status: http.StatusBadRequest, code: "invalid_json", field: jsonField(err), message: err.Error()}
 	}
 	if req.Document.Name == "" {
 		return req, invalid("document.name", "required")
