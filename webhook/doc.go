@@ -60,9 +60,11 @@
 //     re-opens it.
 //   - The Client resolves names itself, refuses non-public addresses (the
 //     IANA special-purpose registries, IPv4-compatible, NAT64, 6to4 and
-//     Teredo forms, numeric host spellings such as 2130706433 or 0177.0.0.1)
-//     before dialling, and checks again in the dialer's Control hook, which sees the
-//     address the socket connects to, so DNS rebinding cannot slip through.
+//     Teredo forms, numeric host spellings such as 2130706433 or 0177.0.0.1;
+//     an IPv4-mapped address is judged as the IPv4 address it maps) before
+//     dialling, and checks again in the dialer's Control hook, which sees
+//     the address the socket connects to, so DNS rebinding cannot slip
+//     through.
 //     No proxy, no redirects, TLS unless AllowHTTP, bounded response bodies,
 //     a timeout per attempt.
 //   - Verify compares MACs in constant time (hmac.Equal), enforces the
@@ -130,8 +132,8 @@
 // the runner runs concurrently: a step beyond that waits for a turn. The
 // runner's own connections (claims, heartbeats, completions) are the
 // runner's. A Store holds none; its methods use the DBTX they are given. A
-// Receiver uses one connection per delivery it is verifying and accepting,
-// for the length of the receiver's transaction: its concurrency is the
+// Receiver uses one connection per delivery it accepts, for the length of
+// the transaction that holds the inbox record and the receiver's work: its concurrency is the
 // HTTP server's, and the host bounds it with the pool's MaxConns.
 //
 // # Logging

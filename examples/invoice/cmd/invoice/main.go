@@ -87,14 +87,14 @@ func run(ctx context.Context, o options) error {
 	if _, err := llmq.Migrate(ctx, pool, llmq.MigrateOptions{Schema: o.schema}); err != nil {
 		return err
 	}
-	svc, err := invoice.New(pool, invoice.Config{Schema: o.schema, Auth: auth, AllowLoopback: o.allowLoopback})
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	svc, err := invoice.New(pool, invoice.Config{Schema: o.schema, Auth: auth, AllowLoopback: o.allowLoopback, Logger: logger})
 	if err != nil {
 		return err
 	}
 	if err := svc.Migrate(ctx); err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	mp, metrics, err := serve.Metrics()
 	if err != nil {
 		return err
