@@ -41,10 +41,11 @@
 // (default $LLMQ_SCHEMA, else "llmq") and --json. Flags may be written -flag
 // or --flag, before or after the positional arguments. Refused input exits
 // 2 with a message naming it, before anything is written: an unknown
-// command or flag, a malformed id, a negative limit, a schema or tenant
-// name llmq refuses (checked before connecting), any other value llmq's
-// packages refuse (their ValidationError), a migration version this build
-// does not know, an unknown pool. Exit 1 is for what the database said or
+// command or flag, a malformed id, a negative limit, a schema, tenant or
+// pool name llmq refuses or a malformed -database-url (checked before
+// connecting), any other value llmq's packages refuse (their
+// ValidationError), a migration version this build does not know, an
+// unknown pool. Exit 1 is for what the database said or
 // did (a job not found, a version applied by a newer build, a refused
 // statement, no connection).
 //
