@@ -11,9 +11,9 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
+	"github.com/llmq/llmq/internal/validate"
 	"github.com/llmq/llmq/jobs"
 )
 
@@ -70,15 +70,11 @@ func checkDocumentText(text []byte) *refusal {
 // jobs.MaxIdempotencyKeyLen bytes, not UTF-8, or with a control character.
 func checkIdempotencyKey(key string) *refusal {
 	const field = "Idempotency-Key"
-	switch {
-	case key == "":
+	if key == "" {
 		return &refusal{status: http.StatusBadRequest, code: "invalid", field: field, message: "required"}
-	case len(key) > jobs.MaxIdempotencyKeyLen:
-		return invalid(field, fmt.Sprintf("at most %d bytes", jobs.MaxIdempotencyKeyLen))
-	case !utf8.ValidString(key):
-		return invalid(field, "not valid UTF-8")
-	case strings.IndexFunc(key, unicode.IsControl) >= 0:
-		return invalid(field, "contains a control character")
+	}
+	if problem := validate.Text(key, true, jobs.MaxIdempotencyKeyLen); problem != "" {
+		return invalid(field, problem)
 	}
 	return nil
 }
