@@ -30,7 +30,9 @@ var (
 	// ErrForbiddenAddress means the target resolved to (or is) an address the
 	// client never connects to: loopback, private, link-local, CGNAT,
 	// benchmarking, multicast, unspecified, reserved, documentation, or an
-	// IPv4-mapped, NAT64 or 6to4 form of one. The error is an *AddressError.
+	// IPv4-mapped, NAT64 or 6to4 form of one. (An IPv4-mapped address is
+	// judged as the IPv4 address it maps: ::ffff:93.184.216.34 is public,
+	// ::ffff:127.0.0.1 is loopback.) The error is an *AddressError.
 	ErrForbiddenAddress = errors.New("webhook: forbidden address")
 	// ErrInsecureURL is a plain-http URL while the client requires TLS.
 	ErrInsecureURL = errors.New("webhook: URL is not https")
@@ -302,19 +304,20 @@ func (c *Client) allowed(a netip.Addr) bool {
 
 // forbidden says why a is not a public unicast address, or "" when it is.
 // The prefix lists are the IANA special-purpose registries as kept by
-// code.dny.dev/ssrf; IPv6 is allowed only inside global unicast 2000::/3,
-// which excludes IPv4-mapped (::ffff:0:0/96), IPv4-compatible, NAT64
-// (64:ff9b::/96), link-local, unique-local and multicast forms.
+// code.dny.dev/ssrf. An IPv4-mapped address (::ffff:a.b.c.d) is judged as
+// the IPv4 address it maps, which is where a socket given it connects (and
+// how Go's resolver answers with the IPv4 entries of /etc/hosts). Other
+// IPv6 is allowed only inside global unicast 2000::/3, which excludes
+// IPv4-compatible, NAT64 (64:ff9b::/96), link-local, unique-local and
+// multicast forms.
 func forbidden(a netip.Addr) string {
 	if !a.IsValid() {
 		return "invalid address"
 	}
-	if a.Is4In6() {
-		return "IPv4-mapped IPv6 address"
-	}
 	if a.Zone() != "" {
 		return "scoped address"
 	}
+	a = a.Unmap()
 	if a.Is4() {
 		for _, p := range ssrf.IPv4DeniedPrefixes {
 			if p.Contains(a) {

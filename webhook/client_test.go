@@ -203,3 +203,60 @@ func FuzzCheckURL(f *testing.F) {
 		}
 	})
 }
+
+// Go's resolver answers with the IPv4 entries of /etc/hosts (Docker's
+// --add-host, Kubernetes hostAliases) in IPv4-mapped form. The client judges
+// such an answer as the IPv4 address it maps: a public one is delivered to,
+// a loopback, private or otherwise internal one stays refused, never dialled.
+func TestClientJudgesMappedAnswersAsTheirIPv4Address(t *testing.T) {
+	t.Parallel()
+	var got atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		got.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	_, port, err := net.SplitHostPort(srv.Listener.Addr().String())
+	require.NoError(t, err)
+
+	resolver := testResolver{
+		"erp.test":        {netip.MustParseAddr("::ffff:93.184.216.34")},
+		"loopback.test":   {netip.MustParseAddr("::ffff:127.0.0.1")},
+		"private.test":    {netip.MustParseAddr("::ffff:10.1.2.3")},
+		"private2.test":   {netip.MustParseAddr("::ffff:192.168.7.1")},
+		"metadata.test":   {netip.MustParseAddr("::ffff:169.254.169.254")},
+		"cgnat.test":      {netip.MustParseAddr("::ffff:100.64.0.1")},
+		"zero.test":       {netip.MustParseAddr("::ffff:0.0.0.0")},
+		"mixed.test":      {netip.MustParseAddr("::ffff:93.184.216.34"), netip.MustParseAddr("::ffff:127.0.0.1")},
+		"scoped.test":     {netip.MustParseAddr("::ffff:93.184.216.34%eth0")},
+		"compatible.test": {netip.MustParseAddr("::93.184.216.34")},
+	}
+	client, err := webhook.NewClient(webhook.ClientConfig{AllowHTTP: true, Resolver: resolver})
+	require.NoError(t, err)
+	// Every socket the client opens lands on srv, so a refused target would
+	// show up as a request there.
+	asked := webhook.RouteDials(client, srv.Listener.Addr().String())
+
+	resp, err := client.Post(t.Context(), "http://erp.test:"+port+"/hook", nil, []byte(`{}`))
+	require.NoError(t, err, "a public IPv4 address in mapped form is delivered to")
+	require.Equal(t, http.StatusNoContent, resp.Status)
+	require.Equal(t, []string{"93.184.216.34:" + port}, asked(), "the socket is given the IPv4 address")
+	require.Equal(t, int64(1), got.Load())
+
+	for _, host := range []string{"loopback.test", "private.test", "private2.test", "metadata.test", "cgnat.test", "zero.test", "mixed.test", "scoped.test", "compatible.test",
+		"[::ffff:127.0.0.1]", "[::ffff:10.0.0.1]", "[::ffff:a9fe:a9fe]"} {
+		_, err := client.Post(t.Context(), "http://"+host+":"+port+"/hook", nil, []byte(`{}`))
+		require.ErrorIs(t, err, webhook.ErrForbiddenAddress, host)
+	}
+	require.Len(t, asked(), 1, "no refused target was dialled")
+	require.Equal(t, int64(1), got.Load())
+
+	// The dial-time check agrees, in either form.
+	require.NoError(t, webhook.Control(client, "[::ffff:93.184.216.34]:443"))
+	for _, addr := range []string{"[::ffff:127.0.0.1]:443", "[::ffff:10.1.2.3]:443", "[::ffff:169.254.169.254]:80"} {
+		require.ErrorIs(t, webhook.Control(client, addr), webhook.ErrForbiddenAddress, addr)
+	}
+	// And so does the check of a URL's literal host.
+	_, err = client.CheckURL("https://[::ffff:93.184.216.34]/hook")
+	require.NoError(t, err)
+}

@@ -30,6 +30,7 @@ const (
 	DefaultBreakerCooldown    = time.Minute
 	DefaultAuthAlertThreshold = 3
 	DefaultAuthSlowdown       = 4
+	DefaultMaxConns           = 2
 	// MinDefer is the shortest time a delivery is put off by an open
 	// breaker, so that deferred jobs do not spin.
 	MinDefer = 100 * time.Millisecond
@@ -71,7 +72,14 @@ type DispatcherConfig struct {
 	// Worker names this dispatcher in attempt records. Default: the job's
 	// lease owner (the runner's WorkerID).
 	Worker string
-	// Logger receives operational messages. Default: discard.
+	// MaxConns is the most database connections the dispatcher uses at
+	// once, however many deliveries the runner has in flight: loading a
+	// delivery, asking the breaker and recording an attempt each take one
+	// for a few round trips and wait for a turn beyond this. No connection
+	// is held while a request is out. Default 2.
+	MaxConns int
+	// Logger receives warnings and errors (an attempt that could not be
+	// recorded). Default: slog.Default(), as it is when NewDispatcher runs.
 	Logger *slog.Logger
 	// MeterProvider receives the dispatcher's metrics (see the package
 	// documentation). Nil means none.
@@ -91,6 +99,8 @@ type Dispatcher struct {
 	db    DBTX
 	cfg   DispatcherConfig
 	obs   *dispatcherInstruments
+	// conns holds a token per database connection in use (MaxConns).
+	conns chan struct{}
 }
 
 // NewDispatcher validates cfg and returns the handler for Kind, reading and
@@ -108,20 +118,37 @@ func (s *Store) NewDispatcher(db DBTX, cfg DispatcherConfig) (*Dispatcher, error
 		return nil, invalid("DispatcherConfig", "thresholds, cool-down and slowdown must not be negative")
 	case cfg.GaugeRefresh < 0:
 		return nil, invalid("GaugeRefresh", "must not be negative")
+	case cfg.MaxConns < 0:
+		return nil, invalid("MaxConns", "must not be negative")
 	}
 	cfg.GaugeRefresh = cmp.Or(cfg.GaugeRefresh, DefaultGaugeRefresh)
 	cfg.BreakerThreshold = cmp.Or(cfg.BreakerThreshold, DefaultBreakerThreshold)
 	cfg.BreakerCooldown = cmp.Or(cfg.BreakerCooldown, DefaultBreakerCooldown)
 	cfg.AuthAlertThreshold = cmp.Or(cfg.AuthAlertThreshold, DefaultAuthAlertThreshold)
 	cfg.AuthSlowdown = cmp.Or(cfg.AuthSlowdown, DefaultAuthSlowdown)
+	cfg.MaxConns = cmp.Or(cfg.MaxConns, DefaultMaxConns)
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = slog.Default()
 	}
-	obs, err := s.newDispatcherInstruments(db, cfg)
+	d := &Dispatcher{store: s, db: db, cfg: cfg, conns: make(chan struct{}, cfg.MaxConns)}
+	obs, err := s.newDispatcherInstruments(d.withConn, db, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("webhook: dispatcher instruments: %w", err)
 	}
-	return &Dispatcher{store: s, db: db, cfg: cfg, obs: obs}, nil
+	d.obs = obs
+	return d, nil
+}
+
+// withConn runs fn, which uses one database connection, once fewer than
+// MaxConns of the dispatcher's are in use.
+func (d *Dispatcher) withConn(ctx context.Context, fn func() error) error {
+	select {
+	case d.conns <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("webhook: waiting for a database connection: %w", context.Cause(ctx))
+	}
+	defer func() { <-d.conns }()
+	return fn()
 }
 
 type attemptTarget struct {
@@ -207,8 +234,10 @@ func (d *Dispatcher) load(ctx context.Context, tenant string, p deliveryPayload)
 	var keyIDs []string
 	var secrets [][]byte
 	var sealed []bool
-	err := d.db.QueryRow(ctx, d.store.sql.loadAttempt, tenant, p.DeliveryID).Scan(&t.endpointID,
-		&t.body, &t.url, &scheme, &t.sendKeyIDs, &status, &breaker, &t.breakerTill, &keyIDs, &secrets, &sealed)
+	err := d.withConn(ctx, func() error {
+		return d.db.QueryRow(ctx, d.store.sql.loadAttempt, tenant, p.DeliveryID).Scan(&t.endpointID,
+			&t.body, &t.url, &scheme, &t.sendKeyIDs, &status, &breaker, &t.breakerTill, &keyIDs, &secrets, &sealed)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, jobs.Permanent(fmt.Errorf("webhook: delivery %s: %w", p.DeliveryID, ErrNotFound))
 	}
@@ -236,7 +265,9 @@ func (d *Dispatcher) admit(ctx context.Context, tenant string, p deliveryPayload
 	var admitted bool
 	var now time.Time
 	probe := d.cfg.Client.cfg.AttemptTimeout + time.Second
-	err := d.db.QueryRow(ctx, d.store.sql.breakerAdmit, tenant, p.EndpointID, probe.Milliseconds()).Scan(&state, &until, &admitted, &now)
+	err := d.withConn(ctx, func() error {
+		return d.db.QueryRow(ctx, d.store.sql.breakerAdmit, tenant, p.EndpointID, probe.Milliseconds()).Scan(&state, &until, &admitted, &now)
+	})
 	if err != nil {
 		return 0, false, fmt.Errorf("webhook: breaker of %s: %w", p.EndpointID, err)
 	}
@@ -346,29 +377,31 @@ func (d *Dispatcher) record(ctx context.Context, r attemptRecord) error {
 		respBody = &b
 	}
 	tenant, ep := r.job.Tenant, r.p.EndpointID
-	return dbsql.WithTx(ctx, d.db, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, d.store.sql.insertAttempt, r.p.DeliveryID, r.job.ID, r.job.Attempt, cmp.Or(d.cfg.Worker, r.job.LeaseOwner), r.url, r.started,
-			float64(r.latency)/float64(time.Millisecond), status, r.verdict.outcome, dbsql.NullIfZero(r.verdict.class),
-			dbsql.NullIfZero(r.verdict.message), keyIDs, headers, respBody)
-		if err != nil {
+	return d.withConn(ctx, func() error {
+		return dbsql.WithTx(ctx, d.db, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, d.store.sql.insertAttempt, r.p.DeliveryID, r.job.ID, r.job.Attempt, cmp.Or(d.cfg.Worker, r.job.LeaseOwner), r.url, r.started,
+				float64(r.latency)/float64(time.Millisecond), status, r.verdict.outcome, dbsql.NullIfZero(r.verdict.class),
+				dbsql.NullIfZero(r.verdict.message), keyIDs, headers, respBody)
+			if err != nil {
+				return err
+			}
+			switch v := r.verdict; {
+			case v.outcome == "delivered":
+				_, err = tx.Exec(ctx, d.store.sql.breakerSuccess, tenant, ep)
+			case v.breakerFail:
+				_, err = tx.Exec(ctx, d.store.sql.breakerFailure, tenant, ep, d.cfg.BreakerThreshold, d.cfg.BreakerCooldown.Milliseconds())
+			case v.gone:
+				if _, err = tx.Exec(ctx, d.store.sql.setStatus, tenant, ep, string(StatusDisabled), "gone: the endpoint answered 410"); err == nil {
+					err = d.alert(ctx, tx, tenant, AlertDisabled, r, 0)
+				}
+			case v.auth:
+				var n int
+				if err = tx.QueryRow(ctx, d.store.sql.authFailure, tenant, ep).Scan(&n); err == nil && n == d.cfg.AuthAlertThreshold {
+					err = d.alert(ctx, tx, tenant, AlertAuthFailing, r, n)
+				}
+			}
 			return err
-		}
-		switch v := r.verdict; {
-		case v.outcome == "delivered":
-			_, err = tx.Exec(ctx, d.store.sql.breakerSuccess, tenant, ep)
-		case v.breakerFail:
-			_, err = tx.Exec(ctx, d.store.sql.breakerFailure, tenant, ep, d.cfg.BreakerThreshold, d.cfg.BreakerCooldown.Milliseconds())
-		case v.gone:
-			if _, err = tx.Exec(ctx, d.store.sql.setStatus, tenant, ep, string(StatusDisabled), "gone: the endpoint answered 410"); err == nil {
-				err = d.alert(ctx, tx, tenant, AlertDisabled, r, 0)
-			}
-		case v.auth:
-			var n int
-			if err = tx.QueryRow(ctx, d.store.sql.authFailure, tenant, ep).Scan(&n); err == nil && n == d.cfg.AuthAlertThreshold {
-				err = d.alert(ctx, tx, tenant, AlertAuthFailing, r, n)
-			}
-		}
-		return err
+		})
 	})
 }
 

@@ -59,10 +59,12 @@
 //     lock decides), whose success closes the breaker and whose failure
 //     re-opens it.
 //   - The Client resolves names itself, refuses non-public addresses (the
-//     IANA special-purpose registries, IPv4-mapped, NAT64, 6to4 and Teredo
-//     forms, numeric host spellings such as 2130706433 or 0177.0.0.1) before
-//     dialling, and checks again in the dialer's Control hook, which sees the
-//     address the socket connects to, so DNS rebinding cannot slip through.
+//     IANA special-purpose registries, IPv4-compatible, NAT64, 6to4 and
+//     Teredo forms, numeric host spellings such as 2130706433 or 0177.0.0.1;
+//     an IPv4-mapped address is judged as the IPv4 address it maps) before
+//     dialling, and checks again in the dialer's Control hook, which sees
+//     the address the socket connects to, so DNS rebinding cannot slip
+//     through.
 //     No proxy, no redirects, TLS unless AllowHTTP, bounded response bodies,
 //     a timeout per attempt.
 //   - Verify compares MACs in constant time (hmac.Equal), enforces the
@@ -91,6 +93,13 @@
 //   - A name that resolves to several addresses is refused if any of them is
 //     forbidden: a public address next to an internal one is a rebinding
 //     attempt, not a configuration.
+//   - An IPv4-mapped address (::ffff:a.b.c.d) is unmapped before it is
+//     judged, and the socket is given the IPv4 address: it is where a
+//     dual-stack socket connects anyway, and it is how Go's resolver answers
+//     with every IPv4 entry of /etc/hosts (Docker --add-host, Kubernetes
+//     hostAliases). ::ffff:127.0.0.1, ::ffff:10.0.0.1 and every other
+//     mapped form of a forbidden IPv4 address are refused like the address
+//     itself.
 //   - 3xx retries rather than stopping, since a moved endpoint is usually
 //     fixed by its owner; 429 does not count towards the breaker (the endpoint
 //     is alive and asking for less), 5xx and 408 do.
@@ -111,6 +120,28 @@
 //     signature that does not match or a timestamp out of the window, 409 for
 //     a delivery id reused with another body (quarantined in the inbox and
 //     reported through OnDigestMismatch), 503 when its transaction failed.
+//
+// # Database connections
+//
+// A Dispatcher holds no connection of its own between attempts and none
+// while a request is out. Each attempt takes one connection from the pool
+// for each of its short database steps (loading the delivery with its
+// keys, asking an open breaker, recording the attempt in one transaction),
+// and the breaker gauge takes one per reading; together they use at most
+// DispatcherConfig.MaxConns (default 2) at once, however many deliveries
+// the runner runs concurrently: a step beyond that waits for a turn. The
+// runner's own connections (claims, heartbeats, completions) are the
+// runner's. A Store holds none; its methods use the DBTX they are given. A
+// Receiver uses one connection per delivery it accepts, for the length of
+// the transaction that holds the inbox record and the receiver's work: its concurrency is the
+// HTTP server's, and the host bounds it with the pool's MaxConns.
+//
+// # Logging
+//
+// The dispatcher and the receiver log only warnings and errors, through
+// their Config's Logger, slog.Default() when none is given: an attempt that
+// was made but could not be recorded, a delivery a receiver could not
+// accept, a delivery id reused with another body.
 //
 // # Observability
 //

@@ -2,7 +2,9 @@ package webhook
 
 import (
 	"context"
+	"log/slog"
 	"net"
+	"sync"
 	"sync/atomic"
 
 	"github.com/google/uuid"
@@ -20,6 +22,27 @@ func CountDials(c *Client) *atomic.Int64 {
 	return &n
 }
 
+// RouteDials makes c's socket-level dial connect to target whatever address
+// it was asked for, and returns the addresses it was asked for: a test can
+// then deliver to a public address (as the client judged and chose it) and
+// have the request answered by a server on loopback. It replaces the dialer
+// that runs the Control hook, which tests call through Control.
+func RouteDials(c *Client, target string) func() []string {
+	var mu sync.Mutex
+	var asked []string
+	c.netDial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		mu.Lock()
+		asked = append(asked, addr)
+		mu.Unlock()
+		return (&net.Dialer{}).DialContext(ctx, network, target)
+	}
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), asked...)
+	}
+}
+
 // Control runs c's dialer Control hook on address, as the socket would.
 func Control(c *Client, address string) error { return c.control("tcp", address, nil) }
 
@@ -28,3 +51,9 @@ func Admit(ctx context.Context, d *Dispatcher, tenant string, endpointID uuid.UU
 	_, ok, err := d.admit(ctx, tenant, deliveryPayload{EndpointID: endpointID})
 	return ok, err
 }
+
+// DispatcherLogger is the logger d reports through.
+func DispatcherLogger(d *Dispatcher) *slog.Logger { return d.cfg.Logger }
+
+// ReceiverLogger is the logger rc reports through.
+func ReceiverLogger(rc *Receiver) *slog.Logger { return rc.cfg.Logger }

@@ -56,7 +56,9 @@ type ReceiverConfig struct {
 	// a delivery id arrives again with another body: it was quarantined,
 	// not processed, and someone should look.
 	OnDigestMismatch func(ctx context.Context, d Received)
-	// Logger receives operational messages. Default: discard.
+	// Logger receives warnings and errors (a delivery not accepted, a
+	// delivery id reused with another body). Default: slog.Default(), as it
+	// is when NewReceiver runs.
 	Logger *slog.Logger
 	// MeterProvider receives llmq.webhook.received ({delivery}; status):
 	// every delivery by the status it was answered with. Nil means none.
@@ -102,7 +104,7 @@ func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
 	}
 	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, DefaultMaxReceiveBytes)
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = slog.Default()
 	}
 	received, err := telemetry.Meter(cfg.MeterProvider, "webhook").Int64Counter("llmq.webhook.received",
 		metric.WithUnit("{delivery}"), metric.WithDescription("Deliveries the receiver answered, by HTTP status."))

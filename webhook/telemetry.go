@@ -28,7 +28,11 @@ type dispatcherInstruments struct {
 	reg      metric.Registration // the breaker gauge's callback; nil without a MeterProvider
 }
 
-func (s *Store) newDispatcherInstruments(db DBTX, cfg DispatcherConfig) (*dispatcherInstruments, error) {
+// withConn runs a function that uses one database connection within the
+// dispatcher's budget.
+type withConn func(context.Context, func() error) error
+
+func (s *Store) newDispatcherInstruments(conn withConn, db DBTX, cfg DispatcherConfig) (*dispatcherInstruments, error) {
 	m := telemetry.Meter(cfg.MeterProvider, "webhook")
 	in := &dispatcherInstruments{tracer: telemetry.Tracer(cfg.TracerProvider, "webhook")}
 	var err error
@@ -49,7 +53,13 @@ func (s *Store) newDispatcherInstruments(db DBTX, cfg DispatcherConfig) (*dispat
 		return in, nil
 	}
 	snap := telemetry.NewSnapshot(cfg.GaugeRefresh, func(ctx context.Context) (map[BreakerState]int64, error) {
-		return s.breakerStates(ctx, db)
+		var states map[BreakerState]int64
+		err := conn(ctx, func() error {
+			var err error
+			states, err = s.breakerStates(ctx, db)
+			return err
+		})
+		return states, err
 	})
 	in.reg, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		states, err := snap.Get(ctx)

@@ -41,10 +41,15 @@
 //
 // Every command takes -database-url (default $DATABASE_URL), -schema
 // (default $LLMQ_SCHEMA, else "llmq") and --json. Flags may be written -flag
-// or --flag, before or after the positional arguments. Bad input (an
-// unknown command or flag, a malformed id, a negative limit, an unknown
-// pool) exits non-zero with a message naming it, before anything is
-// written: 2 for how the command was called, 1 for what the database said.
+// or --flag, before or after the positional arguments. Refused input exits
+// 2 with a message naming it, before anything is written: an unknown
+// command or flag, a malformed id, a negative limit, a schema, tenant or
+// pool name llmq refuses or a malformed -database-url (checked before
+// connecting), any other value llmq's packages refuse (their
+// ValidationError), a migration version this build does not know, an
+// unknown pool. Exit 1 is for what the database said or
+// did (a job not found, a version applied by a newer build, a refused
+// statement, no connection).
 //
 // Operator commands are not tenant-scoped: a job is found by its id alone,
 // and -tenant, where given, narrows the search to that tenant.
@@ -64,6 +69,12 @@ import (
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/admission"
+	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/internal/validate"
+	"github.com/llmq/llmq/jobs"
 )
 
 func main() {
@@ -116,6 +127,10 @@ var errHelpUsage = errors.New("help")
 // the problem and the command's flags (exit 2).
 var errFlag = errors.New("bad flag")
 
+// errInvalidInput marks a value the command refuses, named in the message
+// without the usage text (exit 2).
+var errInvalidInput = errors.New("invalid input")
+
 // run is main without the process: it parses args, runs one command and
 // returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -162,10 +177,63 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "llmq: %v\n\n%s", err, usage)
 		return 2
+	case refusedInput(err):
+		fmt.Fprintf(stderr, "llmq: %v\n", err)
+		return 2
 	default:
 		fmt.Fprintf(stderr, "llmq: %v\n", err)
 		return 1
 	}
+}
+
+// refusedInput reports whether err refuses what the command was given,
+// rather than telling what the database said or did: exit 2, not 1.
+func refusedInput(err error) bool {
+	if _, ok := errors.AsType[*jobs.ValidationError](err); ok {
+		return true // every llmq package's bad-input error is this type
+	}
+	for _, refused := range []error{errInvalidInput, llmq.ErrInvalidSchema, admission.ErrUnknownPool} {
+		if errors.Is(err, refused) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkTenant refuses a tenant name that llmq's stores would refuse, so that
+// the command fails before it connects.
+func checkTenant(what, tenant string) error {
+	if problem := validate.Text(tenant, true, jobs.MaxTenantLen); problem != "" {
+		return fmt.Errorf("%w: %s: the tenant %q %s", errInvalidInput, what, tenant, problem)
+	}
+	return nil
+}
+
+// checkPool refuses a pool name that the limiter would refuse.
+func checkPool(what, pool string) error {
+	if problem := validate.Text(pool, true, admission.MaxPoolLen); problem != "" {
+		return fmt.Errorf("%w: %s: the pool %q %s", errInvalidInput, what, pool, problem)
+	}
+	return nil
+}
+
+// checkFlags refuses a -schema (every command's), or a -tenant or -pool
+// (where a command has one and it is given), that llmq would refuse.
+func checkFlags(fs *flag.FlagSet) error {
+	if f := fs.Lookup("schema"); f != nil {
+		if _, err := dbsql.NewSchema(f.Value.String()); err != nil {
+			return fmt.Errorf("%s: -schema: %w", fs.Name(), err)
+		}
+	}
+	if f := fs.Lookup("tenant"); f != nil && f.Value.String() != "" {
+		if err := checkTenant(fs.Name()+": -tenant", f.Value.String()); err != nil {
+			return err
+		}
+	}
+	if f := fs.Lookup("pool"); f != nil && f.Value.String() != "" {
+		return checkPool(fs.Name()+": -pool", f.Value.String())
+	}
+	return nil
 }
 
 // common holds the flags every command takes.
@@ -216,6 +284,9 @@ func parseArgs(fs *flag.FlagSet, args []string, want int, usage string) ([]strin
 		}
 		positional = append(positional, rest[0])
 		args = rest[1:]
+	}
+	if err := checkFlags(fs); err != nil {
+		return nil, err
 	}
 	switch {
 	case want < 0:
@@ -280,7 +351,7 @@ func usageOrHelp(err error) error {
 func (c *common) connect(ctx context.Context) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(c.databaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("database url: %w", err)
+		return nil, fmt.Errorf("%w: -database-url: %w", errInvalidInput, err)
 	}
 	cfg.MaxConns = 2
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

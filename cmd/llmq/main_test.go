@@ -108,7 +108,7 @@ func TestMigrateSQL(t *testing.T) {
 	require.Contains(t, out, "DROP TABLE "+c.schema+".jobs")
 
 	code, _, stderr := c.run("migrate", "sql", "-to", "99")
-	require.Equal(t, 1, code)
+	require.Equal(t, 2, code, "an unknown version is refused input")
 	require.Contains(t, stderr, "unknown migration version")
 }
 
@@ -120,7 +120,7 @@ func TestUsageErrors(t *testing.T) {
 		require.Contains(t, stderr, "usage:")
 	}
 	code, _, stderr := runCLI(t, "migrate", "up", "-schema", "public", "-database-url", dbtest.URL())
-	require.Equal(t, 1, code)
+	require.Equal(t, 2, code, "a refused schema name is refused input")
 	require.Contains(t, stderr, "invalid schema name")
 
 	// The usage text names every command and alias, and -h is not an error.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -23,6 +24,9 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err := parse(fs, args); err != nil {
 			return err
 		}
+		if err := checkVersion(fs, "to", *to); err != nil {
+			return err
+		}
 		return migrate(ctx, c, stdout, llmq.MigrateOptions{Schema: c.schema, TargetVersion: *to})
 	case "down":
 		to := fs.Int("to", -1, "version to keep; migrations above it are reverted (required; 0 drops every llmq table)")
@@ -31,6 +35,9 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		if *to < 0 {
 			return fmt.Errorf("%w: migrate down needs -to N (0 reverts everything)", errUsage)
+		}
+		if err := checkVersion(fs, "to", *to); err != nil {
+			return err
 		}
 		return migrate(ctx, c, stdout, llmq.MigrateOptions{Schema: c.schema, Direction: llmq.DirectionDown, TargetVersion: *to})
 	case "status":
@@ -44,6 +51,14 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		to := fs.Int("to", 0, "version to end at (default: the latest for up, 0 for down)")
 		if err := parse(fs, args); err != nil {
 			return err
+		}
+		if err := checkVersion(fs, "to", *to); err != nil {
+			return err
+		}
+		if *from != -1 {
+			if err := checkVersion(fs, "from", *from); err != nil {
+				return err
+			}
 		}
 		opts := llmq.MigrateOptions{Schema: c.schema, TargetVersion: *to}
 		if *down {
@@ -65,6 +80,15 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	default:
 		return fmt.Errorf("%w: migrate %q: use up, down, status or sql", errUsage, sub)
 	}
+}
+
+// checkVersion refuses a migration version this build does not know (0
+// stands for none, or the latest where the flag says so).
+func checkVersion(fs *flag.FlagSet, name string, v int) error {
+	if v < 0 || v > llmq.LatestVersion() {
+		return fmt.Errorf("%w: %s: -%s %d: %w (known: 1..%d)", errInvalidInput, fs.Name(), name, v, llmq.ErrUnknownVersion, llmq.LatestVersion())
+	}
+	return nil
 }
 
 func migrate(ctx context.Context, c *common, stdout io.Writer, opts llmq.MigrateOptions) error {

@@ -389,8 +389,8 @@ func TestTenantsCommands(t *testing.T) {
 	} {
 		f.refused(2, bad.args, bad.mentions...)
 	}
-	f.refused(1, []string{"tenants", "set", strings.Repeat("x", 201), "--weight", "2"}, "Tenant", "more than the limit of 200")
-	f.refused(1, []string{"tenants", "set", "bad\tname", "--max-pending-jobs", "2"}, "control character")
+	f.refused(2, []string{"tenants", "set", strings.Repeat("x", 201), "--weight", "2"}, "tenant", "more than the limit of 200")
+	f.refused(2, []string{"tenants", "set", "bad\tname", "--max-pending-jobs", "2"}, "control character")
 
 	// The defaults' weight and cap reach every tenant without its own.
 	code, out, stderr = f.run("tenants", "set", "--defaults", "--max-in-flight", "8")
@@ -467,7 +467,7 @@ func TestPoolsCommands(t *testing.T) {
 		args     []string
 		mentions []string
 	}{
-		{1, []string{"pools", "set", "gpt-5", "--rpm", "100"}, []string{`unknown pool "gpt-5"`, "--create"}},
+		{2, []string{"pools", "set", "gpt-5", "--rpm", "100"}, []string{`unknown pool "gpt-5"`, "--create"}},
 		{2, []string{"pools", "set", "gpt-5", "--create", "--rpm", "100"}, []string{"a new pool needs --rpm, --tpm and --in-flight"}},
 		{2, []string{"pools", "set", "gpt-4o", "--rpm", "0"}, []string{"--rpm must be positive"}},
 		{2, []string{"pools", "set", "gpt-4o", "--in-flight", "0"}, []string{"--in-flight must be positive"}},

@@ -61,6 +61,6 @@ func TestPlanFromPool(t *testing.T) {
 	require.InDelta(t, 1, r.AttemptCapacity, 1e-9)
 
 	code, _, stderr = c.run("plan", "-pool", "missing")
-	require.Equal(t, 1, code)
+	require.Equal(t, 2, code, "an unknown pool is refused input")
 	require.Contains(t, stderr, "unknown pool")
 }

@@ -64,6 +64,9 @@ func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	name, set := pos[0], setFlags(fs)
+	if err := checkPool("pools set", name); err != nil {
+		return err
+	}
 	changes := 0
 	for _, f := range []string{"rpm", "tpm", "in-flight", "request-burst", "token-burst", "input-price", "output-price", "charge-reserved", "refund-uncertain"} {
 		if set[f] {
@@ -94,7 +97,7 @@ func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		var p admission.Pool
 		switch {
 		case errors.Is(err, admission.ErrUnknownPool) && !*create:
-			return fmt.Errorf("unknown pool %q: 'llmq pools list' shows the pools; --create makes a new one", name)
+			return fmt.Errorf("%w %q: 'llmq pools list' shows the pools; --create makes a new one", admission.ErrUnknownPool, name)
 		case errors.Is(err, admission.ErrUnknownPool):
 			if !set["rpm"] || !set["tpm"] || !set["in-flight"] {
 				return fmt.Errorf("%w: pools set %s --create: a new pool needs --rpm, --tpm and --in-flight", errUsage, name)

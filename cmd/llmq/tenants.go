@@ -55,6 +55,11 @@ func runTenants(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return err
 		}
+		if pos[0] != "" { // empty is a usage error, told by reset
+			if err := checkTenant("tenants reset", pos[0]); err != nil {
+				return err
+			}
+		}
 		return withTenants(ctx, c, func(t *tenantStores) error {
 			row, err := t.reset(ctx, pos[0])
 			if err != nil {
@@ -93,6 +98,11 @@ func runTenants(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("%w: tenants set needs a tenant: tenants set TENANT --weight W ... (or --defaults)", errUsage)
 	case !*defaults:
 		tenant = pos[0]
+	}
+	if tenant != "" {
+		if err := checkTenant("tenants set", tenant); err != nil {
+			return err
+		}
 	}
 	switch {
 	case tenant == "" && !*defaults:

@@ -13,6 +13,7 @@ import (
 	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/examples/erp"
 	"github.com/llmq/llmq/examples/fakeprovider"
+	"github.com/llmq/llmq/examples/internal/serve"
 	"github.com/llmq/llmq/examples/invoice"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
@@ -169,10 +170,11 @@ func webhookParams(tenant, url string) webhook.EndpointParams {
 }
 
 // newServer serves h on a loopback port (httptest's, which is what the demo
-// needs too: real HTTP over a real socket).
+// needs too: real HTTP over a real socket), with the examples' server
+// limits.
 func newServer(h http.Handler) *httptest.Server {
 	srv := httptest.NewUnstartedServer(h)
-	srv.Config.ReadHeaderTimeout = 5 * time.Second
+	serve.Limits{}.Apply(srv.Config)
 	srv.Start()
 	return srv
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -76,28 +75,57 @@ func writeError(w http.ResponseWriter, status int, code, field, msg string) {
 	writeJSON(w, status, map[string]apiError{"error": {Code: code, Field: field, Message: msg}})
 }
 
+// refuse answers a client error.
+func refuse(w http.ResponseWriter, e *refusal) {
+	writeError(w, e.status, e.code, e.field, e.message)
+}
+
+// unavailable answers 503 with Retry-After for a failure of the service's
+// own (the database, most often) and logs its cause: the client is told to
+// retry, the operator what went wrong.
+func (s *Service) unavailable(w http.ResponseWriter, r *http.Request, cause error) {
+	s.cfg.Logger.Error("invoice API: answering 503", "method", r.Method, "path", r.URL.Path, "err", cause)
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusServiceUnavailable, "unavailable", "", "try again")
+}
+
+// internalError answers 500 for a request the service cannot serve and
+// retrying will not help, and logs its cause.
+func (s *Service) internalError(w http.ResponseWriter, r *http.Request, code string, cause error) {
+	s.cfg.Logger.Error("invoice API: answering 500", "method", r.Method, "path", r.URL.Path, "err", cause)
+	writeError(w, http.StatusInternalServerError, code, "", "the service cannot answer this request")
+}
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-var nameRe = regexp.MustCompile(`^[A-Za-z0-9._-]{1,200}$`)
-
 func (s *Service) putDocument(w http.ResponseWriter, r *http.Request, _ string, c Credential) {
 	name := r.PathValue("name")
-	if !nameRe.MatchString(name) {
-		writeError(w, http.StatusUnprocessableEntity, "invalid", "name", "1 to 200 letters, digits, '.', '_' or '-'")
+	if cerr := checkName("name", name); cerr != nil {
+		refuse(w, cerr)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxDocumentText))
-	if err != nil {
+	switch {
+	case tooLarge(err):
 		writeError(w, http.StatusRequestEntityTooLarge, "too_large", "body", fmt.Sprintf("at most %d bytes", maxDocumentText))
+		return
+	case err != nil:
+		// The client stopped sending (or was too slow for the server's
+		// read timeout): nothing to store, and nobody to answer.
+		writeError(w, http.StatusBadRequest, "incomplete", "body", "the body could not be read to its end")
+		return
+	}
+	if cerr := checkDocumentText(body); cerr != nil {
+		refuse(w, cerr)
 		return
 	}
 	doc, err := s.PutDocument(r.Context(), c.Tenant, name, string(body))
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "", "try again")
+		s.unavailable(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, doc)
@@ -157,8 +185,6 @@ func view(j *jobs.Job) JobView {
 	return v
 }
 
-var hexRe = regexp.MustCompile(`^[0-9a-f]{64}$`)
-
 func (s *Service) createJob(w http.ResponseWriter, r *http.Request, _ string, c Credential) {
 	// The acceptance span: the job's attempts, events and webhook delivery
 	// continue its trace, which continues the caller's when it sent one.
@@ -167,29 +193,13 @@ func (s *Service) createJob(w http.ResponseWriter, r *http.Request, _ string, c 
 		trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attribute.String("llmq.tenant", c.Tenant)))
 	defer span.End()
 	key := r.Header.Get("Idempotency-Key")
-	if key == "" || len(key) > jobs.MaxIdempotencyKeyLen {
-		writeError(w, http.StatusBadRequest, "invalid", "Idempotency-Key", fmt.Sprintf("required, at most %d bytes", jobs.MaxIdempotencyKeyLen))
+	if cerr := checkIdempotencyKey(key); cerr != nil {
+		refuse(w, cerr)
 		return
 	}
-	var req CreateRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_json", jsonField(err), err.Error())
-		return
-	}
-	switch {
-	case req.Document.Name == "":
-		writeError(w, http.StatusUnprocessableEntity, "invalid", "document.name", "required")
-		return
-	case req.Document.Version < 1:
-		writeError(w, http.StatusUnprocessableEntity, "invalid", "document.version", "an object version, 1 or more")
-		return
-	case !hexRe.MatchString(req.Document.SHA256):
-		writeError(w, http.StatusUnprocessableEntity, "invalid", "document.sha256", "the hex SHA-256 of the document's content")
-		return
-	case req.Schema != SchemaV1:
-		writeError(w, http.StatusUnprocessableEntity, "invalid", "schema", "must be "+strconv.Quote(SchemaV1))
+	req, cerr := decodeCreateRequest(http.MaxBytesReader(w, r.Body, maxCreateBody))
+	if cerr != nil {
+		refuse(w, cerr)
 		return
 	}
 	text, err := s.document(ctx, c.Tenant, req.Document)
@@ -201,13 +211,13 @@ func (s *Service) createJob(w http.ResponseWriter, r *http.Request, _ string, c 
 		writeError(w, http.StatusUnprocessableEntity, "invalid", "document.sha256", "does not match the document version's content")
 		return
 	case err != nil:
-		unavailable(w)
+		s.unavailable(w, r, err)
 		return
 	}
 	p := Payload{Document: req.Document, Schema: req.Schema, Policy: PolicyVersion, Model: Model}
 	payload, err := json.Marshal(p)
 	if err != nil {
-		unavailable(w)
+		s.internalError(w, r, "internal", err)
 		return
 	}
 	// What changes the result: content, version, schema, policy, model;
@@ -216,7 +226,7 @@ func (s *Service) createJob(w http.ResponseWriter, r *http.Request, _ string, c 
 		"sha256": p.Document.SHA256, "version": p.Document.Version, "schema": p.Schema, "policy": p.Policy, "model": p.Model,
 	})
 	if err != nil {
-		unavailable(w)
+		s.internalError(w, r, "internal", err)
 		return
 	}
 	// A host would add its own writes (an upload record, an audit row) to
@@ -228,23 +238,32 @@ func (s *Service) createJob(w http.ResponseWriter, r *http.Request, _ string, c 
 	})
 	var quota *admission.QuotaError
 	var conflict *jobs.ConflictError
+	var bad *jobs.ValidationError
 	switch {
 	case errors.As(err, &conflict):
 		writeError(w, http.StatusConflict, "idempotency_conflict", "Idempotency-Key", "the key was used for a different request")
 		return
 	case errors.As(err, &quota):
-		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(quota.RetryAfter.Seconds()))))
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(quota.RetryAfter.Seconds())))))
 		code := "tenant_quota"
-		if quota.Status == http.StatusServiceUnavailable {
+		if quota.Status >= http.StatusInternalServerError {
 			code = "capacity"
+			s.cfg.Logger.Warn("invoice API: answering "+strconv.Itoa(quota.Status)+": system at capacity", "tenant", c.Tenant, "err", err)
 		}
 		writeError(w, quota.Status, code, "", quota.Error())
 		return
+	case errors.As(err, &bad) && bad.Field == "IdempotencyKey":
+		// checkIdempotencyKey keeps the job store's rules; this is the
+		// store's word should they ever differ.
+		writeError(w, http.StatusUnprocessableEntity, "invalid", "Idempotency-Key", bad.Problem)
+		return
 	case errors.Is(err, jobs.ErrInvalidParams):
-		writeError(w, http.StatusUnprocessableEntity, "invalid", "", err.Error())
+		// Every other parameter is the service's own, or its
+		// configuration's (the tenant of a token): not the client's fault.
+		s.internalError(w, r, "internal", err)
 		return
 	case err != nil:
-		unavailable(w)
+		s.unavailable(w, r, err)
 		return
 	}
 	v := view(res.Job)
@@ -275,22 +294,6 @@ func estimateTokens(text string, maxOut int) int64 {
 	return int64(len(text)/4+len(systemPrompt)/4+16) + int64(maxOut)
 }
 
-func unavailable(w http.ResponseWriter) {
-	w.Header().Set("Retry-After", "1")
-	writeError(w, http.StatusServiceUnavailable, "unavailable", "", "try again")
-}
-
-func jsonField(err error) string {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		return te.Field
-	}
-	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return strings.Trim(f, `"`)
-	}
-	return "body"
-}
-
 func (s *Service) getJob(w http.ResponseWriter, r *http.Request, _ string, c Credential) {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
@@ -303,13 +306,13 @@ func (s *Service) getJob(w http.ResponseWriter, r *http.Request, _ string, c Cre
 		return
 	}
 	if err != nil {
-		unavailable(w)
+		s.unavailable(w, r, err)
 		return
 	}
 	v := view(j)
 	if c.Operator {
 		if v.Attempts, err = s.Jobs.Attempts(r.Context(), s.pool, c.Tenant, id); err != nil {
-			unavailable(w)
+			s.unavailable(w, r, err)
 			return
 		}
 		v.LastError, v.ErrorClass = j.LastError, j.ErrorClass
@@ -324,7 +327,7 @@ func (s *Service) listJobs(w http.ResponseWriter, r *http.Request, _ string, c C
 		return
 	}
 	if err != nil {
-		unavailable(w)
+		s.unavailable(w, r, err)
 		return
 	}
 	out := struct {

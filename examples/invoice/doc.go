@@ -22,13 +22,29 @@
 //     schema, the validation policy and the model: what changes the result,
 //     not the document's name.
 //   - Tenant quotas (admission.Quotas, in the enqueue transaction) answer 429
-//     with Retry-After, system capacity 503 with Retry-After. Bad input is 400
-//     (not JSON, unknown field, missing key) or 422 (a value), with a JSON
-//     error naming the field.
+//     with Retry-After, system capacity 503 with Retry-After.
+//   - Bad input is a 4xx with a JSON error {code, field, message} naming the
+//     field at fault, answered before any query: 400 for a body that is not
+//     exactly one JSON object of known fields (trailing bytes, a second
+//     value, an unknown field, a value of the wrong type) or a missing
+//     Idempotency-Key; 413 for a body over its limit (16 KiB, or 256 KiB of
+//     document text); 422 for a value the API refuses, including every value
+//     the database could not hold: a document version outside 1 to
+//     2147483647 (an integer column), a name that is not 1 to 200 letters,
+//     digits, '.', '_' or '-' (so no NUL and nothing that is not UTF-8),
+//     document text that is not UTF-8 or holds a NUL byte, an
+//     Idempotency-Key over 255 bytes, not UTF-8 or with a control character.
+//   - A failure of the service's own is 503 with Retry-After (the database,
+//     which a retry may find back) or 500 (a request it can never serve),
+//     and each is logged with its cause through Config.Logger
+//     (slog.Default() unless set).
 //   - GET /extraction-jobs/{id} is authoritative. Attempts and errors are
 //     shown to operator credentials only.
 //   - GET /extraction-jobs/events streams {event_id, type, job_id, state,
-//     state_version}; see the events handler for the replay window.
+//     state_version}; see the events handler for the replay window. A
+//     stream replaces the server's write timeout with a deadline per write
+//     (30s; a keep-alive comment goes out every 15s), so it lives as long
+//     as its client reads, and no longer.
 //
 // # Worker
 //

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -113,6 +114,9 @@ type Config struct {
 	// the outbox sequence whose transactions it cannot see end (see
 	// Service.events). Default 2s.
 	StreamGapWait time.Duration
+	// Logger receives the cause of every 5xx the API answers, and why an
+	// event stream ended early. Default: slog.Default().
+	Logger *slog.Logger
 }
 
 // Service holds the stores the API and the worker share.
@@ -146,6 +150,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	cfg.StreamGapWait = cmp.Or(cfg.StreamGapWait, defaultStreamGapWait)
 	if cfg.TracerProvider == nil {
 		cfg.TracerProvider = noop.NewTracerProvider()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
 	}
 	schema, q, err := dbsql.Prepare(cfg.Schema, queriesSQL)
 	if err != nil {

@@ -3,6 +3,7 @@ package invoice
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -17,6 +18,7 @@ const (
 	streamPoll           = 200 * time.Millisecond
 	defaultStreamGapWait = 2 * time.Second
 	streamKeepalive      = 15 * time.Second
+	streamWriteTimeout   = 2 * streamKeepalive // for each write of a stream
 	streamBatch          = 500
 	maxTracked           = 10_000 // jobs whose last state_version a stream remembers
 )
@@ -54,13 +56,13 @@ type outboxRow struct {
 func (s *Service) events(w http.ResponseWriter, r *http.Request, token string, c Credential) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
-		writeError(w, http.StatusInternalServerError, "unsupported", "", "streaming unsupported")
+		s.internalError(w, r, "unsupported", errors.New("the response writer cannot flush: streaming unsupported"))
 		return
 	}
 	ctx := r.Context()
 	newest, oldest, err := s.seqBounds(ctx)
 	if err != nil {
-		unavailable(w)
+		s.unavailable(w, r, err)
 		return
 	}
 	cursor, reset := newest, ""
@@ -74,7 +76,7 @@ func (s *Service) events(w http.ResponseWriter, r *http.Request, token string, c
 		default:
 			behind, err := s.countBehind(ctx, c.Tenant, n, newest)
 			if err != nil {
-				unavailable(w)
+				s.unavailable(w, r, err)
 				return
 			}
 			if behind > s.cfg.ReplayWindow {
@@ -84,6 +86,18 @@ func (s *Service) events(w http.ResponseWriter, r *http.Request, token string, c
 			}
 		}
 	}
+	// A stream outlives the server's write timeout, which is for responses
+	// that end: each of its writes gets a deadline of its own instead, so a
+	// client that stops reading is dropped after streamWriteTimeout, not
+	// held for ever. (The read timeout does not reach it: once a request
+	// without a body has been read, net/http clears the read deadline.)
+	rc := http.NewResponseController(w)
+	writeDeadline := func() {
+		if err := rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			s.cfg.Logger.Warn("invoice events: setting the write deadline", "err", err)
+		}
+	}
+	writeDeadline()
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
@@ -116,11 +130,13 @@ func (s *Service) events(w http.ResponseWriter, r *http.Request, token string, c
 		gapSettled := false
 		if gapSnapshot != "" {
 			if err := s.pool.QueryRow(ctx, s.q["SnapshotSettled"], gapSnapshot).Scan(&gapSettled); err != nil {
+				s.streamEnded(ctx, err)
 				return
 			}
 		}
 		rows, err := s.eventsAfter(ctx, cursor)
 		if err != nil {
+			s.streamEnded(ctx, err)
 			return
 		}
 		for _, row := range rows {
@@ -128,6 +144,7 @@ func (s *Service) events(w http.ResponseWriter, r *http.Request, token string, c
 				if gapSince.IsZero() {
 					gapSince = time.Now()
 					if err := s.pool.QueryRow(ctx, s.q["CurrentSnapshot"]).Scan(&gapSnapshot); err != nil {
+						s.streamEnded(ctx, err)
 						return
 					}
 				}
@@ -154,12 +171,21 @@ func (s *Service) events(w http.ResponseWriter, r *http.Request, token string, c
 			fmt.Fprint(w, ": keepalive\n\n")
 			lastWrite = time.Now()
 		}
+		writeDeadline()
 		flusher.Flush()
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
+	}
+}
+
+// streamEnded logs why a stream stopped reading events, unless its client
+// went away (the client reconnects with Last-Event-ID).
+func (s *Service) streamEnded(ctx context.Context, err error) {
+	if ctx.Err() == nil {
+		s.cfg.Logger.Warn("invoice events: the stream ends", "err", err)
 	}
 }
 

@@ -77,7 +77,7 @@ func run(ctx context.Context, addr, databaseURL, schema, secrets string) error {
 	mux.Handle("GET /metrics", metrics)
 	mux.Handle("/", e)
 	fmt.Println("erp listening on", addr)
-	return serve.HTTP(ctx, addr, mux, 5*time.Second)
+	return serve.HTTP(ctx, serve.NewServer(addr, mux, serve.Limits{}), 5*time.Second)
 }
 
 func envOr(name, def string) string {

@@ -29,10 +29,16 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	fmt.Println("fakeprovider listening on", *addr)
-	err := serve.HTTP(ctx, *addr, fakeprovider.New(fakeprovider.Config{
+	provider := fakeprovider.New(fakeprovider.Config{
 		MeanLatency: *mean, Scale: *scale, RPM: *rpm, TPM: *tpm,
 		TimeoutRate: *timeouts, MalformedRate: *malformed, WrongRate: *wrong,
-	}), 5*time.Second)
+	})
+	// An answer takes up to about 20 times the scaled mean (the latency's
+	// exponential tail); the write timeout must not cut it short. A call
+	// that hangs on purpose hangs until its client gives up, whatever the
+	// timeout.
+	limits := serve.Limits{Write: max(serve.DefaultWrite, time.Duration(25*float64(*mean) / *scale))}
+	err := serve.HTTP(ctx, serve.NewServer(*addr, provider, limits), 5*time.Second)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fakeprovider:", err)

@@ -87,14 +87,14 @@ func run(ctx context.Context, o options) error {
 	if _, err := llmq.Migrate(ctx, pool, llmq.MigrateOptions{Schema: o.schema}); err != nil {
 		return err
 	}
-	svc, err := invoice.New(pool, invoice.Config{Schema: o.schema, Auth: auth, AllowLoopback: o.allowLoopback})
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	svc, err := invoice.New(pool, invoice.Config{Schema: o.schema, Auth: auth, AllowLoopback: o.allowLoopback, Logger: logger})
 	if err != nil {
 		return err
 	}
 	if err := svc.Migrate(ctx); err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	mp, metrics, err := serve.Metrics()
 	if err != nil {
 		return err
@@ -111,9 +111,10 @@ func run(ctx context.Context, o options) error {
 		mux.Handle("/", svc.Handler())
 		logger.Info("API listening", "addr", o.addr)
 		// The grace is for acceptances in flight; event streams never
-		// finish, so they are cut when it runs out and the process exits
-		// (clients reconnect with Last-Event-ID).
-		return serve.HTTP(ctx, o.addr, mux, 10*time.Second)
+		// finish, so they are cut when it runs out (clients reconnect with
+		// Last-Event-ID). The streams lift the write timeout for
+		// themselves and keep their connections alive.
+		return serve.HTTP(ctx, serve.NewServer(o.addr, mux, serve.Limits{}), 10*time.Second)
 	case "worker":
 		runner, err := svc.NewRunner(ctx, invoice.WorkerConfig{
 			ProviderURL: o.providerURL, APIKey: o.apiKey, Pool: o.pool, Workers: o.workers, Logger: logger,
@@ -125,7 +126,7 @@ func run(ctx context.Context, o options) error {
 		}
 		if o.metricsAddr != "" {
 			go func() {
-				if err := serve.HTTP(ctx, o.metricsAddr, metrics, time.Second); err != nil {
+				if err := serve.HTTP(ctx, serve.NewServer(o.metricsAddr, metrics, serve.Limits{}), time.Second); err != nil {
 					logger.Error("metrics server failed", "addr", o.metricsAddr, "err", err)
 				}
 			}()

@@ -1,0 +1,141 @@
+package invoice
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/llmq/llmq/internal/validate"
+	"github.com/llmq/llmq/jobs"
+)
+
+// Request limits of the API.
+const (
+	maxCreateBody = 16 << 10 // bytes of a POST /extraction-jobs body
+	// maxVersion is the largest document version: versions are a Postgres
+	// integer column.
+	maxVersion = math.MaxInt32
+)
+
+// refusal is a request the API refuses: the status (4xx), a code, the
+// field at fault (a JSON path, a header or "body") and what was wrong.
+type refusal struct {
+	status  int
+	code    string
+	field   string
+	message string
+}
+
+func invalid(field, message string) *refusal {
+	return &refusal{status: http.StatusUnprocessableEntity, code: "invalid", field: field, message: message}
+}
+
+var (
+	nameRe = regexp.MustCompile(`^[A-Za-z0-9._-]{1,200}$`)
+	hexRe  = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
+
+// checkName refuses a document name the API does not store: 1 to 200
+// letters, digits, '.', '_' or '-' (so no NUL, no control character and
+// nothing that is not UTF-8 reaches a query).
+func checkName(field, name string) *refusal {
+	if !nameRe.MatchString(name) {
+		return invalid(field, "1 to 200 letters, digits, '.', '_' or '-'")
+	}
+	return nil
+}
+
+// checkDocumentText refuses OCR text that a Postgres text column cannot hold:
+// invalid UTF-8 or a NUL byte.
+func checkDocumentText(text []byte) *refusal {
+	if !utf8.Valid(text) {
+		return invalid("body", "the document is not valid UTF-8 text")
+	}
+	if i := bytes.IndexByte(text, 0); i >= 0 {
+		return invalid("body", fmt.Sprintf("the document holds a NUL byte at offset %d", i))
+	}
+	return nil
+}
+
+// checkIdempotencyKey refuses a missing key (400: the header is required)
+// and one the job store would refuse (422): longer than
+// jobs.MaxIdempotencyKeyLen bytes, not UTF-8, or with a control character.
+func checkIdempotencyKey(key string) *refusal {
+	const field = "Idempotency-Key"
+	if key == "" {
+		return &refusal{status: http.StatusBadRequest, code: "invalid", field: field, message: "required"}
+	}
+	if problem := validate.Text(key, true, jobs.MaxIdempotencyKeyLen); problem != "" {
+		return invalid(field, problem)
+	}
+	return nil
+}
+
+// decodeCreateRequest reads the body of POST /extraction-jobs: exactly one
+// JSON object of known fields, whose values the database can hold. body
+// should be bounded (http.MaxBytesReader); a body over the bound is 413.
+func decodeCreateRequest(body io.Reader) (CreateRequest, *refusal) {
+	var req CreateRequest
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&req)
+	if err == nil {
+		// Exactly one value: anything after it but white space (a second
+		// object, a stray brace) makes the body ambiguous.
+		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+			err = errors.New("the body holds more than one JSON value")
+			if tooLarge(terr) {
+				err = terr
+			}
+		}
+	}
+	if err != nil {
+		if tooLarge(err) {
+			return req, &refusal{status: http.StatusRequestEntityTooLarge, code: "too_large", field: "body", message: fmt.Sprintf("at most %d bytes", maxCreateBody)}
+		}
+		return req, &refusal{status: http.StatusBadRequest, code: "invalid_json", field: jsonField(err), message: err.Error()}
+	}
+	if req.Document.Name == "" {
+		return req, invalid("document.name", "required")
+	}
+	if cerr := checkName("document.name", req.Document.Name); cerr != nil {
+		return req, cerr
+	}
+	switch {
+	case req.Document.Version < 1 || req.Document.Version > maxVersion:
+		return req, invalid("document.version", fmt.Sprintf("an object version, 1 to %d", maxVersion))
+	case !hexRe.MatchString(req.Document.SHA256):
+		return req, invalid("document.sha256", "the hex SHA-256 of the document's content")
+	case req.Schema != SchemaV1:
+		return req, invalid("schema", "must be "+strconv.Quote(SchemaV1))
+	}
+	return req, nil
+}
+
+func tooLarge(err error) bool {
+	_, ok := errors.AsType[*http.MaxBytesError](err)
+	return ok
+}
+
+// jsonField names the JSON field a decoding error is about: the path of a
+// value of the wrong type (document.version), an unknown field, else the
+// body.
+func jsonField(err error) string {
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
+		return te.Field
+	}
+	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		if name, err := strconv.Unquote(f); err == nil && name != "" {
+			return name
+		}
+	}
+	return "body"
+}
