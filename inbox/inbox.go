@@ -168,15 +168,26 @@ func checkMessage(msg broker.Message) error {
 	if msg.Body == nil {
 		return invalid("Message.Body", "is null (a Kafka tombstone); an event needs a payload, if only an empty one")
 	}
-	for _, k := range slices.Sorted(maps.Keys(msg.Headers)) {
-		switch v := msg.Headers[k]; {
-		case !isText(k):
-			return invalid("Message.Headers", fmt.Sprintf("key %s is not valid UTF-8 or contains NUL", quoteShort(k)))
-		case !isText(v):
-			return invalid("Message.Headers", fmt.Sprintf("value of %s is not valid UTF-8 or contains NUL", quoteShort(k)))
+	for k, v := range msg.Headers {
+		if !isText(k) || !isText(v) {
+			return invalid("Message.Headers", headerProblem(msg.Headers))
 		}
 	}
 	return nil
+}
+
+// headerProblem names the first header, in key order, that text cannot
+// hold. Sorting only here keeps the common path free of allocations.
+func headerProblem(headers map[string]string) string {
+	for _, k := range slices.Sorted(maps.Keys(headers)) {
+		switch v := headers[k]; {
+		case !isText(k):
+			return fmt.Sprintf("key %s is not valid UTF-8 or contains NUL", quoteShort(k))
+		case !isText(v):
+			return fmt.Sprintf("value of %s is not valid UTF-8 or contains NUL", quoteShort(k))
+		}
+	}
+	return ""
 }
 
 // quoteShort quotes at most the first 64 bytes of s, for an error message.
