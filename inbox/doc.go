@@ -69,9 +69,11 @@
 //     service which may be down longer than MaxAttempts redeliveries
 //     (Kafka's NackDelay, RabbitMQ's RequeueDelay, 1s each by default)
 //     should wrap those failures with Transient.
-//   - A message is quarantined once per decision: if it is delivered again
-//     after its quarantine committed (a crash before the reject, a failed
-//     dead-letter produce), it is quarantined again.
+//   - A message is quarantined once. If its Reject fails (a dead-letter
+//     produce that failed), the redelivery is rejected again without a
+//     second row, in the same process; one delivered again after a crash
+//     between the quarantine's commit and the reject is quarantined again,
+//     as is a RabbitMQ message without message-id whose Reject failed.
 //
 // Connections: an ingress holds no database connection while it waits for
 // deliveries and uses at most IngressConfig.Concurrency connections (default

@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/llmq/llmq/broker"
 )
 
 // ErrTransient marks a handler error that is not the message's fault,
@@ -133,3 +135,72 @@ func (f *failureCounts) evictOldestLocked() {
 	}
 	delete(f.byID, oldest)
 }
+
+// maxUnrejected bounds the deliveries unrejectedSet remembers.
+const maxUnrejected = 10_000
+
+// unrejectedSet remembers deliveries that were quarantined but whose
+// Reject failed (a dead-letter produce that failed, a closed channel), so
+// that their redelivery is rejected again without a second quarantine
+// row. A delivery is known by its Kafka record (topic, partition, offset)
+// or else by its queue and message id; one without either (a RabbitMQ
+// message without message-id) is quarantined again. At most maxUnrejected
+// are kept: past that an arbitrary one is forgotten and, if it comes back,
+// quarantined again.
+type unrejectedSet struct {
+	mu    sync.Mutex
+	byKey map[string]error // the reason it was quarantined for
+}
+
+func newUnrejectedSet() *unrejectedSet { return &unrejectedSet{byKey: map[string]error{}} }
+
+func deliveryKey(d broker.Delivery) (string, bool) {
+	src := d.Source()
+	switch id := d.Message().ID; {
+	case src.Topic != "":
+		return fmt.Sprintf("record %q %d %d", src.Topic, src.Partition, src.Offset), true
+	case id != "":
+		return fmt.Sprintf("message %q %q", src.Queue, id), true
+	}
+	return "", false
+}
+
+// settled records how the Reject of a quarantined delivery ended.
+func (u *unrejectedSet) settled(d broker.Delivery, cause error, rejected bool) {
+	key, ok := deliveryKey(d)
+	if !ok {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if rejected {
+		delete(u.byKey, key)
+		return
+	}
+	if len(u.byKey) >= maxUnrejected {
+		for k := range u.byKey {
+			delete(u.byKey, k)
+			break
+		}
+	}
+	u.byKey[key] = cause
+}
+
+// cause returns why d was quarantined, if it was and its Reject failed.
+func (u *unrejectedSet) cause(d broker.Delivery) error {
+	key, ok := deliveryKey(d)
+	if !ok {
+		return nil
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.byKey[key]
+}
+
+// alreadyQuarantined is the problem of a delivery quarantined before whose
+// Reject failed: it is rejected again, without a second quarantine row.
+type alreadyQuarantined struct{ cause error }
+
+func (a alreadyQuarantined) Error() string { return a.cause.Error() }
+
+func (a alreadyQuarantined) Unwrap() error { return a.cause }

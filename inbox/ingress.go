@@ -139,6 +139,8 @@ type Ingress struct {
 	obs      *ingressInstruments
 	conns    chan struct{} // a slot per batch in flight: the connection budget
 	failures *failureCounts
+	// unrejected are quarantined deliveries whose Reject failed.
+	unrejected *unrejectedSet
 }
 
 // NewIngress validates cfg and returns an ingress reading from consumer
@@ -171,7 +173,7 @@ func (s *Store) NewIngress(db dbsql.Beginner, consumer broker.Consumer, cfg Ingr
 		return nil, fmt.Errorf("inbox: ingress instruments: %w", err)
 	}
 	return &Ingress{store: s, db: db, consumer: consumer, cfg: cfg, obs: obs,
-		conns: make(chan struct{}, cfg.Concurrency), failures: newFailureCounts()}, nil
+		conns: make(chan struct{}, cfg.Concurrency), failures: newFailureCounts(), unrejected: newUnrejectedSet()}, nil
 }
 
 // Run handles deliveries until ctx ends or the consumer is closed. It runs
@@ -288,7 +290,11 @@ func (in *Ingress) handleBatch(ctx context.Context, batch []broker.Delivery) []e
 			in.failures.forget(d.Message().ID) // settled for good
 		}
 		// Committed: only now may the broker forget the message.
-		errs[i], results[i] = errors.Join(v.err, v.settle(settleCtx, d)), v.result
+		settleErr := v.settle(settleCtx, d)
+		if v.result == resultQuarantined {
+			in.unrejected.settled(d, v.err, settleErr == nil)
+		}
+		errs[i], results[i] = errors.Join(v.err, settleErr), v.result
 	}
 	in.report(settleCtx, results, errs, spans)
 	return errs
@@ -316,6 +322,9 @@ func (in *Ingress) decide(ctx context.Context, spans []trace.Span, batch []broke
 	problems := make([]error, len(batch))
 	for i, d := range batch {
 		problems[i] = checkMessage(d.Message())
+		if cause := in.unrejected.cause(d); cause != nil {
+			problems[i] = alreadyQuarantined{cause}
+		}
 	}
 	if len(batch) > 1 {
 		verdicts, err := in.wholeBatch(ctx, spans, batch, problems)
@@ -385,10 +394,10 @@ func (in *Ingress) wholeBatch(ctx context.Context, spans []trace.Span, batch []b
 			msg := d.Message()
 			switch r := results[i]; {
 			case problems[i] != nil:
-				if _, err := in.store.Quarantine(ctx, tx, in.cfg.Consumer, msg, d.Source(), problems[i].Error()); err != nil {
+				verdicts[i], err = in.quarantineInTx(ctx, tx, d, problems[i])
+				if err != nil {
 					return err
 				}
-				verdicts[i] = reject(malformed(problems[i]))
 			case r.mismatch != nil:
 				verdicts[i] = reject(r.mismatch)
 			case r.result == Duplicate:
@@ -403,6 +412,20 @@ func (in *Ingress) wholeBatch(ctx context.Context, spans []trace.Span, batch []b
 		return nil
 	})
 	return verdicts, err
+}
+
+// quarantineInTx is the whole batch's quarantine of a delivery with a
+// problem: a row in tx, or none if it was quarantined before and only its
+// Reject failed.
+func (in *Ingress) quarantineInTx(ctx context.Context, tx pgx.Tx, d broker.Delivery, problem error) (verdict, error) {
+	var again alreadyQuarantined
+	if errors.As(problem, &again) {
+		return reject(again.cause), nil
+	}
+	if _, err := in.store.Quarantine(ctx, tx, in.cfg.Consumer, d.Message(), d.Source(), problem.Error()); err != nil {
+		return verdict{}, err
+	}
+	return reject(malformed(problem)), nil
 }
 
 // callHandler runs the handler, turning a panic into an error.
@@ -510,7 +533,11 @@ func (s *Store) acceptMany(ctx context.Context, tx pgx.Tx, consumer string, batc
 // process accepts and handles one delivery in a savepoint of tx; problem
 // is checkMessage's verdict on it.
 func (in *Ingress) process(ctx context.Context, tx pgx.Tx, d broker.Delivery, problem error) verdict {
-	if problem != nil {
+	var again alreadyQuarantined
+	switch {
+	case errors.As(problem, &again):
+		return reject(again.cause)
+	case problem != nil:
 		return in.quarantine(ctx, tx, d, malformed(problem))
 	}
 	msg, source := d.Message(), d.Source()

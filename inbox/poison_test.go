@@ -321,3 +321,55 @@ func (d countedAck) Ack(ctx context.Context) error {
 	}
 	return err
 }
+
+// failingReject is a consumer whose deliveries' first Reject fails, as a
+// dead-letter produce can: the message is handed back instead.
+type failingReject struct {
+	broker.Consumer
+	failed *atomic.Int32
+}
+
+func (c failingReject) Receive(ctx context.Context) (broker.Delivery, error) {
+	d, err := c.Consumer.Receive(ctx)
+	if err != nil {
+		return d, err
+	}
+	return rejectOnce{d, c.failed}, nil
+}
+
+type rejectOnce struct {
+	broker.Delivery
+	failed *atomic.Int32
+}
+
+func (d rejectOnce) Reject(ctx context.Context, reason error) error {
+	if d.failed.Add(1) == 1 {
+		if err := d.Nack(ctx); err != nil {
+			return err
+		}
+		return errors.New("the dead-letter topic is unavailable")
+	}
+	return d.Delivery.Reject(ctx, reason)
+}
+
+// A quarantined message whose Reject failed comes back and is rejected
+// again, without a second quarantine row.
+func TestIngressQuarantinesOnceWhenTheRejectFails(t *testing.T) {
+	t.Parallel()
+	f := setupERP(t)
+	var failed atomic.Int32
+	in, err := f.store.NewIngress(f.pool, failingReject{f.broker.Consumer("erp"), &failed}, inbox.IngressConfig{Consumer: "erp", Handler: f.handler})
+	require.NoError(t, err)
+	f.publish(t, broker.Message{ID: "op-bad", Topic: "erp", Body: []byte("not json")})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+	require.Eventually(t, func() bool { return len(f.broker.DeadLetters("erp")) == 1 }, 10*time.Second, 10*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	require.Equal(t, int32(2), failed.Load(), "rejected twice: the first failed")
+	require.Equal(t, int32(1), f.calls.Load(), "the handler ran once")
+	q, err := f.store.ListQuarantined(t.Context(), f.pool, "erp", 10)
+	require.NoError(t, err)
+	require.Len(t, q, 1, "quarantined once")
+}
