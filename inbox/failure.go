@@ -197,10 +197,10 @@ func (u *unrejectedSet) cause(d broker.Delivery) error {
 	return u.byKey[key]
 }
 
-// alreadyQuarantined is the problem of a delivery quarantined before whose
+// alreadyQuarantinedError is the problem of a delivery quarantined before whose
 // Reject failed: it is rejected again, without a second quarantine row.
-type alreadyQuarantined struct{ cause error }
+type alreadyQuarantinedError struct{ cause error }
 
-func (a alreadyQuarantined) Error() string { return a.cause.Error() }
+func (a alreadyQuarantinedError) Error() string { return a.cause.Error() }
 
-func (a alreadyQuarantined) Unwrap() error { return a.cause }
+func (a alreadyQuarantinedError) Unwrap() error { return a.cause }

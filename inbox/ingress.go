@@ -323,7 +323,7 @@ func (in *Ingress) decide(ctx context.Context, spans []trace.Span, batch []broke
 	for i, d := range batch {
 		problems[i] = checkMessage(d.Message())
 		if cause := in.unrejected.cause(d); cause != nil {
-			problems[i] = alreadyQuarantined{cause}
+			problems[i] = alreadyQuarantinedError{cause}
 		}
 	}
 	if len(batch) > 1 {
@@ -418,7 +418,7 @@ func (in *Ingress) wholeBatch(ctx context.Context, spans []trace.Span, batch []b
 // problem: a row in tx, or none if it was quarantined before and only its
 // Reject failed.
 func (in *Ingress) quarantineInTx(ctx context.Context, tx pgx.Tx, d broker.Delivery, problem error) (verdict, error) {
-	var again alreadyQuarantined
+	var again alreadyQuarantinedError
 	if errors.As(problem, &again) {
 		return reject(again.cause), nil
 	}
@@ -533,7 +533,7 @@ func (s *Store) acceptMany(ctx context.Context, tx pgx.Tx, consumer string, batc
 // process accepts and handles one delivery in a savepoint of tx; problem
 // is checkMessage's verdict on it.
 func (in *Ingress) process(ctx context.Context, tx pgx.Tx, d broker.Delivery, problem error) verdict {
-	var again alreadyQuarantined
+	var again alreadyQuarantinedError
 	switch {
 	case errors.As(problem, &again):
 		return reject(again.cause)
