@@ -372,7 +372,7 @@ func retryAll(n int, err error) []verdict {
 // savepoint of its own; the deliveries are batch[first:] of the spans.
 func (in *Ingress) inSavepoints(ctx context.Context, spans []trace.Span, batch []broker.Delivery, problems []error, first int) ([]verdict, error) {
 	verdicts := make([]verdict, len(batch))
-	err := dbsql.WithTx(ctx, in.db, func(tx pgx.Tx) error {
+	err := in.withTx(ctx, func(tx pgx.Tx) error {
 		for i, d := range batch {
 			verdicts[i] = in.process(inSpan(ctx, spans, first+i), tx, d, problems[i])
 		}
@@ -385,7 +385,7 @@ func (in *Ingress) inSavepoints(ctx context.Context, spans []trace.Span, batch [
 // fails (rolling everything back) at the first error.
 func (in *Ingress) wholeBatch(ctx context.Context, spans []trace.Span, batch []broker.Delivery, problems []error) ([]verdict, error) {
 	verdicts := make([]verdict, len(batch))
-	err := dbsql.WithTx(ctx, in.db, func(tx pgx.Tx) error {
+	err := in.withTx(ctx, func(tx pgx.Tx) error {
 		results, err := in.store.acceptMany(ctx, tx, in.cfg.Consumer, batch, problems)
 		if err != nil {
 			return err
@@ -426,6 +426,28 @@ func (in *Ingress) quarantineInTx(ctx context.Context, tx pgx.Tx, d broker.Deliv
 		return verdict{}, err
 	}
 	return reject(malformed(problem)), nil
+}
+
+// withTx runs fn in a transaction of its own and commits it when fn
+// returns nil. The commit does not end with ctx: once the work is done, a
+// shutdown lets it commit (within settleTimeout) rather than leave its
+// outcome unknown, which would nack deliveries that did commit.
+func (in *Ingress) withTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	tx, err := in.db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	err = fn(tx)
+	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if err != nil {
+		_ = tx.Rollback(endCtx) // fn's error says what happened
+		return err
+	}
+	if err := tx.Commit(endCtx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
 }
 
 // callHandler runs the handler, turning a panic into an error.
