@@ -178,7 +178,10 @@ func (s *Store) NewIngress(db dbsql.Beginner, consumer broker.Consumer, cfg Ingr
 
 // Run handles deliveries until ctx ends or the consumer is closed. It runs
 // Concurrency loops; calling Run more than once adds loops, which share
-// the same Concurrency connection slots.
+// the same Concurrency connection slots. When ctx ends, a batch whose
+// handlers have returned still commits and is settled (each within 10s)
+// before Run returns; one whose handlers were interrupted rolls back and
+// is nacked.
 func (in *Ingress) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for range in.cfg.Concurrency {
