@@ -3,10 +3,13 @@ package inbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/broker"
@@ -65,4 +68,55 @@ func FuzzCheckMessage(f *testing.F) {
 		})
 		require.EqualError(t, err, "roll back")
 	})
+}
+
+// Which handler errors are retried without limit, which are permanent,
+// and which count toward MaxAttempts.
+func TestFailureClassification(t *testing.T) {
+	t.Parallel()
+	pg := func(code string) error { return fmt.Errorf("handler: %w", &pgconn.PgError{Code: code}) }
+	for _, tc := range []struct {
+		name                 string
+		err                  error
+		transient, permanent bool
+	}{
+		{name: "marked transient", err: Transient(errors.New("ERP down")), transient: true},
+		{name: "serialization failure", err: pg("40001"), transient: true},
+		{name: "deadlock", err: pg("40P01"), transient: true},
+		{name: "too many connections", err: pg("53300"), transient: true},
+		{name: "admin shutdown", err: pg("57P01"), transient: true},
+		{name: "connection failure", err: pg("08006"), transient: true},
+		{name: "lock timeout", err: pg("55P03"), transient: true},
+		{name: "connection refused", err: &net.OpError{Op: "dial", Err: errors.New("connection refused")}, transient: true},
+		{name: "statement timeout: may be the message's doing", err: pg("57014")},
+		{name: "unique violation", err: pg("23505")},
+		{name: "invalid JSON in the database", err: pg("22P02")},
+		{name: "plain error", err: errors.New("ERP says no")},
+		{name: "context deadline", err: context.DeadlineExceeded},
+		{name: "malformed", err: Malformed(errors.New("not JSON")), permanent: true},
+		{name: "validation error", err: fmt.Errorf("enqueue: %w", &ValidationError{Kind: errors.New("jobs: invalid"), Field: "Params", Problem: "bad"}), permanent: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tc.transient, transient(tc.err), "transient")
+			require.Equal(t, tc.permanent, permanent(tc.err), "permanent")
+		})
+	}
+}
+
+// The failure counts keep at most maxTrackedFailures ids, forgetting the
+// one that failed least recently; a forgotten id starts again at 1.
+func TestFailureCountsForgetTheOldestWhenFull(t *testing.T) {
+	t.Parallel()
+	f := newFailureCounts()
+	require.Equal(t, 1, f.add("first"))
+	for i := range maxTrackedFailures - 1 {
+		f.add(fmt.Sprintf("id-%d", i))
+	}
+	require.Equal(t, 2, f.add("first"), "counted again: now the most recent")
+	f.add("one more") // evicts id-0, the least recent
+	require.Len(t, f.byID, maxTrackedFailures)
+	require.Equal(t, 1, f.add("id-0"), "forgotten, so it starts again")
+	f.forget("first")
+	require.Equal(t, 1, f.add("first"))
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -86,6 +87,7 @@ const maxTrackedFailures = 10_000
 // maxTrackedFailures ids are kept: past that the one whose last failure is
 // oldest is forgotten, which only gives it more attempts.
 type failureCounts struct {
+	size atomic.Int64 // len(byID), read without the lock
 	mu   sync.Mutex
 	seq  uint64
 	byID map[string]failureCount
@@ -112,14 +114,20 @@ func (f *failureCounts) add(id string) int {
 	c.n++
 	c.seq = f.seq
 	f.byID[id] = c
+	f.size.Store(int64(len(f.byID)))
 	return c.n
 }
 
-// forget drops id's count: its message was settled for good.
+// forget drops id's count: its message was settled for good. Nearly every
+// message has none, and then no lock is taken.
 func (f *failureCounts) forget(id string) {
+	if f.size.Load() == 0 {
+		return
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.byID, id)
+	f.size.Store(int64(len(f.byID)))
 }
 
 func (f *failureCounts) evictOldestLocked() {
@@ -148,6 +156,7 @@ const maxUnrejected = 10_000
 // are kept: past that an arbitrary one is forgotten and, if it comes back,
 // quarantined again.
 type unrejectedSet struct {
+	size  atomic.Int64 // len(byKey), read without the lock
 	mu    sync.Mutex
 	byKey map[string]error // the reason it was quarantined for
 }
@@ -167,12 +176,16 @@ func deliveryKey(d broker.Delivery) (string, bool) {
 
 // settled records how the Reject of a quarantined delivery ended.
 func (u *unrejectedSet) settled(d broker.Delivery, cause error, rejected bool) {
+	if rejected && u.size.Load() == 0 {
+		return
+	}
 	key, ok := deliveryKey(d)
 	if !ok {
 		return
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	defer func() { u.size.Store(int64(len(u.byKey))) }()
 	if rejected {
 		delete(u.byKey, key)
 		return
@@ -187,7 +200,11 @@ func (u *unrejectedSet) settled(d broker.Delivery, cause error, rejected bool) {
 }
 
 // cause returns why d was quarantined, if it was and its Reject failed.
+// While there is none, which is nearly always, it costs an atomic load.
 func (u *unrejectedSet) cause(d broker.Delivery) error {
+	if u.size.Load() == 0 {
+		return nil
+	}
 	key, ok := deliveryKey(d)
 	if !ok {
 		return nil
