@@ -75,6 +75,17 @@
 //     between the quarantine's commit and the reject is quarantined again,
 //     as is a RabbitMQ message without message-id whose Reject failed.
 //
+// Decisions where the issue was silent: failures are counted by the
+// ingress, not read from the broker, because RabbitMQ's classic queues
+// have no delivery count and Kafka has none at all, and because only the
+// ingress knows which nacks were the message's fault: a count of
+// deliveries would quarantine everything in flight after a database
+// outage. Timeouts (a statement timeout, a handler's own deadline) count,
+// since a message can make its own handling slow; so does every error not
+// known to be transient, as River and Oban retry any error up to a limit.
+// The inbox's own statements never count: their failure says nothing about
+// the message.
+//
 // Connections: an ingress holds no database connection while it waits for
 // deliveries and uses at most IngressConfig.Concurrency connections (default
 // 1), one per batch in flight, however many goroutines call Run or Handle
