@@ -17,11 +17,17 @@ type Message struct {
 	Topic string
 	// Key orders messages: those sharing a key keep their publish order
 	// (Kafka partition key, RabbitMQ consistent-hash or single active
-	// consumer). Optional.
+	// consumer). Optional; a null key is received as "".
 	Key string
-	// Headers travel with the message (trace context, event type).
+	// Headers travel with the message (trace context, event type). One
+	// value per key: a header repeated on the wire is received with its
+	// last value, a null value as "". Keys and values hold any bytes as
+	// received; receivers decide what they accept (package inbox refuses
+	// invalid UTF-8 and NUL).
 	Headers map[string]string
-	// Body is the payload, usually JSON.
+	// Body is the payload, usually JSON. A received Body is nil only for a
+	// null payload (a Kafka tombstone), and non-nil, if empty, otherwise;
+	// a nil Body is published as an empty payload.
 	Body []byte
 }
 

@@ -17,6 +17,23 @@
 //     consumer at a time where the broker supports it (Kafka partitions,
 //     RabbitMQ single-active-consumer queues); a broker that cannot says so
 //     in its package documentation.
+//   - Received messages keep what a Message can hold of the wire form, and
+//     the rest is mapped the same way by every adapter: a null payload is a
+//     nil Body and an empty one a non-nil empty Body (adapters whose broker
+//     has no null payload never deliver nil); a null key and an empty key
+//     are both ""; a null header value is ""; a header repeated on the
+//     wire keeps its last value. Ids, keys and headers are passed on as
+//     received, whatever their bytes: judging them is the receiver's
+//     business (package inbox quarantines what it cannot accept). The
+//     dead-letter path receives the original, not the mapping.
+//   - Publishing a nil Body sends an empty payload, never a null one, so a
+//     message published and received through llmq has a non-nil Body.
+//
+// Decision: null and empty keys and header values, and repeated headers,
+// are not told apart in Message. Doing so would change the type of Key or
+// Headers for every user, for producers llmq does not control; the mapping
+// is stated instead, and the inbox's quarantine and the dead-letter path
+// keep what a receiver refused.
 //
 // What a broker guarantee is not: a publisher confirm means the broker has
 // the message, not that anyone processed it; an ack means the receiver

@@ -25,19 +25,78 @@
 //   - Rows are kept for Config.Retention (default 7 days) and then pruned.
 //     The retention must exceed the sender's whole retry window: a message
 //     redelivered after its row was pruned is processed again.
+//   - A quarantine row holds anything a broker can deliver, as received:
+//     the id's and headers' bytes (raw_message_id, raw_header_keys,
+//     raw_header_values; message_id and headers show what text can), and
+//     a null body (payload NULL) distinct from an empty one. Quarantined
+//     payloads are truncated to MaxQuarantinePayload bytes.
 //
 // Decisions: the digest is the SHA-256 of the message body only (headers
 // carry transport details such as trace context, which may differ between
-// redeliveries of the same message). Quarantined payloads are stored
-// truncated to MaxQuarantinePayload bytes.
+// redeliveries of the same message).
+//
+// # Ingress
 //
 // Ingress takes deliveries in batches (IngressConfig.MaxBatch, Linger):
 // one transaction records the batch's ids in one statement and runs the
 // handlers, then commits once and settles each delivery. If anything in it
 // fails, it is rolled back and redone with a savepoint per message, so a bad
-// message is nacked or rejected alone. A handler can therefore run in a
-// transaction that rolls back and then again, as after any redelivery: its
-// effects belong in tx.
+// message is nacked or rejected alone; if that commit fails for a reason
+// of its own (a deferred constraint), each message is redone in its own
+// transaction. A handler can therefore run in a transaction that rolls back
+// and then again, as after any redelivery: its effects belong in tx.
+//
+// A bad message harms only itself:
+//   - What can never be accepted is quarantined and rejected (to the
+//     broker's dead-letter path) at once, never retried: a message without
+//     an id or with one Accept refuses (control characters, invalid UTF-8,
+//     more than MaxMessageIDLen bytes), a null body (a Kafka tombstone), a
+//     header key or value that is not valid UTF-8 or contains NUL, an id
+//     reused with another payload, and a handler error that is
+//     ErrMalformed or a *ValidationError.
+//   - Only failures known to be transient are retried without limit:
+//     ErrTransient (wrap a handler's error with Transient), the database
+//     unreachable or shutting down, serialization failures, deadlocks,
+//     lock timeouts, a network peer unreachable, and failures of the
+//     inbox's own statements. A database outage therefore never
+//     quarantines anything.
+//   - Any other handler failure, a panic included, is counted by message
+//     id; at IngressConfig.MaxAttempts failures (default 20) the message is
+//     quarantined and rejected with ErrTooManyAttempts, so a poison nobody
+//     foresaw cannot block a Kafka partition or a RabbitMQ queue for good.
+//     The count lives in the ingress's memory: it starts again after a
+//     restart, and each process counts its own. A handler that calls a
+//     service which may be down longer than MaxAttempts redeliveries
+//     (Kafka's NackDelay, RabbitMQ's RequeueDelay, 1s each by default)
+//     should wrap those failures with Transient.
+//   - A message is quarantined once. If its Reject fails (a dead-letter
+//     produce that failed), the redelivery is rejected again without a
+//     second row, in the same process; one delivered again after a crash
+//     between the quarantine's commit and the reject is quarantined again,
+//     as is a RabbitMQ message without message-id whose Reject failed.
+//
+// Decisions where the issue was silent: failures are counted by the
+// ingress, not read from the broker, because RabbitMQ's classic queues
+// have no delivery count and Kafka has none at all, and because only the
+// ingress knows which nacks were the message's fault: a count of
+// deliveries would quarantine everything in flight after a database
+// outage. Timeouts (a statement timeout, a handler's own deadline) count,
+// since a message can make its own handling slow; so does every error not
+// known to be transient, as River and Oban retry any error up to a limit.
+// The inbox's own statements never count: their failure says nothing about
+// the message.
+//
+// Connections: an ingress holds no database connection while it waits for
+// deliveries and uses at most IngressConfig.Concurrency connections (default
+// 1), one per batch in flight, however many goroutines call Run or Handle
+// and however many deliveries the consumer has in flight (Kafka's
+// MaxInFlight, RabbitMQ's Prefetch). Size the pool for that plus what the
+// handlers open themselves.
+//
+// Logging: with no IngressConfig.Logger the ingress logs through
+// slog.Default(): a warning for each delivery nacked and each failed
+// receive, an error for each message quarantined and each handler panic.
+// Nothing is logged for deliveries accepted.
 //
 // # Observability
 //

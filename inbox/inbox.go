@@ -9,7 +9,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -146,6 +151,53 @@ func (s *Store) Accept(ctx context.Context, tx DBTX, consumer string, msg broker
 	return 0, s.quarantineMismatch(ctx, tx, consumer, msg, source, existing)
 }
 
+// checkMessage returns why the ingress can never accept msg, whatever it
+// retries: no id or one Accept refuses, a null body, or a header that is
+// not valid UTF-8 or contains NUL (handlers pass headers on to text
+// columns and to trace propagation). It is a *ValidationError, or nil.
+func checkMessage(msg broker.Message) error {
+	invalid := func(field, problem string) error {
+		return &ValidationError{Kind: ErrInvalidMessage, Field: field, Problem: problem}
+	}
+	if msg.ID == "" {
+		return invalid("Message.ID", "is missing: the message has no id")
+	}
+	if p := validate.Text(msg.ID, true, MaxMessageIDLen); p != "" {
+		return invalid("Message.ID", p)
+	}
+	if msg.Body == nil {
+		return invalid("Message.Body", "is null (a Kafka tombstone); an event needs a payload, if only an empty one")
+	}
+	for k, v := range msg.Headers {
+		if !isText(k) || !isText(v) {
+			return invalid("Message.Headers", headerProblem(msg.Headers))
+		}
+	}
+	return nil
+}
+
+// headerProblem names the first header, in key order, that text cannot
+// hold. Sorting only here keeps the common path free of allocations.
+func headerProblem(headers map[string]string) string {
+	for _, k := range slices.Sorted(maps.Keys(headers)) {
+		switch v := headers[k]; {
+		case !isText(k):
+			return fmt.Sprintf("key %s is not valid UTF-8 or contains NUL", quoteShort(k))
+		case !isText(v):
+			return fmt.Sprintf("value of %s is not valid UTF-8 or contains NUL", quoteShort(k))
+		}
+	}
+	return ""
+}
+
+// quoteShort quotes at most the first 64 bytes of s, for an error message.
+func quoteShort(s string) string {
+	if len(s) > 64 {
+		return strconv.Quote(s[:64]) + "..."
+	}
+	return strconv.Quote(s)
+}
+
 // quarantineMismatch quarantines msg, whose id was accepted before with the
 // payload digest existing, and returns the ErrDigestMismatch to report.
 func (s *Store) quarantineMismatch(ctx context.Context, tx DBTX, consumer string, msg broker.Message, source broker.Source, existing string) error {
@@ -158,35 +210,70 @@ func (s *Store) quarantineMismatch(ctx context.Context, tx DBTX, consumer string
 
 // Quarantine keeps a message that must not be processed (undecodable,
 // without an id, or a reused id) for people to inspect, and returns its
-// quarantine id.
+// quarantine id. It stores anything a broker can deliver, as received: an
+// id or headers that are not valid UTF-8 or contain NUL are kept as bytes
+// (the readable message_id and headers columns then show what text can),
+// and a nil Body (a null payload, such as a Kafka tombstone) stays distinct
+// from an empty one.
 func (s *Store) Quarantine(ctx context.Context, db DBTX, consumer string, msg broker.Message, source broker.Source, reason string) (int64, error) {
 	payload := msg.Body
 	if len(payload) > MaxQuarantinePayload {
 		payload = payload[:MaxQuarantinePayload]
 	}
-	headers := msg.Headers
-	if headers == nil {
-		headers = map[string]string{}
+	var rawID []byte
+	if msg.ID != "" {
+		rawID = []byte(msg.ID)
+	}
+	keys := slices.Sorted(maps.Keys(msg.Headers))
+	rawKeys, rawValues := make([][]byte, len(keys)), make([][]byte, len(keys))
+	readable := make(map[string]string, len(keys))
+	for i, k := range keys {
+		v := msg.Headers[k]
+		rawKeys[i], rawValues[i] = []byte(k), []byte(v)
+		if isText(k) && isText(v) {
+			readable[k] = v
+		}
+	}
+	var textID *string
+	if msg.ID != "" && isText(msg.ID) {
+		textID = &msg.ID
 	}
 	var id int64
-	err := db.QueryRow(ctx, s.sql.quarantine, consumer, dbsql.NullIfZero(msg.ID), Digest(msg.Body), source, headers, payload, reason).Scan(&id)
+	err := db.QueryRow(ctx, s.sql.quarantine, consumer, textID, Digest(msg.Body), source, readable, payload,
+		printable(reason), rawID, rawKeys, rawValues).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("inbox: quarantining a message for %s: %w", consumer, err)
 	}
 	return id, nil
 }
 
-// Quarantined is a message kept out of processing.
+// isText reports whether PostgreSQL text and jsonb can hold s: valid UTF-8
+// without NUL.
+func isText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
+
+// printable makes s storable as text: invalid UTF-8 and NUL become U+FFFD.
+// Reasons quote what a message carried, which may be neither.
+func printable(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
+// Quarantined is a message kept out of processing, as it was received.
 type Quarantined struct {
-	ID            int64             `json:"id"`
-	Consumer      string            `json:"consumer"`
-	MessageID     string            `json:"message_id,omitempty"`
-	PayloadDigest string            `json:"payload_digest"`
-	Source        broker.Source     `json:"source"`
-	Headers       map[string]string `json:"headers,omitempty"`
-	Payload       []byte            `json:"payload"`
-	Reason        string            `json:"reason"`
-	ReceivedAt    time.Time         `json:"received_at"`
+	ID       int64  `json:"id"`
+	Consumer string `json:"consumer"`
+	// MessageID is the id's bytes as received ("" when it had none), even
+	// when they are not valid UTF-8 (encoding/json then shows U+FFFD).
+	MessageID     string        `json:"message_id,omitempty"`
+	PayloadDigest string        `json:"payload_digest"`
+	Source        broker.Source `json:"source"`
+	// Headers are the message's headers as received, byte for byte.
+	Headers map[string]string `json:"headers,omitempty"`
+	// Payload is the body, truncated to MaxQuarantinePayload bytes; nil
+	// for a null body (a Kafka tombstone), non-nil and empty for an empty
+	// one.
+	Payload    []byte    `json:"payload"`
+	Reason     string    `json:"reason"`
+	ReceivedAt time.Time `json:"received_at"`
 }
 
 // ListQuarantined returns up to limit of consumer's quarantined messages,
@@ -196,23 +283,40 @@ func (s *Store) ListQuarantined(ctx context.Context, db DBTX, consumer string, l
 	if err != nil {
 		return nil, fmt.Errorf("inbox: listing quarantine of %s: %w", consumer, err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Quarantined, error) {
-		var (
-			q         Quarantined
-			messageID *string
-			source    []byte
-		)
-		err := row.Scan(&q.ID, &q.Consumer, &messageID, &q.PayloadDigest, &source, &q.Headers, &q.Payload, &q.Reason, &q.ReceivedAt)
-		if err != nil {
-			return q, err
-		}
-		q.MessageID = dbsql.Deref(messageID)
-		return q, json.Unmarshal(source, &q.Source)
-	})
+	out, err := pgx.CollectRows(rows, scanQuarantined)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: listing quarantine of %s: %w", consumer, err)
 	}
 	return out, nil
+}
+
+func scanQuarantined(row pgx.CollectableRow) (Quarantined, error) {
+	var (
+		q                  Quarantined
+		messageID          *string
+		source, rawID      []byte
+		rawKeys, rawValues [][]byte
+	)
+	err := row.Scan(&q.ID, &q.Consumer, &messageID, &q.PayloadDigest, &source, &q.Headers, &q.Payload, &q.Reason, &q.ReceivedAt,
+		&rawID, &rawKeys, &rawValues)
+	if err != nil {
+		return q, err
+	}
+	q.MessageID = dbsql.Deref(messageID)
+	if rawID != nil {
+		q.MessageID = string(rawID)
+	}
+	if rawKeys != nil && len(rawKeys) == len(rawValues) {
+		// Written since the raw columns exist: they are exact.
+		q.Headers = make(map[string]string, len(rawKeys))
+		for i, k := range rawKeys {
+			q.Headers[string(k)] = string(rawValues[i])
+		}
+	}
+	if len(q.Headers) == 0 {
+		q.Headers = nil
+	}
+	return q, json.Unmarshal(source, &q.Source)
 }
 
 // Prune deletes accepted ids older than the retention, in batches of up to

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -31,7 +32,9 @@ func Malformed(err error) error { return fmt.Errorf("%w: %w", ErrMalformed, err)
 
 // Handler does a message's work in tx, the transaction that records the
 // message in the inbox. Returning an error rolls both back; the message is
-// then redelivered, unless the error is ErrMalformed.
+// then redelivered, unless the error is permanent (ErrMalformed, a
+// *ValidationError) or the message failed IngressConfig.MaxAttempts
+// times. A panic counts as a failure.
 type Handler func(ctx context.Context, tx pgx.Tx, msg broker.Message) error
 
 // Ingress batching defaults and limits.
@@ -39,6 +42,8 @@ const (
 	DefaultIngressBatch  = 100
 	MaxIngressBatch      = 10_000
 	DefaultIngressLinger = 2 * time.Millisecond
+	DefaultMaxAttempts   = 20
+	MaxMaxAttempts       = 10_000
 )
 
 // IngressConfig configures an Ingress. Zero values mean the documented
@@ -57,11 +62,22 @@ type IngressConfig struct {
 	// Linger is how long a batch, once it has its first delivery, waits for
 	// more before it is processed. Default 2ms.
 	Linger time.Duration
-	// Concurrency is how many batches Run processes at once, each in its own
-	// transaction. Default 1, which keeps delivery order; more trades order
-	// for throughput.
+	// Concurrency is how many batches the ingress processes at once, each
+	// in its own transaction on one database connection, over all its Run
+	// and Handle calls together: it is the ingress's connection budget.
+	// Default 1, which keeps delivery order; more trades order for
+	// throughput.
 	Concurrency int
-	// Logger receives operational messages. Default: discard.
+	// MaxAttempts caps the failures of one message's handling: at the
+	// MaxAttempts-th it is quarantined and rejected instead of nacked, so
+	// a poison the ingress cannot recognise never blocks a partition or a
+	// queue for good. Failures known to be transient (see Ingress) do not
+	// count. Default 20, at most 10,000; 1 quarantines at the first
+	// failure.
+	MaxAttempts int
+	// Logger receives warnings (a delivery nacked, a receive failed) and
+	// errors (a message quarantined, a handler panicked). Default
+	// slog.Default(), so that they are seen without configuration.
 	Logger *slog.Logger
 	// MeterProvider receives llmq.inbox.messages. Nil means none.
 	MeterProvider metric.MeterProvider
@@ -83,23 +99,48 @@ type IngressConfig struct {
 //   - New message: handled, committed, acknowledged.
 //   - Duplicate (a redelivery of a committed message): acknowledged without
 //     calling the handler again.
-//   - No id, ErrMalformed from the handler, or an id reused with another
-//     payload: quarantined (the quarantine row commits with the batch) and
-//     rejected (dead-lettered); the loop goes on.
-//   - Any other handler or database error: that message's savepoint is
-//     rolled back and it is nacked, so the broker redelivers it; the
-//     batch's other messages are unaffected.
-//   - The commit fails: every delivery of the batch is nacked.
+//   - A message that can never be accepted: quarantined (the quarantine
+//     row commits with the batch) and rejected (dead-lettered) without
+//     calling the handler. That is one without an id, with an id Accept
+//     refuses (control characters, invalid UTF-8, over MaxMessageIDLen),
+//     with a null body (a Kafka tombstone), with a header key or value that
+//     is not valid UTF-8 or contains NUL, or with an id accepted before
+//     with another payload (ErrDigestMismatch).
+//   - The handler returns a permanent error (ErrMalformed, any
+//     *ValidationError): quarantined and rejected.
+//   - The handler fails in a way known to be transient (ErrTransient, the
+//     database unreachable or shutting down, a serialization failure,
+//     deadlock or lock timeout, a network peer unreachable): rolled back
+//     and nacked, so the broker redelivers it, however often.
+//   - The handler fails otherwise (any other error, a panic): rolled back
+//     and nacked, and counted; at the MaxAttempts-th failure it is
+//     quarantined and rejected instead, with ErrTooManyAttempts and the
+//     last error as the reason. The count is kept by this ingress, in
+//     memory, by message id: it starts again after a restart, and each
+//     process of a group counts its own.
+//   - The inbox's own statements fail, or the commit fails for a transient
+//     reason: every delivery of the batch is nacked, none is counted.
 //
 // One bad message never poisons its batch: its savepoint is rolled back
-// alone. Messages of a batch are handled in delivery order, and with
-// Concurrency 1 batches are too.
+// alone, and if the batch's commit fails for a reason of its own (a
+// deferred constraint) each message is redone in its own transaction, so
+// the failure stays with the message that caused it. Messages of a batch
+// are handled in delivery order, and with Concurrency 1 batches are too.
+//
+// Connections: an ingress holds no database connection while it waits for
+// deliveries, and uses at most Concurrency connections at once, one per
+// batch in flight, however many goroutines call Run or Handle and however
+// many deliveries the consumer prefetches.
 type Ingress struct {
 	store    *Store
 	db       dbsql.Beginner
 	consumer broker.Consumer
 	cfg      IngressConfig
 	obs      *ingressInstruments
+	conns    chan struct{} // a slot per batch in flight: the connection budget
+	failures *failureCounts
+	// unrejected are quarantined deliveries whose Reject failed.
+	unrejected *unrejectedSet
 }
 
 // NewIngress validates cfg and returns an ingress reading from consumer
@@ -112,6 +153,8 @@ func (s *Store) NewIngress(db dbsql.Beginner, consumer broker.Consumer, cfg Ingr
 		return nil, errors.New("inbox: IngressConfig.Handler is required")
 	case cfg.MaxBatch < 0 || cfg.MaxBatch > MaxIngressBatch:
 		return nil, fmt.Errorf("inbox: IngressConfig.MaxBatch is %d; use 0 for the default of %d, or 1 to %d", cfg.MaxBatch, DefaultIngressBatch, MaxIngressBatch)
+	case cfg.MaxAttempts < 0 || cfg.MaxAttempts > MaxMaxAttempts:
+		return nil, fmt.Errorf("inbox: IngressConfig.MaxAttempts is %d; use 0 for the default of %d, or 1 to %d", cfg.MaxAttempts, DefaultMaxAttempts, MaxMaxAttempts)
 	case cfg.Linger < 0 || cfg.Concurrency < 0:
 		return nil, errors.New("inbox: IngressConfig.Linger and Concurrency must not be negative")
 	}
@@ -121,17 +164,24 @@ func (s *Store) NewIngress(db dbsql.Beginner, consumer broker.Consumer, cfg Ingr
 	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, DefaultIngressBatch)
 	cfg.Linger = cmp.Or(cfg.Linger, DefaultIngressLinger)
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, 1)
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, DefaultMaxAttempts)
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = slog.Default()
 	}
 	obs, err := newIngressInstruments(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: ingress instruments: %w", err)
 	}
-	return &Ingress{store: s, db: db, consumer: consumer, cfg: cfg, obs: obs}, nil
+	return &Ingress{store: s, db: db, consumer: consumer, cfg: cfg, obs: obs,
+		conns: make(chan struct{}, cfg.Concurrency), failures: newFailureCounts(), unrejected: newUnrejectedSet()}, nil
 }
 
-// Run handles deliveries until ctx ends or the consumer is closed.
+// Run handles deliveries until ctx ends or the consumer is closed. It runs
+// Concurrency loops; calling Run more than once adds loops, which share
+// the same Concurrency connection slots. When ctx ends, a batch whose
+// handlers have returned still commits and is settled (each within 10s)
+// before Run returns; one whose handlers were interrupted rolls back and
+// is nacked.
 func (in *Ingress) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for range in.cfg.Concurrency {
@@ -191,10 +241,10 @@ func (in *Ingress) collect(ctx context.Context) ([]broker.Delivery, error) {
 func (in *Ingress) log(ctx context.Context, d broker.Delivery, err error) {
 	switch {
 	case err == nil, ctx.Err() != nil:
-	case errors.Is(err, ErrMalformed), errors.Is(err, ErrDigestMismatch):
-		in.cfg.Logger.Error("llmq: message quarantined and rejected", "consumer", in.cfg.Consumer, "message", d.Message().ID, "err", err)
+	case errors.Is(err, ErrMalformed), errors.Is(err, ErrDigestMismatch), errors.Is(err, ErrTooManyAttempts):
+		in.cfg.Logger.Error("llmq: message quarantined and rejected", "consumer", in.cfg.Consumer, "message", d.Message().ID, "source", d.Source(), "err", err)
 	default:
-		in.cfg.Logger.Warn("llmq: delivery not accepted; it will be redelivered", "consumer", in.cfg.Consumer, "message", d.Message().ID, "err", err)
+		in.cfg.Logger.Warn("llmq: delivery not accepted; it will be redelivered", "consumer", in.cfg.Consumer, "message", d.Message().ID, "source", d.Source(), "err", err)
 	}
 }
 
@@ -226,34 +276,11 @@ func acceptDuplicate() verdict { return verdict{settle: ack, result: resultDupli
 
 func retryLater(err error) verdict { return verdict{settle: nack, err: err, result: resultFailed} }
 
-// handleBatch processes batch in one transaction, then settles each
-// delivery and returns why each was not accepted.
-//
-// It first tries the batch whole: one statement records every id, the
-// handlers run directly in the transaction. Only if that fails (a handler
-// or the database returned an error) is it rolled back and redone with a
-// savepoint per message, so that the failure stays with its message. A
-// handler may therefore run twice for one message, the first time in a
-// transaction that rolled back, as after any rollback and redelivery.
+// handleBatch processes batch, then settles each delivery and returns why
+// each was not accepted.
 func (in *Ingress) handleBatch(ctx context.Context, batch []broker.Delivery) []error {
-	var (
-		verdicts []verdict
-		err      error
-	)
 	spans := in.startSpans(ctx, batch)
-	whole := len(batch) > 1
-	if whole {
-		verdicts, err = in.wholeBatch(ctx, spans, batch)
-	}
-	if !whole || err != nil && ctx.Err() == nil {
-		verdicts = make([]verdict, len(batch))
-		err = dbsql.WithTx(ctx, in.db, func(tx pgx.Tx) error {
-			for i, d := range batch {
-				verdicts[i] = in.process(inSpan(ctx, spans, i), tx, d)
-			}
-			return nil
-		})
-	}
+	verdicts := in.decide(ctx, spans, batch)
 	// Settle even if ctx ended meanwhile: what committed should not be
 	// delivered again for want of an ack.
 	settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
@@ -261,44 +288,125 @@ func (in *Ingress) handleBatch(ctx context.Context, batch []broker.Delivery) []e
 	errs := make([]error, len(batch))
 	results := make([]string, len(batch))
 	for i, d := range batch {
-		var v verdict
-		if err != nil {
-			// Nothing committed: every delivery, quarantined ones included,
-			// is redelivered and processed again.
-			v = retryLater(err)
-		} else {
-			v = verdicts[i]
+		v := verdicts[i]
+		if v.result != resultFailed {
+			in.failures.forget(d.Message().ID) // settled for good
 		}
 		// Committed: only now may the broker forget the message.
-		errs[i], results[i] = errors.Join(v.err, v.settle(settleCtx, d)), v.result
+		settleErr := v.settle(settleCtx, d)
+		if v.result == resultQuarantined {
+			in.unrejected.settled(d, v.err, settleErr == nil)
+		}
+		errs[i], results[i] = errors.Join(v.err, settleErr), v.result
 	}
 	in.report(settleCtx, results, errs, spans)
 	return errs
 }
 
+// decide processes batch and returns each delivery's verdict, holding one
+// of the ingress's Concurrency connection slots meanwhile.
+//
+// It first tries the batch whole: one statement records every id, the
+// handlers run directly in the transaction. Only if that fails (a handler
+// or the database returned an error) is it rolled back and redone with a
+// savepoint per message, so that the failure stays with its message. A
+// handler may therefore run twice for one message, the first time in a
+// transaction that rolled back, as after any rollback and redelivery. If
+// that transaction's commit fails for a reason that is not transient (a
+// deferred constraint), each message is redone in a transaction of its
+// own, so that the commit failure stays with its message too.
+func (in *Ingress) decide(ctx context.Context, spans []trace.Span, batch []broker.Delivery) []verdict {
+	select {
+	case in.conns <- struct{}{}:
+		defer func() { <-in.conns }()
+	case <-ctx.Done():
+		return retryAll(len(batch), ctx.Err())
+	}
+	problems := make([]error, len(batch))
+	for i, d := range batch {
+		problems[i] = checkMessage(d.Message())
+		if cause := in.unrejected.cause(d); cause != nil {
+			problems[i] = alreadyQuarantinedError{cause}
+		}
+	}
+	if len(batch) > 1 {
+		verdicts, err := in.wholeBatch(ctx, spans, batch, problems)
+		switch {
+		case err == nil:
+			return verdicts
+		case ctx.Err() != nil:
+			return retryAll(len(batch), err)
+		}
+	}
+	verdicts, err := in.inSavepoints(ctx, spans, batch, problems, 0)
+	switch {
+	case err == nil:
+		return verdicts
+	case ctx.Err() != nil || transient(err):
+		// Nothing committed: every delivery, quarantined ones included,
+		// is redelivered and processed again.
+		return retryAll(len(batch), err)
+	case len(batch) == 1:
+		return []verdict{in.failed(ctx, in.db, batch[0], err)}
+	}
+	for i := range batch {
+		one, err := in.inSavepoints(ctx, spans, batch[i:i+1], problems[i:i+1], i)
+		switch {
+		case err == nil:
+			verdicts[i] = one[0]
+		case ctx.Err() != nil || transient(err):
+			verdicts[i] = retryLater(err)
+		default:
+			verdicts[i] = in.failed(ctx, in.db, batch[i], err)
+		}
+	}
+	return verdicts
+}
+
+func retryAll(n int, err error) []verdict {
+	verdicts := make([]verdict, n)
+	for i := range verdicts {
+		verdicts[i] = retryLater(err)
+	}
+	return verdicts
+}
+
+// inSavepoints processes batch in one transaction, each delivery in a
+// savepoint of its own; the deliveries are batch[first:] of the spans.
+func (in *Ingress) inSavepoints(ctx context.Context, spans []trace.Span, batch []broker.Delivery, problems []error, first int) ([]verdict, error) {
+	verdicts := make([]verdict, len(batch))
+	err := in.withTx(ctx, func(tx pgx.Tx) error {
+		for i, d := range batch {
+			verdicts[i] = in.process(inSpan(ctx, spans, first+i), tx, d, problems[i])
+		}
+		return nil
+	})
+	return verdicts, err
+}
+
 // wholeBatch processes batch in one transaction without savepoints, and
 // fails (rolling everything back) at the first error.
-func (in *Ingress) wholeBatch(ctx context.Context, spans []trace.Span, batch []broker.Delivery) ([]verdict, error) {
+func (in *Ingress) wholeBatch(ctx context.Context, spans []trace.Span, batch []broker.Delivery, problems []error) ([]verdict, error) {
 	verdicts := make([]verdict, len(batch))
-	err := dbsql.WithTx(ctx, in.db, func(tx pgx.Tx) error {
-		results, err := in.store.acceptMany(ctx, tx, in.cfg.Consumer, batch)
+	err := in.withTx(ctx, func(tx pgx.Tx) error {
+		results, err := in.store.acceptMany(ctx, tx, in.cfg.Consumer, batch, problems)
 		if err != nil {
 			return err
 		}
 		for i, d := range batch {
 			msg := d.Message()
 			switch r := results[i]; {
-			case msg.ID == "":
-				if _, err := in.store.Quarantine(ctx, tx, in.cfg.Consumer, msg, d.Source(), noIDReason); err != nil {
+			case problems[i] != nil:
+				verdicts[i], err = in.quarantineInTx(ctx, tx, d, problems[i])
+				if err != nil {
 					return err
 				}
-				verdicts[i] = reject(fmt.Errorf("%w: %s", ErrMalformed, noIDReason))
 			case r.mismatch != nil:
 				verdicts[i] = reject(r.mismatch)
 			case r.result == Duplicate:
 				verdicts[i] = acceptDuplicate()
 			default:
-				if err := in.cfg.Handler(inSpan(ctx, spans, i), tx, msg); err != nil {
+				if err := in.callHandler(inSpan(ctx, spans, i), tx, msg); err != nil {
 					return err
 				}
 				verdicts[i] = acceptNew()
@@ -309,10 +417,54 @@ func (in *Ingress) wholeBatch(ctx context.Context, spans []trace.Span, batch []b
 	return verdicts, err
 }
 
-const (
-	noIDReason    = "the message has no id"
-	settleTimeout = 10 * time.Second
-)
+// quarantineInTx is the whole batch's quarantine of a delivery with a
+// problem: a row in tx, or none if it was quarantined before and only its
+// Reject failed.
+func (in *Ingress) quarantineInTx(ctx context.Context, tx pgx.Tx, d broker.Delivery, problem error) (verdict, error) {
+	var again alreadyQuarantinedError
+	if errors.As(problem, &again) {
+		return reject(again.cause), nil
+	}
+	if _, err := in.store.Quarantine(ctx, tx, in.cfg.Consumer, d.Message(), d.Source(), problem.Error()); err != nil {
+		return verdict{}, err
+	}
+	return reject(malformed(problem)), nil
+}
+
+// withTx runs fn in a transaction of its own and commits it when fn
+// returns nil. The commit does not end with ctx: once the work is done, a
+// shutdown lets it commit (within settleTimeout) rather than leave its
+// outcome unknown, which would nack deliveries that did commit.
+func (in *Ingress) withTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	tx, err := in.db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	err = fn(tx)
+	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if err != nil {
+		_ = tx.Rollback(endCtx) // fn's error says what happened
+		return err
+	}
+	if err := tx.Commit(endCtx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// callHandler runs the handler, turning a panic into an error.
+func (in *Ingress) callHandler(ctx context.Context, tx pgx.Tx, msg broker.Message) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v", errHandlerPanicked, r)
+			in.cfg.Logger.Error("llmq: inbox handler panicked", "consumer", in.cfg.Consumer, "message", msg.ID, "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	return in.cfg.Handler(ctx, tx, msg)
+}
+
+const settleTimeout = 10 * time.Second
 
 // accepted is acceptMany's verdict on one message.
 type accepted struct {
@@ -321,19 +473,16 @@ type accepted struct {
 }
 
 // acceptMany is Accept for a batch of deliveries in two statements (plus a
-// quarantine row per reused id). Deliveries without an id are left to the
-// caller; any other invalid id fails the whole batch.
-func (s *Store) acceptMany(ctx context.Context, tx pgx.Tx, consumer string, batch []broker.Delivery) ([]accepted, error) {
+// quarantine row per reused id). Deliveries with a problem (checkMessage)
+// are left to the caller.
+func (s *Store) acceptMany(ctx context.Context, tx pgx.Tx, consumer string, batch []broker.Delivery, problems []error) ([]accepted, error) {
 	ids := make([]string, 0, len(batch))
 	digests := make([]string, 0, len(batch))
 	sources := make([]string, 0, len(batch))
-	for _, d := range batch {
+	for i, d := range batch {
 		msg := d.Message()
-		if msg.ID == "" {
+		if problems[i] != nil {
 			continue
-		}
-		if p := validate.Text(msg.ID, true, MaxMessageIDLen); p != "" {
-			return nil, &ValidationError{Kind: ErrInvalidMessage, Field: "Message.ID", Problem: p}
 		}
 		src, err := json.Marshal(d.Source())
 		if err != nil {
@@ -386,7 +535,7 @@ func (s *Store) acceptMany(ctx context.Context, tx pgx.Tx, consumer string, batc
 	out := make([]accepted, len(batch))
 	for i, d := range batch {
 		msg := d.Message()
-		if msg.ID == "" {
+		if problems[i] != nil {
 			continue
 		}
 		existing := recorded[msg.ID]
@@ -406,13 +555,18 @@ func (s *Store) acceptMany(ctx context.Context, tx pgx.Tx, consumer string, batc
 	return out, nil
 }
 
-// process accepts and handles one delivery in a savepoint of tx.
-func (in *Ingress) process(ctx context.Context, tx pgx.Tx, d broker.Delivery) verdict {
-	msg, source := d.Message(), d.Source()
-	if msg.ID == "" {
-		return in.quarantine(ctx, tx, d, noIDReason)
+// process accepts and handles one delivery in a savepoint of tx; problem
+// is checkMessage's verdict on it.
+func (in *Ingress) process(ctx context.Context, tx pgx.Tx, d broker.Delivery, problem error) verdict {
+	var again alreadyQuarantinedError
+	switch {
+	case errors.As(problem, &again):
+		return reject(again.cause)
+	case problem != nil:
+		return in.quarantine(ctx, tx, d, malformed(problem))
 	}
-	var mismatch error
+	msg, source := d.Message(), d.Source()
+	var mismatch, handlerErr error
 	dup := false
 	err := dbsql.WithTx(ctx, tx, func(sp pgx.Tx) error {
 		res, err := in.store.Accept(ctx, sp, in.cfg.Consumer, msg, source)
@@ -426,30 +580,61 @@ func (in *Ingress) process(ctx context.Context, tx pgx.Tx, d broker.Delivery) ve
 			dup = true
 			return nil
 		}
-		return in.cfg.Handler(ctx, sp, msg)
+		handlerErr = in.callHandler(ctx, sp, msg)
+		return handlerErr
 	})
 	switch {
 	case mismatch != nil:
 		return reject(mismatch)
-	case errors.Is(err, ErrMalformed):
-		return in.quarantine(ctx, tx, d, err.Error())
+	case handlerErr != nil:
+		return in.failed(ctx, tx, d, handlerErr)
 	case err != nil:
-		return retryLater(err)
+		return retryLater(err) // the inbox's own statements: not the message's doing
 	case dup:
 		return acceptDuplicate()
 	}
 	return acceptNew()
 }
 
-func (in *Ingress) quarantine(ctx context.Context, tx pgx.Tx, d broker.Delivery, reason string) verdict {
-	err := dbsql.WithTx(ctx, tx, func(sp pgx.Tx) error {
-		_, err := in.store.Quarantine(ctx, sp, in.cfg.Consumer, d.Message(), d.Source(), reason)
+// failed is the verdict on a delivery whose handling failed with err:
+// quarantined and rejected if err is permanent or the message reached
+// MaxAttempts failures, nacked otherwise. Quarantine rows are written in
+// db: a savepoint of the batch's transaction, or a transaction of their
+// own.
+func (in *Ingress) failed(ctx context.Context, db dbsql.Beginner, d broker.Delivery, err error) verdict {
+	switch {
+	case permanent(err):
+		return in.quarantine(ctx, db, d, malformed(err))
+	case ctx.Err() != nil || transient(err):
+		return retryLater(err)
+	}
+	n := in.failures.add(d.Message().ID)
+	if n < in.cfg.MaxAttempts {
+		return retryLater(err)
+	}
+	return in.quarantine(ctx, db, d, fmt.Errorf("%w: %d failures, the last: %w", ErrTooManyAttempts, n, err))
+}
+
+// malformed wraps err in ErrMalformed unless it is already.
+func malformed(err error) error {
+	if errors.Is(err, ErrMalformed) {
+		return err
+	}
+	return Malformed(err)
+}
+
+// quarantine writes d's quarantine row in db, giving cause as the reason,
+// and returns the verdict that rejects it; if the row cannot be written,
+// d is nacked instead.
+func (in *Ingress) quarantine(ctx context.Context, db dbsql.Beginner, d broker.Delivery, cause error) verdict {
+	err := dbsql.WithTx(ctx, db, func(sp pgx.Tx) error {
+		_, err := in.store.Quarantine(ctx, sp, in.cfg.Consumer, d.Message(), d.Source(), cause.Error())
 		return err
 	})
 	if err != nil {
 		return retryLater(err)
 	}
-	return reject(fmt.Errorf("%w: %s", ErrMalformed, reason))
+	return reject(cause)
 }
 
 // stopped reports whether a Receive ended because Run should end.

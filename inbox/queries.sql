@@ -34,12 +34,18 @@ FROM /*schema*/inbox
 WHERE consumer = $1 AND message_id = ANY($2::text[]);
 
 -- name: InsertQuarantine
-INSERT INTO /*schema*/inbox_quarantine (consumer, message_id, payload_digest, source, headers, payload, reason)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+-- $2 and $5 are what text and jsonb can show of the id and headers; $8 to
+-- $10 keep them exactly. A NULL $6 is a null body.
+INSERT INTO /*schema*/inbox_quarantine (consumer, message_id, payload_digest, source, headers, payload, reason,
+                                        raw_message_id, raw_header_keys, raw_header_values)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 RETURNING id;
 
 -- name: ListQuarantine
-SELECT id, consumer, message_id, payload_digest, source, headers, payload, reason, received_at
+-- The primary key gives the order; consumer is filtered, not indexed:
+-- quarantine rows are few and read by people.
+SELECT id, consumer, message_id, payload_digest, source, headers, payload, reason, received_at,
+       raw_message_id, raw_header_keys, raw_header_values
 FROM /*schema*/inbox_quarantine
 WHERE consumer = $1
 ORDER BY id

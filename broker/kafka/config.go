@@ -135,7 +135,15 @@ type ConsumerConfig struct {
 	// Publisher configures the produce path of dead-lettering; its
 	// Brokers and Options are taken from this config.
 	Publisher PublisherConfig
-	// Logger receives operational messages. Default: discard.
+	// ReadUncommitted makes the consumer read records of open and aborted
+	// transactions too (isolation level read_uncommitted, kgo's default).
+	// By default it reads with read_committed: a producer's aborted
+	// transaction is never delivered, and a partition is read only up to
+	// its last stable offset, so records behind an open transaction wait
+	// for it to end.
+	ReadUncommitted bool
+	// Logger receives warnings: failed fetches and commits. Default
+	// slog.Default(), so that they are seen without configuration.
 	Logger *slog.Logger
 	// Options are appended to the client's options: TLS, SASL, a logger,
 	// a client id, a balancer.
@@ -178,7 +186,7 @@ func (cfg ConsumerConfig) withDefaults() (ConsumerConfig, error) {
 	cfg.NackDelay = cmp.Or(cfg.NackDelay, time.Second)
 	cfg.CommitTimeout = cmp.Or(cfg.CommitTimeout, 10*time.Second)
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = slog.Default()
 	}
 	return cfg, nil
 }

@@ -85,6 +85,9 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		kgo.OnPartitionsLost(c.onLost),
 		kgo.FetchMaxWait(fetchMaxWait),
 	)
+	if !cfg.ReadUncommitted {
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
 	if cfg.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(cfg.SessionTimeout))
 	}

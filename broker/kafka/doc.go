@@ -71,6 +71,43 @@
 //   - Receive is safe for concurrent callers; records of a partition are
 //     handed out in offset order, which concurrent receivers then process
 //     in any order.
+//   - Committed reads: the consumer reads with isolation level
+//     read_committed (ConsumerConfig.ReadUncommitted opts out, to kgo's
+//     and Kafka's default read_uncommitted). Records of a producer's
+//     aborted transaction are never delivered, and a partition is read only
+//     up to its last stable offset: records behind a transaction still open
+//     wait until it ends. Aborted records and transaction markers leave
+//     gaps in the offsets, which the commit passes over.
+//   - A record that can never be accepted (no id, a null value, an id or
+//     header that is not valid UTF-8) does not stop its partition: package
+//     inbox quarantines it and rejects it to the dead-letter topic, and a
+//     record whose handling keeps failing is rejected after
+//     inbox.IngressConfig.MaxAttempts failures. The dead-letter record is
+//     the original, byte for byte (a null value stays null), with the two
+//     dead-letter headers added.
+//
+// # Foreign producers
+//
+// Records written by other clients are read like llmq's own; what a
+// broker.Message cannot hold is mapped as follows (see package broker):
+//
+//   - Message.ID is the value of the last HeaderMessageID header; without
+//     one, or with a null value, it is "" and the inbox quarantines the
+//     record.
+//   - A null value (a tombstone) is a nil Body, an empty value an empty,
+//     non-nil Body. The inbox quarantines null bodies.
+//   - A null key and an empty key are both Key "".
+//   - A null header value is ""; of a header repeated in one record only
+//     the last value is kept in Headers (the dead-letter record keeps them
+//     all).
+//
+// Per-key order across producers needs one partitioner: the publisher
+// uses kgo's default, which hashes a non-empty key with murmur2 as the
+// Java client does (its default partitioner is compatible). librdkafka
+// (and kcat, confluent-kafka-go, confluent-kafka-python) defaults to
+// CRC32 ("consistent_random"), which puts most keys on another partition:
+// configure it with partitioner=murmur2_random. A message without a key
+// goes to any partition, as a null key does in every client.
 //
 // Decisions where the contract is silent: offsets are committed with
 // kgo's CommitOffsetsSync and an explicit offset per partition, not
@@ -82,5 +119,6 @@
 // everything after it); a consumer that closes commits its settled prefix
 // and leaves the group at once, so its partitions move without waiting for
 // the session timeout; a record without an id header arrives with an empty
-// Message.ID, which package inbox quarantines and rejects.
+// Message.ID, which package inbox quarantines and rejects. The publisher
+// never writes a tombstone: a nil Body is produced as an empty value.
 package kafka

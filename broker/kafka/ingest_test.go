@@ -115,16 +115,15 @@ func (f *ingestFixture) handler(ctx context.Context, _ pgx.Tx, msg broker.Messag
 	return nil
 }
 
-// ingest runs loops Ingress loops on consumer; the returned stop ends them.
+// ingest runs an Ingress of loops concurrent batches on consumer; the
+// returned stop ends it.
 func (f *ingestFixture) ingest(t *testing.T, c broker.Consumer, loops int) (stop func()) {
 	t.Helper()
-	in, err := f.store.NewIngress(f.db.Pool, c, inbox.IngressConfig{Consumer: "ingest", Handler: f.handler})
+	in, err := f.store.NewIngress(f.db.Pool, c, inbox.IngressConfig{Consumer: "ingest", Handler: f.handler, Concurrency: loops})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for range loops {
-		wg.Go(func() { _ = in.Run(ctx) })
-	}
+	wg.Go(func() { _ = in.Run(ctx) })
 	stop = func() { cancel(); wg.Wait() }
 	t.Cleanup(stop)
 	return stop

@@ -23,11 +23,16 @@ const (
 	HeaderDeadLetterSource = "llmq-dead-letter-source"
 )
 
-// toRecord builds the record of msg: its key, its body as the value, its
-// headers in key order, and its id in HeaderMessageID (which wins over a
-// header of that name in msg.Headers).
+// toRecord builds the record of msg: its key, its body as the value (never
+// null: a nil Body is an empty value, not a tombstone), its headers in key
+// order, and its id in HeaderMessageID (which wins over a header of that
+// name in msg.Headers).
 func toRecord(msg broker.Message) *kgo.Record {
-	r := &kgo.Record{Topic: msg.Topic, Value: msg.Body}
+	value := msg.Body
+	if value == nil {
+		value = []byte{}
+	}
+	r := &kgo.Record{Topic: msg.Topic, Value: value}
 	if msg.Key != "" {
 		r.Key = []byte(msg.Key)
 	}
@@ -45,7 +50,9 @@ func toRecord(msg broker.Message) *kgo.Record {
 // a record without one (written by another producer) has an empty ID,
 // which receivers treat as malformed (package inbox quarantines it). Every
 // header, the id header included, is in Headers; of repeated header keys
-// the last wins.
+// the last wins, and a null header value is "". The value is the Body as
+// it is: nil for a null value (a tombstone), non-nil for an empty one. A
+// null key is "", as is an empty one. Bytes are passed on unjudged.
 func toMessage(r *kgo.Record) broker.Message {
 	msg := broker.Message{Topic: r.Topic, Key: string(r.Key), Body: r.Value}
 	if len(r.Headers) > 0 {

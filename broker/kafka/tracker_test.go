@@ -95,18 +95,38 @@ func FuzzTracker(f *testing.F) {
 	})
 }
 
-// FuzzRecordToMessage reads arbitrary record headers: it never panics, the
-// id is the last id header, and a message built from the result
-// round-trips.
+// FuzzRecordToMessage reads arbitrary records: it never panics, the id is
+// the last id header, a null value stays nil and an empty one non-nil,
+// null keys and header values are "", a repeated header keeps its last
+// value, and a message built from the result round-trips with a non-null
+// value.
 func FuzzRecordToMessage(f *testing.F) {
-	f.Add([]byte("llmq-event-id"), []byte("evt-1"), []byte("k"), []byte(`{"a":1}`))
-	f.Add([]byte(""), []byte(""), []byte(""), []byte(""))
-	f.Add([]byte("traceparent"), []byte{0xff, 0}, []byte{0}, []byte{})
-	f.Fuzz(func(t *testing.T, hk, hv, key, value []byte) {
-		r := &kgo.Record{Topic: "t", Key: key, Value: value, Headers: []kgo.RecordHeader{
-			{Key: HeaderMessageID, Value: binary.AppendUvarint(nil, uint64(len(hv)))},
-			{Key: string(hk), Value: hv},
-		}}
+	f.Add([]byte("llmq-event-id"), []byte("evt-1"), []byte("k"), []byte(`{"a":1}`), uint8(0))
+	f.Add([]byte(""), []byte(""), []byte(""), []byte(""), uint8(0))
+	f.Add([]byte("traceparent"), []byte{0xff, 0}, []byte{0}, []byte{}, uint8(7))
+	f.Add([]byte("h"), []byte("v"), []byte("k"), []byte("x"), uint8(15))
+	f.Fuzz(func(t *testing.T, hk, hv, key, value []byte, nulls uint8) {
+		// nulls' bits make the key, the value, the header's value null, and
+		// repeat the header with a first value that must not survive.
+		if nulls&1 != 0 {
+			key = nil
+		} else if key == nil {
+			key = []byte{}
+		}
+		if nulls&2 != 0 {
+			value = nil
+		} else if value == nil {
+			value = []byte{}
+		}
+		if nulls&4 != 0 {
+			hv = nil
+		}
+		headers := []kgo.RecordHeader{{Key: HeaderMessageID, Value: binary.AppendUvarint(nil, uint64(len(hv)))}}
+		if nulls&8 != 0 {
+			headers = append(headers, kgo.RecordHeader{Key: string(hk), Value: []byte("overwritten")})
+		}
+		headers = append(headers, kgo.RecordHeader{Key: string(hk), Value: hv})
+		r := &kgo.Record{Topic: "t", Key: key, Value: value, Headers: headers}
 		msg := toMessage(r)
 		want := string(binary.AppendUvarint(nil, uint64(len(hv))))
 		if string(hk) == HeaderMessageID {
@@ -114,11 +134,18 @@ func FuzzRecordToMessage(f *testing.F) {
 		}
 		require.Equal(t, want, msg.ID)
 		require.Equal(t, string(key), msg.Key)
-		back := toMessage(toRecord(msg))
+		require.Equal(t, string(hv), msg.Headers[string(hk)], "the last value of a repeated header; null is empty")
+		require.Equal(t, value == nil, msg.Body == nil, "a null value, and only a null value, is a nil Body")
+		require.Equal(t, string(value), string(msg.Body))
+
+		rec := toRecord(msg)
+		require.NotNil(t, rec.Value, "the publisher never writes a tombstone")
+		back := toMessage(rec)
 		require.Equal(t, msg.ID, back.ID)
 		require.Equal(t, msg.Key, back.Key)
 		require.Equal(t, msg.Headers, back.Headers)
 		require.Equal(t, string(msg.Body), string(back.Body))
+		require.NotNil(t, back.Body)
 	})
 }
 

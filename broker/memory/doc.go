@@ -50,4 +50,6 @@
 //     behind a busy key of another.
 //   - Messages are copied in and out (Headers and Body), so neither the
 //     publisher nor a receiver can change what others, or a redelivery, see.
+//     There is no null payload: a message published with a nil Body is
+//     received with an empty one.
 package memory

@@ -1,7 +1,6 @@
 package memory
 
 import (
-	"bytes"
 	"errors"
 	"maps"
 	"sync"
@@ -134,11 +133,10 @@ func (b *Broker) topic(name string) *topic {
 }
 
 // cloneMessage copies the parts of m a holder could modify in place, so the
-// broker's copy stays what was published.
+// broker's copy stays what was published. A nil Body becomes empty: this
+// broker has no null payload, and the contract delivers nil only for one.
 func cloneMessage(m broker.Message) broker.Message {
 	m.Headers = maps.Clone(m.Headers)
-	if m.Body != nil {
-		m.Body = bytes.Clone(m.Body)
-	}
+	m.Body = append([]byte{}, m.Body...)
 	return m
 }

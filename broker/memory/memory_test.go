@@ -106,7 +106,11 @@ func TestPublishConfirmedThenReceived(t *testing.T) {
 
 	for _, want := range []broker.Message{sent[0], sent[1], sent[2], sent[4]} {
 		d := receive(t, c)
+		if want.Body == nil {
+			want.Body = []byte{} // no null payload here: nil is received as empty
+		}
 		require.Equal(t, want, d.Message())
+		require.NotNil(t, d.Message().Body)
 		require.Equal(t, broker.Source{Queue: "invoices"}, d.Source())
 		require.Equal(t, 1, d.Attempt())
 		require.NoError(t, d.Ack(ctx))

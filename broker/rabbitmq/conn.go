@@ -52,7 +52,8 @@ type ConnConfig struct {
 	// Topology is declared on every (re)connection, before the connection
 	// is used. Optional.
 	Topology *Topology
-	// Logger receives connection losses and redials. Default: discard.
+	// Logger receives connection losses and redials (warnings). Default
+	// slog.Default(), so that they are seen without configuration.
 	Logger *slog.Logger
 }
 
@@ -77,7 +78,7 @@ func (c ConnConfig) withDefaults() (ConnConfig, error) {
 		}
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+		c.Logger = slog.Default()
 	}
 	return c, nil
 }

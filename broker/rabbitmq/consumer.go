@@ -188,8 +188,14 @@ func (c *Consumer) openSession(conn *amqp.Connection) (session, error) {
 	return s, nil
 }
 
+// toMessage reads a delivery. AMQP has no null body, so Body is never nil.
+// Headers are passed on whatever their bytes: the receiver judges them
+// (package inbox quarantines those it refuses).
 func toMessage(d amqp.Delivery) broker.Message {
 	m := broker.Message{ID: d.MessageId, Topic: d.RoutingKey, Body: d.Body}
+	if m.Body == nil {
+		m.Body = []byte{}
+	}
 	if len(d.Headers) > 0 {
 		m.Headers = make(map[string]string, len(d.Headers))
 	}
@@ -276,11 +282,13 @@ func (d *Delivery) Nack(context.Context) error {
 
 // Reject rejects the delivery without requeueing: the queue dead-letters
 // it to its dead-letter exchange (with an x-death header saying
-// "rejected"). AMQP carries no reason with a rejection; reason is logged,
-// and the inbox quarantine row is the place that explains it.
+// "rejected"). AMQP carries no reason with a rejection; reason is logged
+// at debug level (the receiver reports the rejection; package inbox logs
+// it as an error), and the inbox quarantine row is the place that
+// explains it.
 func (d *Delivery) Reject(_ context.Context, reason error) error {
 	return d.settle("reject", func() error {
-		d.c.cfg.Logger.Info("llmq: message rejected to the dead-letter exchange", "queue", d.c.cfg.Queue, "message", d.msg.ID, "reason", reason)
+		d.c.cfg.Logger.Debug("llmq: message rejected to the dead-letter exchange", "queue", d.c.cfg.Queue, "message", d.msg.ID, "reason", reason)
 		return d.raw.Reject(false)
 	})
 }

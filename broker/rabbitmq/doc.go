@@ -60,12 +60,21 @@
 //     committed). Receive skips deliveries of a closed channel.
 //   - Reject does not requeue: the queue dead-letters the message to its
 //     dead-letter exchange. AMQP carries no reason with it (the broker adds
-//     an x-death header saying "rejected"); the reason is logged, and the
-//     inbox quarantine row records it.
+//     an x-death header saying "rejected"); the reason is logged at debug
+//     level, and the inbox quarantine row records it.
 //   - Nack requeues after ConsumerConfig.RequeueDelay, measured by a timer so
 //     nothing sleeps; the delivery keeps its prefetch slot meanwhile. A
 //     consumer or connection closing requeues it at once.
 //   - Receive is safe for concurrent callers, each delivery going to one.
+//   - Messages from any AMQP client are read: message-id is Message.ID
+//     ("" without one), the routing key Message.Topic, the HeaderKey header
+//     Message.Key, other headers Message.Headers (strings and byte arrays
+//     as their bytes, other AMQP values as text), the body Message.Body
+//     (never nil: AMQP has no null body). Nothing is judged here: package
+//     inbox quarantines and rejects a message without message-id or with
+//     an id or headers it refuses, so it is dead-lettered once instead of
+//     requeued in a loop, and rejects a message whose handling failed
+//     inbox.IngressConfig.MaxAttempts times.
 //
 // # Topology trade-offs
 //

@@ -242,3 +242,94 @@ func TestRedeliveryAfterCommitIsANoOpAndPoisonIsDeadLettered(t *testing.T) {
 		return err
 	})
 }
+
+// queueDepth returns how many messages queue holds.
+func queueDepth(t *testing.T, queue string) int {
+	t.Helper()
+	var n int
+	withChannel(t, func(ch *amqp.Channel) error {
+		st, err := ch.QueueDeclarePassive(queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
+		n = st.Messages
+		return err
+	})
+	return n
+}
+
+// Messages a plain AMQP client publishes, without llmq's publisher: those
+// the inbox can never accept (no message-id, an id with a control
+// character or invalid UTF-8, a header value that is not valid UTF-8 or
+// holds NUL, a body the handler refuses) are quarantined and dead-lettered
+// once each, never requeued in a loop; the good ones are received once;
+// the queue drains.
+func TestPlainAMQPPoisonIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	p := setupPipeline(t)
+	poisons := []amqp.Publishing{
+		{Body: []byte(`{"no":"id"}`)},
+		{MessageId: "ev-\x07", Body: []byte(`{}`)},
+		{MessageId: "ev-\xff", Body: []byte(`{}`)},
+		{MessageId: "hdr-1", Headers: amqp.Table{"traceparent": []byte{0xc3, 0x28}}, Body: []byte(`{}`)},
+		{MessageId: "hdr-2", Headers: amqp.Table{"tenant": "a\x00b"}, Body: []byte(`{}`)},
+		{MessageId: "not-json", Body: []byte("not json")},
+	}
+	const good = 200
+	withChannel(t, func(ch *amqp.Channel) error {
+		if err := ch.Confirm(false); err != nil {
+			return err
+		}
+		confirms := ch.NotifyPublish(make(chan amqp.Confirmation, len(poisons)+good))
+		publish := func(pub amqp.Publishing) error {
+			pub.DeliveryMode = amqp.Persistent
+			return ch.PublishWithContext(t.Context(), p.topo.Exchange, "orders.created", false, false, pub)
+		}
+		for i := range good {
+			if i%30 == 0 && i/30 < len(poisons) {
+				if err := publish(poisons[i/30]); err != nil {
+					return err
+				}
+			}
+			if err := publish(amqp.Publishing{MessageId: fmt.Sprintf("good-%d", i), Body: []byte(`{}`)}); err != nil {
+				return err
+			}
+		}
+		for range len(poisons) + good {
+			if c := <-confirms; !c.Ack {
+				return fmt.Errorf("publish %d nacked", c.DeliveryTag)
+			}
+		}
+		return nil
+	})
+
+	c := p.consumer(t, false)
+	in := p.ingress(t, c)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+	_, dlq := p.queue.DeadLetterNames()
+	require.Eventually(t, func() bool {
+		return p.count(t, "SELECT count(*) FROM "+p.schema+".received") == good && queueDepth(t, dlq) == len(poisons)
+	}, 30*time.Second, 20*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	require.NoError(t, c.Close())
+	// The queue's count follows the last acknowledgements a moment later.
+	require.Eventually(t, func() bool { return queueDepth(t, p.queue.Name) == 0 }, 10*time.Second, 20*time.Millisecond, "the queue drained")
+	require.Equal(t, len(poisons), queueDepth(t, dlq), "each poison dead-lettered once")
+
+	q, err := p.inbox.ListQuarantined(t.Context(), p.pool, "orders", 100)
+	require.NoError(t, err)
+	require.Len(t, q, len(poisons), "each poison quarantined once")
+	for i, pub := range poisons {
+		require.Equal(t, pub.MessageId, q[i].MessageID, "in publish order, the id's bytes kept")
+		require.Equal(t, string(pub.Body), string(q[i].Payload))
+		for k, v := range pub.Headers {
+			want, ok := v.(string)
+			if b, isBytes := v.([]byte); isBytes {
+				want, ok = string(b), true
+			}
+			require.True(t, ok)
+			require.Equal(t, want, q[i].Headers[k], "header bytes kept")
+		}
+	}
+	require.Equal(t, good, p.count(t, "SELECT count(*) FROM "+p.schema+".received WHERE message_id LIKE 'good-%'"), "every good message received once")
+}
