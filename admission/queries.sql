@@ -1,28 +1,184 @@
 -- Queries of the Postgres limiter. Tables are written /*schema*/name; the
 -- limiter renders them for its schema once, at construction.
 --
--- Why acquire is race-free under READ COMMITTED: it is one UPDATE of one
--- pool row whose WHERE clause checks every dimension (cooldown, in-flight,
--- request bucket, token bucket) against that row's columns only. Postgres
--- evaluates the WHERE on the row version in the statement's snapshot; if
--- that version passes but a concurrent transaction has updated or locked
--- the row, the UPDATE waits for the row lock and then re-evaluates the
--- whole WHERE on the newest committed version (EvalPlanQual) before
--- writing. So every grant is decided on the latest state while holding the
--- row lock, and two grants can never both take the last unit of anything.
--- The SET expressions are computed from that same locked version. Nothing
--- else is read: a join or sub-select of the pool table would be evaluated
--- on the old snapshot and would break this.
+-- Grants and releases run in cycles. A process's acquirers and releasers of
+-- one pool queue up locally; one cycle at a time per pool sends, in one
+-- round trip and one implicit transaction (a pgx batch: one Sync at the
+-- end), the statements CycleSetup, LockPool, ReapPermits, then
+-- ReleaseGroup and GrantGroup for the queued work.
 --
--- A denial matches no row, so it writes nothing and takes no lock beyond
--- the wait; the limiter then reads the pool (SelectPool) to compute how
--- long to wait.
+-- Why a cycle is race-free under READ COMMITTED: LockPool takes the pool
+-- row's lock (SELECT ... FOR UPDATE waits for any holder, then locks the
+-- newest version) before anything is decided. Each later statement of the
+-- cycle takes its snapshot after that lock was granted, so every read of
+-- the pool row sees its latest state, and nobody else can change the row
+-- until the cycle commits. ReleaseGroup and GrantGroup can therefore read
+-- the pool in one CTE and write it in another: nothing can come in between.
+-- If any statement fails, the whole cycle rolls back: no permit row
+-- without its charge, no charge without its permit rows.
 --
--- Every writing statement turns synchronous_commit off for its own
--- transaction (set_config(..., true)): the pool row's lock is held until
--- commit, and waiting for a WAL flush per grant would cap a hot pool at the
--- disk's flush rate. The cost, documented in doc.go: a Postgres crash may
--- lose the last few hundred milliseconds of limiter writes.
+-- Every cycle turns synchronous_commit off for its own transaction
+-- (set_config(..., true)): the pool row's lock is held until commit, and
+-- waiting for a WAL flush per cycle would cap a hot pool at the disk's
+-- flush rate. The cost, documented in doc.go: a Postgres crash may lose
+-- the last few hundred milliseconds of limiter writes. It also sets
+-- lock_timeout, so a lock held too long comes back as an error from the
+-- server (55P03), which the limiter reports as contention, not as an
+-- unreachable database.
+
+-- name: CycleSetup
+-- $1 the lock timeout, e.g. '1000ms'. Both settings last until the cycle
+-- commits.
+SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout', $1, true);
+
+-- name: LockPool
+-- $1 pool. Serialises cycles of every process on the pool's row; no row
+-- for an unknown pool, and the cycle's other statements then find nothing.
+SELECT 1 FROM /*schema*/admission_pools WHERE name = $1 FOR UPDATE;
+
+-- name: GrantGroup
+-- $1 pool, $2 permit ids, $3 tokens, $4 tenants (one element per queued
+-- request, in arrival order), $5 holder, $6 permit TTL.
+-- Grants the longest prefix of the requests that the pool can grant
+-- together: request n (counting only requests still to be decided) fits
+-- when n slots are free, the request bucket holds n units and the token
+-- bucket holds the reservations of requests 1..n. Tokens are never
+-- negative, so each condition, once false, stays false further on: the
+-- granted requests are exactly a prefix, first come first served, and a
+-- large request is never overtaken by later small ones within a cycle. A
+-- request larger than the token burst can never fit and is skipped, so it
+-- blocks nobody. The levels are read once (the lock is ours: see the
+-- header) and charged once for the whole prefix.
+-- A request whose permit row already exists was granted by an earlier try
+-- of this cycle whose answer was lost (a dropped connection after commit):
+-- it is reported granted again and not charged twice.
+-- One row per request, in order: its permit's times when granted (NULL
+-- otherwise) and the pool's state after the cycle, for denials' waits. No
+-- row at all for an unknown pool.
+WITH pool AS (
+    SELECT p.rpm, p.tpm, p.max_in_flight, p.token_burst,
+        /*schema*/admission_level(p.request_level, p.request_burst, p.rpm, p.refilled_at) AS requests,
+        /*schema*/admission_level(p.token_level, p.token_burst, p.tpm, p.refilled_at) AS tokens,
+        p.max_in_flight - p.in_flight AS slots,
+        p.cooldown_until <= now() AS open,
+        extract(epoch FROM greatest(p.cooldown_until, now()) - now())::double precision AS cooldown,
+        greatest(p.refilled_at, now()) AS at
+    FROM /*schema*/admission_pools AS p
+    WHERE p.name = $1
+),
+asked AS (
+    SELECT a.ord, a.id, a.tokens, a.tenant, e.acquired_at, e.expires_at
+    FROM unnest($2::uuid[], $3::bigint[], $4::text[]) WITH ORDINALITY AS a(id, tokens, tenant, ord)
+    LEFT JOIN /*schema*/admission_permits AS e ON e.id = a.id
+),
+fresh AS (
+    SELECT f.id, f.tokens, f.tenant, row_number() OVER w AS n, sum(f.tokens) OVER w AS cum
+    FROM asked AS f, pool
+    WHERE f.acquired_at IS NULL AND f.tokens <= pool.token_burst
+    WINDOW w AS (ORDER BY f.ord)
+),
+granted AS (
+    SELECT f.id, f.tokens, f.tenant
+    FROM fresh AS f, pool
+    WHERE pool.open AND f.n <= pool.slots AND f.n <= pool.requests AND f.cum <= pool.tokens
+),
+total AS (
+    SELECT count(*)::integer AS n, coalesce(sum(g.tokens), 0)::double precision AS tokens
+    FROM granted AS g
+),
+charged AS (
+    UPDATE /*schema*/admission_pools AS p SET
+        request_level = pool.requests - total.n,
+        token_level = pool.tokens - total.tokens,
+        refilled_at = pool.at,
+        in_flight = p.in_flight + total.n
+    FROM pool, total
+    WHERE p.name = $1 AND total.n > 0
+    -- The bucket clock's time of these grants (never earlier than the
+    -- previous grant's), which every permit of the prefix keeps as
+    -- acquired_at.
+    RETURNING p.refilled_at
+),
+inserted AS (
+    INSERT INTO /*schema*/admission_permits (id, pool, tenant, tokens, holder, acquired_at, expires_at)
+    SELECT g.id, $1, g.tenant, g.tokens, $5, c.refilled_at, now() + $6::interval
+    FROM granted AS g, charged AS c
+    RETURNING id, acquired_at, expires_at
+)
+SELECT coalesce(i.acquired_at, a.acquired_at), coalesce(i.expires_at, a.expires_at),
+    pool.rpm, pool.tpm, pool.max_in_flight, pool.token_burst,
+    pool.requests - total.n, pool.tokens - total.tokens, pool.max_in_flight - pool.slots + total.n,
+    pool.cooldown
+FROM asked AS a
+CROSS JOIN pool
+CROSS JOIN total
+LEFT JOIN inserted AS i ON i.id = a.id
+ORDER BY a.ord;
+
+-- name: ReleaseGroup
+-- $1 pool, $2 permit ids, $3 outcomes (0 never sent, 1 answered, 2
+-- uncertain), $4 input and $5 output tokens the provider reported, $6 the
+-- ledger shard.
+-- Deleting the permits first makes release and the reaper exclusive:
+-- whichever deletes a row adjusts the pool; the other finds no row and
+-- changes nothing, so a release retried after a lost answer refunds
+-- nothing twice. Refunds follow the pool's policy:
+--   never sent: the request unit and every reserved token;
+--   answered:   reserved minus reported tokens (negative when the provider
+--               used more: a debt), or nothing when charge_reserved;
+--   uncertain:  no request refund; tokens only when refund_uncertain.
+-- The cycle's refunds are added together, then clamped once at the bursts:
+-- the same as applying them one by one with the debts first.
+-- Sent calls of permits with a tenant go to the usage ledger in the same
+-- statement, one row per tenant (an upsert may touch a row once per
+-- statement), at the pool's prices, each call's cost rounded as before.
+WITH settle AS (
+    SELECT s.id, s.result, s.input_tokens, s.output_tokens
+    FROM unnest($2::uuid[], $3::smallint[], $4::bigint[], $5::bigint[]) AS s(id, result, input_tokens, output_tokens)
+),
+gone AS (
+    DELETE FROM /*schema*/admission_permits AS e
+    USING settle AS s
+    WHERE e.id = s.id AND e.pool = $1
+    RETURNING e.tenant, e.tokens, s.result, s.input_tokens, s.output_tokens
+),
+refund AS (
+    SELECT count(*)::integer AS released,
+        count(*) FILTER (WHERE g.result = 0)::integer AS requests,
+        coalesce(sum(CASE
+            WHEN g.result = 0 THEN g.tokens
+            WHEN g.result = 1 AND NOT p.charge_reserved THEN g.tokens - g.input_tokens - g.output_tokens
+            WHEN g.result = 2 AND p.refund_uncertain THEN g.tokens - g.input_tokens - g.output_tokens
+            ELSE 0 END), 0)::double precision AS tokens
+    FROM gone AS g, /*schema*/admission_pools AS p
+    WHERE p.name = $1
+),
+settled AS (
+    UPDATE /*schema*/admission_pools AS p SET
+        in_flight = p.in_flight - r.released,
+        request_level = least(p.request_burst, p.request_level + r.requests),
+        token_level = least(p.token_burst, p.token_level + r.tokens)
+    FROM refund AS r
+    WHERE p.name = $1 AND r.released > 0
+    RETURNING p.input_price, p.output_price
+),
+ledger AS (
+    INSERT INTO /*schema*/admission_usage AS u (
+        tenant, pool, day, shard, attempts, uncertain_attempts, input_tokens, output_tokens, cost)
+    SELECT g.tenant, $1, (now() AT TIME ZONE 'UTC')::date, $6, count(*), count(*) FILTER (WHERE g.result = 2),
+        sum(g.input_tokens)::bigint, sum(g.output_tokens)::bigint,
+        sum(round((g.input_tokens::numeric * s.input_price + g.output_tokens::numeric * s.output_price) / 1000000))::bigint
+    FROM gone AS g, settled AS s
+    WHERE g.tenant <> '' AND g.result <> 0
+    GROUP BY g.tenant
+    ON CONFLICT (tenant, day, pool, shard) DO UPDATE SET
+        attempts = u.attempts + excluded.attempts,
+        uncertain_attempts = u.uncertain_attempts + excluded.uncertain_attempts,
+        input_tokens = u.input_tokens + excluded.input_tokens,
+        output_tokens = u.output_tokens + excluded.output_tokens,
+        cost = u.cost + excluded.cost
+)
+SELECT r.released FROM refund AS r;
 
 -- name: UpsertPool
 -- Creates a pool full, or changes its limits at run time. Levels keep what
@@ -49,36 +205,6 @@ ON CONFLICT (name) DO UPDATE SET
     output_price = excluded.output_price,
     updated_at = now();
 
--- name: Acquire
--- $1 pool, $2 tokens, $3 permit id, $4 tenant, $5 holder, $6 permit TTL.
--- One statement: the conditional UPDATE (see the header) and the permit
--- row. The permit is inserted only from the UPDATE's RETURNING, so it
--- exists exactly when the pool row was charged.
-WITH granted AS (
-    UPDATE /*schema*/admission_pools AS p SET
-        request_level = /*schema*/admission_level(p.request_level, p.request_burst, p.rpm, p.refilled_at) - 1,
-        token_level = /*schema*/admission_level(p.token_level, p.token_burst, p.tpm, p.refilled_at) - $2::bigint,
-        refilled_at = greatest(p.refilled_at, now()),
-        in_flight = p.in_flight + 1
-    WHERE p.name = $1
-      AND p.cooldown_until <= now()
-      AND p.in_flight < p.max_in_flight
-      AND /*schema*/admission_level(p.request_level, p.request_burst, p.rpm, p.refilled_at) >= 1
-      AND /*schema*/admission_level(p.token_level, p.token_burst, p.tpm, p.refilled_at) >= $2::bigint
-    -- RETURNING sees the new row: refilled_at is the bucket clock's time of
-    -- this grant (never earlier than the previous grant's), which the
-    -- permit keeps as acquired_at.
-    RETURNING p.name, p.refilled_at
-),
-permit AS (
-    INSERT INTO /*schema*/admission_permits (id, pool, tenant, tokens, holder, acquired_at, expires_at)
-    SELECT $3, granted.name, $4, $2, $5, granted.refilled_at, now() + $6::interval
-    FROM granted
-    RETURNING acquired_at, expires_at
-)
-SELECT permit.acquired_at, permit.expires_at, set_config('synchronous_commit', 'off', true)
-FROM permit;
-
 -- name: SelectPool
 -- The pool as of now, for a denied acquire's wait and for the emergency
 -- allowance's local copy of the limits. The levels are computed, not
@@ -92,57 +218,6 @@ SELECT rpm, tpm, max_in_flight, request_burst, token_burst, charge_reserved, ref
     EXISTS (SELECT 1 FROM /*schema*/admission_permits AS e WHERE e.pool = p.name AND e.expires_at <= now())
 FROM /*schema*/admission_pools AS p
 WHERE name = $1;
-
--- name: Release
--- $1 permit id, $2 outcome (0 never sent, 1 answered, 2 uncertain), $3
--- input and $4 output tokens the provider reported, $5 the ledger shard.
--- Deleting the permit
--- first makes release and the reaper exclusive: whichever deletes the row
--- adjusts the pool; the other finds no row (DELETE re-checks a row it
--- waited for and skips it if it is gone) and changes nothing. Refunds
--- follow the pool's policy:
---   never sent: the request unit and every reserved token;
---   answered:   reserved minus reported tokens (negative when the provider
---               used more: a debt), or nothing when charge_reserved;
---   uncertain:  no request refund; tokens only when refund_uncertain.
--- A refund never lifts a bucket above its burst.
--- A call that was sent, by a permit with a tenant, is added to the usage
--- ledger in the same statement, from the reported tokens and the pool's
--- prices.
-WITH gone AS (
-    DELETE FROM /*schema*/admission_permits
-    WHERE id = $1
-    RETURNING pool, tokens, tenant
-),
-settled AS (
-    UPDATE /*schema*/admission_pools AS p SET
-        in_flight = p.in_flight - 1,
-        request_level = least(p.request_burst, p.request_level + CASE WHEN $2 = 0 THEN 1 ELSE 0 END),
-        token_level = least(p.token_burst, p.token_level + CASE
-            WHEN $2 = 0 THEN gone.tokens
-            WHEN $2 = 1 AND NOT p.charge_reserved THEN gone.tokens - $3::bigint - $4::bigint
-            WHEN $2 = 2 AND p.refund_uncertain THEN gone.tokens - $3::bigint - $4::bigint
-            ELSE 0 END)
-    FROM gone
-    WHERE p.name = gone.pool
-    RETURNING gone.tenant, gone.pool, p.input_price, p.output_price
-),
-ledger AS (
-    INSERT INTO /*schema*/admission_usage AS u (
-        tenant, pool, day, shard, attempts, uncertain_attempts, input_tokens, output_tokens, cost)
-    SELECT tenant, pool, (now() AT TIME ZONE 'UTC')::date, $5, 1, CASE WHEN $2 = 2 THEN 1 ELSE 0 END, $3, $4,
-        round(($3::numeric * input_price + $4::numeric * output_price) / 1000000)::bigint
-    FROM settled
-    WHERE tenant <> '' AND $2 <> 0
-    ON CONFLICT (tenant, day, pool, shard) DO UPDATE SET
-        attempts = u.attempts + 1,
-        uncertain_attempts = u.uncertain_attempts + excluded.uncertain_attempts,
-        input_tokens = u.input_tokens + excluded.input_tokens,
-        output_tokens = u.output_tokens + excluded.output_tokens,
-        cost = u.cost + excluded.cost
-)
-SELECT set_config('synchronous_commit', 'off', true)
-FROM settled;
 
 -- name: SelectUsage
 -- A tenant's ledger for a range of UTC days, shards summed, served by the
