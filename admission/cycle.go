@@ -60,6 +60,31 @@ type releaseWaiter struct {
 type queues struct {
 	mu     sync.Mutex
 	byPool map[string]*poolQueue
+	idle   chan struct{} // closed when the last queue empties; nil while none waits
+}
+
+// Flush waits until every acquire and release this process has queued has
+// been through its cycle, including the give-backs of permits granted to
+// acquirers that stopped waiting. Call it before the process exits, after
+// its last Acquire and Release: a give-back still queued then is lost, and
+// its permit holds its slot until it expires.
+func (l *Postgres) Flush(ctx context.Context) error {
+	l.qs.mu.Lock()
+	if len(l.qs.byPool) == 0 {
+		l.qs.mu.Unlock()
+		return nil
+	}
+	if l.qs.idle == nil {
+		l.qs.idle = make(chan struct{})
+	}
+	idle := l.qs.idle
+	l.qs.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("admission: flushing queued acquires and releases: %w", ctx.Err())
+	}
 }
 
 // enqueue adds work to pool's queue and starts its cycle goroutine if none
@@ -175,6 +200,10 @@ func (l *Postgres) take(q *poolQueue) ([]*acquireWaiter, []*releaseWaiter) {
 	if na == 0 && nr == 0 {
 		q.running = false
 		delete(l.qs.byPool, q.name)
+		if len(l.qs.byPool) == 0 && l.qs.idle != nil {
+			close(l.qs.idle)
+			l.qs.idle = nil
+		}
 		return nil, nil
 	}
 	acquires := append([]*acquireWaiter(nil), q.acquires[:na]...)

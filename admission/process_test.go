@@ -40,6 +40,8 @@ func TestMain(m *testing.M) {
 		os.Exit(child(runHolder))
 	case "runner":
 		os.Exit(child(runRunner))
+	case "acquirers":
+		os.Exit(child(runAcquirers))
 	}
 	os.Exit(m.Run())
 }
