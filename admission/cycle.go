@@ -236,20 +236,27 @@ type grantRow struct {
 // its connection is tried once more: GrantGroup and ReleaseGroup are
 // idempotent for the same permit ids.
 func (l *Postgres) cycle(pool string, acquires []*acquireWaiter, releases []*releaseWaiter) cycleResult {
-	res := l.try(pool, acquires, releases)
+	res := l.try(pool, acquires, releases, false)
 	if res.err != nil && connectionLost(res.err) {
-		res = l.try(pool, acquires, releases)
+		res = l.try(pool, acquires, releases, true)
 	}
 	return res
 }
 
-func (l *Postgres) try(pool string, acquires []*acquireWaiter, releases []*releaseWaiter) cycleResult {
+func (l *Postgres) try(pool string, acquires []*acquireWaiter, releases []*releaseWaiter, again bool) cycleResult {
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
 	defer cancel()
+	if !again && len(releases) == 0 && len(acquires) == 1 {
+		if res, decided := l.acquireOne(ctx, pool, acquires[0]); decided {
+			return res
+		}
+	}
+	if !again && len(releases) == 1 && len(acquires) == 0 {
+		return l.releaseOne(ctx, pool, releases[0])
+	}
 	b := &pgx.Batch{}
 	b.Queue(l.q.Must("CycleSetup"), l.lockTimeout)
 	b.Queue(l.q.Must("LockPool"), pool)
-	b.Queue(l.q.Must("ReapPermits"), pool)
 	if len(releases) > 0 {
 		ids := make([]uuid.UUID, len(releases))
 		results := make([]int16, len(releases))
@@ -268,7 +275,7 @@ func (l *Postgres) try(pool string, acquires []*acquireWaiter, releases []*relea
 		for i, a := range acquires {
 			ids[i], tokens[i], tenants[i] = a.id, a.req.Tokens, a.req.Tenant
 		}
-		b.Queue(l.q.Must("GrantGroup"), pool, ids, tokens, tenants, l.cfg.Holder, l.cfg.PermitTTL).Query(func(r pgx.Rows) error {
+		b.Queue(l.q.Must("GrantGroup"), pool, ids, tokens, tenants, l.cfg.Holder, l.cfg.PermitTTL, again).Query(func(r pgx.Rows) error {
 			var err error
 			rows, err = pgx.CollectRows(r, func(row pgx.CollectableRow) (grantRow, error) {
 				g := grantRow{after: PoolState{Pool: Pool{Name: pool}}}
@@ -286,6 +293,45 @@ func (l *Postgres) try(pool string, acquires []*acquireWaiter, releases []*relea
 		return cycleResult{err: fmt.Errorf("admission: pool %q: %w", pool, err)}
 	}
 	return cycleResult{rows: rows}
+}
+
+// acquireOne is the cycle of a single acquire when nothing else is queued:
+// one statement (AcquireOne in queries.sql). Only a grant decides; after a
+// denial (or an error) the full cycle runs and answers.
+func (l *Postgres) acquireOne(ctx context.Context, pool string, a *acquireWaiter) (cycleResult, bool) {
+	b := &pgx.Batch{}
+	b.Queue(l.q.Must("CycleSetup"), l.lockTimeout)
+	var g grantRow
+	var granted bool
+	b.Queue(l.q.Must("AcquireOne"), pool, a.req.Tokens, a.id, a.req.Tenant, l.cfg.Holder, l.cfg.PermitTTL).Query(func(r pgx.Rows) error {
+		if !r.Next() {
+			return r.Err()
+		}
+		var discard string
+		granted = true
+		return r.Scan(&g.acquired, &g.expires, &discard)
+	})
+	if err := l.sendBatch(ctx, b); err != nil {
+		if connectionLost(err) || contention(err) || ctx.Err() != nil {
+			return cycleResult{err: fmt.Errorf("admission: pool %q: %w", pool, err)}, true
+		}
+		return cycleResult{}, false
+	}
+	return cycleResult{rows: []grantRow{g}}, granted
+}
+
+// releaseOne is the cycle of a single release when nothing else is
+// queued: one statement (ReleaseOne in queries.sql).
+func (l *Postgres) releaseOne(ctx context.Context, pool string, r *releaseWaiter) cycleResult {
+	b := &pgx.Batch{}
+	b.Queue(l.q.Must("CycleSetup"), l.lockTimeout)
+	// The permit id's random tail picks the ledger shard.
+	b.Queue(l.q.Must("ReleaseOne"), r.permit.ID, int(r.outcome.Result), r.outcome.InputTokens, r.outcome.OutputTokens,
+		int16(r.permit.ID[15]%ledgerShards))
+	if err := l.sendBatch(ctx, b); err != nil {
+		return cycleResult{err: fmt.Errorf("admission: pool %q: %w", pool, err)}
+	}
+	return cycleResult{}
 }
 
 // batchSender is what runs a cycle in one round trip; *pgxpool.Pool,

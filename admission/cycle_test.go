@@ -255,13 +255,31 @@ func holdPoolRow(t *testing.T, f *fixture, pool string) (unlock func()) {
 	return unlock
 }
 
-// awaitLockWaiter waits until a cycle of this schema waits for a row lock.
-func awaitLockWaiter(t *testing.T, f *fixture) {
+// namedLimiter is a limiter on f's schema whose connections carry an
+// application name of their own, by which the test finds them in
+// pg_stat_activity (a statement's text may be longer than it shows).
+func namedLimiter(t *testing.T, f *fixture, cfg admission.Config) (*admission.Postgres, string) {
+	t.Helper()
+	pcfg, err := pgxpool.ParseConfig(dbtest.URL())
+	require.NoError(t, err)
+	appName := "llmq-test-" + f.schema
+	pcfg.ConnConfig.RuntimeParams["application_name"] = appName
+	db, err := pgxpool.NewWithConfig(t.Context(), pcfg)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	cfg.Schema = f.schema
+	l, err := admission.NewPostgres(db, cfg)
+	require.NoError(t, err)
+	return l, appName
+}
+
+// awaitLockWaiter waits until a connection named appName waits for a lock.
+func awaitLockWaiter(t *testing.T, f *fixture, appName string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		var n int
 		err := f.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '.admission_pools%FOR UPDATE%'`, f.schema).Scan(&n)
+			WHERE wait_event_type = 'Lock' AND application_name = $1`, appName).Scan(&n)
 		return err == nil && n > 0
 	}, 10*time.Second, 5*time.Millisecond)
 }
@@ -284,24 +302,25 @@ func goAcquire(ctx context.Context, l *admission.Postgres, req admission.Request
 // or its cycle had already taken it; the others are served.
 func TestCancelledWaiterTakesNothing(t *testing.T) {
 	t.Parallel()
-	f := setup(t, admission.Config{Timeout: 15 * time.Second})
+	f := setup(t)
+	l, appName := namedLimiter(t, f, admission.Config{Timeout: 15 * time.Second})
 	pool := slow("cancel")
-	require.NoError(t, f.pg.SetPool(t.Context(), pool))
+	require.NoError(t, l.SetPool(t.Context(), pool))
 	unlock := holdPoolRow(t, f, "cancel")
 
 	takenCtx, cancelTaken := context.WithCancel(t.Context())
-	taken := goAcquire(takenCtx, f.pg, admission.Request{Pool: "cancel", Tokens: 100})
-	awaitLockWaiter(t, f) // its cycle is blocked on the row
+	taken := goAcquire(takenCtx, l, admission.Request{Pool: "cancel", Tokens: 100})
+	awaitLockWaiter(t, f, appName) // its cycle is blocked on the row
 
 	queuedCtx, cancelQueued := context.WithCancel(t.Context())
-	queued := goAcquire(queuedCtx, f.pg, admission.Request{Pool: "cancel", Tokens: 100})
-	served := goAcquire(t.Context(), f.pg, admission.Request{Pool: "cancel", Tokens: 100})
-	require.Eventually(t, func() bool { return admission.QueuedAcquires(f.pg, "cancel") == 2 }, 5*time.Second, time.Millisecond)
+	queued := goAcquire(queuedCtx, l, admission.Request{Pool: "cancel", Tokens: 100})
+	served := goAcquire(t.Context(), l, admission.Request{Pool: "cancel", Tokens: 100})
+	require.Eventually(t, func() bool { return admission.QueuedAcquires(l, "cancel") == 2 }, 5*time.Second, time.Millisecond)
 
 	cancelQueued()
 	r := <-queued
 	require.ErrorIs(t, r.err, context.Canceled)
-	require.Equal(t, 1, admission.QueuedAcquires(f.pg, "cancel"), "the cancelled waiter left the queue")
+	require.Equal(t, 1, admission.QueuedAcquires(l, "cancel"), "the cancelled waiter left the queue")
 	cancelTaken()
 	r = <-taken
 	require.ErrorIs(t, r.err, context.Canceled, "a waiter's own deadline ends it at once, even mid-cycle")
@@ -311,10 +330,10 @@ func TestCancelledWaiterTakesNothing(t *testing.T) {
 	r = <-served
 	require.NoError(t, r.err)
 	require.Eventually(t, func() bool {
-		inFlight, permits, err := f.pg.Counts(t.Context(), "cancel")
+		inFlight, permits, err := l.Counts(t.Context(), "cancel")
 		return err == nil && inFlight == 1 && permits == 1
 	}, 10*time.Second, 10*time.Millisecond, "the cancelled waiter's grant was given back")
-	s, err := f.pg.State(t.Context(), "cancel")
+	s, err := l.State(t.Context(), "cancel")
 	require.NoError(t, err)
 	require.InDelta(t, 9, s.RequestLevel, 0.1, "one request unit spent: the served waiter's")
 	require.InDelta(t, 900, s.TokenLevel, 1)
@@ -325,8 +344,9 @@ func TestCancelledWaiterTakesNothing(t *testing.T) {
 // the cycle before it is unaffected.
 func TestFailedGroupGrantsNothing(t *testing.T) {
 	t.Parallel()
-	f := setup(t, admission.Config{Timeout: 15 * time.Second})
-	require.NoError(t, f.pg.SetPool(t.Context(), slow("poisoned")))
+	f := setup(t)
+	l, appName := namedLimiter(t, f, admission.Config{Timeout: 15 * time.Second})
+	require.NoError(t, l.SetPool(t.Context(), slow("poisoned")))
 	_, err := f.pool.Exec(t.Context(), fmt.Sprintf(`
 		CREATE FUNCTION %[1]s.poison() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
@@ -336,13 +356,13 @@ func TestFailedGroupGrantsNothing(t *testing.T) {
 		CREATE TRIGGER poison BEFORE INSERT ON %[1]s.admission_permits FOR EACH ROW EXECUTE FUNCTION %[1]s.poison();`, f.schema))
 	require.NoError(t, err)
 	unlock := holdPoolRow(t, f, "poisoned")
-	first := goAcquire(t.Context(), f.pg, admission.Request{Pool: "poisoned", Tenant: "acme", Tokens: 100})
-	awaitLockWaiter(t, f)
+	first := goAcquire(t.Context(), l, admission.Request{Pool: "poisoned", Tenant: "acme", Tokens: 100})
+	awaitLockWaiter(t, f, appName)
 	var group []<-chan acquired
 	for _, tenant := range []string{"acme", "poison", "acme"} {
-		group = append(group, goAcquire(t.Context(), f.pg, admission.Request{Pool: "poisoned", Tenant: tenant, Tokens: 100}))
+		group = append(group, goAcquire(t.Context(), l, admission.Request{Pool: "poisoned", Tenant: tenant, Tokens: 100}))
 		n := len(group)
-		require.Eventually(t, func() bool { return admission.QueuedAcquires(f.pg, "poisoned") == n }, 5*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return admission.QueuedAcquires(l, "poisoned") == n }, 5*time.Second, time.Millisecond)
 	}
 	unlock()
 
@@ -354,11 +374,11 @@ func TestFailedGroupGrantsNothing(t *testing.T) {
 		require.NotErrorIs(t, r.err, admission.ErrUnavailable, "a server's answer is not an outage")
 		require.Nil(t, r.permit)
 	}
-	inFlight, permits, err := f.pg.Counts(t.Context(), "poisoned")
+	inFlight, permits, err := l.Counts(t.Context(), "poisoned")
 	require.NoError(t, err)
 	require.Equal(t, 1, inFlight, "only the first cycle's grant")
 	require.Equal(t, 1, permits)
-	s, err := f.pg.State(t.Context(), "poisoned")
+	s, err := l.State(t.Context(), "poisoned")
 	require.NoError(t, err)
 	require.InDelta(t, 9, s.RequestLevel, 0.1)
 	require.InDelta(t, 900, s.TokenLevel, 1)
@@ -371,23 +391,13 @@ func TestFailedGroupGrantsNothing(t *testing.T) {
 func TestTerminatedCycleLosesNothing(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	// A limiter whose connections the test can find by name (the grant
-	// statement's text is longer than pg_stat_activity shows).
-	cfg, err := pgxpool.ParseConfig(dbtest.URL())
-	require.NoError(t, err)
-	appName := "llmq-test-" + f.schema
-	cfg.ConnConfig.RuntimeParams["application_name"] = appName
-	db, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(db.Close)
-	l, err := admission.NewPostgres(db, admission.Config{Schema: f.schema, Timeout: 15 * time.Second})
-	require.NoError(t, err)
+	l, appName := namedLimiter(t, f, admission.Config{Timeout: 15 * time.Second})
 	pool := slow("terminated")
 	pool.MaxInFlight, pool.RequestBurst = 20, 20
 	require.NoError(t, l.SetPool(t.Context(), pool))
 	// The first grant statement sleeps after inserting its permits (a
 	// sequence is not rolled back, so only the first try sleeps).
-	_, err = f.pool.Exec(t.Context(), fmt.Sprintf(`
+	_, err := f.pool.Exec(t.Context(), fmt.Sprintf(`
 		CREATE SEQUENCE %[1]s.naps;
 		CREATE FUNCTION %[1]s.nap() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN

@@ -4,8 +4,8 @@
 -- Grants and releases run in cycles. A process's acquirers and releasers of
 -- one pool queue up locally; one cycle at a time per pool sends, in one
 -- round trip and one implicit transaction (a pgx batch: one Sync at the
--- end), the statements CycleSetup, LockPool, ReapPermits, then
--- ReleaseGroup and GrantGroup for the queued work.
+-- end), the statements CycleSetup and LockPool, then ReleaseGroup and
+-- GrantGroup for the queued work.
 --
 -- Why a cycle is race-free under READ COMMITTED: LockPool takes the pool
 -- row's lock (SELECT ... FOR UPDATE waits for any holder, then locks the
@@ -27,9 +27,13 @@
 -- unreachable database.
 
 -- name: CycleSetup
--- $1 the lock timeout, e.g. '1000ms'. Both settings last until the cycle
--- commits.
-SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout', $1, true);
+-- $1 the lock timeout, e.g. '1000ms'. The settings last until the cycle
+-- commits. plan_cache_mode: the cycle's statements are planned once per
+-- connection; left to choose, Postgres re-plans them on every execution
+-- (their generic plans' estimates look worse than they are), and planning
+-- GrantGroup costs more than running it.
+SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout', $1, true),
+    set_config('plan_cache_mode', 'force_generic_plan', true);
 
 -- name: LockPool
 -- $1 pool. Serialises cycles of every process on the pool's row; no row
@@ -38,7 +42,8 @@ SELECT 1 FROM /*schema*/admission_pools WHERE name = $1 FOR UPDATE;
 
 -- name: GrantGroup
 -- $1 pool, $2 permit ids, $3 tokens, $4 tenants (one element per queued
--- request, in arrival order), $5 holder, $6 permit TTL.
+-- request, in arrival order), $5 holder, $6 permit TTL, $7 whether this is
+-- a second try of the cycle.
 -- Grants the longest prefix of the requests that the pool can grant
 -- together: request n (counting only requests still to be decided) fits
 -- when n slots are free, the request bucket holds n units and the token
@@ -49,13 +54,19 @@ SELECT 1 FROM /*schema*/admission_pools WHERE name = $1 FOR UPDATE;
 -- request larger than the token burst can never fit and is skipped, so it
 -- blocks nobody. The levels are read once (the lock is ours: see the
 -- header) and charged once for the whole prefix.
--- A request whose permit row already exists was granted by an earlier try
--- of this cycle whose answer was lost (a dropped connection after commit):
--- it is reported granted again and not charged twice.
+-- When the free slots are fewer than the requests, the pool's expired
+-- permits are reaped first (their holders died or overran the TTL), and
+-- their slots serve this cycle; their requests and tokens are not
+-- refunded, since the calls may have reached the provider.
+-- On a second try ($7), a request whose permit row already exists was
+-- granted by the first try, whose answer was lost (a dropped connection
+-- after commit): it is reported granted again and not charged twice. The
+-- look-up is a primary-key probe per request, and on a first try a
+-- one-time filter skips it.
 -- One row per request, in order: its permit's times when granted (NULL
 -- otherwise) and the pool's state after the cycle, for denials' waits. No
 -- row at all for an unknown pool.
-WITH pool AS (
+WITH current AS (
     SELECT p.rpm, p.tpm, p.max_in_flight, p.token_burst,
         /*schema*/admission_level(p.request_level, p.request_burst, p.rpm, p.refilled_at) AS requests,
         /*schema*/admission_level(p.token_level, p.token_burst, p.tpm, p.refilled_at) AS tokens,
@@ -66,10 +77,24 @@ WITH pool AS (
     FROM /*schema*/admission_pools AS p
     WHERE p.name = $1
 ),
+reaped AS (
+    -- Served by admission_permits_expiry_idx; skipped (a one-time filter)
+    -- while slots suffice.
+    DELETE FROM /*schema*/admission_permits AS x
+    WHERE x.pool = $1 AND x.expires_at <= now()
+      AND (SELECT c.slots FROM current AS c) < cardinality($2::uuid[])
+    RETURNING 1
+),
+pool AS (
+    SELECT c.*, c.slots + r.n AS free, r.n AS reaped
+    FROM current AS c, (SELECT count(*)::integer AS n FROM reaped) AS r
+),
 asked AS (
     SELECT a.ord, a.id, a.tokens, a.tenant, e.acquired_at, e.expires_at
     FROM unnest($2::uuid[], $3::bigint[], $4::text[]) WITH ORDINALITY AS a(id, tokens, tenant, ord)
-    LEFT JOIN /*schema*/admission_permits AS e ON e.id = a.id
+    LEFT JOIN LATERAL (
+        SELECT x.acquired_at, x.expires_at FROM /*schema*/admission_permits AS x WHERE $7::boolean AND x.id = a.id
+    ) AS e ON true
 ),
 fresh AS (
     SELECT f.id, f.tokens, f.tenant, row_number() OVER w AS n, sum(f.tokens) OVER w AS cum
@@ -80,7 +105,7 @@ fresh AS (
 granted AS (
     SELECT f.id, f.tokens, f.tenant
     FROM fresh AS f, pool
-    WHERE pool.open AND f.n <= pool.slots AND f.n <= pool.requests AND f.cum <= pool.tokens
+    WHERE pool.open AND f.n <= pool.free AND f.n <= pool.requests AND f.cum <= pool.tokens
 ),
 total AS (
     SELECT count(*)::integer AS n, coalesce(sum(g.tokens), 0)::double precision AS tokens
@@ -91,9 +116,9 @@ charged AS (
         request_level = pool.requests - total.n,
         token_level = pool.tokens - total.tokens,
         refilled_at = pool.at,
-        in_flight = p.in_flight + total.n
+        in_flight = p.in_flight + total.n - pool.reaped
     FROM pool, total
-    WHERE p.name = $1 AND total.n > 0
+    WHERE p.name = $1 AND (total.n > 0 OR pool.reaped > 0)
     -- The bucket clock's time of these grants (never earlier than the
     -- previous grant's), which every permit of the prefix keeps as
     -- acquired_at.
@@ -107,7 +132,7 @@ inserted AS (
 )
 SELECT coalesce(i.acquired_at, a.acquired_at), coalesce(i.expires_at, a.expires_at),
     pool.rpm, pool.tpm, pool.max_in_flight, pool.token_burst,
-    pool.requests - total.n, pool.tokens - total.tokens, pool.max_in_flight - pool.slots + total.n,
+    pool.requests - total.n, pool.tokens - total.tokens, pool.max_in_flight - pool.free + total.n,
     pool.cooldown
 FROM asked AS a
 CROSS JOIN pool
@@ -119,7 +144,9 @@ ORDER BY a.ord;
 -- $1 pool, $2 permit ids, $3 outcomes (0 never sent, 1 answered, 2
 -- uncertain), $4 input and $5 output tokens the provider reported, $6 the
 -- ledger shard.
--- Deleting the permits first makes release and the reaper exclusive:
+-- Permits are deleted by primary key (their ids are this process's, all of
+-- pool $1). Deleting the permits first makes release and the reaper
+-- exclusive:
 -- whichever deletes a row adjusts the pool; the other finds no row and
 -- changes nothing, so a release retried after a lost answer refunds
 -- nothing twice. Refunds follow the pool's policy:
@@ -139,7 +166,7 @@ WITH settle AS (
 gone AS (
     DELETE FROM /*schema*/admission_permits AS e
     USING settle AS s
-    WHERE e.id = s.id AND e.pool = $1
+    WHERE e.id = s.id
     RETURNING e.tenant, e.tokens, s.result, s.input_tokens, s.output_tokens
 ),
 refund AS (
@@ -179,6 +206,103 @@ ledger AS (
         cost = u.cost + excluded.cost
 )
 SELECT r.released FROM refund AS r;
+
+-- name: AcquireOne
+-- A cycle of one acquire and nothing else tries this first (after
+-- CycleSetup, without LockPool): one statement instead of a locked
+-- transaction of several, which keeps the row's lock for less time. It is
+-- race-free on its own: one UPDATE of one pool row whose WHERE checks every
+-- dimension against that row's columns only. If the row version in the
+-- statement's snapshot passes but a concurrent transaction has updated or
+-- locked the row, the UPDATE waits for the row lock and re-evaluates the
+-- whole WHERE on the newest committed version (EvalPlanQual) before
+-- writing, so the grant is decided on the latest state under the lock. The
+-- SET expressions are computed from that same locked version; nothing else
+-- is read (a join or sub-select of the pool table would be evaluated on the
+-- old snapshot and would break this). A denial matches no row and writes
+-- nothing; the limiter then runs the full cycle for the request, which
+-- reaps expired permits if slots are short and explains the denial.
+-- $1 pool, $2 tokens, $3 permit id, $4 tenant, $5 holder, $6 permit TTL.
+-- One statement: the conditional UPDATE (see the header) and the permit
+-- row. The permit is inserted only from the UPDATE's RETURNING, so it
+-- exists exactly when the pool row was charged.
+WITH granted AS (
+    UPDATE /*schema*/admission_pools AS p SET
+        request_level = /*schema*/admission_level(p.request_level, p.request_burst, p.rpm, p.refilled_at) - 1,
+        token_level = /*schema*/admission_level(p.token_level, p.token_burst, p.tpm, p.refilled_at) - $2::bigint,
+        refilled_at = greatest(p.refilled_at, now()),
+        in_flight = p.in_flight + 1
+    WHERE p.name = $1
+      AND p.cooldown_until <= now()
+      AND p.in_flight < p.max_in_flight
+      AND /*schema*/admission_level(p.request_level, p.request_burst, p.rpm, p.refilled_at) >= 1
+      AND /*schema*/admission_level(p.token_level, p.token_burst, p.tpm, p.refilled_at) >= $2::bigint
+    -- RETURNING sees the new row: refilled_at is the bucket clock's time of
+    -- this grant (never earlier than the previous grant's), which the
+    -- permit keeps as acquired_at.
+    RETURNING p.name, p.refilled_at
+),
+permit AS (
+    INSERT INTO /*schema*/admission_permits (id, pool, tenant, tokens, holder, acquired_at, expires_at)
+    SELECT $3, granted.name, $4, $2, $5, granted.refilled_at, now() + $6::interval
+    FROM granted
+    RETURNING acquired_at, expires_at
+)
+SELECT permit.acquired_at, permit.expires_at, set_config('synchronous_commit', 'off', true)
+FROM permit;
+
+-- name: ReleaseOne
+-- A cycle of one release and nothing else: the release as one statement
+-- (after CycleSetup), for the same reason as AcquireOne.
+-- $1 permit id, $2 outcome (0 never sent, 1 answered, 2 uncertain), $3
+-- input and $4 output tokens the provider reported, $5 the ledger shard.
+-- Deleting the permit
+-- first makes release and the reaper exclusive: whichever deletes the row
+-- adjusts the pool; the other finds no row (DELETE re-checks a row it
+-- waited for and skips it if it is gone) and changes nothing. Refunds
+-- follow the pool's policy:
+--   never sent: the request unit and every reserved token;
+--   answered:   reserved minus reported tokens (negative when the provider
+--               used more: a debt), or nothing when charge_reserved;
+--   uncertain:  no request refund; tokens only when refund_uncertain.
+-- A refund never lifts a bucket above its burst.
+-- A call that was sent, by a permit with a tenant, is added to the usage
+-- ledger in the same statement, from the reported tokens and the pool's
+-- prices.
+WITH gone AS (
+    DELETE FROM /*schema*/admission_permits
+    WHERE id = $1
+    RETURNING pool, tokens, tenant
+),
+settled AS (
+    UPDATE /*schema*/admission_pools AS p SET
+        in_flight = p.in_flight - 1,
+        request_level = least(p.request_burst, p.request_level + CASE WHEN $2 = 0 THEN 1 ELSE 0 END),
+        token_level = least(p.token_burst, p.token_level + CASE
+            WHEN $2 = 0 THEN gone.tokens
+            WHEN $2 = 1 AND NOT p.charge_reserved THEN gone.tokens - $3::bigint - $4::bigint
+            WHEN $2 = 2 AND p.refund_uncertain THEN gone.tokens - $3::bigint - $4::bigint
+            ELSE 0 END)
+    FROM gone
+    WHERE p.name = gone.pool
+    RETURNING gone.tenant, gone.pool, p.input_price, p.output_price
+),
+ledger AS (
+    INSERT INTO /*schema*/admission_usage AS u (
+        tenant, pool, day, shard, attempts, uncertain_attempts, input_tokens, output_tokens, cost)
+    SELECT tenant, pool, (now() AT TIME ZONE 'UTC')::date, $5, 1, CASE WHEN $2 = 2 THEN 1 ELSE 0 END, $3, $4,
+        round(($3::numeric * input_price + $4::numeric * output_price) / 1000000)::bigint
+    FROM settled
+    WHERE tenant <> '' AND $2 <> 0
+    ON CONFLICT (tenant, day, pool, shard) DO UPDATE SET
+        attempts = u.attempts + 1,
+        uncertain_attempts = u.uncertain_attempts + excluded.uncertain_attempts,
+        input_tokens = u.input_tokens + excluded.input_tokens,
+        output_tokens = u.output_tokens + excluded.output_tokens,
+        cost = u.cost + excluded.cost
+)
+SELECT set_config('synchronous_commit', 'off', true)
+FROM settled;
 
 -- name: UpsertPool
 -- Creates a pool full, or changes its limits at run time. Levels keep what
@@ -231,7 +355,8 @@ ORDER BY day, pool;
 
 -- name: ReapPermits
 -- Returns the slots of a pool's expired permits (their holders died or
--- overran the TTL). Their requests and tokens are not refunded: the calls
+-- overran the TTL), for Reap; a grant cycle short of slots does the same
+-- itself. Their requests and tokens are not refunded: the calls
 -- may have reached the provider. Served by admission_permits_expiry_idx.
 WITH gone AS (
     DELETE FROM /*schema*/admission_permits
