@@ -88,8 +88,9 @@ func (l *Postgres) Flush(ctx context.Context) error {
 }
 
 // enqueue adds work to pool's queue and starts its cycle goroutine if none
-// runs.
-func (l *Postgres) enqueue(pool string, a *acquireWaiter, r *releaseWaiter) {
+// runs. The goroutine keeps ctx's values but never its cancellation: one
+// waiter's deadline must not end a cycle that serves others.
+func (l *Postgres) enqueue(ctx context.Context, pool string, a *acquireWaiter, r *releaseWaiter) {
 	l.qs.mu.Lock()
 	defer l.qs.mu.Unlock()
 	q := l.qs.byPool[pool]
@@ -105,7 +106,7 @@ func (l *Postgres) enqueue(pool string, a *acquireWaiter, r *releaseWaiter) {
 	}
 	if !q.running {
 		q.running = true
-		go l.runQueue(q)
+		go l.runQueue(context.WithoutCancel(ctx), q)
 	}
 }
 
@@ -134,7 +135,7 @@ func (l *Postgres) waitAcquire(ctx context.Context, pool string, w *acquireWaite
 	}
 	l.qs.mu.Unlock()
 	if v.permit != nil {
-		l.giveBack(v.permit)
+		l.giveBack(ctx, v.permit)
 	}
 	return nil, ctx.Err()
 }
@@ -159,9 +160,9 @@ func (l *Postgres) waitRelease(ctx context.Context, pool string, w *releaseWaite
 
 // giveBack releases, as never sent, a permit whose acquirer stopped
 // waiting: it takes nothing.
-func (l *Postgres) giveBack(p *Permit) {
+func (l *Postgres) giveBack(ctx context.Context, p *Permit) {
 	if p.released.CompareAndSwap(false, true) {
-		l.enqueue(p.Pool, nil, &releaseWaiter{permit: p, outcome: Outcome{Result: NotSent}})
+		l.enqueue(context.WithoutCancel(ctx), p.Pool, nil, &releaseWaiter{permit: p, outcome: Outcome{Result: NotSent}})
 	}
 }
 
@@ -177,7 +178,7 @@ func remove[T comparable](s []T, v T) []T {
 // runQueue runs q's cycles until its queue is empty. It takes a connection
 // slot before it takes the group, so requests that arrive while it waits
 // for one join the cycle.
-func (l *Postgres) runQueue(q *poolQueue) {
+func (l *Postgres) runQueue(ctx context.Context, q *poolQueue) {
 	for {
 		l.conns <- struct{}{}
 		acquires, releases := l.take(q)
@@ -185,9 +186,9 @@ func (l *Postgres) runQueue(q *poolQueue) {
 			<-l.conns
 			return
 		}
-		res := l.cycle(q.name, acquires, releases)
+		res := l.cycle(ctx, q.name, acquires, releases)
 		<-l.conns
-		l.deliver(q.name, acquires, releases, res)
+		l.deliver(ctx, q.name, acquires, releases, res)
 	}
 }
 
@@ -235,16 +236,16 @@ type grantRow struct {
 // refunds they free serve the grants of the same cycle. A cycle that lost
 // its connection is tried once more: GrantGroup and ReleaseGroup are
 // idempotent for the same permit ids.
-func (l *Postgres) cycle(pool string, acquires []*acquireWaiter, releases []*releaseWaiter) cycleResult {
-	res := l.try(pool, acquires, releases, false)
+func (l *Postgres) cycle(ctx context.Context, pool string, acquires []*acquireWaiter, releases []*releaseWaiter) cycleResult {
+	res := l.try(ctx, pool, acquires, releases, false)
 	if res.err != nil && connectionLost(res.err) {
-		res = l.try(pool, acquires, releases, true)
+		res = l.try(ctx, pool, acquires, releases, true)
 	}
 	return res
 }
 
-func (l *Postgres) try(pool string, acquires []*acquireWaiter, releases []*releaseWaiter, again bool) cycleResult {
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Timeout)
+func (l *Postgres) try(ctx context.Context, pool string, acquires []*acquireWaiter, releases []*releaseWaiter, again bool) cycleResult {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
 	defer cancel()
 	if !again && len(releases) == 0 && len(acquires) == 1 {
 		if res, decided := l.acquireOne(ctx, pool, acquires[0]); decided {
@@ -358,9 +359,9 @@ func (l *Postgres) sendBatch(ctx context.Context, b *pgx.Batch) error {
 }
 
 // deliver hands each waiter of a cycle its answer.
-func (l *Postgres) deliver(pool string, acquires []*acquireWaiter, releases []*releaseWaiter, res cycleResult) {
-	l.noteHealth(pool, res.err, len(acquires)+len(releases))
-	verdicts := l.verdicts(pool, acquires, res)
+func (l *Postgres) deliver(ctx context.Context, pool string, acquires []*acquireWaiter, releases []*releaseWaiter, res cycleResult) {
+	l.noteHealth(ctx, pool, res.err, len(acquires)+len(releases))
+	verdicts := l.verdicts(ctx, pool, acquires, res)
 	var orphans []*Permit
 	unattended := 0
 	l.qs.mu.Lock()
@@ -382,34 +383,34 @@ func (l *Postgres) deliver(pool string, acquires []*acquireWaiter, releases []*r
 		a.verdict <- v
 	}
 	l.qs.mu.Unlock()
-	if unattended > 0 && res.err != nil && !unreachable(context.Background(), res.err) {
+	if unattended > 0 && res.err != nil && !unreachable(ctx, res.err) {
 		// (While the database cannot be reached, the outage's own message
 		// says enough.)
-		l.cfg.Logger.Warn("admission: giving back permits whose acquirers left failed; they expire instead",
+		l.cfg.Logger.WarnContext(ctx, "admission: giving back permits whose acquirers left failed; they expire instead",
 			"pool", pool, "permits", unattended, "ttl", l.cfg.PermitTTL, "err", res.err)
 	}
 	for _, p := range orphans {
-		l.giveBack(p)
+		l.giveBack(ctx, p)
 	}
 	if res.err != nil && outcomeUnknown(res.err) {
 		// The cycle may have committed before its answer was lost: give
 		// back, as never sent, whatever it may have granted. A release of
 		// a permit that was never granted deletes nothing.
 		for _, a := range acquires {
-			l.giveBack(&Permit{ID: a.id, Pool: pool, Tenant: a.req.Tenant, Tokens: a.req.Tokens, release: l.release})
+			l.giveBack(ctx, &Permit{ID: a.id, Pool: pool, Tenant: a.req.Tenant, Tokens: a.req.Tokens, release: l.release})
 		}
 	}
 }
 
 // verdicts turns a cycle's answer into one verdict per acquire.
-func (l *Postgres) verdicts(pool string, acquires []*acquireWaiter, res cycleResult) []acquireVerdict {
+func (l *Postgres) verdicts(ctx context.Context, pool string, acquires []*acquireWaiter, res cycleResult) []acquireVerdict {
 	out := make([]acquireVerdict, len(acquires))
 	if res.err != nil {
 		err := res.err
 		if contention(err) {
 			// The server answered: the pool row was busy past the lock
 			// timeout. The database is reachable; try again soon.
-			l.cfg.Logger.Warn("admission: a grant cycle waited past the lock timeout for the pool row",
+			l.cfg.Logger.WarnContext(ctx, "admission: a grant cycle waited past the lock timeout for the pool row",
 				"pool", pool, "lock_timeout", l.lockTimeout, "err", err)
 			err = &WaitError{Pool: pool, Reason: ReasonContention, RetryAfter: contentionRetry}
 		}
@@ -450,7 +451,7 @@ func (l *Postgres) verdicts(pool string, acquires []*acquireWaiter, res cycleRes
 
 // noteHealth logs the start and the end of a time the database could not
 // be reached, once each, and resets the emergency allowance on success.
-func (l *Postgres) noteHealth(pool string, err error, waiters int) {
+func (l *Postgres) noteHealth(ctx context.Context, pool string, err error, waiters int) {
 	if err == nil {
 		if l.em != nil {
 			l.em.healthy()
@@ -460,11 +461,11 @@ func (l *Postgres) noteHealth(pool string, err error, waiters int) {
 		l.downSince = time.Time{}
 		l.healthMu.Unlock()
 		if !since.IsZero() {
-			l.cfg.Logger.Info("admission: the limiter's database answers again", "pool", pool, "down_for", time.Since(since).Round(time.Millisecond))
+			l.cfg.Logger.InfoContext(ctx, "admission: the limiter's database answers again", "pool", pool, "down_for", time.Since(since).Round(time.Millisecond))
 		}
 		return
 	}
-	if !unreachable(context.Background(), err) {
+	if !unreachable(ctx, err) {
 		return
 	}
 	l.healthMu.Lock()
@@ -478,7 +479,7 @@ func (l *Postgres) noteHealth(pool string, err error, waiters int) {
 		if l.em != nil {
 			policy = fmt.Sprintf("admitting from the emergency allowance (%v of each pool for %v)", l.em.policy.Fraction, l.em.policy.For)
 		}
-		l.cfg.Logger.Error("admission: the limiter's database cannot be reached; "+policy,
+		l.cfg.Logger.ErrorContext(ctx, "admission: the limiter's database cannot be reached; "+policy,
 			"pool", pool, "waiters", waiters, "err", err)
 	}
 }

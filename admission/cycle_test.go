@@ -100,7 +100,7 @@ func callUnder(ctx context.Context, p *admission.Permit, provider string) error 
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
-		return errors.Join(fmt.Errorf("provider: %s %v", resp.Status, err), p.Release(ctx, admission.Outcome{Result: admission.Uncertain}))
+		return errors.Join(fmt.Errorf("provider: %s", resp.Status), err, p.Release(ctx, admission.Outcome{Result: admission.Uncertain}))
 	}
 	var out struct{ Usage int64 }
 	if err := json.Unmarshal(body, &out); err != nil {

@@ -237,7 +237,7 @@ func (l *Postgres) acquire(ctx context.Context, req Request, emergency *bool) (*
 		}
 	}
 	w := &acquireWaiter{req: req, id: uuid.Must(uuid.NewV7()), verdict: make(chan acquireVerdict, 1)}
-	l.enqueue(req.Pool, w, nil)
+	l.enqueue(ctx, req.Pool, w, nil)
 	p, err := l.waitAcquire(ctx, req.Pool, w)
 	if err != nil {
 		return l.fallback(ctx, req, err, emergency)
@@ -354,7 +354,7 @@ func (s PoolState) denial(req Request, inFlightRetry time.Duration) error {
 // releases and grants queued for that pool in this process.
 func (l *Postgres) release(ctx context.Context, p *Permit, o Outcome) error {
 	w := &releaseWaiter{permit: p, outcome: o, done: make(chan error, 1)}
-	l.enqueue(p.Pool, nil, w)
+	l.enqueue(ctx, p.Pool, nil, w)
 	if err := l.waitRelease(ctx, p.Pool, w); err != nil {
 		return fmt.Errorf("admission: releasing permit %s of pool %q: %w", p.ID, p.Pool, err)
 	}

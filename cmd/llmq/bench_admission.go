@@ -58,7 +58,7 @@ type benchChild struct {
 func (ch *benchChild) failure(i int, err error) error {
 	waitErr := ch.cmd.Wait()
 	ch.cmd = nil
-	return fmt.Errorf("bench process %d (of -producers) failed: %w; exit: %v; its last output:\n%s", i, err, waitErr, ch.stderr.String())
+	return fmt.Errorf("bench process %d (of -producers) failed: %w; its last output:\n%s", i, errors.Join(err, waitErr), ch.stderr.String())
 }
 
 // runBenchAdmission measures acquire+release on one hot pool of the
