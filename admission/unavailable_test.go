@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -105,7 +107,8 @@ func TestUnreachableFailsClosed(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	require.NoError(t, f.pg.SetPool(t.Context(), admission.Pool{Name: "p", RPM: 6000, TPM: 1e6, MaxInFlight: 50}))
-	l, p := f.proxiedLimiter(admission.Config{})
+	logs := &recordedLogs{}
+	l, p := f.proxiedLimiter(admission.Config{Logger: slog.New(logs)})
 	permit, err := l.Acquire(t.Context(), admission.Request{Pool: "p"})
 	require.NoError(t, err)
 	p.Cut()
@@ -118,6 +121,9 @@ func TestUnreachableFailsClosed(t *testing.T) {
 		require.ErrorIs(t, err, admission.ErrUnavailable)
 		require.NotErrorIs(t, err, admission.ErrWait, "an outage is not a wait the caller could sit out")
 	}
+
+	require.Equal(t, []string{"ERROR admission: the limiter's database cannot be reached; failing closed"}, logs.messages(),
+		"the outage is logged once, however many acquires it refuses")
 
 	// The caller's own cancellation is not an outage.
 	ctx, cancel := context.WithCancel(t.Context())
@@ -182,6 +188,28 @@ func TestUnreachableEmergencyAllowance(t *testing.T) {
 		}
 		require.Equal(t, 1, held, "floor(0.1·MaxInFlight)=2 slots, but the request burst of floor(0.1·10)=1 binds first")
 	})
+}
+
+// recordedLogs keeps the level and message of every record.
+type recordedLogs struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (r *recordedLogs) Enabled(context.Context, slog.Level) bool { return true }
+func (r *recordedLogs) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, rec.Level.String()+" "+rec.Message)
+	return nil
+}
+func (r *recordedLogs) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *recordedLogs) WithGroup(string) slog.Handler      { return r }
+
+func (r *recordedLogs) messages() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.msgs)
 }
 
 func TestFailurePolicyValidation(t *testing.T) {
