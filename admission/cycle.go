@@ -142,7 +142,8 @@ func (l *Postgres) waitAcquire(ctx context.Context, pool string, w *acquireWaite
 
 // waitRelease waits for w's cycle or for ctx to end. A release still queued
 // when ctx ends is withdrawn: it reports ctx's error and the permit
-// expires, as it would if the database could not be reached.
+// expires, as it would if the database could not be reached. One already
+// in a cycle goes ahead; the caller is told ctx's error all the same.
 func (l *Postgres) waitRelease(ctx context.Context, pool string, w *releaseWaiter) error {
 	select {
 	case err := <-w.done:
@@ -257,7 +258,6 @@ func (l *Postgres) try(ctx context.Context, pool string, acquires []*acquireWait
 	}
 	b := &pgx.Batch{}
 	b.Queue(l.q.Must("CycleSetup"), l.lockTimeout)
-	b.Queue(l.q.Must("LockPool"), pool)
 	if len(releases) > 0 {
 		ids := make([]uuid.UUID, len(releases))
 		results := make([]int16, len(releases))
@@ -268,6 +268,9 @@ func (l *Postgres) try(ctx context.Context, pool string, acquires []*acquireWait
 		// The first permit's random tail picks the ledger shard.
 		b.Queue(l.q.Must("ReleaseGroup"), pool, ids, results, in, out, int16(ids[0][15]%ledgerShards))
 	}
+	// ReleaseGroup is race-free on its own and deletes its permits before
+	// it locks the pool row; the grants need the lock before they read.
+	b.Queue(l.q.Must("LockPool"), pool)
 	var rows []grantRow
 	if len(acquires) > 0 {
 		ids := make([]uuid.UUID, len(acquires))

@@ -4,16 +4,18 @@
 -- Grants and releases run in cycles. A process's acquirers and releasers of
 -- one pool queue up locally; one cycle at a time per pool sends, in one
 -- round trip and one implicit transaction (a pgx batch: one Sync at the
--- end), the statements CycleSetup and LockPool, then ReleaseGroup and
--- GrantGroup for the queued work.
+-- end), the statements CycleSetup, ReleaseGroup (when releases are
+-- queued), LockPool and GrantGroup (when acquires are queued).
 --
 -- Why a cycle is race-free under READ COMMITTED: LockPool takes the pool
 -- row's lock (SELECT ... FOR UPDATE waits for any holder, then locks the
--- newest version) before anything is decided. Each later statement of the
--- cycle takes its snapshot after that lock was granted, so every read of
--- the pool row sees its latest state, and nobody else can change the row
--- until the cycle commits. ReleaseGroup and GrantGroup can therefore read
--- the pool in one CTE and write it in another: nothing can come in between.
+-- newest version) before any grant is decided. GrantGroup takes its
+-- snapshot after that lock was granted, so its read of the pool row sees
+-- the latest state, and nobody else can change the row until the cycle
+-- commits: it can read the pool in one CTE and write it in another. The
+-- release statement needs no such lock (see ReleaseGroup): it runs first,
+-- so its permit deletions happen before the row's lock is taken, which
+-- keeps the time others wait for the lock short.
 -- If any statement fails, the whole cycle rolls back: no permit row
 -- without its charge, no charge without its permit rows.
 --
@@ -79,10 +81,16 @@ WITH current AS (
 ),
 reaped AS (
     -- Served by admission_permits_expiry_idx; skipped (a one-time filter)
-    -- while slots suffice.
+    -- while slots suffice. SKIP LOCKED: a permit whose release is deleting
+    -- it right now is left to that release, which locks the permit before
+    -- the pool row; waiting for it here, under the pool row's lock, would
+    -- be a deadlock.
     DELETE FROM /*schema*/admission_permits AS x
-    WHERE x.pool = $1 AND x.expires_at <= now()
-      AND (SELECT c.slots FROM current AS c) < cardinality($2::uuid[])
+    WHERE x.id IN (
+        SELECT e.id FROM /*schema*/admission_permits AS e
+        WHERE e.pool = $1 AND e.expires_at <= now()
+          AND (SELECT c.slots FROM current AS c) < cardinality($2::uuid[])
+        FOR UPDATE SKIP LOCKED)
     RETURNING 1
 ),
 pool AS (
@@ -144,6 +152,11 @@ ORDER BY a.ord;
 -- $1 pool, $2 permit ids, $3 outcomes (0 never sent, 1 answered, 2
 -- uncertain), $4 input and $5 output tokens the provider reported, $6 the
 -- ledger shard.
+-- Race-free on its own, as a single statement: the UPDATE's SET computes
+-- the new counter and levels from the pool row's own columns plus the
+-- deleted permits, so when it waits for the row's lock it re-evaluates on
+-- the newest version (EvalPlanQual); only the refund policy (read in
+-- refund) comes from the snapshot, and only SetPool changes it.
 -- Permits are deleted by primary key (their ids are this process's, all of
 -- pool $1). Deleting the permits first makes release and the reaper
 -- exclusive:
