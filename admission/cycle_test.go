@@ -395,22 +395,30 @@ func TestTerminatedCycleLosesNothing(t *testing.T) {
 	pool := slow("terminated")
 	pool.MaxInFlight, pool.RequestBurst = 20, 20
 	require.NoError(t, l.SetPool(t.Context(), pool))
-	// The first grant statement sleeps after inserting its permits (a
-	// sequence is not rolled back, so only the first try sleeps).
+	// The first statement that inserts a group's permits sleeps after
+	// charging the pool and inserting them (a sequence is not rolled back,
+	// so only the first try sleeps).
 	_, err := f.pool.Exec(t.Context(), fmt.Sprintf(`
 		CREATE SEQUENCE %[1]s.naps;
 		CREATE FUNCTION %[1]s.nap() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
-			IF nextval('%[1]s.naps') = 1 THEN PERFORM pg_sleep(60); END IF;
+			IF (SELECT count(*) FROM inserted) >= 2 AND nextval('%[1]s.naps') = 1 THEN PERFORM pg_sleep(60); END IF;
 			RETURN NULL;
 		END $$;
-		CREATE TRIGGER nap AFTER INSERT ON %[1]s.admission_permits FOR EACH STATEMENT EXECUTE FUNCTION %[1]s.nap();`, f.schema))
+		CREATE TRIGGER nap AFTER INSERT ON %[1]s.admission_permits REFERENCING NEW TABLE AS inserted
+			FOR EACH STATEMENT EXECUTE FUNCTION %[1]s.nap();`, f.schema))
 	require.NoError(t, err)
 
-	var waiters []<-chan acquired
-	for range 10 {
+	// One acquire blocks its cycle on the row; nine queue behind it and
+	// make the next cycle's group.
+	unlock := holdPoolRow(t, f, "terminated")
+	waiters := []<-chan acquired{goAcquire(t.Context(), l, admission.Request{Pool: "terminated", Tokens: 10})}
+	awaitLockWaiter(t, f, appName)
+	for range 9 {
 		waiters = append(waiters, goAcquire(t.Context(), l, admission.Request{Pool: "terminated", Tokens: 10}))
 	}
+	require.Eventually(t, func() bool { return admission.QueuedAcquires(l, "terminated") == 9 }, 5*time.Second, time.Millisecond)
+	unlock()
 	var terminated bool
 	require.Eventually(t, func() bool {
 		err := f.pool.QueryRow(t.Context(), `SELECT coalesce(bool_or(pg_terminate_backend(pid)), false) FROM pg_stat_activity

@@ -49,10 +49,12 @@
 // process, Acquire and Release queue their request on the pool's local
 // queue, in arrival order. One cycle at a time per pool takes the queue's
 // head (up to 256 acquires and 1,024 releases) and runs it as one
-// transaction in one round trip: lock the pool row, settle the releases
-// (their refunds and freed slots serve the same cycle), then grant the
+// transaction in one round trip: settle the releases (their refunds and
+// freed slots serve the same cycle), lock the pool row, then grant the
 // longest prefix of the acquires that the pool can grant together, each
-// all or nothing, and insert their permit rows. First come, first served
+// all or nothing, and insert their permit rows. Work that needs no lock
+// (deleting released permits, planning) is done before the lock is taken,
+// so other processes wait for as short a time as possible. First come, first served
 // among a cycle's waiters: a request is never granted ahead of an earlier
 // one that was denied, so a large reservation is not overtaken by later
 // small ones (a request larger than the token burst is refused and blocks
