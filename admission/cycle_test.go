@@ -476,3 +476,38 @@ func TestLockWaitIsContentionNotOutage(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, p.Release(t.Context(), admission.Outcome{}))
 }
+
+// Within a cycle, first come, first served: a request that would fit is
+// not granted ahead of an earlier one that was denied, and it is told the
+// earlier one's wait. A request larger than the token burst blocks nobody.
+func TestCycleServesInArrivalOrder(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	l, appName := namedLimiter(t, f, admission.Config{Timeout: 15 * time.Second})
+	require.NoError(t, l.SetPool(t.Context(), slow("fifo"))) // 1,000 tokens, 0.1 a second
+	unlock := holdPoolRow(t, f, "fifo")
+	first := goAcquire(t.Context(), l, admission.Request{Pool: "fifo"})
+	awaitLockWaiter(t, f, appName)
+	var group []<-chan acquired
+	for _, tokens := range []int64{5000, 600, 600, 100} {
+		group = append(group, goAcquire(t.Context(), l, admission.Request{Pool: "fifo", Tokens: tokens}))
+		n := len(group)
+		require.Eventually(t, func() bool { return admission.QueuedAcquires(l, "fifo") == n }, 5*time.Second, time.Millisecond)
+	}
+	unlock()
+	require.NoError(t, (<-first).err)
+
+	tooLarge, granted, denied, behind := <-group[0], <-group[1], <-group[2], <-group[3]
+	require.ErrorIs(t, tooLarge.err, admission.ErrNeverAdmissible)
+	require.NoError(t, granted.err, "a request larger than the burst does not block the ones after it")
+	var wait, queued *admission.WaitError
+	require.ErrorAs(t, denied.err, &wait)
+	require.Equal(t, admission.ReasonTokens, wait.Reason)
+	require.ErrorAs(t, behind.err, &queued, "100 tokens would fit, but an earlier request waits for tokens")
+	require.Equal(t, admission.ReasonTokens, queued.Reason)
+	require.Equal(t, wait.RetryAfter, queued.RetryAfter)
+	s, err := l.State(t.Context(), "fifo")
+	require.NoError(t, err)
+	require.InDelta(t, 400, s.TokenLevel, 1, "only the 600 of the granted request were taken")
+	require.Equal(t, 2, s.InFlight)
+}
