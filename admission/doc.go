@@ -54,9 +54,9 @@
 // longest prefix of the acquires that the pool can grant together, each
 // all or nothing, and insert their permit rows. Work that needs no lock
 // (deleting released permits, planning) is done before the lock is taken,
-// so other processes wait for as short a time as possible. First come, first served
-// among a cycle's waiters: a request is never granted ahead of an earlier
-// one that was denied, so a large reservation is not overtaken by later
+// so other processes wait for as short a time as possible. First come,
+// first served among a cycle's waiters: a request is never granted ahead
+// of an earlier one that was denied, so a large reservation is not overtaken by later
 // small ones (a request larger than the token burst is refused and blocks
 // nobody). Waiters that arrive while a cycle runs wait for the next one,
 // holding no connection. A cycle's transaction commits whole or not at
@@ -67,8 +67,8 @@
 // Each acquire gets the verdict of the cycle it was in: a permit, or a
 // *WaitError computed from the pool's state after the cycle (a request
 // denied only because an earlier one in the cycle was gets that request's
-// wait). Acquire never waits beyond one cycle; lease's runner sleeps out
-// short waits and snoozes long ones.
+// wait). Acquire waits for its cycle, never for budget to refill; lease's
+// runner sleeps out short waits and snoozes long ones.
 //
 // Across processes, cycles queue on the pool row's lock, which Postgres
 // grants in turn, so every process with waiters gets a cycle in every
@@ -86,6 +86,23 @@
 // granted twice, and a release already applied deletes nothing the second
 // time. A cycle whose outcome stays unknown (no answer within Timeout) has
 // every permit it may have granted given back as never sent.
+//
+// Permits are rows with an expiry. A holder that dies never releases; once
+// its permit expires, the next cycle that is short of slots (or Reap)
+// deletes it and returns its slot. Release and the reaper both start by
+// deleting the permit row, so exactly one of them adjusts the pool. An expired permit's tokens and request are not refunded: its call
+// may have reached the provider. PermitTTL must therefore exceed the
+// longest call: the runner's attempt timeout.
+//
+// Pool limits are data: SetPool changes them for every process at once,
+// keeping current levels clamped to the new bursts.
+//
+// Limiter cycles commit with synchronous_commit off, for their own
+// transaction only. A pool row's lock is held until commit; waiting for a
+// WAL flush per cycle would cap a hot pool at the disk's flush rate. The
+// cost: if Postgres itself crashes, the last few hundred milliseconds of
+// limiter writes (at most 3 × wal_writer_delay) may be lost, which can
+// re-grant budget that calls already used, once.
 //
 // # Connection budget
 //
@@ -109,24 +126,6 @@
 // failure policy are only for a database that cannot be reached: a lost
 // connection, a server shutting down or refusing connections, or no
 // answer within Timeout.
-//
-// Permits are rows with an expiry. A holder that dies never releases; once
-// its permit expires, the next cycle that is short of slots (or Reap)
-// deletes it and returns its slot. Release and the reaper
-// both start by deleting the permit row, so exactly one of them adjusts the
-// pool. An expired permit's tokens and request are not refunded: its call
-// may have reached the provider. PermitTTL must therefore exceed the
-// longest call: the runner's attempt timeout.
-//
-// Pool limits are data: SetPool changes them for every process at once,
-// keeping current levels clamped to the new bursts.
-//
-// Limiter cycles commit with synchronous_commit off, for their own
-// transaction only. A pool row's lock is held until commit; waiting for a
-// WAL flush per cycle would cap a hot pool at the disk's flush rate. The
-// cost: if Postgres itself crashes, the last few hundred milliseconds of
-// limiter writes (at most 3 × wal_writer_delay) may be lost, which can
-// re-grant budget that calls already used, once.
 //
 // # Local limiter
 //
