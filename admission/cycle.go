@@ -268,15 +268,6 @@ func (l *Postgres) try(ctx context.Context, pool string, acquires []*acquireWait
 		// The first permit's random tail picks the ledger shard.
 		b.Queue(l.q.Must("ReleaseGroup"), pool, ids, results, in, out, int16(ids[0][15]%ledgerShards))
 	}
-	if len(acquires) > 0 {
-		// The same statement for no requests, before the lock: it grants
-		// and writes nothing, and it makes sure GrantGroup is planned
-		// (once per connection) while others can still use the pool row.
-		b.Queue(l.q.Must("GrantGroup"), pool, []uuid.UUID{}, []int64{}, []string{}, l.cfg.Holder, l.cfg.PermitTTL, false)
-	}
-	// ReleaseGroup is race-free on its own and deletes its permits before
-	// it locks the pool row; the grants need the lock before they read.
-	b.Queue(l.q.Must("LockPool"), pool)
 	var rows []grantRow
 	if len(acquires) > 0 {
 		ids := make([]uuid.UUID, len(acquires))

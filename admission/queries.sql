@@ -5,17 +5,12 @@
 -- one pool queue up locally; one cycle at a time per pool sends, in one
 -- round trip and one implicit transaction (a pgx batch: one Sync at the
 -- end), the statements CycleSetup, ReleaseGroup (when releases are
--- queued), LockPool and GrantGroup (when acquires are queued).
---
--- Why a cycle is race-free under READ COMMITTED: LockPool takes the pool
--- row's lock (SELECT ... FOR UPDATE waits for any holder, then locks the
--- newest version) before any grant is decided. GrantGroup takes its
--- snapshot after that lock was granted, so its read of the pool row sees
--- the latest state, and nobody else can change the row until the cycle
--- commits: it can read the pool in one CTE and write it in another. The
--- release statement needs no such lock (see ReleaseGroup): it runs first,
--- so its permit deletions happen before the row's lock is taken, which
--- keeps the time others wait for the lock short.
+-- queued) and GrantGroup (when acquires are queued). Each is race-free on
+-- its own (see each one); the transaction makes the cycle all or nothing.
+-- Each statement takes the pool row's lock only while it executes, after
+-- it was planned, and ReleaseGroup deletes its permits before it locks
+-- the row: the time other processes wait for the lock is as short as the
+-- writes allow.
 -- If any statement fails, the whole cycle rolls back: no permit row
 -- without its charge, no charge without its permit rows.
 --
@@ -37,11 +32,6 @@
 SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout', $1, true),
     set_config('plan_cache_mode', 'force_generic_plan', true);
 
--- name: LockPool
--- $1 pool. Serialises cycles of every process on the pool's row; no row
--- for an unknown pool, and the cycle's other statements then find nothing.
-SELECT 1 FROM /*schema*/admission_pools WHERE name = $1 FOR UPDATE;
-
 -- name: GrantGroup
 -- $1 pool, $2 permit ids, $3 tokens, $4 tenants (one element per queued
 -- request, in arrival order), $5 holder, $6 permit TTL, $7 whether this is
@@ -54,8 +44,18 @@ SELECT 1 FROM /*schema*/admission_pools WHERE name = $1 FOR UPDATE;
 -- granted requests are exactly a prefix, first come first served, and a
 -- large request is never overtaken by later small ones within a cycle. A
 -- request larger than the token burst can never fit and is skipped, so it
--- blocks nobody. The levels are read once (the lock is ours: see the
--- header) and charged once for the whole prefix.
+-- blocks nobody. The levels are read once and charged once for the whole
+-- prefix.
+-- Why this is race-free: the pool row is read only in the CTE current,
+-- with FOR UPDATE. Under READ COMMITTED, SELECT ... FOR UPDATE waits for
+-- any transaction holding the row, then locks and returns its newest
+-- committed version (re-evaluated, EvalPlanQual), so every decision below
+-- is made on the latest state, under the lock, which is held until the
+-- cycle commits. The UPDATE (charged) then finds the row version of the
+-- statement's snapshot already superseded, follows it to the newest
+-- version (locked by this transaction, so without waiting), and computes
+-- its SET from that version's columns plus the CTE values derived from
+-- current: nothing read from the older snapshot enters the new row.
 -- When the free slots are fewer than the requests, the pool's expired
 -- permits are reaped first (their holders died or overran the TTL), and
 -- their slots serve this cycle; their requests and tokens are not
@@ -78,6 +78,7 @@ WITH current AS (
         greatest(p.refilled_at, now()) AS at
     FROM /*schema*/admission_pools AS p
     WHERE p.name = $1
+    FOR UPDATE
 ),
 reaped AS (
     -- Served by admission_permits_expiry_idx; skipped (a one-time filter)
