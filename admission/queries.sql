@@ -223,8 +223,8 @@ SELECT r.released FROM refund AS r;
 
 -- name: AcquireOne
 -- A cycle of one acquire and nothing else tries this first (after
--- CycleSetup, without LockPool): one statement instead of a locked
--- transaction of several, which keeps the row's lock for less time. It is
+-- CycleSetup): a plain conditional UPDATE is cheaper than GrantGroup's
+-- group machinery, and keeps the row's lock for less time. It is
 -- race-free on its own: one UPDATE of one pool row whose WHERE checks every
 -- dimension against that row's columns only. If the row version in the
 -- statement's snapshot passes but a concurrent transaction has updated or
