@@ -7,10 +7,10 @@
 -- end), the statements CycleSetup, ReleaseGroup (when releases are
 -- queued) and GrantGroup (when acquires are queued). Each is race-free on
 -- its own (see each one); the transaction makes the cycle all or nothing.
--- Each statement takes the pool row's lock only while it executes, after
--- it was planned, and ReleaseGroup deletes its permits before it locks
--- the row: the time other processes wait for the lock is as short as the
--- writes allow.
+-- The pool row's lock is taken while a statement executes, after it was
+-- planned, and held until the cycle commits; ReleaseGroup deletes its
+-- permits before it takes the lock. So the time other processes wait for
+-- the lock is as short as the writes allow.
 -- If any statement fails, the whole cycle rolls back: no permit row
 -- without its charge, no charge without its permit rows.
 --
