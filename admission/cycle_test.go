@@ -511,3 +511,34 @@ func TestCycleServesInArrivalOrder(t *testing.T) {
 	require.InDelta(t, 400, s.TokenLevel, 1, "only the 600 of the granted request were taken")
 	require.Equal(t, 2, s.InFlight)
 }
+
+// The second try of a cycle whose answer was lost after it committed
+// reports the permits the first try granted, with their grant times, and
+// charges nothing again; requests the first try denied are decided anew.
+func TestRetriedCycleGrantsNothingTwice(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	pool := slow("again")
+	pool.MaxInFlight = 2
+	require.NoError(t, f.pg.SetPool(t.Context(), pool))
+	reqs := []admission.Request{{Pool: "again", Tokens: 100}, {Pool: "again", Tokens: 100}, {Pool: "again", Tokens: 100}}
+	first, second, err := admission.GrantTwice(t.Context(), f.pg, "again", reqs)
+	require.NoError(t, err)
+	require.NotNil(t, first[0])
+	require.NotNil(t, first[1])
+	require.Nil(t, first[2], "two slots")
+	for i := range 2 {
+		require.NotNil(t, second[i])
+		require.Equal(t, first[i].ID, second[i].ID)
+		require.True(t, first[i].Acquired.Equal(second[i].Acquired))
+	}
+	require.Nil(t, second[2])
+	inFlight, permits, err := f.pg.Counts(t.Context(), "again")
+	require.NoError(t, err)
+	require.Equal(t, 2, inFlight)
+	require.Equal(t, 2, permits)
+	s, err := f.pg.State(t.Context(), "again")
+	require.NoError(t, err)
+	require.InDelta(t, 8, s.RequestLevel, 0.1, "charged once")
+	require.InDelta(t, 800, s.TokenLevel, 1)
+}
