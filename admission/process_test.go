@@ -43,6 +43,8 @@ func TestMain(m *testing.M) {
 		os.Exit(child(runRunner))
 	case "acquirers":
 		os.Exit(child(runAcquirers))
+	case "default-logger":
+		os.Exit(runDefaultLogger())
 	}
 	// Cycle goroutines end when their queues empty; none may outlive the
 	// tests.

@@ -3,9 +3,12 @@ package admission_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"sync"
@@ -218,4 +221,42 @@ func TestFailurePolicyValidation(t *testing.T) {
 		_, err := admission.NewPostgres(nil, admission.Config{OnUnavailable: bad})
 		require.ErrorIs(t, err, admission.ErrInvalid, "%+v", bad)
 	}
+}
+
+// runDefaultLogger is a child process: with slog's default logger writing
+// to stdout and no Logger configured, it acquires from a limiter whose
+// database refuses connections, and exits.
+func runDefaultLogger() int {
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stdout, nil))) // this process's own default
+	ctx := context.Background()
+	db, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=1")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer db.Close()
+	l, err := admission.NewPostgres(db, admission.Config{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if _, err := l.Acquire(ctx, admission.Request{Pool: "p"}); !errors.Is(err, admission.ErrUnavailable) {
+		fmt.Fprintln(os.Stderr, "want ErrUnavailable, got", err)
+		return 1
+	}
+	return 0
+}
+
+// With no Logger configured, the limiter's errors go to slog.Default(),
+// not nowhere. (A child process, so that setting the default logger
+// touches no other test.)
+func TestDefaultLoggerIsSlogDefault(t *testing.T) {
+	t.Parallel()
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=default-logger")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	require.Contains(t, string(out), "level=ERROR")
+	require.Contains(t, string(out), "the limiter's database cannot be reached; failing closed")
 }
