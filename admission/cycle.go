@@ -313,10 +313,15 @@ func (l *Postgres) acquireOne(ctx context.Context, pool string, a *acquireWaiter
 		return r.Scan(&g.acquired, &g.expires, &discard)
 	})
 	if err := l.sendBatch(ctx, b); err != nil {
-		if connectionLost(err) || contention(err) || ctx.Err() != nil {
-			return cycleResult{err: fmt.Errorf("admission: pool %q: %w", pool, err)}, true
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && !connectionLost(err) && !contention(err) {
+			// The server refused the statement and rolled it back: the
+			// full cycle decides and reports.
+			return cycleResult{}, false
 		}
-		return cycleResult{}, false
+		// Lost, timed out or busy: reported as such (and tried again, or
+		// given back, by the caller like any cycle).
+		return cycleResult{err: fmt.Errorf("admission: pool %q: %w", pool, err)}, true
 	}
 	return cycleResult{rows: []grantRow{g}}, granted
 }
