@@ -39,31 +39,93 @@
 // # Postgres limiter
 //
 // One row per pool holds every dimension: lazily refilled request and
-// token buckets, the in-flight count and the cooldown. Acquire is a single
-// statement: an UPDATE of that row whose WHERE re-checks every dimension,
-// with the permit row inserted from its RETURNING. Under READ COMMITTED a
-// concurrent update makes the UPDATE wait for the row lock and re-evaluate
-// its WHERE on the newest row version, so every grant is decided on the
-// latest state under the lock (queries.sql explains it in full). A denial
-// matches no row and writes nothing.
+// token buckets, the in-flight count and the cooldown. Every grant and
+// every release changes that row under its lock, so the limits hold across
+// processes; queries.sql explains why each statement is race-free under
+// READ COMMITTED.
+//
+// Acquirers and releasers are served in cycles, so a hot pool costs about
+// one round trip per process per cycle, not one per waiter. In each
+// process, Acquire and Release queue their request on the pool's local
+// queue, in arrival order. One cycle at a time per pool takes the queue's
+// head (up to 256 acquires and 1,024 releases) and runs it as one
+// transaction in one round trip: settle the releases (their refunds and
+// freed slots serve the same cycle), lock the pool row, then grant the
+// longest prefix of the acquires that the pool can grant together, each
+// all or nothing, and insert their permit rows. Work that needs no lock
+// (deleting released permits, planning) is done before the lock is taken,
+// so other processes wait for as short a time as possible. First come,
+// first served among a cycle's waiters: a request is never granted ahead
+// of an earlier one that was denied, so a large reservation is not overtaken by later
+// small ones (a request larger than the token burst is refused and blocks
+// nobody). Waiters that arrive while a cycle runs wait for the next one,
+// holding no connection. A cycle's transaction commits whole or not at
+// all: if it fails, nobody in it is granted anything and no release in it
+// happened. A cycle of a single acquire, or of a single release, runs as
+// one statement instead (the lone caller's path stays as short as it was).
+//
+// Each acquire gets the verdict of the cycle it was in: a permit, or a
+// *WaitError computed from the pool's state after the cycle (a request
+// denied only because an earlier one in the cycle was gets that request's
+// wait). Acquire waits for its cycle, never for budget to refill; lease's
+// runner sleeps out short waits and snoozes long ones.
+//
+// Across processes, cycles queue on the pool row's lock, which Postgres
+// grants in turn, so every process with waiters gets a cycle in every
+// round; the group bounds keep each cycle, and so each turn, short. No
+// process starves while others are served.
+//
+// A waiter's own context ends only that waiter: it takes nothing. Still
+// queued, it leaves the queue. Already in a running cycle, it returns at
+// once, and whatever the cycle grants it is given back as never sent, in
+// a later cycle. Flush waits for such give-backs before a process exits.
+//
+// A cycle whose connection is lost (pg_terminate_backend, a restart, a
+// broken socket) is tried once more on another connection with the same
+// permit ids; a permit the first try committed is found and reported, not
+// granted twice, and a release already applied deletes nothing the second
+// time. A cycle whose outcome stays unknown (no answer within Timeout) has
+// every permit it may have granted given back as never sent.
 //
 // Permits are rows with an expiry. A holder that dies never releases; once
-// its permit expires, the next acquire that an in-flight shortage would
-// deny (or Reap) deletes it and returns its slot. Release and the reaper
-// both start by deleting the permit row, so exactly one of them adjusts the
-// pool. An expired permit's tokens and request are not refunded: its call
+// its permit expires, the next cycle that is short of slots (or Reap)
+// deletes it and returns its slot. Release and the reaper both start by
+// deleting the permit row, so exactly one of them adjusts the pool. An expired permit's tokens and request are not refunded: its call
 // may have reached the provider. PermitTTL must therefore exceed the
 // longest call: the runner's attempt timeout.
 //
 // Pool limits are data: SetPool changes them for every process at once,
 // keeping current levels clamped to the new bursts.
 //
-// Limiter statements commit with synchronous_commit off, for their own
+// Limiter cycles commit with synchronous_commit off, for their own
 // transaction only. A pool row's lock is held until commit; waiting for a
-// WAL flush per grant would cap a hot pool at the disk's flush rate. The
+// WAL flush per cycle would cap a hot pool at the disk's flush rate. The
 // cost: if Postgres itself crashes, the last few hundred milliseconds of
 // limiter writes (at most 3 × wal_writer_delay) may be lost, which can
 // re-grant budget that calls already used, once.
+//
+// # Connection budget
+//
+// The Postgres limiter holds no connection of its own: it borrows from the
+// DBTX it is given, one connection per statement or cycle, and gives it
+// back at once. It runs at most Config.MaxConns statements at once
+// (default 4, DefaultMaxConns), whatever the number of waiters and
+// whatever the runner's MaxWorkers: one cycle at a time per pool with
+// queued work, and reads (State, Ready, Pools, Usage, Counts) and writes
+// (SetPool, Cooldown, LowerRemaining, Reap), all sharing those slots. With
+// one hot pool it uses one connection at a time for its cycles. Size the
+// pool passed in for MaxConns plus whatever else uses it.
+//
+// # Contention is not an outage
+//
+// Every cycle sets lock_timeout to half of Config.Timeout, so a pool row
+// held too long by others comes back as an error from the server, not as a
+// client timeout. Lock timeouts, deadlocks and serialization failures are
+// reported as a *WaitError with ReasonContention and a 5ms wait, as is a
+// denial the pool's state no longer explains. ErrUnavailable and the
+// failure policy are only for a database that cannot be reached: a lost
+// connection, a server shutting down or refusing connections, or no
+// answer within Timeout.
 //
 // # Local limiter
 //
@@ -79,7 +141,16 @@
 // that fraction of the pool's limits, for at most For from the first
 // failure of an outage; its doc states the worst-case overshoot. Errors
 // that are answers (a denial, an unknown pool) are never treated as an
-// outage, nor is the caller's own cancellation.
+// outage, nor is the caller's own cancellation, nor contention.
+//
+// # Logging
+//
+// Config.Logger receives the limiter's warnings and errors; without one
+// they go to slog.Default(), so they are not lost in a deployment that
+// configured nothing. It logs, once each, the start of a time the database
+// cannot be reached (Error, with the policy in force) and its end (Info);
+// a cycle that waited past the lock timeout (Warn); and give-backs that
+// failed, whose permits expire instead (Warn).
 //
 // # Runner integration
 //
@@ -127,10 +198,16 @@
 //   - An in-flight denial reports InFlightRetry (50ms) as its wait: when a
 //     slot frees is not predictable. Runners do not claim for a pool whose
 //     slots are all held.
-//   - A denial the pool's state no longer explains when it is read back
-//     (someone released or the bucket refilled in between) is reported as
+//   - A denial the pool's state no longer explains is reported as
 //     ReasonContention with a 5ms wait, so a crowd of callers does not
 //     spin on the database.
+//   - A cycle's releases are added together and clamped at the bursts
+//     once: the same as applying them one by one with the debts first
+//     (concurrent releases have no order anyway). Their ledger rows go to
+//     one shard per cycle, picked by its first permit's id.
+//   - A single statement, or a pipelined transaction per cycle, rather
+//     than a stored procedure: no function to migrate, and the SQL stays
+//     in queries.sql with its lock reasoning.
 //   - A 429 or 503 cools the pool down only when it says how long (or an
 //     exhausted budget says when it resets); a bare 429 leaves the pool to
 //     the buckets.

@@ -13,6 +13,11 @@ import (
 
 // Pools returns every pool's limits and current state, by name.
 func (l *Postgres) Pools(ctx context.Context) ([]PoolState, error) {
+	done, err := l.slot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	rows, err := l.db.Query(ctx, l.q.Must("SelectPools"))
 	if err != nil {
 		return nil, fmt.Errorf("admission: listing pools: %w", err)

@@ -6,8 +6,10 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -35,6 +37,10 @@ const (
 	DefaultPermitTTL     = 2 * time.Minute
 	DefaultInFlightRetry = 50 * time.Millisecond
 	DefaultTimeout       = 2 * time.Second
+	// DefaultMaxConns is the most statements a limiter runs at once: one
+	// cycle per pool at a time plus reads such as Ready, all sharing these
+	// slots (see the package documentation's connection budget).
+	DefaultMaxConns = 4
 )
 
 // Config configures a Postgres limiter. The zero value uses the "llmq"
@@ -54,11 +60,24 @@ type Config struct {
 	// denies: a slot frees when someone releases, which no clock predicts.
 	// Default 50ms.
 	InFlightRetry time.Duration
-	// Timeout bounds each statement; a database that does not answer
-	// within it counts as unreachable. Default 2s. An acquire that timed
-	// out may still have been granted by the server: its permit, which the
-	// caller never saw, holds its slot until it expires.
+	// Timeout bounds each round trip; a database that does not answer
+	// within it counts as unreachable. Default 2s. Waiting for the pool
+	// row's lock is bounded by half of it on the server (lock_timeout), so
+	// a busy row comes back as contention (a *WaitError), not as an
+	// outage. A cycle that timed out may still have been granted by the
+	// server: the limiter then gives back, as never sent, every permit it
+	// may have granted.
 	Timeout time.Duration
+	// MaxConns is the most statements the limiter runs at once, hence the
+	// most connections it takes from db at the same time, whatever the
+	// number of waiters. Default 4 (DefaultMaxConns). It holds none
+	// between statements.
+	MaxConns int
+	// Logger receives the limiter's warnings and errors: the start and
+	// end of a time its database cannot be reached, a cycle that waited
+	// past the lock timeout, permits it could not give back. Nil means
+	// slog.Default().
+	Logger *slog.Logger
 	// OnUnavailable is the policy while the database cannot be reached.
 	// The zero value fails closed: nothing is admitted.
 	OnUnavailable FailurePolicy
@@ -70,11 +89,17 @@ type Config struct {
 // Postgres is the global limiter: its ceilings hold across every process
 // sharing the database. It is safe for concurrent use.
 type Postgres struct {
-	db  DBTX
-	cfg Config
-	q   dbsql.Queries
-	em  *emergency
-	obs *limiterInstruments
+	db          DBTX
+	cfg         Config
+	q           dbsql.Queries
+	em          *emergency
+	obs         *limiterInstruments
+	conns       chan struct{} // a slot per statement running: Config.MaxConns
+	lockTimeout string        // the cycles' lock_timeout
+	qs          queues
+
+	healthMu  sync.Mutex
+	downSince time.Time // start of the current outage; zero while the database answers
 }
 
 // NewPostgres returns a limiter on db (a pool) for cfg.
@@ -95,6 +120,11 @@ func NewPostgres(db DBTX, cfg Config) (*Postgres, error) {
 	cfg.PermitTTL = cmp.Or(cfg.PermitTTL, DefaultPermitTTL)
 	cfg.InFlightRetry = cmp.Or(cfg.InFlightRetry, DefaultInFlightRetry)
 	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	if cfg.MaxConns < 0 {
+		return nil, invalid("MaxConns", fmt.Sprintf("is %d; use 0 for the default or a positive count", cfg.MaxConns))
+	}
+	cfg.MaxConns = cmp.Or(cfg.MaxConns, DefaultMaxConns)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.PermitTTL < time.Second {
 		return nil, invalid("PermitTTL", fmt.Sprintf("is %v; use at least 1s", cfg.PermitTTL))
 	}
@@ -106,7 +136,23 @@ func NewPostgres(db DBTX, cfg Config) (*Postgres, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admission: instruments: %w", err)
 	}
-	return &Postgres{db: db, cfg: cfg, q: q, em: em, obs: obs}, nil
+	return &Postgres{
+		db: db, cfg: cfg, q: q, em: em, obs: obs,
+		conns:       make(chan struct{}, cfg.MaxConns),
+		lockTimeout: fmt.Sprintf("%dms", max(cfg.Timeout.Milliseconds()/2, 1)),
+		qs:          queues{byPool: map[string]*poolQueue{}},
+	}, nil
+}
+
+// slot takes one of the limiter's statement slots; the returned func gives
+// it back.
+func (l *Postgres) slot(ctx context.Context) (func(), error) {
+	select {
+	case l.conns <- struct{}{}:
+		return func() { <-l.conns }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // SetPool creates pool or changes its limits; every process sees the new
@@ -117,6 +163,11 @@ func (l *Postgres) SetPool(ctx context.Context, pool Pool) error {
 	if err != nil {
 		return err
 	}
+	done, err := l.slot(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	_, err = l.db.Exec(ctx, l.q.Must("UpsertPool"), pool.Name, pool.RPM, pool.TPM, pool.MaxInFlight,
 		pool.RequestBurst, pool.TokenBurst, pool.ChargeReserved, pool.RefundUncertain, pool.InputPrice, pool.OutputPrice)
 	if err != nil {
@@ -138,8 +189,13 @@ type PoolState struct {
 // State reads pool's limits and current levels.
 func (l *Postgres) State(ctx context.Context, pool string) (PoolState, error) {
 	s := PoolState{Pool: Pool{Name: pool}}
+	done, err := l.slot(ctx)
+	if err != nil {
+		return s, err
+	}
+	defer done()
 	var cooldown float64
-	err := l.db.QueryRow(ctx, l.q.Must("SelectPool"), pool).Scan(&s.RPM, &s.TPM, &s.MaxInFlight,
+	err = l.db.QueryRow(ctx, l.q.Must("SelectPool"), pool).Scan(&s.RPM, &s.TPM, &s.MaxInFlight,
 		&s.RequestBurst, &s.TokenBurst, &s.ChargeReserved, &s.RefundUncertain, &s.InputPrice, &s.OutputPrice,
 		&s.RequestLevel, &s.TokenLevel, &s.InFlight, &cooldown, &s.hasExpired)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -180,26 +236,13 @@ func (l *Postgres) acquire(ctx context.Context, req Request, emergency *bool) (*
 			return l.fallback(ctx, req, err, emergency)
 		}
 	}
-	// Two tries at most: the second only after reaping expired permits that
-	// were the reason for an in-flight denial.
-	for try := 0; ; try++ {
-		p, err := l.tryAcquire(ctx, req)
-		if !errors.Is(err, errReapable) {
-			if err != nil {
-				return l.fallback(ctx, req, err, emergency)
-			}
-			return p, nil
-		}
-		if try > 0 {
-			return nil, &WaitError{Pool: req.Pool, Reason: ReasonInFlight, RetryAfter: l.cfg.InFlightRetry}
-		}
-		if err := l.bounded(ctx, func(ctx context.Context) error {
-			_, err := l.Reap(ctx, req.Pool)
-			return err
-		}); err != nil {
-			return l.fallback(ctx, req, err, emergency)
-		}
+	w := &acquireWaiter{req: req, id: uuid.Must(uuid.NewV7()), verdict: make(chan acquireVerdict, 1)}
+	l.enqueue(ctx, req.Pool, w, nil)
+	p, err := l.waitAcquire(ctx, req.Pool, w)
+	if err != nil {
+		return l.fallback(ctx, req, err, emergency)
 	}
+	return p, nil
 }
 
 // bounded runs fn with the statement timeout: a database that does not
@@ -247,31 +290,9 @@ func unreachable(ctx context.Context, err error) bool {
 	return true
 }
 
-// errReapable marks an in-flight denial while expired permits exist.
+// errReapable marks an in-flight denial while expired permits exist: the
+// next cycle reaps them before it grants.
 var errReapable = errors.New("admission: expired permits to reap")
-
-func (l *Postgres) tryAcquire(ctx context.Context, req Request) (*Permit, error) {
-	p := &Permit{ID: uuid.Must(uuid.NewV7()), Pool: req.Pool, Tenant: req.Tenant, Tokens: req.Tokens, release: l.release}
-	qctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
-	defer cancel()
-	var discard string
-	err := l.db.QueryRow(qctx, l.q.Must("Acquire"), req.Pool, req.Tokens, p.ID, req.Tenant,
-		l.cfg.Holder, l.cfg.PermitTTL).Scan(&p.Acquired, &p.Expires, &discard)
-	if err == nil {
-		if l.em != nil {
-			l.em.healthy()
-		}
-		return p, nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("admission: acquiring from pool %q: %w", req.Pool, err)
-	}
-	s, err := l.State(qctx, req.Pool)
-	if err != nil {
-		return nil, err
-	}
-	return nil, s.denial(req, l.cfg.InFlightRetry)
-}
 
 // Ready reports whether pool could grant a request of tokens now, from its
 // state, taking nothing: nil if it could, else the *WaitError an Acquire
@@ -329,27 +350,32 @@ func (s PoolState) denial(req Request, inFlightRetry time.Duration) error {
 	return w
 }
 
+// release settles p in its pool's next cycle, together with the other
+// releases and grants queued for that pool in this process.
 func (l *Postgres) release(ctx context.Context, p *Permit, o Outcome) error {
-	qctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
-	defer cancel()
-	// The permit id's random tail picks the ledger shard.
-	shard := int16(p.ID[15] % ledgerShards)
-	_, err := l.db.Exec(qctx, l.q.Must("Release"), p.ID, int(o.Result), o.InputTokens, o.OutputTokens, shard)
-	if err != nil {
+	w := &releaseWaiter{permit: p, outcome: o, done: make(chan error, 1)}
+	l.enqueue(ctx, p.Pool, nil, w)
+	if err := l.waitRelease(ctx, p.Pool, w); err != nil {
 		return fmt.Errorf("admission: releasing permit %s of pool %q: %w", p.ID, p.Pool, err)
 	}
 	l.obs.released(ctx, p, o)
-	// Zero rows means the permit expired and was reaped: its slot is
-	// already back and it was charged in full, as an uncertain call is.
+	// A permit that had expired and was reaped deletes nothing: its slot
+	// is already back and it was charged in full, as an uncertain call is.
 	return nil
 }
 
 // Reap returns the in-flight slots of pool's expired permits and reports
-// how many it freed. Acquire reaps on its own when expired permits are what
-// denies it; call Reap from a background loop to free slots sooner.
+// how many it freed. Every grant cycle reaps first, so a pool with
+// acquirers needs no other reaper; call Reap to free slots of an idle
+// pool sooner.
 func (l *Postgres) Reap(ctx context.Context, pool string) (int, error) {
+	done, err := l.slot(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
 	var n int
-	err := l.db.QueryRow(ctx, l.q.Must("ReapPermits"), pool).Scan(&n)
+	err = l.db.QueryRow(ctx, l.q.Must("ReapPermits"), pool).Scan(&n)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
@@ -369,6 +395,11 @@ func (l *Postgres) Cooldown(ctx context.Context, pool string, d time.Duration) e
 	if err := (Request{Pool: pool}).Validate(); err != nil {
 		return err
 	}
+	done, err := l.slot(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	if _, err := l.db.Exec(ctx, l.q.Must("SetCooldown"), pool, d); err != nil {
 		return fmt.Errorf("admission: cooling down pool %q: %w", pool, err)
 	}
@@ -388,6 +419,11 @@ func (l *Postgres) LowerRemaining(ctx context.Context, pool string, r Remaining)
 	if err := (Request{Pool: pool}).Validate(); err != nil {
 		return err
 	}
+	done, err := l.slot(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	if _, err := l.db.Exec(ctx, l.q.Must("LowerRemaining"), pool, toFloat(r.Requests), toFloat(r.Tokens)); err != nil {
 		return fmt.Errorf("admission: lowering pool %q: %w", pool, err)
 	}
@@ -396,6 +432,11 @@ func (l *Postgres) LowerRemaining(ctx context.Context, pool string, r Remaining)
 
 // Counts reports pool's in-flight counter and its live permit rows.
 func (l *Postgres) Counts(ctx context.Context, pool string) (inFlight, permits int, err error) {
+	done, err := l.slot(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer done()
 	err = l.db.QueryRow(ctx, l.q.Must("CountPermits"), pool).Scan(&inFlight, &permits)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, 0, fmt.Errorf("%w: %q", ErrUnknownPool, pool)
@@ -440,6 +481,11 @@ type Usage struct {
 // The ledger is written by Release from reported usage; permits that
 // expired unreleased (their holder died) are not in it.
 func (l *Postgres) Usage(ctx context.Context, tenant string, from, to time.Time) ([]Usage, error) {
+	done, err := l.slot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	rows, err := l.db.Query(ctx, l.q.Must("SelectUsage"), tenant, utcDay(from), utcDay(to))
 	if err != nil {
 		return nil, fmt.Errorf("admission: reading usage of tenant %q: %w", tenant, err)

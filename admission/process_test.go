@@ -21,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/internal/dbtest"
@@ -40,8 +41,14 @@ func TestMain(m *testing.M) {
 		os.Exit(child(runHolder))
 	case "runner":
 		os.Exit(child(runRunner))
+	case "acquirers":
+		os.Exit(child(runAcquirers))
+	case "default-logger":
+		os.Exit(runDefaultLogger())
 	}
-	os.Exit(m.Run())
+	// Cycle goroutines end when their queues empty; none may outlive the
+	// tests.
+	goleak.VerifyTestMain(m)
 }
 
 func child(run func(ctx context.Context, db *pgxpool.Pool, l *admission.Postgres) error) int {

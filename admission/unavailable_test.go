@@ -3,8 +3,13 @@ package admission_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"os"
+	"os/exec"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -105,7 +110,8 @@ func TestUnreachableFailsClosed(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	require.NoError(t, f.pg.SetPool(t.Context(), admission.Pool{Name: "p", RPM: 6000, TPM: 1e6, MaxInFlight: 50}))
-	l, p := f.proxiedLimiter(admission.Config{})
+	logs := &recordedLogs{}
+	l, p := f.proxiedLimiter(admission.Config{Logger: slog.New(logs)})
 	permit, err := l.Acquire(t.Context(), admission.Request{Pool: "p"})
 	require.NoError(t, err)
 	p.Cut()
@@ -118,6 +124,9 @@ func TestUnreachableFailsClosed(t *testing.T) {
 		require.ErrorIs(t, err, admission.ErrUnavailable)
 		require.NotErrorIs(t, err, admission.ErrWait, "an outage is not a wait the caller could sit out")
 	}
+
+	require.Equal(t, []string{"ERROR admission: the limiter's database cannot be reached; failing closed"}, logs.messages(),
+		"the outage is logged once, however many acquires it refuses")
 
 	// The caller's own cancellation is not an outage.
 	ctx, cancel := context.WithCancel(t.Context())
@@ -184,10 +193,70 @@ func TestUnreachableEmergencyAllowance(t *testing.T) {
 	})
 }
 
+// recordedLogs keeps the level and message of every record.
+type recordedLogs struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (r *recordedLogs) Enabled(context.Context, slog.Level) bool { return true }
+func (r *recordedLogs) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, rec.Level.String()+" "+rec.Message)
+	return nil
+}
+func (r *recordedLogs) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *recordedLogs) WithGroup(string) slog.Handler      { return r }
+
+func (r *recordedLogs) messages() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.msgs)
+}
+
 func TestFailurePolicyValidation(t *testing.T) {
 	t.Parallel()
 	for _, bad := range []admission.FailurePolicy{{Fraction: 0.5}, {Fraction: 1.5, For: time.Second}, {Fraction: -1, For: time.Second}, {For: time.Second}} {
 		_, err := admission.NewPostgres(nil, admission.Config{OnUnavailable: bad})
 		require.ErrorIs(t, err, admission.ErrInvalid, "%+v", bad)
 	}
+}
+
+// runDefaultLogger is a child process: with slog's default logger writing
+// to stdout and no Logger configured, it acquires from a limiter whose
+// database refuses connections, and exits.
+func runDefaultLogger() int {
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stdout, nil))) // this process's own default
+	ctx := context.Background()
+	db, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=1")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer db.Close()
+	l, err := admission.NewPostgres(db, admission.Config{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if _, err := l.Acquire(ctx, admission.Request{Pool: "p"}); !errors.Is(err, admission.ErrUnavailable) {
+		fmt.Fprintln(os.Stderr, "want ErrUnavailable, got", err)
+		return 1
+	}
+	return 0
+}
+
+// With no Logger configured, the limiter's errors go to slog.Default(),
+// not nowhere. (A child process, so that setting the default logger
+// touches no other test.)
+func TestDefaultLoggerIsSlogDefault(t *testing.T) {
+	t.Parallel()
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=default-logger")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	require.Contains(t, string(out), "level=ERROR")
+	require.Contains(t, string(out), "the limiter's database cannot be reached; failing closed")
 }

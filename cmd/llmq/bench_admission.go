@@ -2,7 +2,7 @@ package main
 
 import (
 	"bufio"
-	"cmp"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,17 +25,40 @@ import (
 // admission` to acquire and release permits; it names the schema.
 const benchAdmissionChild = "LLMQ_BENCH_ADMISSION_SCHEMA"
 
+// benchAdmissionApp prefixes the application_name of each bench process's
+// connections (…-0, …-1, …), by which the parent counts them.
+const benchAdmissionApp = "llmq-bench-admission"
+
 // benchAdmissionPool has limits no grant reaches, so the bench measures the
 // limiter itself: every acquire is granted, all on one hot pool row.
 var benchAdmissionPool = admission.Pool{Name: "bench", RPM: 1 << 30, TPM: 1 << 50, MaxInFlight: 1 << 30}
 
 // admissionShare is what one process reports.
 type admissionShare struct {
-	Grants    int       `json:"grants"`
-	Denials   int       `json:"denials"`
-	AcquireMS []float64 `json:"acquire_ms"`
-	Start     time.Time `json:"start"`
-	End       time.Time `json:"end"`
+	Grants      int       `json:"grants"`
+	Denials     int       `json:"denials"`
+	Unavailable int       `json:"unavailable"`
+	FirstError  string    `json:"first_error,omitempty"` // the first unavailable, for the report
+	AcquireMS   []float64 `json:"acquire_ms"`
+	GrantedAtUS []int64   `json:"granted_at_us"` // when each grant returned, Unix µs
+	Start       time.Time `json:"start"`
+	End         time.Time `json:"end"`
+}
+
+// benchChild is one bench process as the parent sees it.
+type benchChild struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	out    *bufio.Reader
+	stderr *tailBuffer
+}
+
+// failure explains why child i stopped answering: its exit status and the
+// last lines it wrote to stderr.
+func (ch *benchChild) failure(i int, err error) error {
+	waitErr := ch.cmd.Wait()
+	ch.cmd = nil
+	return fmt.Errorf("bench process %d (of -producers) failed: %w; its last output:\n%s", i, errors.Join(err, waitErr), ch.stderr.String())
 }
 
 // runBenchAdmission measures acquire+release on one hot pool of the
@@ -43,6 +67,9 @@ type admissionShare struct {
 func runBenchAdmission(ctx context.Context, c *common, o benchOptions, stdout, stderr io.Writer) error {
 	if schema := os.Getenv(benchAdmissionChild); schema != "" {
 		return benchAdmissionWorker(ctx, c, o, schema, os.Stdin, stdout)
+	}
+	if o.jobs < 1 || o.workers < 1 || o.producers < 1 {
+		return fmt.Errorf("%w: -jobs, -workers and -producers must be positive", errUsage)
 	}
 	pool, err := pgxpool.New(ctx, c.databaseURL)
 	if err != nil {
@@ -67,12 +94,7 @@ func runBenchAdmission(ctx context.Context, c *common, o benchOptions, stdout, s
 	}
 	fmt.Fprintf(stderr, "llmq bench: mode=admission processes=%d workers=%d grants=%d schema=%s\n", o.producers, o.workers, o.jobs, schema)
 
-	type child struct {
-		cmd   *exec.Cmd
-		stdin io.WriteCloser
-		out   *bufio.Reader
-	}
-	children := make([]child, o.producers)
+	children := make([]benchChild, o.producers)
 	defer func() {
 		for _, ch := range children {
 			if ch.cmd != nil {
@@ -88,8 +110,9 @@ func runBenchAdmission(ctx context.Context, c *common, o benchOptions, stdout, s
 		}
 		cmd := exec.CommandContext(ctx, self, "bench", "-mode", "admission", "-database-url", c.databaseURL,
 			"-jobs", strconv.Itoa(max(share, 1)), "-workers", strconv.Itoa(o.workers))
-		cmd.Env = append(os.Environ(), benchAdmissionChild+"="+schema)
-		cmd.Stderr = stderr
+		cmd.Env = append(os.Environ(), benchAdmissionChild+"="+schema, fmt.Sprintf("PGAPPNAME=%s-%d", benchAdmissionApp, i))
+		tail := &tailBuffer{max: 4096}
+		cmd.Stderr = io.MultiWriter(stderr, tail)
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
 			return err
@@ -101,25 +124,47 @@ func runBenchAdmission(ctx context.Context, c *common, o benchOptions, stdout, s
 		if err := cmd.Start(); err != nil {
 			return err
 		}
-		children[i] = child{cmd: cmd, stdin: stdin, out: bufio.NewReader(out)}
+		children[i] = benchChild{cmd: cmd, stdin: stdin, out: bufio.NewReader(out), stderr: tail}
 	}
 	// Start together: every process connects first, then all are told to go.
-	for _, ch := range children {
-		if line, err := ch.out.ReadString('\n'); err != nil || line != "ready\n" {
-			return fmt.Errorf("bench process did not start (it said %q): %w", line, cmp.Or(err, errors.New("unexpected output")))
+	for i := range children {
+		if line, err := children[i].out.ReadString('\n'); err != nil || line != "ready\n" {
+			return children[i].failure(i, fmt.Errorf("it did not start (it said %q): %w", line, errors.Join(err, errors.New("expected \"ready\""))))
 		}
 	}
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	peaks := sampleConnections(sampleCtx, pool)
 	for _, ch := range children {
 		_ = ch.stdin.Close()
 	}
-	var all admissionShare
-	for _, ch := range children {
-		var s admissionShare
-		if err := json.NewDecoder(ch.out).Decode(&s); err != nil {
-			return fmt.Errorf("reading a bench process's figures: %w", err)
+	shares := make([]admissionShare, len(children))
+	for i := range children {
+		if err := json.NewDecoder(children[i].out).Decode(&shares[i]); err != nil {
+			stopSampling()
+			return children[i].failure(i, fmt.Errorf("reading its figures: %w", err))
 		}
+	}
+	stopSampling()
+	peak := <-peaks
+	inFlight, permits, err := l.Counts(ctx, benchAdmissionPool.Name)
+	if err != nil {
+		return err
+	}
+	return reportAdmission(c, o, shares, peak, inFlight, permits, stdout, stderr)
+}
+
+// reportAdmission prints the run's figures: totals, latency, how evenly
+// the processes were served, and connections.
+func reportAdmission(c *common, o benchOptions, shares []admissionShare, peak connectionPeak, inFlight, permits int, stdout, stderr io.Writer) error {
+	var all admissionShare
+	firstDone := time.Time{}
+	for _, s := range shares {
 		all.Grants += s.Grants
 		all.Denials += s.Denials
+		all.Unavailable += s.Unavailable
+		if all.FirstError == "" {
+			all.FirstError = s.FirstError
+		}
 		all.AcquireMS = append(all.AcquireMS, s.AcquireMS...)
 		if all.Start.IsZero() || s.Start.Before(all.Start) {
 			all.Start = s.Start
@@ -127,25 +172,93 @@ func runBenchAdmission(ctx context.Context, c *common, o benchOptions, stdout, s
 		if s.End.After(all.End) {
 			all.End = s.End
 		}
+		if firstDone.IsZero() || s.End.Before(firstDone) {
+			firstDone = s.End
+		}
 	}
-	inFlight, permits, err := l.Counts(ctx, benchAdmissionPool.Name)
-	if err != nil {
-		return err
+	// Fairness is judged while every process was still working: grants
+	// up to the moment the first process finished its share.
+	minGrants, sum := -1, 0
+	for _, s := range shares {
+		n := 0
+		for _, at := range s.GrantedAtUS {
+			if at <= firstDone.UnixMicro() {
+				n++
+			}
+		}
+		sum += n
+		if minGrants < 0 || n < minGrants {
+			minGrants = n
+		}
 	}
+	mean := float64(sum) / float64(len(shares))
 	seconds := all.End.Sub(all.Start).Seconds()
 	slices.Sort(all.AcquireMS)
 	result := map[string]any{
 		"processes": o.producers, "workers": o.workers, "grants": all.Grants, "denials": all.Denials,
-		"seconds": seconds, "grants_per_s": float64(all.Grants) / seconds,
+		"unavailable": all.Unavailable,
+		"seconds":     seconds, "grants_per_s": float64(all.Grants) / seconds,
 		"acquire_p50_ms": percentile(all.AcquireMS, 0.50), "acquire_p99_ms": percentile(all.AcquireMS, 0.99),
-		"acquire_max_ms": percentile(all.AcquireMS, 1), "in_flight_after": inFlight, "permits_after": permits,
+		"acquire_max_ms":     percentile(all.AcquireMS, 1),
+		"process_grants_min": minGrants, "process_grants_mean": mean,
+		"peak_conns_per_process": peak.perProcess, "peak_conns_total": peak.total,
+		"conn_budget_per_process": admission.DefaultMaxConns,
+		"in_flight_after":         inFlight, "permits_after": permits,
+	}
+	if all.Unavailable > 0 {
+		fmt.Fprintf(stderr, "llmq bench: %d acquires were told the limiter is unavailable; the first: %s\n", all.Unavailable, all.FirstError)
+	}
+	if peak.err != nil {
+		fmt.Fprintf(stderr, "llmq bench: sampling pg_stat_activity failed, connection peaks are incomplete: %v\n", peak.err)
 	}
 	if c.json {
 		return json.NewEncoder(stdout).Encode(result)
 	}
-	fmt.Fprintf(stdout, "llmq admission processes=%d workers=%d grants=%d seconds=%.3f grants_per_s=%.0f acquire_p50_ms=%.2f acquire_p99_ms=%.2f acquire_max_ms=%.2f in_flight_after=%d\n",
-		o.producers, o.workers, all.Grants, seconds, result["grants_per_s"], result["acquire_p50_ms"], result["acquire_p99_ms"], result["acquire_max_ms"], inFlight)
+	fmt.Fprintf(stdout, "llmq admission processes=%d workers=%d grants=%d seconds=%.3f grants_per_s=%.0f acquire_p50_ms=%.2f acquire_p99_ms=%.2f acquire_max_ms=%.2f "+
+		"unavailable=%d process_grants_min=%d process_grants_mean=%.0f peak_conns_per_process=%d peak_conns_total=%d conn_budget_per_process=%d in_flight_after=%d permits_after=%d\n",
+		o.producers, o.workers, all.Grants, seconds, result["grants_per_s"], result["acquire_p50_ms"], result["acquire_p99_ms"], result["acquire_max_ms"],
+		all.Unavailable, minGrants, mean, peak.perProcess, peak.total, admission.DefaultMaxConns, inFlight, permits)
 	return nil
+}
+
+// connectionPeak is the most connections the bench processes held at once.
+type connectionPeak struct {
+	perProcess int // the most any one process held
+	total      int // the most all of them held together
+	err        error
+}
+
+// sampleConnections counts the bench processes' connections in
+// pg_stat_activity, by application name, every 20ms until ctx ends, and
+// then sends the peaks.
+func sampleConnections(ctx context.Context, pool *pgxpool.Pool) <-chan connectionPeak {
+	out := make(chan connectionPeak, 1)
+	go func() {
+		var p connectionPeak
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			var most, total int
+			err := pool.QueryRow(ctx, `SELECT coalesce(max(n), 0), coalesce(sum(n), 0) FROM (
+				SELECT count(*) AS n FROM pg_stat_activity WHERE application_name LIKE $1 || '-%' GROUP BY application_name) AS a`,
+				benchAdmissionApp).Scan(&most, &total)
+			if ctx.Err() != nil {
+				out <- p
+				return
+			}
+			if err != nil && p.err == nil {
+				p.err = err
+			}
+			p.perProcess, p.total = max(p.perProcess, most), max(p.total, total)
+			select {
+			case <-ctx.Done():
+				out <- p
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return out
 }
 
 // percentile of sorted values, q in [0, 1].
@@ -157,14 +270,15 @@ func percentile(sorted []float64, q float64) float64 {
 }
 
 // benchAdmissionWorker is one bench process: o.jobs grants from o.workers
-// goroutines, each acquire timed, each permit released as answered.
+// goroutines, each acquire timed, each permit released as answered. Its
+// pool may open twice the limiter's connection budget, so the peak the
+// parent measures is the limiter's own use.
 func benchAdmissionWorker(ctx context.Context, c *common, o benchOptions, schema string, start io.Reader, stdout io.Writer) error {
 	cfg, err := pgxpool.ParseConfig(c.databaseURL)
 	if err != nil {
 		return err
 	}
-	cfg.MaxConns = int32(min(o.workers, 64))
-	cfg.MinConns = cfg.MaxConns
+	cfg.MaxConns = 2 * admission.DefaultMaxConns
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
@@ -174,19 +288,17 @@ func benchAdmissionWorker(ctx context.Context, c *common, o benchOptions, schema
 	if err != nil {
 		return err
 	}
-	// Warm every connection so the measured phase does not pay for
-	// connecting.
-	var warm sync.WaitGroup
-	for range cfg.MaxConns {
-		warm.Go(func() { _, _ = l.State(ctx, benchAdmissionPool.Name) })
+	// Connect, and run a few grouped and lone cycles, so the measured phase
+	// does not start by connecting and preparing statements.
+	if err := warmAdmission(ctx, l); err != nil {
+		return fmt.Errorf("bench process: warming up: %w", err)
 	}
-	warm.Wait()
 	fmt.Fprintln(stdout, "ready")
 	_, _ = io.Copy(io.Discard, start) // the parent closes stdin to start everyone at once
 
 	var (
 		mu    sync.Mutex
-		share = admissionShare{AcquireMS: make([]float64, 0, o.jobs)}
+		share = admissionShare{AcquireMS: make([]float64, 0, o.jobs), GrantedAtUS: make([]int64, 0, o.jobs)}
 		left  = o.jobs
 		wg    sync.WaitGroup
 		fail  error
@@ -203,19 +315,27 @@ func benchAdmissionWorker(ctx context.Context, c *common, o benchOptions, schema
 			for take() {
 				t0 := time.Now()
 				p, err := l.Acquire(ctx, admission.Request{Pool: benchAdmissionPool.Name, Tenant: "bench", Tokens: 500})
-				d := time.Since(t0)
+				granted := time.Now()
 				if err == nil {
-					err = p.Release(ctx, admission.Outcome{Result: admission.Answered, InputTokens: 300})
+					if err = p.Release(ctx, admission.Outcome{Result: admission.Answered, InputTokens: 300}); err != nil {
+						err = fmt.Errorf("releasing: %w", err)
+					}
 				}
 				mu.Lock()
 				switch {
 				case err == nil:
 					share.Grants++
-					share.AcquireMS = append(share.AcquireMS, float64(d.Microseconds())/1000)
+					share.AcquireMS = append(share.AcquireMS, float64(granted.Sub(t0).Microseconds())/1000)
+					share.GrantedAtUS = append(share.GrantedAtUS, granted.UnixMicro())
 				case errors.Is(err, admission.ErrWait):
 					share.Denials++
+				case errors.Is(err, admission.ErrUnavailable):
+					share.Unavailable++
+					if share.FirstError == "" {
+						share.FirstError = err.Error()
+					}
 				default:
-					fail = err
+					fail = cmpErr(fail, err)
 				}
 				mu.Unlock()
 			}
@@ -224,7 +344,64 @@ func benchAdmissionWorker(ctx context.Context, c *common, o benchOptions, schema
 	wg.Wait()
 	share.End = time.Now()
 	if fail != nil {
-		return fail
+		return fmt.Errorf("bench process: %w", fail)
+	}
+	if err := l.Flush(ctx); err != nil {
+		return err
 	}
 	return json.NewEncoder(stdout).Encode(share)
+}
+
+// warmAdmission acquires and releases a few permits, alone and together.
+func warmAdmission(ctx context.Context, l *admission.Postgres) error {
+	var (
+		mu   sync.Mutex
+		fail error
+	)
+	for _, together := range []int{1, 8, 8} {
+		var wg sync.WaitGroup
+		for range together {
+			wg.Go(func() {
+				p, err := l.Acquire(ctx, admission.Request{Pool: benchAdmissionPool.Name, Tenant: "bench"})
+				if err == nil {
+					err = p.Release(ctx, admission.Outcome{Result: admission.NotSent})
+				}
+				mu.Lock()
+				fail = cmpErr(fail, err)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+	}
+	return fail
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf bytes.Buffer
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf.Write(p)
+	if over := t.buf.Len() - t.max; over > 0 {
+		t.buf.Next(over)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.TrimSpace(t.buf.String())
 }

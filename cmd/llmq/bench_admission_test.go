@@ -1,10 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -38,4 +43,53 @@ func TestBenchAdmissionWorker(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, inFlight)
 	require.Zero(t, permits)
+}
+
+// A bench process that dies is reported with its exit status and its last
+// words, not as an unexplained end of its output.
+func TestBenchAdmissionChildFailure(t *testing.T) {
+	t.Parallel()
+	tail := &tailBuffer{max: 64}
+	cmd := exec.CommandContext(t.Context(), "sh", "-c", "echo connecting >&2; echo 'FATAL: sorry, too many clients already' >&2; exit 3")
+	cmd.Stderr = tail
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	ch := &benchChild{cmd: cmd, out: bufio.NewReader(out), stderr: tail}
+	var s admissionShare
+	err = json.NewDecoder(ch.out).Decode(&s)
+	require.ErrorIs(t, err, io.EOF)
+	err = ch.failure(2, fmt.Errorf("reading its figures: %w", err))
+	require.ErrorContains(t, err, "bench process 2")
+	require.ErrorContains(t, err, "exit status 3")
+	require.ErrorContains(t, err, "too many clients already")
+}
+
+// Fairness is counted while every process was working: up to the moment
+// the first one finished its share.
+func TestBenchAdmissionReport(t *testing.T) {
+	t.Parallel()
+	t0 := time.Now()
+	at := func(ms ...int) []int64 {
+		var us []int64
+		for _, m := range ms {
+			us = append(us, t0.Add(time.Duration(m)*time.Millisecond).UnixMicro())
+		}
+		return us
+	}
+	shares := []admissionShare{
+		{Grants: 4, AcquireMS: []float64{1, 1, 1, 1}, GrantedAtUS: at(1, 2, 3, 4), Start: t0, End: t0.Add(4 * time.Millisecond)},
+		{Grants: 4, AcquireMS: []float64{1, 1, 1, 9}, GrantedAtUS: at(3, 10, 11, 12), Start: t0, End: t0.Add(12 * time.Millisecond)},
+	}
+	var out, errOut bytes.Buffer
+	err := reportAdmission(&common{json: true}, benchOptions{producers: 2, workers: 1}, shares,
+		connectionPeak{perProcess: 1, total: 2}, 0, 0, &out, &errOut)
+	require.NoError(t, err)
+	var r map[string]any
+	require.NoError(t, json.Unmarshal(out.Bytes(), &r))
+	require.InDelta(t, 1, r["process_grants_min"], 0, "the slow process had 1 grant when the first finished")
+	require.InDelta(t, 2.5, r["process_grants_mean"], 0)
+	require.InDelta(t, 8, r["grants"], 0)
+	require.InDelta(t, 1, r["peak_conns_per_process"], 0)
+	require.Empty(t, errOut.String())
 }

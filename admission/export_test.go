@@ -1,0 +1,44 @@
+package admission
+
+import (
+	"context"
+
+	"github.com/google/uuid"
+)
+
+// QueuedAcquires reports how many acquires wait in pool's queue in this
+// process, not yet taken by a cycle: tests use it to know that a waiter
+// is queued before they act.
+func QueuedAcquires(l *Postgres, pool string) int {
+	l.qs.mu.Lock()
+	defer l.qs.mu.Unlock()
+	if q := l.qs.byPool[pool]; q != nil {
+		return len(q.acquires)
+	}
+	return 0
+}
+
+// GrantTwice runs the grant cycle for reqs, then runs it again with the
+// same permit ids as the second try after a lost answer does, and returns
+// both tries' permits (nil where denied).
+func GrantTwice(ctx context.Context, l *Postgres, pool string, reqs []Request) (first, second []*Permit, err error) {
+	acquires := make([]*acquireWaiter, len(reqs))
+	for i, r := range reqs {
+		acquires[i] = &acquireWaiter{req: r, id: uuid.Must(uuid.NewV7())}
+	}
+	permits := func(res cycleResult) ([]*Permit, error) {
+		if res.err != nil {
+			return nil, res.err
+		}
+		out := make([]*Permit, len(acquires))
+		for i, v := range l.verdicts(ctx, pool, acquires, res) {
+			out[i] = v.permit
+		}
+		return out, nil
+	}
+	if first, err = permits(l.try(ctx, pool, acquires, nil, false)); err != nil {
+		return nil, nil, err
+	}
+	second, err = permits(l.try(ctx, pool, acquires, nil, true))
+	return first, second, err
+}
