@@ -1,7 +1,8 @@
 # llmq: `make test` is the one command developers and CI run.
 #
 #   make services  install/start/check PostgreSQL and RabbitMQ (scripts/services)
-#   make test      services, lint, vet, then go test -race (TESTFLAGS adds flags)
+#   make test      tracked-file check, services, lint, vet, then go test -race (TESTFLAGS adds flags)
+#   make check-tracked  fail if an executable or a file over 1 MiB is tracked
 #   make lint      golangci-lint, pinned below, built into ./bin on first use
 #   make vet       go vet
 #   make demo      services, then the invoice pipeline end to end (go run ./examples/demo)
@@ -27,16 +28,19 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/
 export DATABASE_URL AMQP_URL
 
-.PHONY: all services test lint golangci-lint vet demo chaos quickstart bench fmt clean
+.PHONY: all check-tracked services test lint golangci-lint vet demo chaos quickstart bench fmt clean
 
 all: test
 
 services:
 	./scripts/services
 
-# The prerequisites run in this order (services, lint, vet) and make stops at
-# the first that fails.
-test: services lint vet
+check-tracked:
+	./scripts/check-tracked
+
+# The prerequisites run in this order (check-tracked, services, lint, vet)
+# and make stops at the first that fails.
+test: check-tracked services lint vet
 	$(GO) test -race -count=1 $(TESTFLAGS) ./...
 
 lint: golangci-lint

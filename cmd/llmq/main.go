@@ -35,6 +35,7 @@
 //	                                measure against DATABASE_URL in a throwaway schema
 //	llmq plan -rpm R -tpm T -concurrency C [-latency D] [-tokens N] [-backlog B] [-pool P]
 //	                                attempt and job capacity, drain time of a backlog
+//	llmq version                    this build's llmq version
 //
 // "inspect" and "dead-letter" are the older names of "jobs inspect" and
 // "dead", and still work.
@@ -111,6 +112,7 @@ commands:
                                          measure throughput, latency or admission grants in a throwaway schema
   plan -rpm R -tpm T -concurrency C [-pool P]
                                          capacity and drain time of a backlog under provider limits
+  version                                this build's llmq version
 
 aliases: inspect = jobs inspect, dead-letter = dead.
 Every command takes -database-url URL, -schema NAME and --json; flags may
@@ -161,6 +163,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runPools(ctx, args[1:], stdout, stderr)
 	case "plan":
 		err = runPlan(ctx, args[1:], stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, llmq.Version)
 	default:
 		err = fmt.Errorf("%w: unknown command %q", errUsage, args[0])
 	}

@@ -140,6 +140,14 @@ func TestUsageErrors(t *testing.T) {
 	require.Contains(t, stderr, "-max-pending-tokens tokens")
 }
 
+// llmq version prints the build's version, the root package's constant.
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	code, out, _ := runCLI(t, "version")
+	require.Equal(t, 0, code)
+	require.Equal(t, llmq.Version+"\n", out)
+}
+
 // The bench command runs each mode end to end on a small scale and prints
 // its summary line; it leaves no schema behind. (Each run's own schema is
 // checked: other tests create and drop bench schemas meanwhile.)
