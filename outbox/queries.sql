@@ -147,7 +147,10 @@ SELECT lease_until < now() FROM /*schema*/outbox_relay_lease;
 -- only paused and publishes its batch when it resumes, those messages are
 -- duplicates of events the new relay published again (at-least-once), and
 -- its verdicts count for nothing (MarkPublished and MarkFailed require the
--- claim). The scan reads outbox_pending_idx: unpublished events only.
+-- claim). It looks at unpublished events only: through outbox_pending_idx
+-- when they are few beside the published ones kept for Retention (the
+-- steady state), by a scan of the table during a large backlog; either is
+-- paid once per takeover.
 WITH old AS (
     SELECT holder FROM /*schema*/outbox_relay_lease FOR UPDATE
 ), acquired AS (
