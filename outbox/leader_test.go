@@ -118,7 +118,11 @@ func TestDeposedRelayClaimsNothing(t *testing.T) {
 	pub := &gatedPublisher{Publisher: b.Publisher(), entered: make(chan struct{}), open: make(chan struct{})}
 	r, _ := f.runRelay(t, pub, outbox.RelayConfig{ID: "deposed", BatchSize: 5, LeaderLease: lease, StandbyPoll: 100 * time.Millisecond})
 
-	<-pub.entered // the first batch is in flight; the second is claimed beside it
+	select { // the first batch is in flight; the second is claimed beside it
+	case <-pub.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay published nothing within 30s")
+	}
 	require.Eventually(t, func() bool {
 		var held int
 		require.NoError(t, f.db.Pool.QueryRow(t.Context(), "SELECT count(*) FROM "+f.db.Schema+".outbox WHERE claimed_by = 'deposed'").Scan(&held))
