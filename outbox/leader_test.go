@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -178,7 +179,7 @@ func TestRelayWarnsThroughTheDefaultLogger(t *testing.T) {
 	slog.SetDefault(slog.New(slog.NewTextHandler(&out, nil)))
 	t.Cleanup(func() { slog.SetDefault(prev) })
 
-	refuse := publisherFunc(func(context.Context, []broker.Message) error { return fmt.Errorf("injected: broker refused") })
+	refuse := publisherFunc(func(context.Context, []broker.Message) error { return errors.New("injected: broker refused") })
 	r, err := f.store.NewRelay(f.db.Pool, refuse, outbox.RelayConfig{ID: "loud-relay"})
 	require.NoError(t, err)
 	f.writeEvents(t, 0, 1, 1)

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/llmq/llmq/broker"
@@ -304,20 +305,7 @@ func startConnSampler(ctx context.Context, pool *pgxpool.Pool, prefix string) *c
 		tick := time.NewTicker(20 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			rows, err := pool.Query(ctx, "SELECT application_name, count(*) FROM pg_stat_activity WHERE starts_with(application_name, $1) GROUP BY 1", prefix)
-			if err == nil {
-				total := 0
-				for rows.Next() {
-					var name string
-					var n int
-					if rows.Scan(&name, &n) == nil {
-						s.peaks.byName[name] = max(s.peaks.byName[name], n)
-						total += n
-					}
-				}
-				rows.Close()
-				s.peaks.total = max(s.peaks.total, total)
-			}
+			s.sample(ctx, pool, prefix)
 			select {
 			case <-ctx.Done():
 				return
@@ -326,6 +314,28 @@ func startConnSampler(ctx context.Context, pool *pgxpool.Pool, prefix string) *c
 		}
 	}()
 	return s
+}
+
+// sample reads pg_stat_activity once. A failed reading is skipped: the
+// sampler measures, it does not judge the run.
+func (s *connSampler) sample(ctx context.Context, pool *pgxpool.Pool, prefix string) {
+	rows, err := pool.Query(ctx, "SELECT application_name, count(*) FROM pg_stat_activity WHERE starts_with(application_name, $1) GROUP BY 1", prefix)
+	if err != nil {
+		return
+	}
+	counts, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
+		Name string
+		N    int
+	}])
+	if err != nil {
+		return
+	}
+	total := 0
+	for _, c := range counts {
+		s.peaks.byName[c.Name] = max(s.peaks.byName[c.Name], c.N)
+		total += c.N
+	}
+	s.peaks.total = max(s.peaks.total, total)
 }
 
 // stop ends the sampling (once; later calls return the same peaks).
@@ -386,10 +396,13 @@ func (p *relayProcess) start(ctx context.Context, self, databaseURL, schema stri
 // printed, how it exited, and the end of its stderr.
 func (p *relayProcess) failed(what, said string, err error) error {
 	_ = p.stdin.Close()
-	waitErr := p.cmd.Wait()
+	exit := "status 0"
+	if waitErr := p.cmd.Wait(); waitErr != nil {
+		exit = waitErr.Error()
+	}
 	p.cmd = nil
-	return fmt.Errorf("relay process %d %s (it printed %q, read error %v, exit: %v); its last messages: %s",
-		p.index, what, said, err, cmp.Or[error](waitErr, errors.New("status 0")), p.stderr.tail())
+	return fmt.Errorf("relay process %d %s (it printed %q; exit: %s; its last messages: %s): %w",
+		p.index, what, said, exit, p.stderr.tail(), cmp.Or(err, errors.New("unexpected output")))
 }
 
 // stop asks the relay to stop (its stdin closes), reads its report and
