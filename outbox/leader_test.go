@@ -281,3 +281,31 @@ func TestRelayConnectionBudget(t *testing.T) {
 	require.Zero(t, listeningStandby, "a standby does not listen")
 	require.Positive(t, idleStandby, "between checks a standby holds no connection")
 }
+
+// A bad relay configuration is refused with ErrInvalidRelayConfig, naming
+// the field.
+func TestNewRelayRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	f := setupRelay(t)
+	pub := memory.New(memory.Config{}).Publisher()
+	for _, tc := range []struct {
+		cfg   outbox.RelayConfig
+		field string
+	}{
+		{outbox.RelayConfig{LeaderLease: -time.Second}, "LeaderLease"},
+		{outbox.RelayConfig{LeaderLease: 10 * time.Millisecond}, "LeaderLease"},
+		{outbox.RelayConfig{StandbyPoll: -time.Second}, "StandbyPoll"},
+		{outbox.RelayConfig{LeaderLease: time.Second, StandbyPoll: 2 * time.Second}, "StandbyPoll"},
+		{outbox.RelayConfig{StandbyPoll: 11 * time.Second}, "StandbyPoll"}, // longer than the default lease
+		{outbox.RelayConfig{BatchSize: 1001}, "BatchSize"},
+		{outbox.RelayConfig{ClaimLease: -time.Second}, "ClaimLease"},
+	} {
+		_, err := f.store.NewRelay(f.db.Pool, pub, tc.cfg)
+		require.ErrorIs(t, err, outbox.ErrInvalidRelayConfig, "%+v", tc.cfg)
+		require.ErrorContains(t, err, tc.field)
+	}
+	_, err := f.store.NewRelay(nil, pub, outbox.RelayConfig{})
+	require.ErrorIs(t, err, outbox.ErrInvalidRelayConfig)
+	_, err = f.store.NewRelay(f.db.Pool, pub, outbox.RelayConfig{LeaderLease: time.Second, StandbyPoll: time.Second})
+	require.NoError(t, err, "a standby may check once per lease")
+}

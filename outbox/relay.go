@@ -40,15 +40,17 @@ type BackoffPolicy = retry.Policy
 
 // RelayConfig configures a Relay. Zero values mean the documented defaults.
 type RelayConfig struct {
-	// ID names this relay on the events it claims. Default: host name,
-	// process id and a random suffix.
+	// ID names this relay on the events it claims and in the leader
+	// lease; it must be unique among the relays of an outbox. Default:
+	// host name, process id and a random suffix.
 	ID string
 	// BatchSize is the most events one claim takes. Default 100, at most
 	// 1000.
 	BatchSize int
-	// ClaimLease is how long a claim holds its events. A relay that dies
-	// mid-batch leaves them to be reclaimed this long after its claim.
-	// Default 30s.
+	// ClaimLease is how long a claim holds its events. When an active
+	// relay (Run) dies mid-batch, the relay taking the leader lease over
+	// releases its claims at once; claims of RelayOnce and Drain callers
+	// are reclaimed this long after they were made. Default 30s.
 	ClaimLease time.Duration
 	// PollInterval is the fallback claim interval when no NOTIFY arrives.
 	// Default 500ms.
