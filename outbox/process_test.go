@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
-	"sync"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -155,28 +157,32 @@ func (q rabbitFixture) receiveAll(t *testing.T, want int) []broker.Message {
 	return got
 }
 
-// The active relay's process is killed (SIGKILL) while it publishes, with
-// a batch claimed and unconfirmed and writers still writing: a standby in
-// another process takes over within twice the lease, publishes at once
-// the events the dead relay held (their ten-minute claims are released at
-// the takeover, not waited out), and every event reaches the broker, the
-// first delivery of each key's events in write order.
-func TestRelayFailoverAfterSIGKILL(t *testing.T) {
-	t.Parallel()
-	f := setupRelay(t)
-	mq := setupRabbit(t)
-	const lease = 2 * time.Second
-	const keys, total = 20, 1500
+// failoverRun is a failover test's setup: a writer writing total events on
+// keys keys throughout, a child relay process that becomes active, and a
+// successor relay standing by in this process.
+type failoverRun struct {
+	f          relayFixture
+	mq         rabbitFixture
+	total      int
+	keys       int
+	child      *exec.Cmd
+	childLog   *syncBuffer
+	successor  *outbox.Relay
+	writerDone chan struct{}
+}
+
+func startFailoverRun(t *testing.T, childID string, lease time.Duration) *failoverRun {
+	t.Helper()
+	run := &failoverRun{f: setupRelay(t), mq: setupRabbit(t), total: 1500, keys: 20, childLog: &syncBuffer{}, writerDone: make(chan struct{})}
+	f := run.f
 
 	// One writer: write order is commit order.
-	written := make(chan int, total)
-	writeCtx, stopWriting := context.WithCancel(t.Context())
-	defer stopWriting()
-	var writing sync.WaitGroup
-	writing.Go(func() {
-		for i := range total {
+	writeCtx, stopWriting := context.WithCancel(context.Background())
+	go func() {
+		defer close(run.writerDone)
+		for i := range run.total {
 			_, err := f.store.Write(writeCtx, f.db.Pool, outbox.Event{
-				Topic: "orders", Key: fmt.Sprintf("key-%d", i%keys), Type: "order.changed",
+				Topic: "orders", Key: fmt.Sprintf("key-%d", i%run.keys), Type: "order.changed",
 				Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)),
 			})
 			if err != nil {
@@ -185,64 +191,72 @@ func TestRelayFailoverAfterSIGKILL(t *testing.T) {
 				}
 				return
 			}
-			written <- i
 			if i%50 == 49 {
-				time.Sleep(5 * time.Millisecond) // pacing: keep writing through the kill
+				time.Sleep(5 * time.Millisecond) // pacing: keep writing through the fault
 			}
 		}
-	})
-	defer writing.Wait()
+	}()
+	t.Cleanup(func() { stopWriting(); <-run.writerDone })
 
-	doomed := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$")
-	doomed.Env = append(os.Environ(), childEnv+"=relay", envSchema+"="+f.db.Schema, envExchange+"="+mq.exchange,
-		envRelayID+"=doomed", envLease+"="+lease.String(), "DATABASE_URL="+dbtest.URL())
-	doomed.Stderr = os.Stderr
-	require.NoError(t, doomed.Start())
-	killed := false
+	run.child = exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$")
+	run.child.Env = append(os.Environ(), childEnv+"=relay", envSchema+"="+f.db.Schema, envExchange+"="+run.mq.exchange,
+		envRelayID+"="+childID, envLease+"="+lease.String(), "DATABASE_URL="+dbtest.URL())
+	run.child.Stderr = io.MultiWriter(os.Stderr, run.childLog)
+	require.NoError(t, run.child.Start())
 	t.Cleanup(func() {
-		if !killed {
-			_ = doomed.Process.Kill()
-			_ = doomed.Wait()
-		}
+		_ = run.child.Process.Signal(syscall.SIGCONT)
+		_ = run.child.Process.Kill()
+		_ = run.child.Wait()
 	})
-	var published, held int
-	require.Eventually(t, func() bool {
-		var holder *string
-		require.NoError(t, f.db.Pool.QueryRow(t.Context(), "SELECT holder FROM "+f.db.Schema+".outbox_relay_lease").Scan(&holder))
-		return holder != nil && *holder == "doomed"
-	}, 30*time.Second, 10*time.Millisecond, "the child relay became active")
+	require.Eventually(t, func() bool { return run.holder(t) == childID }, 30*time.Second, 10*time.Millisecond, "the child relay became active")
 
-	// The successor stands by in this process.
-	pub, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{ConnConfig: rabbitmq.ConnConfig{URL: amqpURL()}, Exchange: mq.exchange})
+	pub, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{ConnConfig: rabbitmq.ConnConfig{URL: amqpURL()}, Exchange: run.mq.exchange})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	successor, _ := f.runRelay(t, pub, childRelayConfig("successor", lease))
+	run.successor, _ = f.runRelay(t, pub, childRelayConfig("successor", lease))
 
-	// Kill it mid-batch, once it has published some and holds a claim.
+	// Strike mid-batch, once the child has published some and holds a
+	// claim.
 	require.Eventually(t, func() bool {
-		require.NoError(t, f.db.Pool.QueryRow(t.Context(),
-			"SELECT count(*) FILTER (WHERE published_at IS NOT NULL), count(*) FILTER (WHERE published_at IS NULL AND claimed_by = 'doomed') FROM "+f.db.Schema+".outbox").
-			Scan(&published, &held))
+		published, held := run.counts(t, childID)
 		return published >= 200 && held > 0
 	}, 30*time.Second, time.Millisecond)
-	require.NoError(t, doomed.Process.Kill())
-	killedAt := time.Now()
-	killed = true
-	_ = doomed.Wait()
-	require.False(t, successor.Active())
-	require.NoError(t, f.db.Pool.QueryRow(t.Context(),
-		"SELECT count(*) FROM "+f.db.Schema+".outbox WHERE published_at IS NULL AND claimed_by = 'doomed'").Scan(&held))
-	require.Positive(t, held, "the relay died holding claims")
+	return run
+}
 
-	require.Eventually(t, successor.Active, 2*lease, 5*time.Millisecond, "a standby takes over within twice the lease")
-	t.Logf("taken over %s after the kill", time.Since(killedAt).Round(time.Millisecond))
+func (run *failoverRun) holder(t *testing.T) string {
+	t.Helper()
+	var holder *string
+	require.NoError(t, run.f.db.Pool.QueryRow(t.Context(), "SELECT holder FROM "+run.f.db.Schema+".outbox_relay_lease").Scan(&holder))
+	if holder == nil {
+		return ""
+	}
+	return *holder
+}
 
-	writing.Wait()
-	require.Len(t, written, total)
-	require.Eventually(t, func() bool { return f.pending(t) == 0 }, 60*time.Second, 10*time.Millisecond,
-		"everything is published, the dead relay's claims (10 minutes) included")
+// counts returns the published events, and the unpublished ones claimed
+// by relay id.
+func (run *failoverRun) counts(t *testing.T, id string) (published, held int) {
+	t.Helper()
+	require.NoError(t, run.f.db.Pool.QueryRow(t.Context(),
+		"SELECT count(*) FILTER (WHERE published_at IS NOT NULL), count(*) FILTER (WHERE published_at IS NULL AND claimed_by = $1) FROM "+run.f.db.Schema+".outbox", id).
+		Scan(&published, &held))
+	return published, held
+}
 
-	got := mq.receiveAll(t, total)
+// finish waits until every event is written and published, then checks
+// the broker got every one and the first delivery of each key's events
+// came in write order.
+func (run *failoverRun) finish(t *testing.T) {
+	t.Helper()
+	<-run.writerDone
+	var written int
+	require.NoError(t, run.f.db.Pool.QueryRow(t.Context(), "SELECT count(*) FROM "+run.f.db.Schema+".outbox").Scan(&written))
+	require.Equal(t, run.total, written)
+	require.Eventually(t, func() bool { return run.f.pending(t) == 0 }, 60*time.Second, 10*time.Millisecond,
+		"everything is published, the child relay's claims (10 minutes) included")
+
+	got := run.mq.receiveAll(t, run.total)
 	last := map[string]int{}
 	first := map[string]bool{}
 	for _, m := range got {
@@ -257,6 +271,57 @@ func TestRelayFailoverAfterSIGKILL(t *testing.T) {
 		}
 		last[m.Key] = body.N
 	}
-	require.Len(t, first, total)
-	require.Len(t, last, keys)
+	require.Len(t, first, run.total)
+	require.Len(t, last, run.keys)
+}
+
+// The active relay's process is killed (SIGKILL) while it publishes, with
+// a batch claimed and unconfirmed and a writer still writing: a standby in
+// another process takes over within twice the lease, publishes at once
+// the events the dead relay held (their ten-minute claims are released at
+// the takeover, not waited out), and every event reaches the broker, the
+// first delivery of each key's events in write order.
+func TestRelayFailoverAfterSIGKILL(t *testing.T) {
+	t.Parallel()
+	const lease = 2 * time.Second
+	run := startFailoverRun(t, "doomed", lease)
+	require.NoError(t, run.child.Process.Kill())
+	killedAt := time.Now()
+	_ = run.child.Wait()
+	require.False(t, run.successor.Active())
+	_, held := run.counts(t, "doomed")
+	require.Positive(t, held, "the relay died holding claims")
+
+	require.Eventually(t, run.successor.Active, 2*lease, 5*time.Millisecond, "a standby takes over within twice the lease")
+	t.Logf("taken over %s after the kill", time.Since(killedAt).Round(time.Millisecond))
+	run.finish(t)
+}
+
+// The active relay's process is frozen (SIGSTOP) while it publishes, for
+// longer than its lease, and then resumes: a standby takes over within
+// twice the lease meanwhile, and the resumed relay claims nothing more,
+// marks nothing the successor publishes, and stands by; every event
+// reaches the broker with each key's first deliveries in write order (the
+// resumed relay's late copies of its old batch are duplicates).
+func TestRelayPausedPastItsLeaseStandsDown(t *testing.T) {
+	t.Parallel()
+	const lease = 2 * time.Second
+	run := startFailoverRun(t, "paused", lease)
+	require.NoError(t, run.child.Process.Signal(syscall.SIGSTOP))
+	pausedAt := time.Now()
+
+	require.Eventually(t, run.successor.Active, 2*lease, 5*time.Millisecond, "a standby takes over within twice the lease")
+	t.Logf("taken over %s after the pause", time.Since(pausedAt).Round(time.Millisecond))
+	publishedAtTakeover, _ := run.counts(t, "paused")
+	require.Eventually(t, func() bool {
+		published, _ := run.counts(t, "paused")
+		return published >= publishedAtTakeover+200
+	}, 30*time.Second, 10*time.Millisecond, "the successor publishes while the old relay is frozen")
+
+	require.NoError(t, run.child.Process.Signal(syscall.SIGCONT))
+	require.Eventually(t, func() bool {
+		return strings.Contains(run.childLog.String(), "lost the leader lease to another relay; standing by")
+	}, 10*time.Second, 10*time.Millisecond, "the resumed relay stands by")
+	run.finish(t)
+	require.Equal(t, "successor", run.holder(t))
 }

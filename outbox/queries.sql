@@ -31,8 +31,16 @@ ORDER BY seq;
 -- delivery allows, and consumers deduplicate. Key order is kept: a key's
 -- later event cannot be claimed until its earlier one is marked published,
 -- and a mark lost in the same crash is lost with every later commit.
+--
+-- A relay frozen between its claim and the COMMIT (SIGSTOP, a VM pause)
+-- would hold the lock, and stop every relay and the takeover of its lease,
+-- until it resumed: idle_in_transaction_session_timeout ($2 ms, half the
+-- leader lease) ends such a session instead, which rolls its claim back
+-- and frees the lock in time for a standby to take over within twice the
+-- lease. A live relay commits right after its statements return.
 SELECT pg_advisory_xact_lock(hashtextextended($1, 0)),
-    set_config('synchronous_commit', 'off', true);
+    set_config('synchronous_commit', 'off', true),
+    set_config('idle_in_transaction_session_timeout', $2::bigint::text, true);
 
 -- name: ClaimEvents
 -- Claims up to $1 due, unclaimed (or claim-expired) events in write order

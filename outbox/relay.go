@@ -440,7 +440,7 @@ func (r *Relay) claim(ctx context.Context, carried *verdict, floor, ceiling, epo
 	err := dbsql.WithTx(ctx, r.pool, func(tx pgx.Tx) error {
 		batch := &pgx.Batch{}
 		r.queueVerdict(batch, carried)
-		batch.Queue(r.store.sql.lockClaims, r.lockID)
+		batch.Queue(r.store.sql.lockClaims, r.lockID, r.idleTimeoutMS())
 		batch.Queue(r.store.sql.claimEvents, r.cfg.BatchSize, r.cfg.ID, r.cfg.ClaimLease.Milliseconds(), floor, ceiling, epoch).
 			Query(func(rows pgx.Rows) error {
 				var err error

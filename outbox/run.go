@@ -65,6 +65,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
+// idleTimeoutMS is the idle_in_transaction_session_timeout of a
+// transaction holding the claims' lock (see LockClaims): half the lease.
+func (r *Relay) idleTimeoutMS() int64 { return max(r.cfg.LeaderLease.Milliseconds()/2, 1) }
+
 // Active reports whether Run currently holds the leader lease, that is
 // whether this relay is the one publishing.
 func (r *Relay) Active() bool { return r.active.Load() }
@@ -100,7 +104,7 @@ func (r *Relay) tryAcquire(ctx context.Context) (leaderLease, error) {
 		return l, nil
 	}
 	err := dbsql.WithTx(checkCtx, r.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(checkCtx, r.store.sql.lockClaims, r.lockID); err != nil {
+		if _, err := tx.Exec(checkCtx, r.store.sql.lockClaims, r.lockID, r.idleTimeoutMS()); err != nil {
 			return err
 		}
 		var previous *string
