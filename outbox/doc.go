@@ -88,7 +88,11 @@
 // id (package inbox); the first delivery of every event is in key order.
 // Its verdicts count for nothing (MarkPublished and MarkFailed require its
 // claim, which was released), so it never marks an event the new relay is
-// publishing. Relay IDs must therefore be unique (the default is).
+// publishing. Relay IDs must therefore be unique (the default is). A
+// relay frozen inside a claim's transaction, which holds the claims' lock,
+// would stop the takeover with it: the transaction sets
+// idle_in_transaction_session_timeout to half the lease, so Postgres ends
+// that session, rolls the claim back and frees the lock in time.
 //
 // Why a leader and not key-hash partitions shared among relays: one relay
 // already keeps the claim path busy (claims are serialised by the claims'
