@@ -141,9 +141,9 @@ func (r *Relay) lead(ctx context.Context, l leaderLease) error {
 	err := r.serve(leadCtx, l.epoch)
 	stepDown()
 	<-renewing
-	if ctx.Err() != nil {
-		r.release(ctx, l.epoch)
-	}
+	// Released whatever ended the lead: a lease another relay took is not
+	// touched (the statement names this relay's epoch).
+	r.release(ctx, l.epoch)
 	return err
 }
 
