@@ -207,20 +207,25 @@ func (f relayFleet) run(ctx context.Context, out io.Writer) (float64, error) {
 	}
 	fmt.Fprintf(b.progress, "llmq bench: %d relays standing by; lease freed, relaying %d events\n", b.o.workers, b.o.jobs)
 	waitErr := f.waitDrained(ctx)
-	confirmed, stopErr := f.stop()
+	// Read before the relays stop: a stopping active relay hands the lease
+	// to a standby still running, and that one's connections are no part
+	// of the run.
 	peaks := sampler.stop()
-	if err := errors.Join(waitErr, stopErr); err != nil {
-		return 0, err
-	}
 	var (
 		holder   string
 		seconds  float64
 		takeover float64
 	)
-	err := b.pool.QueryRow(ctx, "SELECT l.holder, extract(epoch FROM max(o.published_at) - l.acquired_at)::float8, extract(epoch FROM l.acquired_at - $1::timestamptz)::float8 FROM "+
-		lease+" AS l, "+b.schema+".outbox AS o GROUP BY l.holder, l.acquired_at", released).Scan(&holder, &seconds, &takeover)
-	if err != nil {
-		return 0, fmt.Errorf("llmq bench: reading the run's times: %w", err)
+	if waitErr == nil {
+		err := b.pool.QueryRow(ctx, "SELECT l.holder, extract(epoch FROM max(o.published_at) - l.acquired_at)::float8, extract(epoch FROM l.acquired_at - $1::timestamptz)::float8 FROM "+
+			lease+" AS l, "+b.schema+".outbox AS o GROUP BY l.holder, l.acquired_at", released).Scan(&holder, &seconds, &takeover)
+		if err != nil {
+			waitErr = fmt.Errorf("llmq bench: reading the run's times: %w", err)
+		}
+	}
+	confirmed, stopErr := f.stop()
+	if err := errors.Join(waitErr, stopErr); err != nil {
+		return 0, err
 	}
 	if confirmed >= 0 && confirmed < b.o.jobs {
 		return 0, fmt.Errorf("llmq bench: the relays' brokers confirmed %d of %d events", confirmed, b.o.jobs)
@@ -229,12 +234,16 @@ func (f relayFleet) run(ctx context.Context, out io.Writer) (float64, error) {
 	if n, ok := strings.CutPrefix(holder, "bench-relay-"); ok {
 		active, _ = strconv.Atoi(n)
 	}
-	activePeak, standbyPeak, total := peaks.split(b.schema+"-relay-", active)
-	fmt.Fprintf(out, "llmq relay fleet: relays=%d as=%s active=%s events=%d seconds=%.3f events_per_s=%.0f takeover_after_free_s=%.2f peak_connections: active_relay=%d (budget %d) standby_relay=%d (budget %d) all_relays=%d\n",
-		b.o.workers, f.kind, holder, b.o.jobs, seconds, float64(b.o.jobs)/seconds, takeover, activePeak, relayBudgetActive, standbyPeak, relayBudgetStandby, total)
-	if f.kind == "goroutines" {
-		fmt.Fprintln(out, "llmq relay fleet: the relays share this process's pool: peak connections are the process's, not one relay's")
+	line := fmt.Sprintf("llmq relay fleet: relays=%d as=%s active=%s events=%d seconds=%.3f events_per_s=%.0f takeover_after_free_s=%.2f",
+		b.o.workers, f.kind, holder, b.o.jobs, seconds, float64(b.o.jobs)/seconds, takeover)
+	if f.kind == "processes" {
+		activePeak, standbyPeak, total := peaks.split(b.schema+"-relay-", active)
+		line += fmt.Sprintf(" peak_connections: active_relay=%d (budget %d) standby_relay=%d (budget %d) all_relays=%d",
+			activePeak, relayBudgetActive, standbyPeak, relayBudgetStandby, total)
+	} else {
+		line += " peak_connections: not sampled (the relays share this process's pool)"
 	}
+	fmt.Fprintln(out, line)
 	return seconds, nil
 }
 
