@@ -173,6 +173,19 @@ func (b *bench) runRelays(ctx context.Context, events *outbox.Store, pub broker.
 	return fleet.run(ctx, b.progress)
 }
 
+// lockedWriter serialises writes: the bench's progress is written by the
+// bench and by the loggers of its in-process relays at once.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
 // benchRelayLogger shows the relays' warnings, errors and hand-overs.
 func benchRelayLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
