@@ -19,10 +19,17 @@
 //   - Write issues a NOTIFY on "<schema>_outbox", delivered on commit, so a
 //     relay can wake without polling (it also wakes on the job store's
 //     enqueue channel, and polls as a fallback).
-//   - A relay's claim holds its events for ClaimLease; a relay that dies is
-//     replaced when the lease runs out. Only confirmed events are marked
-//     published; an event the broker did not confirm backs off (full jitter)
-//     on its own, without holding back events of other keys.
+//   - Any number of relays may Run on one outbox (one per pod): one, the
+//     active relay, holds the leader lease and publishes; the others stand
+//     by (see "Relays in every pod" below). When the active relay dies, a
+//     standby takes over within LeaderLease + StandbyPoll (at most twice
+//     LeaderLease) and releases the dead relay's claims, so its batch is
+//     published again at once rather than after ClaimLease.
+//   - A relay's claim holds its events for ClaimLease; a claim of a relay
+//     that dies is released by the next active relay, or runs out. Only
+//     confirmed events are marked published; an event the broker did not
+//     confirm backs off (full jitter) on its own, without holding back
+//     events of other keys.
 //   - Events sharing a key are published in write order, even with several
 //     relays and through failed publications: only the oldest unpublished
 //     event of a key is ever claimed, so a key has one event in flight at a
@@ -49,6 +56,80 @@
 // wait for their batch to be published. RelayOnce relays one batch, one
 // step after the other.
 //
+// # Relays in every pod
+//
+// Run takes a leader lease (one row, outbox_relay_lease) before it claims:
+// the relay holding it is the active one and relays exactly as a lone
+// relay does; every other relay stands by. So any number of relays on one
+// outbox publish as fast as one, and hold the connections of one plus
+// nothing per standby. The active relay renews the lease every third of
+// RelayConfig.LeaderLease (default 10s); a standby reads the lease row
+// every RelayConfig.StandbyPoll (default LeaderLease/2, jittered) and takes
+// the lease over once it is free: released by a relay whose Run ended
+// (taken at the next check), or not renewed for LeaderLease (the holder
+// died, froze, or lost the database). A relay that cannot renew for a whole
+// lease stands down by itself. Relay.Active and the
+// llmq.outbox.relay.active gauge say which relay is publishing.
+//
+// Fencing. Each acquisition increments the lease's epoch, and the active
+// relay's claims carry the epoch it acquired: a claim succeeds only while
+// the lease row still names its relay with that epoch, checked in the
+// claim's statement under the claims' lock, which the takeover also takes.
+// A relay that was paused (SIGSTOP, a long GC or VM pause) past its lease
+// and then resumes therefore claims nothing more: its next claim finds the
+// new epoch and returns empty, and its renewal finds the row taken and
+// makes it stand by. What it had in flight when it paused is handled by
+// the takeover, which releases the previous holder's claims: the new
+// active relay publishes those events again, in key order (each was the
+// oldest unpublished event of its key, so no later event of the key is
+// claimable before it is confirmed and marked). The resumed relay may
+// still hand its old batch to the broker: those messages are duplicates of
+// events already delivered, arriving late, which consumers drop by event
+// id (package inbox); the first delivery of every event is in key order.
+// Its verdicts count for nothing (MarkPublished and MarkFailed require its
+// claim, which was released), so it never marks an event the new relay is
+// publishing. Relay IDs must therefore be unique (the default is). A
+// relay frozen inside a claim's transaction, which holds the claims' lock,
+// would stop the takeover with it: the transaction sets
+// idle_in_transaction_session_timeout to half the lease, so Postgres ends
+// that session, rolls the claim back and frees the lock in time.
+//
+// Why a leader and not key-hash partitions shared among relays: one relay
+// already keeps the claim path busy (claims are serialised by the claims'
+// lock, and batches overlap publishing), so partitions would add claims
+// that wait for the same lock, a rebalancing protocol, and a partition
+// scan per claim, for no more throughput than one relay; and every pod's
+// relay would hold connections. A leader adds one statement per renewal
+// and costs nothing on the claim path (a one-time filter on one row). The
+// price is a failover time of up to LeaderLease + StandbyPoll after a crash
+// (a clean stop hands over at the next check), and a relay restarted after
+// SIGKILL waits that long too.
+//
+// RelayOnce and Drain take no lease: they claim beside whichever relay is
+// active, which keeps key order (the claim rules hold across relays) but
+// adds no speed. They are for callers driving a relay themselves.
+//
+// # Connections
+//
+// The active relay holds one dedicated connection for LISTEN (opened from
+// the pool's configuration, outside the pool) and uses the pool for one
+// statement or transaction at a time: its claims and verdicts, pruning,
+// and the lease renewal beside them, so at most two pool connections at
+// once, plus one while the backlog gauges are read (MeterProvider only):
+// at most four connections in all, usually two. A standby holds no
+// connection: it borrows one pool connection for one statement per
+// StandbyPoll (two, in one transaction, when the lease is free), and
+// neither listens nor prunes nor reads the gauges. Whether an idle pool
+// connection stays open between uses is the pool's setting
+// (pgxpool.Config.MaxConnIdleTime).
+//
+// # Logging
+//
+// Warnings (events the broker refused, a failed pass, a lost lease) and
+// errors go to RelayConfig.Logger, by default slog.Default(), each with a
+// "relay" attribute; becoming active is logged at Info, standing by at
+// Debug. To silence the relay, configure a logger that drops them.
+//
 // Decisions: claims are serialised by a transaction-scoped advisory lock
 // (one short statement each), because the key-order check must see every
 // other relay's committed claims. A relay that crashes after the broker
@@ -62,11 +143,14 @@
 // default). With RelayConfig.MeterProvider the relay reports
 // llmq.outbox.events ({event}; result = published | failed: its rate is the
 // publish rate), llmq.outbox.publish.duration (s; one batch until the
-// broker confirmed), and, while Run runs, the observable gauges
+// broker confirmed), and, while Run is the active relay, the observable gauges
 // llmq.outbox.pending ({event}) and llmq.outbox.lag (s; age of the oldest
 // unpublished event), read through outbox_pending_idx at most once per
 // RelayConfig.GaugeRefresh (default 15s): the count reads one index entry
-// per unpublished event, the age one entry. With RelayConfig.TracerProvider
+// per unpublished event, the age one entry. Only the active relay reports
+// these two, so a fleet reads the backlog once per refresh, not once per
+// pod. Every running relay reports llmq.outbox.relay.active ({relay}; 1
+// while it holds the leader lease). With RelayConfig.TracerProvider
 // each event that carries a trace context is published in a producer span
 // "publish <topic>", a child of the writer's span, whose context replaces
 // the writer's in the message headers so consumers continue the trace

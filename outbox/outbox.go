@@ -102,6 +102,7 @@ type Store struct {
 	listByAggregate string
 	sql             struct {
 		lockClaims, claimEvents, relaxCommit, markPublished, markFailed, pendingStats, prunePublished string
+		leaseFree, acquireLease, renewLease, releaseLease                                             string
 	}
 }
 
@@ -129,6 +130,10 @@ func NewStore(cfg Config) (*Store, error) {
 	s.sql.markFailed = q.Must("MarkFailed")
 	s.sql.pendingStats = q.Must("PendingStats")
 	s.sql.prunePublished = q.Must("PrunePublished")
+	s.sql.leaseFree = q.Must("LeaseFree")
+	s.sql.acquireLease = q.Must("AcquireLease")
+	s.sql.renewLease = q.Must("RenewLease")
+	s.sql.releaseLease = q.Must("ReleaseLease")
 	return s, nil
 }
 

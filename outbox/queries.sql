@@ -31,12 +31,20 @@ ORDER BY seq;
 -- delivery allows, and consumers deduplicate. Key order is kept: a key's
 -- later event cannot be claimed until its earlier one is marked published,
 -- and a mark lost in the same crash is lost with every later commit.
+--
+-- A relay frozen between its claim and the COMMIT (SIGSTOP, a VM pause)
+-- would hold the lock, and stop every relay and the takeover of its lease,
+-- until it resumed: idle_in_transaction_session_timeout ($2 ms, half the
+-- leader lease) ends such a session instead, which rolls its claim back
+-- and frees the lock in time for a standby to take over within twice the
+-- lease. A live relay commits right after its statements return.
 SELECT pg_advisory_xact_lock(hashtextextended($1, 0)),
-    set_config('synchronous_commit', 'off', true);
+    set_config('synchronous_commit', 'off', true),
+    set_config('idle_in_transaction_session_timeout', $2::bigint::text, true);
 
 -- name: ClaimEvents
 -- Claims up to $1 due, unclaimed (or claim-expired) events in write order
--- for relay $2, for $3 ms, with seq in [$4, $5). The relay passes the lowest
+-- for relay $2, for $3 ms, with seq in [$4, $5), fenced by lease epoch $6. The relay passes the lowest
 -- seq of its previous full batch while it keeps finding full batches, so
 -- each claim does not step again over the index entries of everything
 -- published since the last vacuum; it starts from 0 again whenever a batch
@@ -64,6 +72,14 @@ WITH claimable AS (
         AND o.seq < $5
         AND o.next_attempt_at <= now()
         AND (o.claimed_until IS NULL OR o.claimed_until < now())
+        -- The leader fence: a relay running as the active one ($6, its
+        -- lease epoch, > 0) claims only while the lease still names it
+        -- with that epoch. Uncorrelated, so it runs once per claim, as a
+        -- one-time filter; RelayOnce and Drain pass 0 and claim unfenced.
+        AND ($6 = 0 OR EXISTS (
+            SELECT FROM /*schema*/outbox_relay_lease AS l
+            WHERE l.holder = $2 AND l.epoch = $6
+        ))
         AND (o.key IS NULL OR NOT EXISTS (
             SELECT FROM /*schema*/outbox AS p
             WHERE p.key = o.key
@@ -116,6 +132,69 @@ SET last_error      = v.error,
 FROM unnest($2::uuid[], $3::text[], $4::bigint[]) AS v (event_id, error, delay_ms)
 WHERE o.event_id = v.event_id
     AND o.claimed_by = $1;
+
+-- name: LeaseFree
+-- A standby's check: whether the leader lease is free (released, or not
+-- renewed in time). A read of the one row: no lock, no write, so standbys
+-- cost the active relay nothing.
+SELECT lease_until < now() FROM /*schema*/outbox_relay_lease;
+
+-- name: AcquireLease
+-- Takes the lease for relay $1, for $2 ms, if it is free, with the next
+-- epoch, and returns that epoch and the holder it replaced. Runs after
+-- LockClaims, in the claims' transaction-scoped lock: a claim of the
+-- previous holder is either committed before (and released below) or made
+-- after, and then fenced out by the new epoch, which its statement sees.
+-- The row is locked first (FOR UPDATE) so a renewal racing the takeover
+-- is waited for and rechecked, never overwritten.
+--
+-- The previous holder's claims are released in the same statement: the
+-- lease passed to another relay because that one stopped renewing it
+-- (died, paused, or lost the database), so its batches would otherwise
+-- wait out ClaimLease while the new relay publishes around them. If it is
+-- only paused and publishes its batch when it resumes, those messages are
+-- duplicates of events the new relay published again (at-least-once), and
+-- its verdicts count for nothing (MarkPublished and MarkFailed require the
+-- claim). It looks at unpublished events only: through outbox_pending_idx
+-- when they are few beside the published ones kept for Retention (the
+-- steady state), by a scan of the table during a large backlog; either is
+-- paid once per takeover.
+WITH old AS (
+    SELECT holder FROM /*schema*/outbox_relay_lease FOR UPDATE
+), acquired AS (
+    UPDATE /*schema*/outbox_relay_lease AS l
+    SET holder      = $1,
+        epoch       = l.epoch + 1,
+        lease_until = now() + $2 * interval '1 millisecond',
+        acquired_at = now()
+    FROM old
+    WHERE l.lease_until < now()
+    RETURNING l.epoch, old.holder AS previous
+), released AS (
+    UPDATE /*schema*/outbox AS o
+    SET claimed_by = NULL, claimed_until = NULL
+    FROM acquired
+    WHERE o.published_at IS NULL
+        AND o.claimed_by = acquired.previous
+    RETURNING 1
+)
+SELECT epoch, previous, (SELECT count(*) FROM released) FROM acquired;
+
+-- name: RenewLease
+-- Extends relay $1's lease of epoch $2 by $3 ms from now. No row: another
+-- relay took the lease over, and this one must stop claiming (its claims
+-- are fenced already). An expired lease nobody took is still this relay's.
+UPDATE /*schema*/outbox_relay_lease
+SET lease_until = now() + $3 * interval '1 millisecond'
+WHERE holder = $1 AND epoch = $2;
+
+-- name: ReleaseLease
+-- A relay stopping hands the lease on at once: it is free from now, for
+-- the next standby's check. The holder stays, so that a claim it failed to
+-- settle is released by the next acquirer.
+UPDATE /*schema*/outbox_relay_lease
+SET lease_until = '-infinity'
+WHERE holder = $1 AND epoch = $2;
 
 -- name: PendingStats
 -- The unpublished backlog: its size and the age of its oldest event, read

@@ -24,7 +24,6 @@ import (
 
 	"github.com/llmq/llmq/broker"
 	"github.com/llmq/llmq/internal/dbsql"
-	"github.com/llmq/llmq/internal/pglisten"
 	"github.com/llmq/llmq/internal/retry"
 )
 
@@ -41,15 +40,17 @@ type BackoffPolicy = retry.Policy
 
 // RelayConfig configures a Relay. Zero values mean the documented defaults.
 type RelayConfig struct {
-	// ID names this relay on the events it claims. Default: host name,
-	// process id and a random suffix.
+	// ID names this relay on the events it claims and in the leader
+	// lease; it must be unique among the relays of an outbox. Default:
+	// host name, process id and a random suffix.
 	ID string
 	// BatchSize is the most events one claim takes. Default 100, at most
 	// 1000.
 	BatchSize int
-	// ClaimLease is how long a claim holds its events. A relay that dies
-	// mid-batch leaves them to be reclaimed this long after its claim.
-	// Default 30s.
+	// ClaimLease is how long a claim holds its events. When an active
+	// relay (Run) dies mid-batch, the relay taking the leader lease over
+	// releases its claims at once; claims of RelayOnce and Drain callers
+	// are reclaimed this long after they were made. Default 30s.
 	ClaimLease time.Duration
 	// PollInterval is the fallback claim interval when no NOTIFY arrives.
 	// Default 500ms.
@@ -60,9 +61,21 @@ type RelayConfig struct {
 	// Retention is how long published events stay before the pruner
 	// deletes them. Default 24h.
 	Retention time.Duration
-	// PruneInterval is how often Run prunes. Default 1 minute.
+	// PruneInterval is how often the active relay prunes. Default 1
+	// minute.
 	PruneInterval time.Duration
-	// Logger receives operational messages. Default: discard.
+	// LeaderLease is how long the active relay's lease lasts without a
+	// renewal; it renews every third of it. When the active relay dies,
+	// a standby takes over within LeaderLease + StandbyPoll, at most twice
+	// LeaderLease. Default 10s, at least 100ms.
+	LeaderLease time.Duration
+	// StandbyPoll is how often a standby relay checks whether the lease is
+	// free (each wait is jittered between half of it and all of it). At
+	// most LeaderLease. Default LeaderLease/2.
+	StandbyPoll time.Duration
+	// Logger receives operational messages, each with a "relay" attribute
+	// (the ID). Default: slog.Default(), so warnings and errors are seen
+	// unless a logger is configured to drop them.
 	Logger *slog.Logger
 	// MeterProvider receives the relay's metrics (see the package
 	// documentation). Nil means none.
@@ -78,6 +91,10 @@ type RelayConfig struct {
 	// (traceparent, tracestate).
 	Propagator propagation.TextMapPropagator
 }
+
+// ErrInvalidRelayConfig is matched (errors.Is) by every error NewRelay
+// returns for a bad RelayConfig.
+var ErrInvalidRelayConfig = errors.New("outbox: invalid relay configuration")
 
 // Relay publishes committed outbox events through a broker.Publisher and
 // marks them published only after the broker confirmed them.
@@ -95,28 +112,38 @@ type Relay struct {
 	fullScans atomic.Int64 // unix nanoseconds of the last claim from seq 0
 
 	published, failed atomic.Int64
+	active            atomic.Bool // Run holds the leader lease
 	obs               *relayInstruments
 }
 
 // NewRelay validates cfg and returns a relay for the store's outbox.
 func (s *Store) NewRelay(pool *pgxpool.Pool, pub broker.Publisher, cfg RelayConfig) (*Relay, error) {
 	if pool == nil || pub == nil {
-		return nil, errors.New("outbox: NewRelay needs a pool and a publisher")
+		return nil, fmt.Errorf("%w: NewRelay needs a pool and a publisher", ErrInvalidRelayConfig)
 	}
 	for name, d := range map[string]time.Duration{
 		"ClaimLease": cfg.ClaimLease, "PollInterval": cfg.PollInterval,
 		"Retention": cfg.Retention, "PruneInterval": cfg.PruneInterval, "GaugeRefresh": cfg.GaugeRefresh,
+		"LeaderLease": cfg.LeaderLease, "StandbyPoll": cfg.StandbyPoll,
 	} {
 		if d < 0 {
-			return nil, fmt.Errorf("outbox: relay %s is %s; use 0 for the default or a positive duration", name, d)
+			return nil, fmt.Errorf("%w: %s is %s; use 0 for the default or a positive duration", ErrInvalidRelayConfig, name, d)
 		}
 	}
 	if cfg.BatchSize < 0 || cfg.BatchSize > 1000 {
-		return nil, fmt.Errorf("outbox: relay BatchSize is %d; use 0 for the default or 1 to 1000", cfg.BatchSize)
+		return nil, fmt.Errorf("%w: BatchSize is %d; use 0 for the default or 1 to 1000", ErrInvalidRelayConfig, cfg.BatchSize)
 	}
 	if err := cfg.Backoff.Validate(); err != nil {
-		return nil, fmt.Errorf("outbox: relay Backoff: %w", err)
+		return nil, fmt.Errorf("%w: Backoff: %w", ErrInvalidRelayConfig, err)
 	}
+	if cfg.LeaderLease != 0 && cfg.LeaderLease < minLeaderLease {
+		return nil, fmt.Errorf("%w: LeaderLease is %s; use 0 for the default or at least %s", ErrInvalidRelayConfig, cfg.LeaderLease, minLeaderLease)
+	}
+	cfg.LeaderLease = cmp.Or(cfg.LeaderLease, defaultLeaderLease)
+	if cfg.StandbyPoll > cfg.LeaderLease {
+		return nil, fmt.Errorf("%w: StandbyPoll %s is longer than LeaderLease %s; a standby must check at least once per lease", ErrInvalidRelayConfig, cfg.StandbyPoll, cfg.LeaderLease)
+	}
+	cfg.StandbyPoll = cmp.Or(cfg.StandbyPoll, cfg.LeaderLease/2)
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, 100)
 	cfg.ClaimLease = cmp.Or(cfg.ClaimLease, 30*time.Second)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, 500*time.Millisecond)
@@ -131,11 +158,12 @@ func (s *Store) NewRelay(pool *pgxpool.Pool, pub broker.Publisher, cfg RelayConf
 		cfg.ID = fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = slog.Default()
 	}
+	cfg.Logger = cfg.Logger.With("relay", cfg.ID)
 	obs, err := newRelayInstruments(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: relay instruments: %w", err)
+		return nil, fmt.Errorf("%w: instruments: %w", ErrInvalidRelayConfig, err)
 	}
 	return &Relay{store: s, pool: pool, pub: pub, cfg: cfg, obs: obs, lockID: "llmq.outbox.claim:" + s.schema.Name()}, nil
 }
@@ -204,9 +232,11 @@ func (r *Relay) queueVerdict(b *pgx.Batch, v *verdict) {
 
 // RelayOnce claims one batch, publishes it and records the broker's
 // verdict on each event. Nothing is held open while publishing: the claim
-// is its own short transaction, and so is the verdict.
+// is its own short transaction, and so is the verdict. RelayOnce does not
+// take the leader lease (see Run): it claims beside whichever relay is
+// active, which is safe (key order holds across relays) but not faster.
 func (r *Relay) RelayOnce(ctx context.Context) (BatchResult, error) {
-	recs, err := r.claim(ctx, nil, r.startSeq(r.floor.Load()), math.MaxInt64)
+	recs, err := r.claim(ctx, nil, r.startSeq(r.floor.Load()), math.MaxInt64, unfenced)
 	if err != nil {
 		return BatchResult{}, fmt.Errorf("outbox: claiming events: %w", err)
 	}
@@ -225,8 +255,17 @@ func (r *Relay) RelayOnce(ctx context.Context) (BatchResult, error) {
 // records the verdict on the batch before. Key order still holds, because
 // a key's next event cannot be claimed while its previous one is in
 // flight (see ClaimEvents). The last verdict is recorded before Drain
-// returns, also when it fails. Run relays the same way.
+// returns, also when it fails. Run relays the same way while it is the
+// active relay; Drain, like RelayOnce, does not take the leader lease.
 func (r *Relay) Drain(ctx context.Context) (BatchResult, error) {
+	return r.drain(ctx, unfenced)
+}
+
+// unfenced is the epoch of claims made outside the leader lease.
+const unfenced = 0
+
+// drain is Drain, its claims fenced by the lease epoch (or unfenced).
+func (r *Relay) drain(ctx context.Context, epoch int64) (BatchResult, error) {
 	var (
 		total   BatchResult
 		carried *verdict // published, not yet recorded
@@ -254,7 +293,7 @@ func (r *Relay) Drain(ctx context.Context) (BatchResult, error) {
 		if flight != nil {
 			ceiling = flight.lastSeq + overlapWindow*int64(r.cfg.BatchSize)
 		}
-		recs, err := r.claim(ctx, carried, r.startSeq(floor), ceiling)
+		recs, err := r.claim(ctx, carried, r.startSeq(floor), ceiling, epoch)
 		if err != nil {
 			if flight != nil {
 				v := flight.wait()
@@ -390,18 +429,19 @@ func (r *Relay) publish(ctx context.Context, recs []Record) *verdict {
 }
 
 // claim records carried, then claims up to a batch with seq in [floor,
-// ceiling), in one transaction whose statements are sent together. The
+// ceiling), fenced by the lease epoch (0: unfenced), in one transaction
+// whose statements are sent together. The
 // verdict goes first, before the claims' advisory lock is taken, so it
 // does not lengthen the time the lock is held, and so the claim sees the
 // keys it frees (a key's next event is claimable once its previous one is
 // marked published). The records come back in write order.
-func (r *Relay) claim(ctx context.Context, carried *verdict, floor, ceiling int64) ([]Record, error) {
+func (r *Relay) claim(ctx context.Context, carried *verdict, floor, ceiling, epoch int64) ([]Record, error) {
 	var recs []Record
 	err := dbsql.WithTx(ctx, r.pool, func(tx pgx.Tx) error {
 		batch := &pgx.Batch{}
 		r.queueVerdict(batch, carried)
-		batch.Queue(r.store.sql.lockClaims, r.lockID)
-		batch.Queue(r.store.sql.claimEvents, r.cfg.BatchSize, r.cfg.ID, r.cfg.ClaimLease.Milliseconds(), floor, ceiling).
+		batch.Queue(r.store.sql.lockClaims, r.lockID, r.idleTimeoutMS())
+		batch.Queue(r.store.sql.claimEvents, r.cfg.BatchSize, r.cfg.ID, r.cfg.ClaimLease.Milliseconds(), floor, ceiling, epoch).
 			Query(func(rows pgx.Rows) error {
 				var err error
 				recs, err = pgx.CollectRows(rows, scanClaimed)
@@ -482,70 +522,6 @@ func toMessage(rec Record) broker.Message {
 		headers[HeaderAggregateID] = rec.AggregateID.String()
 	}
 	return broker.Message{ID: rec.ID.String(), Topic: rec.Topic, Key: rec.Key, Headers: headers, Body: rec.Payload}
-}
-
-// Run relays until ctx ends: it claims and publishes batches while there
-// are events, then waits for a NOTIFY from a writer (outbox.Store.Write, or
-// an enqueue on the job store's channel) or the poll interval, and prunes
-// published events every PruneInterval. Several relays may run at once.
-func (r *Relay) Run(ctx context.Context) error {
-	if r.cfg.MeterProvider != nil {
-		reg, err := r.registerGauges()
-		if err != nil {
-			return fmt.Errorf("outbox: relay gauges: %w", err)
-		}
-		defer func() { _ = reg.Unregister() }()
-	}
-	wake := make(chan struct{}, 1)
-	signal := func() {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	}
-	listenCtx, stopListening := context.WithCancel(ctx)
-	defer stopListening()
-	listening := make(chan struct{})
-	go func() {
-		defer close(listening)
-		pglisten.Run(listenCtx, r.pool.Config().ConnConfig,
-			[]string{r.store.channel, r.store.schema.Channel("jobs")},
-			func(string, string) { signal() }, signal, r.cfg.Logger)
-	}()
-	defer func() { <-listening }()
-
-	poll := time.NewTicker(r.cfg.PollInterval)
-	defer poll.Stop()
-	prune := time.NewTicker(r.cfg.PruneInterval)
-	defer prune.Stop()
-	backoff := time.Duration(0)
-	for {
-		_, err := r.Drain(ctx)
-		switch {
-		case ctx.Err() != nil:
-			return nil
-		case err != nil:
-			backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
-			r.cfg.Logger.Warn("llmq: outbox relay pass failed", "err", err, "retry_in", backoff)
-		default:
-			backoff = 0
-		}
-		var retryAfter <-chan time.Time
-		if backoff > 0 {
-			retryAfter = time.After(backoff)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-wake:
-		case <-poll.C:
-		case <-retryAfter:
-		case <-prune.C:
-			if _, err := r.Prune(ctx); err != nil && ctx.Err() == nil {
-				r.cfg.Logger.Warn("llmq: outbox prune failed", "err", err)
-			}
-		}
-	}
 }
 
 // Stats is the relay's view of the outbox.

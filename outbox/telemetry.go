@@ -25,6 +25,7 @@ type relayInstruments struct {
 	publishDuration metric.Float64Histogram // llmq.outbox.publish.duration
 	pending         metric.Int64ObservableGauge
 	lag             metric.Float64ObservableGauge
+	active          metric.Int64ObservableGauge // llmq.outbox.relay.active
 
 	published, failed attribute.Set
 }
@@ -53,9 +54,26 @@ func newRelayInstruments(cfg RelayConfig) (*relayInstruments, error) {
 		metric.WithDescription("Unpublished events.")); err != nil {
 		return nil, err
 	}
-	in.lag, err = m.Float64ObservableGauge("llmq.outbox.lag", metric.WithUnit("s"),
-		metric.WithDescription("Age of the oldest unpublished event: the publication lag."))
+	if in.lag, err = m.Float64ObservableGauge("llmq.outbox.lag", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest unpublished event: the publication lag.")); err != nil {
+		return nil, err
+	}
+	in.active, err = m.Int64ObservableGauge("llmq.outbox.relay.active", metric.WithUnit("{relay}"),
+		metric.WithDescription("1 while this relay holds the leader lease and publishes, 0 while it stands by."))
 	return in, err
+}
+
+// registerActiveGauge reports whether this relay is the active one, from
+// memory.
+func (r *Relay) registerActiveGauge() (metric.Registration, error) {
+	return r.obs.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		var v int64
+		if r.active.Load() {
+			v = 1
+		}
+		o.ObserveInt64(r.obs.active, v)
+		return nil
+	}, r.obs.active)
 }
 
 // registerGauges reports the backlog from Stats, read at most once per

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -21,8 +20,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/llmq/llmq"
-	"github.com/llmq/llmq/broker"
-	"github.com/llmq/llmq/broker/memory"
 	"github.com/llmq/llmq/internal/retry"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
@@ -52,9 +49,9 @@ const benchKind = "bench.noop"
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, c := newFlagSet("bench", stderr)
 	var o benchOptions
-	fs.StringVar(&o.mode, "mode", "drain", "drain: work down a backlog enqueued up front; e2e: producers enqueue while the runner works; latency: open-loop arrivals at -rate, enqueue-to-start latency; relay: publish a backlog of -jobs outbox events to -broker with -workers relays; ingress: publish -jobs messages to -broker, then time an inbox ingress with -workers concurrent batches taking them all")
+	fs.StringVar(&o.mode, "mode", "drain", "drain: work down a backlog enqueued up front; e2e: producers enqueue while the runner works; latency: open-loop arrivals at -rate, enqueue-to-start latency; relay: publish a backlog of -jobs outbox events to -broker with -workers relays, each running as a pod's would (processes with the memory broker, goroutines otherwise), and print their peak connections; ingress: publish -jobs messages to -broker, then time an inbox ingress with -workers concurrent batches taking them all")
 	fs.IntVar(&o.jobs, "jobs", 50_000, "number of jobs")
-	fs.IntVar(&o.workers, "workers", 100, "runner concurrency (MaxWorkers of the queue)")
+	fs.IntVar(&o.workers, "workers", 100, "runner concurrency (MaxWorkers of the queue); relay: relays competing for one outbox")
 	fs.IntVar(&o.producers, "producers", 16, "e2e: concurrent producers, each enqueueing one job (and its outbox event) per transaction")
 	fs.Float64Var(&o.rate, "rate", 100, "latency: arrivals per second")
 	fs.IntVar(&o.batch, "claim-batch", 0, "jobs per claim (0: 500 for drain, 100 for e2e, 10 for latency, never more than -workers); events per relay claim (0: 500)")
@@ -68,6 +65,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.window, "window", 0, "rabbitmq: unconfirmed publishes in flight (0: the publisher's default)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if schema := os.Getenv(benchRelayChild); schema != "" && o.mode == "relay" {
+		index, err := strconv.Atoi(os.Getenv(benchRelayIndex))
+		if err != nil {
+			return fmt.Errorf("%w: %s=%q is not a relay number", errUsage, benchRelayIndex, os.Getenv(benchRelayIndex))
+		}
+		return benchRelayWorker(ctx, c, o, schema, index, os.Stdin, stdout, stderr)
 	}
 	switch {
 	case o.mode == "admission":
@@ -95,7 +99,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer drop()
-	b := &bench{o: o, pool: pool, schema: schema, progress: stderr, started: map[uuid.UUID]time.Time{}}
+	b := &bench{o: o, pool: pool, schema: schema, progress: &lockedWriter{w: stderr}, started: map[uuid.UUID]time.Time{}}
 	b.store, err = jobs.NewStore(jobs.Config{Schema: schema, NotifyInterval: o.notifyEach})
 	if err != nil {
 		return err
@@ -127,7 +131,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		case "kafka":
 			seconds, err = b.relayKafka(ctx)
 		default:
-			seconds, err = b.relay(ctx)
+			seconds, err = b.relay(ctx, c, stdout)
 		}
 	case "ingress":
 		seconds, err = b.ingress(ctx)
@@ -407,25 +411,6 @@ func percentiles(ds []time.Duration) string {
 	return fmt.Sprintf("p50=%s p90=%s p99=%s max=%s", p(0.50), p(0.90), p(0.99), ds[len(ds)-1].Round(10*time.Microsecond))
 }
 
-// relay writes -jobs outbox events up front, then times -workers relays
-// publishing them all to the in-memory broker and marking them published.
-func (b *bench) relay(ctx context.Context) (float64, error) {
-	events, err := b.writeOutboxEvents(ctx, b.o.jobs)
-	if err != nil {
-		return 0, err
-	}
-	mem := memory.New(memory.Config{})
-	defer func() { _ = mem.Close() }()
-	elapsed, err := b.runRelays(ctx, events, mem.Publisher())
-	if err != nil {
-		return 0, err
-	}
-	if n := mem.Published("bench"); n < b.o.jobs {
-		return 0, fmt.Errorf("llmq bench: the broker confirmed %d of %d events", n, b.o.jobs)
-	}
-	return elapsed, nil
-}
-
 // writeOutboxEvents writes n outbox events on 1,000 keys, topic "bench",
 // and vacuums the outbox.
 func (b *bench) writeOutboxEvents(ctx context.Context, n int) (*outbox.Store, error) {
@@ -455,37 +440,6 @@ func (b *bench) writeOutboxEvents(ctx context.Context, n int) (*outbox.Store, er
 		return nil, err
 	}
 	return events, nil
-}
-
-// runRelays times -workers relays publishing every outbox event through
-// pub and marking it published.
-func (b *bench) runRelays(ctx context.Context, events *outbox.Store, pub broker.Publisher) (float64, error) {
-	fmt.Fprintf(b.progress, "llmq bench: events written; relaying with %d relays\n", b.o.workers)
-	// Half the events' 1,000 keys: a relay claims the next batch while one
-	// is published, which finds nothing when the batch in flight holds
-	// every key (see outbox.Relay.Drain).
-	relayBatch := cmp.Or(b.o.batch, 500)
-	start := time.Now()
-	var wg sync.WaitGroup
-	errs := make(chan error, b.o.workers)
-	for i := range b.o.workers {
-		r, err := events.NewRelay(b.pool, pub, outbox.RelayConfig{ID: fmt.Sprintf("bench-%d", i), BatchSize: relayBatch})
-		if err != nil {
-			return 0, err
-		}
-		wg.Go(func() {
-			if _, err := r.Drain(ctx); err != nil {
-				errs <- err
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start).Seconds()
-	close(errs)
-	if err := <-errs; err != nil {
-		return 0, err
-	}
-	return elapsed, nil
 }
 
 func sleepUntil(ctx context.Context, at time.Time) bool {

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/dbtest"
+	"github.com/llmq/llmq/outbox"
+)
+
+// TestMain lets the test binary stand in for the llmq binary as a relay
+// process of `llmq bench -mode relay`, which re-executes itself: without
+// this, the child would run the tests.
+func TestMain(m *testing.M) {
+	if os.Getenv(benchRelayChild) != "" {
+		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// One relay process of the bench, run in-process: it stands by while the
+// lease is held, says ready once it holds no connection, publishes the
+// backlog when the lease is freed, and reports what its broker confirmed
+// when told to stop. (The whole mode re-executes the llmq binary, which a
+// test binary is not.)
+func TestBenchRelayWorker(t *testing.T) {
+	t.Parallel()
+	c := setup(t)
+	_, pool := c.migrated()
+	events, err := outbox.NewStore(outbox.Config{Schema: c.schema})
+	require.NoError(t, err)
+	for i := range 50 {
+		_, err := events.Write(t.Context(), pool, outbox.Event{Topic: "bench", Key: strconv.Itoa(i % 7), Type: "bench.event", Payload: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+	}
+	_, err = pool.Exec(t.Context(), "UPDATE "+c.schema+".outbox_relay_lease SET holder = $1, epoch = epoch + 1, lease_until = now() + interval '1 hour'", benchGateHolder)
+	require.NoError(t, err)
+
+	stopR, stopW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := benchRelayWorker(t.Context(), &common{databaseURL: dbtest.URL()}, benchOptions{batch: 10}, c.schema, 3, stopR, outW, io.Discard)
+		_ = outW.CloseWithError(fmt.Errorf("worker returned: %w", err))
+		done <- err
+	}()
+	out := bufio.NewReader(outR)
+	line, err := out.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "ready\n", line)
+	var conns int
+	require.NoError(t, pool.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", relayAppName(c.schema, 3)).Scan(&conns))
+	require.Zero(t, conns, "a standby relay holds no connection")
+
+	_, err = pool.Exec(t.Context(), "UPDATE "+c.schema+".outbox_relay_lease SET lease_until = '-infinity'")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		var pending int
+		require.NoError(t, pool.QueryRow(t.Context(), "SELECT count(*) FROM "+c.schema+".outbox WHERE published_at IS NULL").Scan(&pending))
+		return pending == 0
+	}, 30*time.Second, 10*time.Millisecond)
+	var holder string
+	require.NoError(t, pool.QueryRow(t.Context(), "SELECT holder FROM "+c.schema+".outbox_relay_lease").Scan(&holder))
+	require.Equal(t, relayID(3), holder)
+
+	require.NoError(t, stopW.Close())
+	var share relayShare
+	require.NoError(t, json.NewDecoder(out).Decode(&share))
+	require.Equal(t, 50, share.Confirmed)
+	require.NoError(t, <-done)
+}
+
+// A relay process that fails says why: how it exited and what it wrote,
+// not just that its output ended.
+func TestBenchRelayProcessFailureSaysWhy(t *testing.T) {
+	t.Parallel()
+	var progress syncWriter
+	p := &relayProcess{index: 5}
+	// /bin/sh runs "bench" as a script, which does not exist.
+	err := p.start(t.Context(), "/bin/sh", dbtest.URL(), "llmq_nowhere", 10, &progress)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "relay process 5 was not ready")
+	require.Contains(t, err.Error(), "exit status 2")
+	require.Contains(t, err.Error(), "bench", "its stderr is quoted")
+	require.Contains(t, progress.String(), "relay 5: ", "and passed on, prefixed")
+}
+
+// syncWriter is a buffer safe for concurrent writers.
+type syncWriter struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// The relay mode runs its relays as processes, one active, and reports
+// their peak connections within the outbox package's budgets.
+func TestBenchRelayFleet(t *testing.T) {
+	t.Parallel()
+	code, out, stderr := runCLI(t, "bench", "-database-url", dbtest.URL(), "-mode", "relay", "-jobs", "300", "-workers", "3")
+	require.Equal(t, 0, code, stderr)
+	m := regexp.MustCompile(`llmq relay fleet: relays=3 as=processes active=bench-relay-\d events=300 seconds=[0-9.]+ events_per_s=\d+ takeover_after_free_s=[0-9.]+ ` +
+		`peak_connections: active_relay=(\d+) \(budget 4\) standby_relay=(\d+) \(budget 1\) all_relays=\d+`).FindStringSubmatch(out)
+	require.NotNil(t, m, out)
+	active, _ := strconv.Atoi(m[1])
+	standby, _ := strconv.Atoi(m[2])
+	require.LessOrEqual(t, active, relayBudgetActive)
+	require.LessOrEqual(t, standby, relayBudgetStandby)
+	require.Contains(t, stderr, `msg="llmq: outbox relay active"`, "the hand-over is logged")
+}
