@@ -38,7 +38,7 @@ func ExampleMigrate() {
 	// applied 0007_outbox_fillfactor
 	// applied 0008_job_keys
 	// applied 0009_webhook_sealed_secrets
-	// applied 0010_reserved
+	// applied 0010_inbox_quarantine_raw
 	// applied 0011_outbox_relay_lease
 	// all applied: true
 }
