@@ -3,16 +3,27 @@
 //
 // PostgreSQL is the authority for job state. A host service enqueues jobs in
 // its own transactions, workers hold fenced leases so a stale worker never
-// overwrites a newer result, and results leave through a transactional
-// outbox. The packages, lowest first:
+// overwrites a newer result, an admission limiter keeps every process
+// within the provider's shared quota, and results leave through a
+// transactional outbox, brokers and signed webhooks. The packages, lowest
+// first (each imports only packages above it):
 //
-//	internal/...   shared plumbing (SQL seam, migrations, retry math, test harness)
-//	outbox         the outbox writer (and, later, the relay)
-//	jobs           acceptance with idempotency, the state machine, fenced transitions
-//	lease          the runner: claims, heartbeats, retries, reaper, shutdown
+//	broker            the broker-neutral contract: Message, Publisher, Consumer, Delivery
+//	broker/memory     an in-process broker, for tests and single-process hosts
+//	broker/rabbitmq   the RabbitMQ adapter (amqp091-go)
+//	broker/kafka      the Kafka adapter (franz-go)
+//	outbox            the outbox writer and the relay that publishes committed events
+//	inbox             the durable inbox and the broker ingress that acks after commit
+//	jobs              acceptance with idempotency, the state machine, fenced transitions, replay
+//	admission         the RPM/TPM/in-flight limiter and tenant acceptance quotas
+//	lease             the runner: claims, heartbeats, deadlines, retries, reaper, shutdown
+//	webhook           signed delivery to registered endpoints and the receiver helper
+//	cmd/llmq          the operator CLI
+//	examples/...      runnable programs wiring the packages into servers
 //
-// This root package only migrates the schema. Call Migrate at start-up from
-// every replica; it is safe to run concurrently:
+// Each package's doc.go states what it guarantees. This root package
+// migrates the schema and names the release (Version). Call Migrate at
+// start-up from every replica; it is safe to run concurrently:
 //
 //	if _, err := llmq.Migrate(ctx, pool, llmq.MigrateOptions{}); err != nil {
 //		return err
@@ -22,4 +33,8 @@
 // MigrateOptions.Schema says otherwise); the host's own schemas, public
 // included, are never touched. Teams that run their own migration tool can
 // print the SQL with MigrationSQL (or `llmq migrate sql`) instead.
+//
+// A process that runs a runner, a relay, an ingress and a limiter needs
+// one pool of 4 connections for them, and holds 2 more for LISTEN
+// (README, "Database connections").
 package llmq
