@@ -132,9 +132,10 @@
 //
 // Decisions: claims are serialised by a transaction-scoped advisory lock
 // (one short statement each), because the key-order check must see every
-// other relay's committed claims. A relay that crashes after the broker
-// confirmed but before it recorded that republishes the event after its
-// claim lease: duplicates happen only around crashes and lost connections.
+// other relay's committed claims. When a relay crashes after the broker
+// confirmed but before it recorded that, the event is published again (by
+// the relay taking the lease over, or after the claim lease): duplicates
+// happen only around crashes, pauses and lost connections.
 //
 // # Observability
 //
