@@ -383,11 +383,11 @@ func (s *PostgresStore) insert(ctx context.Context, db DBTX, b *insertBatch) ([]
 		s.cfg.EventTopic, s.channel, s.notify.queues(b.queues, time.Now()),
 		dbsql.NullIfZero(telemetry.TraceParent(ctx)))
 	if err != nil {
-		return nil, fmt.Errorf("jobs: enqueue: %w", err)
+		return nil, fmt.Errorf("jobs: enqueue: %w", s.migrated(err))
 	}
 	inserted, err := pgx.CollectRows(rows, scanJob)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: enqueue: %w", err)
+		return nil, fmt.Errorf("jobs: enqueue: %w", s.migrated(err))
 	}
 	results := make([]EnqueueResult, len(b.ids))
 	if len(inserted) == len(b.ids) {
@@ -459,14 +459,14 @@ func (s *PostgresStore) resolveExisting(ctx context.Context, db DBTX, b *insertB
 func (s *PostgresStore) Get(ctx context.Context, db DBTX, tenant string, id uuid.UUID) (*Job, error) {
 	rows, err := db.Query(ctx, s.sql.get, tenant, id)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: get %s: %w", id, err)
+		return nil, fmt.Errorf("jobs: get %s: %w", id, s.migrated(err))
 	}
 	job, err := pgx.CollectExactlyOneRow(rows, scanJob)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %s for tenant %q", ErrNotFound, id, tenant)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("jobs: get %s: %w", id, err)
+		return nil, fmt.Errorf("jobs: get %s: %w", id, s.migrated(err))
 	}
 	return job, nil
 }
@@ -500,11 +500,11 @@ func (s *PostgresStore) List(ctx context.Context, db DBTX, params ListParams) (*
 	}
 	rows, err := db.Query(ctx, s.sql.list, params.Tenant, states, params.Kind, after, limit+1)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: list: %w", err)
+		return nil, fmt.Errorf("jobs: list: %w", s.migrated(err))
 	}
 	jobs, err := pgx.CollectRows(rows, scanJob)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: list: %w", err)
+		return nil, fmt.Errorf("jobs: list: %w", s.migrated(err))
 	}
 	res := &ListResult{Jobs: jobs}
 	if len(jobs) > limit {
