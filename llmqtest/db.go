@@ -127,7 +127,8 @@ func schemaPrefix() (string, error) {
 }
 
 // prepare empties a ready schema, or builds it: drops what a test that
-// died half-way left, migrates, and installs the reset function.
+// died half-way left, migrates, and captures the seed rows and the
+// function that clears the schema (queries.sql says how).
 func prepare(ctx context.Context, pool *pgxpool.Pool, name string) error {
 	schema, q, err := dbsql.Prepare(name, queriesSQL)
 	if err != nil {
@@ -138,7 +139,7 @@ func prepare(ctx context.Context, pool *pgxpool.Pool, name string) error {
 		return err
 	}
 	if ready {
-		_, err := pool.Exec(ctx, q.Must("Reset"), name)
+		_, err := pool.Exec(ctx, q.Must("Clear"))
 		return err
 	}
 	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+name+" CASCADE"); err != nil {
@@ -152,7 +153,7 @@ func prepare(ctx context.Context, pool *pgxpool.Pool, name string) error {
 		return err
 	}
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, q.Must("CreateReset")); err != nil {
+		if _, err := tx.Exec(ctx, q.Must("CreateCapture")); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, q.Must("Capture"), name)
