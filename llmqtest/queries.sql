@@ -5,8 +5,9 @@
 -- Installed once in a schema right after it is migrated, and run at once
 -- (Capture). It copies every row the migrations themselves wrote (the
 -- default tenant_limits row) into llmqtest_seed, and writes
--- llmqtest_clear(): a function of plain statements that empties every
--- table but migrations and llmqtest_seed and puts the seed rows back.
+-- llmqtest_clear(): a function that drops what tests added to the schema,
+-- empties every llmq table but migrations and llmqtest_seed with plain
+-- statements, and puts the seed rows back.
 --
 -- DELETE, not TRUNCATE: on a test's few rows a DELETE costs a fraction of
 -- a millisecond, where TRUNCATE makes new files for every table (80-100 ms
@@ -22,6 +23,7 @@ DECLARE
     t record;
     body text := '';
     seeds text := '';
+    known text;
     n bigint;
 BEGIN
     EXECUTE format('CREATE TABLE %I.llmqtest_seed (tbl text PRIMARY KEY, rows jsonb NOT NULL)', sch);
@@ -53,7 +55,30 @@ BEGIN
                 sch, t.tbl, sch, t.tbl, sch, t.tbl) || seeds;
         END IF;
     END LOOP;
-    EXECUTE format('CREATE FUNCTION %I.llmqtest_clear() RETURNS void LANGUAGE sql AS %L', sch, body || seeds);
+    -- Relations a test creates in the schema (a host's own tables) are
+    -- dropped by the next clear, so a test may CREATE TABLE without IF NOT
+    -- EXISTS: known lists every relation there is now, by oid.
+    SELECT string_agg(c.oid::text, ',') INTO known FROM pg_class c WHERE c.relnamespace = sch::regnamespace;
+    EXECUTE format($body$
+        CREATE FUNCTION %I.llmqtest_clear() RETURNS void LANGUAGE plpgsql AS $clear$
+        DECLARE
+            r record;
+        BEGIN
+            FOR r IN
+                SELECT c.oid::regclass AS rel, CASE c.relkind
+                    WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW'
+                    WHEN 'S' THEN 'SEQUENCE' WHEN 'f' THEN 'FOREIGN TABLE' ELSE 'TABLE' END AS what
+                FROM pg_class c
+                WHERE c.relnamespace = %L::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
+                  AND c.oid <> ALL ('{%s}'::oid[])
+                  AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = c.oid AND d.deptype IN ('a', 'i'))
+            LOOP
+                EXECUTE format('DROP %%s IF EXISTS %%s CASCADE', r.what, r.rel);
+            END LOOP;
+            %s
+        END
+        $clear$
+    $body$, sch, sch, known, body || seeds);
 END
 $fn$;
 

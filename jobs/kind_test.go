@@ -1,0 +1,120 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/dbtest"
+	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/llmqtest"
+)
+
+type docArgs struct {
+	Doc string `json:"doc"`
+}
+
+var summarise = jobs.NewKind[docArgs, string]("doc.summarise")
+
+// Accept refuses an idempotency key without a request hash before writing
+// anything, saying what to hash.
+func TestAcceptRequiresARequestHashWithAKey(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := llmqtest.NewDB(t)
+	store := db.Jobs(t)
+	called := false
+	_, err := summarise.Accept(ctx, store, db.Pool, "acme", jobs.EnqueueOptions{IdempotencyKey: "k"},
+		func(context.Context, pgx.Tx) (docArgs, error) { called = true; return docArgs{}, nil })
+	require.ErrorIs(t, err, jobs.ErrInvalidParams)
+	require.ErrorContains(t, err, "jobs.RequestHash(the client's request)")
+	require.False(t, called)
+	llmqtest.RequireNotEnqueued(ctx, t, db.Pool, store, "acme", summarise)
+}
+
+// An error from the host's write rolls back the job too; one from the
+// enqueue rolls back the host's write.
+func TestAcceptIsOneTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := llmqtest.NewDB(t)
+	store := db.Jobs(t)
+	_, err := db.Pool.Exec(ctx, "CREATE TABLE "+db.Schema+".docs (name text)")
+	require.NoError(t, err)
+	write := func(ctx context.Context, tx pgx.Tx) (docArgs, error) {
+		_, err := tx.Exec(ctx, "INSERT INTO "+db.Schema+".docs VALUES ('x')")
+		return docArgs{Doc: "x"}, err
+	}
+	boom := errors.New("boom")
+	_, err = summarise.Accept(ctx, store, db.Pool, "acme", jobs.EnqueueOptions{}, func(ctx context.Context, tx pgx.Tx) (docArgs, error) {
+		args, _ := write(ctx, tx)
+		return args, boom
+	})
+	require.ErrorIs(t, err, boom)
+	_, err = summarise.Accept(ctx, store, db.Pool, "acme", jobs.EnqueueOptions{Queue: "no-such-queue"}, write)
+	require.ErrorIs(t, err, jobs.ErrUnknownQueue)
+	var docs int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+db.Schema+".docs").Scan(&docs))
+	require.Zero(t, docs)
+	llmqtest.RequireNotEnqueued(ctx, t, db.Pool, store, "acme", summarise)
+}
+
+// A store on a schema that was never migrated says so, and how to fix it,
+// instead of "relation does not exist".
+func TestNotMigratedSaysTheFix(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := dbtest.Setup(t, dbtest.Options{Unmigrated: true})
+	store, err := jobs.NewStore(jobs.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	_, err = summarise.Enqueue(ctx, store, db.Pool, "acme", docArgs{}, jobs.EnqueueOptions{})
+	require.ErrorIs(t, err, jobs.ErrNotMigrated)
+	require.ErrorContains(t, err, "llmq migrate up -schema "+db.Schema)
+	var notMigrated *jobs.NotMigratedError
+	require.ErrorAs(t, err, &notMigrated)
+	require.Equal(t, db.Schema, notMigrated.Schema)
+	_, err = store.List(ctx, db.Pool, jobs.ListParams{Tenant: "acme"})
+	require.ErrorIs(t, err, jobs.ErrNotMigrated)
+	_, err = store.Claim(ctx, db.Pool, jobs.ClaimParams{Queue: jobs.DefaultQueue, Worker: "w", Limit: 1, LeaseDuration: time.Minute, Kinds: []string{summarise.Name()}})
+	require.ErrorIs(t, err, jobs.ErrNotMigrated)
+}
+
+// Args refuses a payload that does not decode, and a job of another kind,
+// as malformed payloads; Result reads what the handler returned.
+func TestKindDecodes(t *testing.T) {
+	t.Parallel()
+	_, err := summarise.Args(&jobs.Job{Kind: "doc.summarise", Payload: []byte(`{"doc": 1}`)})
+	var malformed *jobs.MalformedPayloadError
+	require.ErrorAs(t, err, &malformed)
+	_, err = summarise.Args(&jobs.Job{Kind: "doc.other", Payload: []byte(`{}`)})
+	require.ErrorAs(t, err, &malformed)
+	args, err := summarise.Args(&jobs.Job{Kind: "doc.summarise", Payload: []byte(`{"doc": "a", "added_later": true}`)})
+	require.NoError(t, err)
+	require.Equal(t, docArgs{Doc: "a"}, args)
+	r, err := summarise.Result(&jobs.Job{Result: []byte(`"short"`)})
+	require.NoError(t, err)
+	require.Equal(t, "short", r)
+}
+
+// Await returns the job once it is terminal, and ctx's error before.
+func TestAwait(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := llmqtest.NewDB(t)
+	store := db.Jobs(t)
+	res, err := summarise.Enqueue(ctx, store, db.Pool, "acme", docArgs{}, jobs.EnqueueOptions{})
+	require.NoError(t, err)
+	short, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	defer cancel()
+	_, err = jobs.Await(short, store, db.Pool, "acme", res.Job.ID, time.Millisecond)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	_, err = store.Cancel(ctx, db.Pool, "acme", res.Job.ID)
+	require.NoError(t, err)
+	job, err := jobs.Await(ctx, store, db.Pool, "acme", res.Job.ID, 0)
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateCancelled, job.State)
+}
