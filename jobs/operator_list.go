@@ -34,8 +34,7 @@ type ListAllParams struct {
 // not tenant-scoped; a server answering tenants uses List.
 func (s *PostgresStore) ListAll(ctx context.Context, db DBTX, params ListAllParams) (*ListResult, error) {
 	if params.Tenant != "" {
-		return s.List(ctx, db, ListParams{Tenant: params.Tenant, States: params.States, Kind: params.Kind,
-			Cursor: params.Cursor, Limit: params.Limit})
+		return s.List(ctx, db, ListParams(params))
 	}
 	fail := func(field, problem string) error {
 		return &ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}

@@ -1,39 +1,46 @@
 package llmqtest_test
 
 import (
-	"os"
+	"slices"
 	"testing"
-	"time"
 
 	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/llmqtest"
 )
 
-// TestMeasureSchemaPool compares a test database from the schema pool
-// (after the first, a reset of a migrated schema) with what internal/dbtest
-// does for each test (create and migrate a schema, drop it at the end),
-// set-up and clean-up included. It measures only when asked:
+// BenchmarkTestDB compares a test database from the schema pool (after the
+// first, a cleared schema) with what internal/dbtest does for each test
+// (create and migrate a schema, drop it at the end), set-up and clean-up
+// included:
 //
-//	LLMQTEST_MEASURE=1 go test -run TestMeasureSchemaPool -v ./llmqtest/
-func TestMeasureSchemaPool(t *testing.T) {
-	t.Parallel()
-	if os.Getenv("LLMQTEST_MEASURE") == "" {
-		t.Skip("a measurement, not a check: set LLMQTEST_MEASURE=1 to run it")
-	}
-	const n = 20
-	for _, c := range []struct {
-		name  string
-		setup func(testing.TB)
-	}{
-		{"pooled", func(tb testing.TB) { llmqtest.NewDB(tb) }},
-		{"fresh", func(tb testing.TB) { dbtest.Setup(tb) }},
-	} {
-		var total time.Duration
-		for range n {
-			start := time.Now()
-			t.Run(c.name, func(t *testing.T) { c.setup(t) }) // the cleanup runs when the subtest ends
-			total += time.Since(start)
+//	go test -run '^$' -bench TestDB -benchtime 20x ./llmqtest/
+func BenchmarkTestDB(b *testing.B) {
+	b.Run("pooled", func(b *testing.B) {
+		for b.Loop() {
+			scoped(b, func(tb testing.TB) { tb.Helper(); llmqtest.NewDB(tb) })
 		}
-		t.Logf("%s: %.1f ms per test database", c.name, float64(total.Microseconds())/1000/n)
+	})
+	b.Run("fresh", func(b *testing.B) {
+		for b.Loop() {
+			scoped(b, func(tb testing.TB) { tb.Helper(); dbtest.Setup(tb) })
+		}
+	})
+}
+
+// scopedTB runs the cleanups registered on it when scoped returns, as a
+// test's end would.
+type scopedTB struct {
+	testing.TB
+	cleanups []func()
+}
+
+func (s *scopedTB) Cleanup(f func()) { s.cleanups = append(s.cleanups, f) }
+
+func scoped(b *testing.B, setup func(testing.TB)) {
+	b.Helper()
+	tb := &scopedTB{TB: b}
+	setup(tb)
+	for _, f := range slices.Backward(tb.cleanups) {
+		f()
 	}
 }

@@ -36,12 +36,12 @@
 // remain. DELETE rather than TRUNCATE: TRUNCATE makes new files for every
 // table, which cost more than the migration it replaces on a busy machine.
 //
-// Measured (LLMQTEST_MEASURE=1 go test -run TestMeasureSchemaPool -v
-// ./llmqtest/, 20 test databases each, set-up and clean-up included, on a
-// shared two-core machine): about 25-45 ms per test database from the
-// pool, against 220-300 ms for a freshly migrated schema
-// (internal/dbtest), a speed-up of six to ten times. Most of what remains
-// is opening the test's pool and lock connection.
+// Measured with `go test -run '^$' -bench TestDB -benchtime 30x ./llmqtest/`
+// (set-up and clean-up included, on a shared two-core machine under load):
+// 25-55 ms per test database from the pool, against 220-340 ms for a
+// freshly migrated schema (internal/dbtest), a speed-up of five to eight
+// times. Most of what remains is opening the test's pool and its lock
+// connection, and the catalog read that finds a test's own tables.
 //
 // The pooled schemas stay in the database between runs; drop them with
 // `DROP SCHEMA ... CASCADE` when a migration set is retired. At most

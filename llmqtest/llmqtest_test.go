@@ -98,11 +98,18 @@ func TestRequireFailuresSayWhatThereIs(t *testing.T) {
 	require.NoError(t, err)
 	misspelt := jobs.NewKind[extractArgs, totals]("invoice.extarct")
 
-	msg := fatalOf(t, func(tb testing.TB) { llmqtest.RequireEnqueued(ctx, tb, db.Pool, store, "acme", misspelt) })
+	msg := fatalOf(t, func(tb testing.TB) {
+		tb.Helper()
+		llmqtest.RequireEnqueued(ctx, tb, db.Pool, store, "acme", misspelt)
+	})
 	require.Contains(t, msg, `no job of kind "invoice.extarct" enqueued for tenant "acme"; its jobs have kinds [invoice.extract]`)
-	msg = fatalOf(t, func(tb testing.TB) { llmqtest.RequireNotEnqueued(ctx, tb, db.Pool, store, "acme", extractKind) })
+	msg = fatalOf(t, func(tb testing.TB) {
+		tb.Helper()
+		llmqtest.RequireNotEnqueued(ctx, tb, db.Pool, store, "acme", extractKind)
+	})
 	require.Contains(t, msg, "expected none")
 	msg = fatalOf(t, func(tb testing.TB) {
+		tb.Helper()
 		llmqtest.RequireEvent(ctx, tb, db.Pool, db.Outbox(t), res.Job.ID, "invoice.extract.succeeded")
 	})
 	require.Contains(t, msg, `there are ["invoice.extract.requested"]`)
