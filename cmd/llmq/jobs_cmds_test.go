@@ -113,3 +113,26 @@ func TestUsageErrorsAreOneLineAndAHint(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Contains(t, stderr, "-cursor string")
 }
+
+// parseStates accepts exactly lists of state names, in any case, and
+// refuses anything else as invalid input.
+func FuzzParseStates(f *testing.F) {
+	for _, seed := range []string{"", "READY", "ready,running", " failed_terminal , CANCELLED", "DONE", ",", "READY,,RUNNING"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, list string) {
+		states, err := parseStates(list)
+		if err != nil {
+			require.ErrorIs(t, err, errInvalidInput)
+			return
+		}
+		if list == "" {
+			require.Empty(t, states)
+			return
+		}
+		require.Len(t, states, strings.Count(list, ",")+1)
+		for _, st := range states {
+			require.True(t, st.Valid(), st)
+		}
+	})
+}
