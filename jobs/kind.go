@@ -44,9 +44,9 @@ func (e *MalformedPayloadError) Unwrap() error { return e.Err }
 // older version.
 type Kind[A, R any] struct{ name string }
 
-// NewKind names a kind. The name is checked where it is used (Enqueue and
-// lease.NewRunner refuse a malformed one, naming it), not here, so that a
-// Kind can be a package-level value.
+// NewKind names a kind. The name is checked where it is used (Enqueue
+// refuses a malformed one with a *ValidationError naming it), not here, so
+// that a Kind can be a package-level value without a panic.
 func NewKind[A, R any](name string) Kind[A, R] { return Kind[A, R]{name: name} }
 
 // Name is the kind's name, as stored in Job.Kind.
