@@ -224,9 +224,11 @@
 //     a retried request leaves no second row. With a key it requires a
 //     RequestHash, because the default (a hash of the payload) would hash
 //     the fresh row id and make every retry an ErrIdempotencyConflict.
-//   - The outcome helpers stay in this package (Permanent, RetryAfter,
-//     RetryAfterHeader, Snooze, InvalidOutput, NeedsReview); a typed
-//     handler returns them as its error, as a raw one does.
+//   - The outcome helpers stay in this package, in one place
+//     (handler_errors.go: Permanent, RetryAfter, RetryAfterHeader, Snooze,
+//     InvalidOutput, NeedsReview); a typed handler returns them as its
+//     error, as a raw one does, and Kind.NeedsReview takes its typed
+//     result.
 //   - Await polls a job until it is terminal: for scripts, examples and
 //     tests; a service serving many clients follows the job's outbox
 //     events instead.
@@ -234,7 +236,8 @@
 // A store whose schema was never migrated answers ErrNotMigrated (a
 // *NotMigratedError naming the schema, llmq.Migrate and `llmq migrate up`)
 // instead of PostgreSQL's "relation does not exist", from Enqueue,
-// EnqueueMany, Get, List and Claim.
+// EnqueueMany, Get, List, ListAll, Lookup, Cancel, Attempts, Stats and
+// Claim: the calls a new host or an operator makes first.
 //
 // # Observability
 //

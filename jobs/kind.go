@@ -171,3 +171,15 @@ func (k Kind[A, R]) EncodeResult(r R) (json.RawMessage, error) {
 	}
 	return b, nil
 }
+
+// NeedsReview is NeedsReview with a typed result: the error a handler of
+// this kind returns to end its attempt as REVIEW_REQUIRED with result
+// (encoded as EncodeResult does; one that does not encode is kept as its
+// error text, so the reviewer still sees why).
+func (k Kind[A, R]) NeedsReview(result R, reason string) error {
+	b, err := k.EncodeResult(result)
+	if err != nil {
+		b = OutputAsResult([]byte(err.Error()))
+	}
+	return NeedsReview(b, reason)
+}

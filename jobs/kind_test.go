@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
@@ -78,6 +79,10 @@ func TestNotMigratedSaysTheFix(t *testing.T) {
 	require.ErrorAs(t, err, &notMigrated)
 	require.Equal(t, db.Schema, notMigrated.Schema)
 	_, err = store.List(ctx, db.Pool, jobs.ListParams{Tenant: "acme"})
+	require.ErrorIs(t, err, jobs.ErrNotMigrated)
+	_, err = store.Stats(ctx, db.Pool)
+	require.ErrorIs(t, err, jobs.ErrNotMigrated)
+	_, err = store.Lookup(ctx, db.Pool, uuid.New())
 	require.ErrorIs(t, err, jobs.ErrNotMigrated)
 	_, err = store.Claim(ctx, db.Pool, jobs.ClaimParams{Queue: jobs.DefaultQueue, Worker: "w", Limit: 1, LeaseDuration: time.Minute, Kinds: []string{summarise.Name()}})
 	require.ErrorIs(t, err, jobs.ErrNotMigrated)

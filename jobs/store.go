@@ -526,7 +526,7 @@ func (s *PostgresStore) Cancel(ctx context.Context, db DBTX, tenant string, id u
 	}
 	rows, err := db.Query(ctx, s.sql.cancel, tenant, id, eventID, s.cfg.EventTopic)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: cancel %s: %w", id, err)
+		return nil, fmt.Errorf("jobs: cancel %s: %w", id, s.migrated(err))
 	}
 	job, err := pgx.CollectExactlyOneRow(rows, scanJob)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -545,7 +545,7 @@ func (s *PostgresStore) Cancel(ctx context.Context, db DBTX, tenant string, id u
 func (s *PostgresStore) Stats(ctx context.Context, db DBTX) ([]QueueStats, error) {
 	rows, err := db.Query(ctx, s.sql.stats)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: stats: %w", err)
+		return nil, fmt.Errorf("jobs: stats: %w", s.migrated(err))
 	}
 	defer rows.Close()
 	var out []QueueStats

@@ -65,3 +65,22 @@ func TestStartAndStop(t *testing.T) {
 	require.Equal(t, jobs.StateSucceeded, job.State)
 	require.NoError(t, stop())
 }
+
+// A typed handler's review carries its typed result to the job.
+func TestTypedReview(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := llmqtest.NewDB(t)
+	store := db.Jobs(t)
+	res, err := sum.Enqueue(ctx, store, db.Pool, "acme", sumArgs{A: 1, B: 1}, jobs.EnqueueOptions{})
+	require.NoError(t, err)
+	review := func(context.Context, *jobs.Job, sumArgs) (int, error) { return 0, sum.NeedsReview(3, "1 + 1 looks odd") }
+
+	llmqtest.WorkUntilIdle(ctx, t, db, store, lease.Config{Handlers: lease.Kinds(lease.Handle(sum, review))})
+
+	job := llmqtest.Job(ctx, t, db.Pool, store, res.Job)
+	require.Equal(t, jobs.StateReviewRequired, job.State)
+	got, err := sum.Result(job)
+	require.NoError(t, err)
+	require.Equal(t, 3, got)
+}

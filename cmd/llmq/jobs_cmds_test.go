@@ -136,3 +136,14 @@ func FuzzParseStates(f *testing.F) {
 		}
 	})
 }
+
+// On a schema that was never migrated, a command says how to migrate it.
+func TestUnmigratedSchemaSaysTheFix(t *testing.T) {
+	t.Parallel()
+	c := setup(t)
+	for _, args := range [][]string{{"jobs", "list"}, {"stats"}, {"jobs", "inspect", "0193a1c4-6e2f-7c4e-9b1a-2d3e4f5a6b7c"}} {
+		code, _, stderr := c.run(args...)
+		require.Equal(t, 1, code, "%v: %s", args, stderr)
+		require.Contains(t, stderr, "llmq migrate up -schema "+c.schema, args)
+	}
+}
