@@ -74,7 +74,9 @@ func TestTypedReview(t *testing.T) {
 	store := db.Jobs(t)
 	res, err := sum.Enqueue(ctx, store, db.Pool, "acme", sumArgs{A: 1, B: 1}, jobs.EnqueueOptions{})
 	require.NoError(t, err)
-	review := func(context.Context, *jobs.Job, sumArgs) (int, error) { return 0, sum.NeedsReview(3, "1 + 1 looks odd") }
+	review := func(context.Context, *jobs.Job, sumArgs) (int, error) {
+		return 0, sum.NeedsReview(3, "1 + 1 looks odd")
+	}
 
 	llmqtest.WorkUntilIdle(ctx, t, db, store, lease.Config{Handlers: lease.Kinds(lease.Handle(sum, review))})
 
