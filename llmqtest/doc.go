@@ -53,8 +53,8 @@
 // completions) until no job is RUNNING and no job of a served kind is
 // eligible within the test backoff's cap, then stops it: a handler that
 // fails once is retried before it returns, a job of a kind no handler
-// serves is left READY (the runner warns about those), a job scheduled
-// later is left alone. Zero Retry and PollInterval get test values (1-20
+// serves is left READY and its kind is logged as having no handler (a
+// misspelt kind shows there), a job scheduled later is left alone. Zero Retry and PollInterval get test values (1-20
 // ms backoff, 10 ms polls). Inline and InlineJob run a typed handler in the
 // test's goroutine through the same adapter as lease.Handle, for the
 // handler's own logic, with no database.

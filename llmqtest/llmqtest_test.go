@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 
@@ -54,7 +55,9 @@ func TestWorkUntilIdleRunsRetriesToTheEnd(t *testing.T) {
 	other, err := store.Enqueue(ctx, db.Pool, jobs.EnqueueParams{Tenant: "acme", Kind: "unserved"})
 	require.NoError(t, err)
 
-	llmqtest.WorkUntilIdle(ctx, t, db, store, lease.Config{Handlers: lease.Kinds(lease.Handle(extractKind, failsOnce))})
+	logs := &logTB{TB: t}
+	llmqtest.WorkUntilIdle(ctx, logs, db, store, lease.Config{Handlers: lease.Kinds(lease.Handle(extractKind, failsOnce))})
+	require.Contains(t, logs.String(), `jobs of kinds ["unserved"] wait in queues [default] with no handler in this runner (it has ["invoice.extract"])`)
 
 	job := llmqtest.Job(ctx, t, db.Pool, store, res.Job)
 	require.Equal(t, jobs.StateSucceeded, job.State)
@@ -170,6 +173,25 @@ func TestHostAcceptanceIsIdempotent(t *testing.T) {
 	var uploads int
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+db.Schema+".uploads").Scan(&uploads))
 	require.Equal(t, 1, uploads)
+}
+
+// logTB records what is logged through it.
+type logTB struct {
+	testing.TB
+	mu   sync.Mutex
+	logs []string
+}
+
+func (l *logTB) Logf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.logs = append(l.logs, fmt.Sprintf(format, args...))
+}
+
+func (l *logTB) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.logs, "\n")
 }
 
 // fatalTB records the first Fatalf and ends its goroutine, as testing.T

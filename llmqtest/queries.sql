@@ -107,3 +107,13 @@ SELECT NOT EXISTS (
                AND kind = ANY($2::text[])
                AND available_at <= now() + $3::interval))
 );
+
+-- name: UnservedKinds
+-- The kinds of jobs waiting in the test's queues ($1) that no handler of
+-- the runner ($2) serves: a misspelt kind shows up here. Reads the whole
+-- (small) table.
+SELECT DISTINCT kind FROM /*schema*/jobs
+WHERE queue = ANY($1::text[])
+  AND state IN ('READY', 'RETRY_SCHEDULED')
+  AND NOT (kind = ANY($2::text[]))
+ORDER BY kind;

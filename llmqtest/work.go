@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/jobs"
@@ -29,7 +30,8 @@ const (
 // its queues are idle: no job RUNNING and no job of a kind cfg.Handlers
 // serves eligible now or within the retry backoff's cap (so a handler that
 // fails once is retried before it returns). Jobs of other kinds and jobs
-// scheduled later stay as they are. Zero Retry and PollInterval get test
+// scheduled later stay as they are; the kinds of those without a handler
+// are logged (t.Logf), since a misspelt kind ends up there. Zero Retry and PollInterval get test
 // values (backoff of 1–20 ms, polls every 10 ms) instead of the runner's
 // production defaults. The runner is stopped before WorkUntilIdle returns;
 // a runner error, or queues still busy after IdleTimeout, fail the test.
@@ -79,6 +81,7 @@ func WorkUntilIdle(ctx context.Context, t testing.TB, db *DB, store jobs.Store, 
 		case err != nil:
 			t.Fatalf("llmqtest: reading whether queues are idle: %v", err)
 		case idle:
+			logUnserved(waitCtx, t, db, q.Must("UnservedKinds"), queues, kinds)
 			return
 		}
 		select {
@@ -89,6 +92,25 @@ func WorkUntilIdle(ctx context.Context, t testing.TB, db *DB, store jobs.Store, 
 			t.Fatalf("llmqtest: runner stopped before the queues were idle: %v", err)
 		case <-tick.C:
 		}
+	}
+}
+
+// logUnserved says which waiting jobs the runner had no handler for, so a
+// misspelt kind shows in the test's log instead of as a job that never ran.
+func logUnserved(ctx context.Context, t testing.TB, db *DB, query string, queues, kinds []string) {
+	t.Helper()
+	rows, err := db.Pool.Query(ctx, query, queues, kinds)
+	if err != nil {
+		t.Logf("llmqtest: reading unserved kinds: %v", err)
+		return
+	}
+	unserved, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Logf("llmqtest: reading unserved kinds: %v", err)
+		return
+	}
+	if len(unserved) > 0 {
+		t.Logf("llmqtest: jobs of kinds %q wait in queues %v with no handler in this runner (it has %q): a misspelt kind?", unserved, queues, kinds)
 	}
 }
 
