@@ -100,7 +100,12 @@ func (k Kind[A, R]) Enqueue(ctx context.Context, store Store, db DBTX, tenant st
 // idempotency key is already taken by the same request, the whole
 // transaction is rolled back, so a retried request leaves no second
 // service row, and the earlier job is returned with Existing set. Any
-// error from write or the enqueue rolls everything back.
+// error from write or the enqueue rolls everything back. When db is the
+// caller's own transaction, Accept works in a savepoint of it: on Existing
+// or an error only what write did is undone, and the caller decides about
+// the rest. Concurrent Accepts of one key resolve like Enqueue's: one
+// commits its row and job, the others wait for it and return Existing
+// with their rows rolled back.
 //
 // With an IdempotencyKey, opts.RequestHash is required: the payload holds
 // what write generated (a fresh row id), so a hash of it would differ on

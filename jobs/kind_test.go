@@ -123,3 +123,79 @@ func TestAwait(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, jobs.StateCancelled, job.State)
 }
+
+// Concurrent retries of one request leave one service row and one job,
+// whichever wins.
+func TestAcceptRacesToOneRow(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := llmqtest.NewDB(t, llmqtest.Options{MaxConns: 10})
+	store := db.Jobs(t)
+	_, err := db.Pool.Exec(ctx, "CREATE TABLE "+db.Schema+".docs (id uuid PRIMARY KEY)")
+	require.NoError(t, err)
+	hash, err := jobs.RequestHash("the request")
+	require.NoError(t, err)
+	const callers = 8
+	results := make(chan jobs.EnqueueResult, callers)
+	errs := make(chan error, callers)
+	for range callers {
+		go func() {
+			res, err := summarise.Accept(ctx, store, db.Pool, "acme", jobs.EnqueueOptions{IdempotencyKey: "k", RequestHash: hash},
+				func(ctx context.Context, tx pgx.Tx) (docArgs, error) {
+					id := uuid.New()
+					_, err := tx.Exec(ctx, "INSERT INTO "+db.Schema+".docs VALUES ($1)", id)
+					return docArgs{Doc: id.String()}, err
+				})
+			results <- res
+			errs <- err
+		}()
+	}
+	ids, created := map[uuid.UUID]bool{}, 0
+	for range callers {
+		require.NoError(t, <-errs)
+		res := <-results
+		ids[res.Job.ID] = true
+		if !res.Existing {
+			created++
+		}
+	}
+	require.Len(t, ids, 1)
+	require.Equal(t, 1, created)
+	var docs int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+db.Schema+".docs").Scan(&docs))
+	require.Equal(t, 1, docs)
+}
+
+// In the caller's transaction, Existing undoes only what write did.
+func TestAcceptInACallersTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := llmqtest.NewDB(t)
+	store := db.Jobs(t)
+	_, err := db.Pool.Exec(ctx, "CREATE TABLE "+db.Schema+".docs (name text)")
+	require.NoError(t, err)
+	hash, err := jobs.RequestHash("r")
+	require.NoError(t, err)
+	write := func(ctx context.Context, tx pgx.Tx) (docArgs, error) {
+		_, err := tx.Exec(ctx, "INSERT INTO "+db.Schema+".docs VALUES ('from write')")
+		return docArgs{}, err
+	}
+	opts := jobs.EnqueueOptions{IdempotencyKey: "k", RequestHash: hash}
+	_, err = summarise.Accept(ctx, store, db.Pool, "acme", opts, write)
+	require.NoError(t, err)
+
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, "INSERT INTO "+db.Schema+".docs VALUES ('the caller''s')")
+	require.NoError(t, err)
+	res, err := summarise.Accept(ctx, store, tx, "acme", opts, write)
+	require.NoError(t, err)
+	require.True(t, res.Existing)
+	require.NoError(t, tx.Commit(ctx))
+	rows, err := db.Pool.Query(ctx, "SELECT name FROM "+db.Schema+".docs ORDER BY name")
+	require.NoError(t, err)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"from write", "the caller's"}, names)
+}
