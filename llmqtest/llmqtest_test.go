@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/jobs"
@@ -143,36 +142,6 @@ func TestInlineDecodesAndEncodes(t *testing.T) {
 	r, err = llmqtest.InlineJob(ctx, t, extractKind, failsOnce, job)
 	require.NoError(t, err)
 	require.Equal(t, totals{Total: "total of c.pdf"}, r)
-}
-
-// A host's test of its own acceptance code: the service row and the job
-// commit together, and a retried request leaves one of each.
-func TestHostAcceptanceIsIdempotent(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	db := llmqtest.NewDB(t)
-	store := db.Jobs(t)
-	_, err := db.Pool.Exec(ctx, "CREATE TABLE "+db.Schema+".uploads (id uuid PRIMARY KEY)")
-	require.NoError(t, err)
-	hash, err := jobs.RequestHash("d.pdf")
-	require.NoError(t, err)
-	accept := func() jobs.EnqueueResult {
-		res, err := extractKind.Accept(ctx, store, db.Pool, "acme", jobs.EnqueueOptions{IdempotencyKey: "upload-d", RequestHash: hash},
-			func(ctx context.Context, tx pgx.Tx) (extractArgs, error) {
-				id := uuid.New()
-				_, err := tx.Exec(ctx, "INSERT INTO "+db.Schema+".uploads VALUES ($1)", id)
-				return extractArgs{Document: id.String()}, err
-			})
-		require.NoError(t, err)
-		return res
-	}
-	first, again := accept(), accept()
-	require.False(t, first.Existing)
-	require.True(t, again.Existing)
-	require.Equal(t, first.Job.ID, again.Job.ID)
-	var uploads int
-	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+db.Schema+".uploads").Scan(&uploads))
-	require.Equal(t, 1, uploads)
 }
 
 // logTB records what is logged through it.
