@@ -199,3 +199,27 @@ func TestAcceptInACallersTransaction(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"from write", "the caller's"}, names)
 }
+
+// The raw API's trap: a key without a RequestHash and a payload holding a
+// fresh id turns a retry into a conflict; the error says why and the fix.
+func TestConflictWithADerivedHashSaysTheFix(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := llmqtest.NewDB(t)
+	store := db.Jobs(t)
+	for i, want := range []string{"", "set RequestHash to jobs.RequestHash of the client's request"} {
+		_, err := store.Enqueue(ctx, db.Pool, jobs.EnqueueParams{Tenant: "acme", Kind: "doc.summarise", IdempotencyKey: "k",
+			Payload: []byte(`{"row":"` + uuid.NewString() + `"}`)})
+		if i == 0 {
+			require.NoError(t, err)
+			continue
+		}
+		var conflict *jobs.ConflictError
+		require.ErrorAs(t, err, &conflict)
+		require.True(t, conflict.DerivedHash)
+		require.ErrorContains(t, err, want)
+	}
+	_, err := store.Enqueue(ctx, db.Pool, jobs.EnqueueParams{Tenant: "acme", Kind: "doc.summarise", IdempotencyKey: "k", RequestHash: "other"})
+	require.ErrorIs(t, err, jobs.ErrIdempotencyConflict)
+	require.NotContains(t, err.Error(), "no RequestHash", "an explicit hash that differs is a real conflict")
+}

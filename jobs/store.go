@@ -320,6 +320,7 @@ type insertBatch struct {
 	maxAttempts                      []int32
 	availableAt, deadlineAt          []*time.Time
 	estimatedTokens                  []int64
+	derivedHash                      []bool // the request hash was derived from kind and payload
 }
 
 func (s *PostgresStore) prepare(params []EnqueueParams) (*insertBatch, error) {
@@ -338,6 +339,7 @@ func (s *PostgresStore) prepare(params []EnqueueParams) (*insertBatch, error) {
 		keys: make([]*string, n), hashes: make([]*string, n), groupKeys: make([]*string, n),
 		priorities: make([]int16, n), maxAttempts: make([]int32, n),
 		availableAt: make([]*time.Time, n), deadlineAt: make([]*time.Time, n), estimatedTokens: make([]int64, n),
+		derivedHash: make([]bool, n),
 	}
 	for i := range params {
 		p, err := s.normalize(params[i], now)
@@ -362,6 +364,7 @@ func (s *PostgresStore) prepare(params []EnqueueParams) (*insertBatch, error) {
 		b.tenants[i], b.kinds[i], b.queues[i], b.payloads[i] = p.Tenant, p.Kind, p.Queue, string(p.Payload)
 		b.keys[i] = dbsql.NullIfZero(p.IdempotencyKey)
 		b.hashes[i] = dbsql.NullIfZero(p.RequestHash)
+		b.derivedHash[i] = params[i].IdempotencyKey != "" && params[i].RequestHash == ""
 		b.groupKeys[i] = dbsql.NullIfZero(p.GroupKey)
 		// normalize bounded both conversions.
 		b.priorities[i] = int16(p.Priority)
@@ -446,7 +449,7 @@ func (s *PostgresStore) resolveExisting(ctx context.Context, db DBTX, b *insertB
 			return nil, fmt.Errorf("jobs: enqueue: tenant %q key %q is held in job_keys by no job: it was released concurrently (retry), or its job was deleted without its job_keys row", k.tenant, k.key)
 		}
 		if j.RequestHash != dbsql.Deref(b.hashes[i]) {
-			return nil, &ConflictError{Index: i, Tenant: k.tenant, IdempotencyKey: k.key, ExistingJobID: j.ID}
+			return nil, &ConflictError{Index: i, Tenant: k.tenant, IdempotencyKey: k.key, ExistingJobID: j.ID, DerivedHash: b.derivedHash[i]}
 		}
 		// Existing also when the holder is an earlier job of this batch:
 		// nothing was written for this element.
