@@ -224,6 +224,9 @@
 //     a retried request leaves no second row. With a key it requires a
 //     RequestHash, because the default (a hash of the payload) would hash
 //     the fresh row id and make every retry an ErrIdempotencyConflict.
+//     The raw Enqueue, which cannot refuse that (a payload hash is right
+//     for most jobs), says so in the conflict's message instead
+//     (ConflictError.DerivedHash).
 //   - The outcome helpers stay in this package, in one place
 //     (handler_errors.go: Permanent, RetryAfter, RetryAfterHeader, Snooze,
 //     InvalidOutput, NeedsReview); a typed handler returns them as its
