@@ -1,4 +1,4 @@
-// Command typed: migrate, accept a job with the service's row idempotently, retry once, print.
+// Command typed (DATABASE_URL, else libpq defaults): migrate, accept idempotently, retry, print.
 package main
 
 import (
