@@ -193,6 +193,55 @@
 //     stays tenant-scoped. UnservedKinds reads across tenants too, for the
 //     runners' warning about jobs of kinds they have no handler for.
 //
+// # The typed layer
+//
+// A Kind[A, R] names a kind once, with its arguments' and its result's Go
+// types; the same value enqueues (Kind.Enqueue, Kind.Accept, Kind.Params)
+// and registers the handler (lease.Handle), so a misspelt kind does not
+// compile instead of leaving jobs READY forever:
+//
+//	var Extract = jobs.NewKind[ExtractArgs, Totals]("invoice.extract")
+//	res, err := Extract.Enqueue(ctx, store, tx, tenant, ExtractArgs{DocID: id}, jobs.EnqueueOptions{})
+//
+// Decisions:
+//
+//   - Kind is a value, not a method on the arguments' type (River's
+//     JobArgs.Kind()): one declaration carries both types, and kinds whose
+//     arguments share a type stay distinct. It is generic over the result
+//     too, so neither direction is json.RawMessage; the raw API
+//     (EnqueueParams, lease.Handler) stays for hosts that want it.
+//   - Payloads and results are encoding/json. Decoding ignores unknown
+//     fields, so a producer deployed with a new field does not break the
+//     handlers still running the old version. A payload that does not
+//     decode (or a job of another kind) is a *MalformedPayloadError: the
+//     runner fails the job at once with class ClassMalformedPayload, since
+//     every retry would read the same bytes.
+//   - NewKind does not check the name: a Kind is usually a package-level
+//     value, and Enqueue refuses a malformed name naming it.
+//   - Kind.Accept is the recipe for a job accepted with the service's own
+//     row: write runs on the transaction and returns the arguments (which
+//     name the row); on Existing the whole transaction is rolled back, so
+//     a retried request leaves no second row. With a key it requires a
+//     RequestHash, because the default (a hash of the payload) would hash
+//     the fresh row id and make every retry an ErrIdempotencyConflict.
+//     The raw Enqueue, which cannot refuse that (a payload hash is right
+//     for most jobs), says so in the conflict's message instead
+//     (ConflictError.DerivedHash).
+//   - The outcome helpers stay in this package, in one place
+//     (handler_errors.go: Permanent, RetryAfter, RetryAfterHeader, Snooze,
+//     InvalidOutput, NeedsReview); a typed handler returns them as its
+//     error, as a raw one does, and Kind.NeedsReview takes its typed
+//     result.
+//   - Await polls a job until it is terminal: for scripts, examples and
+//     tests; a service serving many clients follows the job's outbox
+//     events instead.
+//
+// A store whose schema was never migrated answers ErrNotMigrated (a
+// *NotMigratedError naming the schema, llmq.Migrate and `llmq migrate up`)
+// instead of PostgreSQL's "relation does not exist", from Enqueue,
+// EnqueueMany, Get, List, ListAll, Lookup, Cancel, Attempts, Stats and
+// Claim: the calls a new host or an operator makes first.
+//
 // # Observability
 //
 // RegisterGauges puts the queues' depth on a metric.MeterProvider as

@@ -46,10 +46,19 @@ type ConflictError struct {
 	IdempotencyKey string
 	// ExistingJobID is the job that holds the key.
 	ExistingJobID uuid.UUID
+	// DerivedHash is true when the refused request had no RequestHash, so
+	// its hash was derived from its kind and payload: a payload holding
+	// anything generated per attempt (a new row's id, a timestamp) makes
+	// every retry such a conflict, and the message says so.
+	DerivedHash bool
 }
 
 func (e *ConflictError) Error() string {
-	return fmt.Sprintf("%v: tenant %q key %q belongs to job %s", ErrIdempotencyConflict, e.Tenant, e.IdempotencyKey, e.ExistingJobID)
+	msg := fmt.Sprintf("%v: tenant %q key %q belongs to job %s", ErrIdempotencyConflict, e.Tenant, e.IdempotencyKey, e.ExistingJobID)
+	if e.DerivedHash {
+		msg += " (this request had no RequestHash, so it was derived from the payload: if the payload holds values generated per request, such as a new row's id, set RequestHash to jobs.RequestHash of the client's request)"
+	}
+	return msg
 }
 
 // Unwrap makes errors.Is(err, ErrIdempotencyConflict) true.

@@ -104,7 +104,7 @@ func (s *PostgresStore) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]*J
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("jobs: claim from %s: %w", p.Queue, err)
+		return nil, fmt.Errorf("jobs: claim from %s: %w", p.Queue, s.migrated(err))
 	}
 	return claimed, nil
 }

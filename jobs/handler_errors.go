@@ -117,15 +117,19 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// Classify says what kind of failure err is: ClassPermanent,
-// ClassInvalidOutput or ClassTransient, with the Retry-After it carries.
+// Classify says what kind of failure err is: ClassMalformedPayload,
+// ClassPermanent, ClassInvalidOutput or ClassTransient, with the
+// Retry-After it carries.
 func Classify(err error) (class string, retryAfter time.Duration) {
 	var (
+		malformed *MalformedPayloadError
 		permanent *PermanentError
 		invalid   *InvalidOutputError
 		after     *RetryAfterError
 	)
 	switch {
+	case errors.As(err, &malformed):
+		return ClassMalformedPayload, 0
 	case errors.As(err, &permanent):
 		return ClassPermanent, 0
 	case errors.As(err, &invalid):

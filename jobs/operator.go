@@ -34,7 +34,7 @@ func newOperatorSQL(q dbsql.Queries) operatorSQL {
 func (s *PostgresStore) Lookup(ctx context.Context, db DBTX, id uuid.UUID) (*Job, error) {
 	rows, err := db.Query(ctx, s.ops.lookup, id)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: lookup %s: %w", id, err)
+		return nil, fmt.Errorf("jobs: lookup %s: %w", id, s.migrated(err))
 	}
 	job, err := pgx.CollectExactlyOneRow(rows, scanJob)
 	if errors.Is(err, pgx.ErrNoRows) {

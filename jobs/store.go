@@ -320,6 +320,7 @@ type insertBatch struct {
 	maxAttempts                      []int32
 	availableAt, deadlineAt          []*time.Time
 	estimatedTokens                  []int64
+	derivedHash                      []bool // the request hash was derived from kind and payload
 }
 
 func (s *PostgresStore) prepare(params []EnqueueParams) (*insertBatch, error) {
@@ -338,6 +339,7 @@ func (s *PostgresStore) prepare(params []EnqueueParams) (*insertBatch, error) {
 		keys: make([]*string, n), hashes: make([]*string, n), groupKeys: make([]*string, n),
 		priorities: make([]int16, n), maxAttempts: make([]int32, n),
 		availableAt: make([]*time.Time, n), deadlineAt: make([]*time.Time, n), estimatedTokens: make([]int64, n),
+		derivedHash: make([]bool, n),
 	}
 	for i := range params {
 		p, err := s.normalize(params[i], now)
@@ -362,6 +364,7 @@ func (s *PostgresStore) prepare(params []EnqueueParams) (*insertBatch, error) {
 		b.tenants[i], b.kinds[i], b.queues[i], b.payloads[i] = p.Tenant, p.Kind, p.Queue, string(p.Payload)
 		b.keys[i] = dbsql.NullIfZero(p.IdempotencyKey)
 		b.hashes[i] = dbsql.NullIfZero(p.RequestHash)
+		b.derivedHash[i] = params[i].IdempotencyKey != "" && params[i].RequestHash == ""
 		b.groupKeys[i] = dbsql.NullIfZero(p.GroupKey)
 		// normalize bounded both conversions.
 		b.priorities[i] = int16(p.Priority)
@@ -383,11 +386,11 @@ func (s *PostgresStore) insert(ctx context.Context, db DBTX, b *insertBatch) ([]
 		s.cfg.EventTopic, s.channel, s.notify.queues(b.queues, time.Now()),
 		dbsql.NullIfZero(telemetry.TraceParent(ctx)))
 	if err != nil {
-		return nil, fmt.Errorf("jobs: enqueue: %w", err)
+		return nil, fmt.Errorf("jobs: enqueue: %w", s.migrated(err))
 	}
 	inserted, err := pgx.CollectRows(rows, scanJob)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: enqueue: %w", err)
+		return nil, fmt.Errorf("jobs: enqueue: %w", s.migrated(err))
 	}
 	results := make([]EnqueueResult, len(b.ids))
 	if len(inserted) == len(b.ids) {
@@ -446,7 +449,7 @@ func (s *PostgresStore) resolveExisting(ctx context.Context, db DBTX, b *insertB
 			return nil, fmt.Errorf("jobs: enqueue: tenant %q key %q is held in job_keys by no job: it was released concurrently (retry), or its job was deleted without its job_keys row", k.tenant, k.key)
 		}
 		if j.RequestHash != dbsql.Deref(b.hashes[i]) {
-			return nil, &ConflictError{Index: i, Tenant: k.tenant, IdempotencyKey: k.key, ExistingJobID: j.ID}
+			return nil, &ConflictError{Index: i, Tenant: k.tenant, IdempotencyKey: k.key, ExistingJobID: j.ID, DerivedHash: b.derivedHash[i]}
 		}
 		// Existing also when the holder is an earlier job of this batch:
 		// nothing was written for this element.
@@ -459,14 +462,14 @@ func (s *PostgresStore) resolveExisting(ctx context.Context, db DBTX, b *insertB
 func (s *PostgresStore) Get(ctx context.Context, db DBTX, tenant string, id uuid.UUID) (*Job, error) {
 	rows, err := db.Query(ctx, s.sql.get, tenant, id)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: get %s: %w", id, err)
+		return nil, fmt.Errorf("jobs: get %s: %w", id, s.migrated(err))
 	}
 	job, err := pgx.CollectExactlyOneRow(rows, scanJob)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %s for tenant %q", ErrNotFound, id, tenant)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("jobs: get %s: %w", id, err)
+		return nil, fmt.Errorf("jobs: get %s: %w", id, s.migrated(err))
 	}
 	return job, nil
 }
@@ -500,11 +503,11 @@ func (s *PostgresStore) List(ctx context.Context, db DBTX, params ListParams) (*
 	}
 	rows, err := db.Query(ctx, s.sql.list, params.Tenant, states, params.Kind, after, limit+1)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: list: %w", err)
+		return nil, fmt.Errorf("jobs: list: %w", s.migrated(err))
 	}
 	jobs, err := pgx.CollectRows(rows, scanJob)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: list: %w", err)
+		return nil, fmt.Errorf("jobs: list: %w", s.migrated(err))
 	}
 	res := &ListResult{Jobs: jobs}
 	if len(jobs) > limit {
@@ -526,7 +529,7 @@ func (s *PostgresStore) Cancel(ctx context.Context, db DBTX, tenant string, id u
 	}
 	rows, err := db.Query(ctx, s.sql.cancel, tenant, id, eventID, s.cfg.EventTopic)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: cancel %s: %w", id, err)
+		return nil, fmt.Errorf("jobs: cancel %s: %w", id, s.migrated(err))
 	}
 	job, err := pgx.CollectExactlyOneRow(rows, scanJob)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -545,7 +548,7 @@ func (s *PostgresStore) Cancel(ctx context.Context, db DBTX, tenant string, id u
 func (s *PostgresStore) Stats(ctx context.Context, db DBTX) ([]QueueStats, error) {
 	rows, err := db.Query(ctx, s.sql.stats)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: stats: %w", err)
+		return nil, fmt.Errorf("jobs: stats: %w", s.migrated(err))
 	}
 	defer rows.Close()
 	var out []QueueStats

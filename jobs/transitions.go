@@ -598,7 +598,7 @@ func (s *PostgresStore) MarkHung(ctx context.Context, db DBTX, worker string, hu
 func (s *PostgresStore) Attempts(ctx context.Context, db DBTX, tenant string, id uuid.UUID) ([]Attempt, error) {
 	rows, err := db.Query(ctx, s.sql.attempts, tenant, id)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: attempts of %s: %w", id, err)
+		return nil, fmt.Errorf("jobs: attempts of %s: %w", id, s.migrated(err))
 	}
 	attempts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Attempt, error) {
 		var (

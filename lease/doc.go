@@ -148,6 +148,21 @@
 //     second call under one permit that neither the limiter nor the
 //     attempt history sees.
 //
+// # Typed handlers
+//
+// Handle adapts a typed handler of a jobs.Kind to Handler, and Kinds
+// collects such registrations into Config.Handlers:
+//
+//	lease.Config{Handlers: lease.Kinds(lease.Handle(Extract, extract))}
+//
+// The adapter decodes the payload (a payload that does not decode fails
+// the job at once, class jobs.ClassMalformedPayload, without calling the
+// handler) and encodes the result (a result that does not encode is a
+// permanent failure: the same value would fail on every retry). Kinds
+// panics on a kind registered twice, a program error found at start-up.
+// Runner.Start runs Run in a goroutine and returns the stop function, for
+// hosts and tests without a lifecycle of their own.
+//
 // # Connections
 //
 // A runner's use of the database is bounded by a constant, whatever

@@ -719,7 +719,7 @@ func (r *Runner) decide(job *jobs.Job, result json.RawMessage, err error, cause 
 		return c
 	}
 	class, retryAfter := jobs.Classify(err)
-	if class == jobs.ClassPermanent {
+	if class == jobs.ClassPermanent || class == jobs.ClassMalformedPayload {
 		c.Outcome, c.ErrorClass = jobs.OutcomeFailed, class
 		return c
 	}

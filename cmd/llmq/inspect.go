@@ -20,9 +20,15 @@ import (
 
 // runJobs dispatches the job commands.
 func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	_, args, err := subcommand("jobs", args, "inspect")
+	sub, args, err := subcommand("jobs", args, "list", "inspect", "cancel")
 	if err != nil {
 		return err
+	}
+	switch sub {
+	case "list":
+		return runJobsList(ctx, args, stdout, stderr)
+	case "cancel":
+		return runJobsCancel(ctx, args, stdout, stderr)
 	}
 	return runInspect(ctx, "jobs inspect", args, stdout, stderr)
 }

@@ -13,8 +13,13 @@
 //	llmq stats                      jobs by queue and state, oldest eligible job age, outbox
 //	                                lag, each tenant's backlog, in-flight jobs, weight and cap,
 //	                                and each kind's backlog (a kind no runner serves only ages)
+//	llmq jobs list [-tenant T] [-state S,...] [-kind K] [-limit N] [-cursor C]
+//	                                jobs newest first, every tenant's unless -tenant; the last
+//	                                line gives the -cursor of the next page
 //	llmq jobs inspect ID [-tenant T]
 //	                                a job, its attempts with their outcomes, and its events
+//	llmq jobs cancel ID [-tenant T]
+//	                                cancel a waiting job, or ask a running one's runner to
 //	llmq dead list [-tenant T] [-limit N]
 //	                                dead-lettered (FAILED_TERMINAL) jobs, newest first
 //	llmq dead replay ID --reason WHY [--by WHO] [-tenant T] [-deadline D] [--again]
@@ -34,11 +39,15 @@
 //	llmq bench -mode drain|e2e|latency|relay|ingress|admission -jobs N -workers W [flags]
 //	                                measure against DATABASE_URL in a throwaway schema
 //	llmq plan -rpm R -tpm T -concurrency C [-latency D] [-tokens N] [-backlog B] [-pool P]
-//	                                attempt and job capacity, drain time of a backlog
+//	                                attempt and job capacity, drain time of a backlog; with
+//	                                -pool, the limits given explicitly win over the pool's
 //	llmq version                    this build's llmq version
 //
 // "inspect" and "dead-letter" are the older names of "jobs inspect" and
 // "dead", and still work.
+//
+// A usage error prints one line naming what was wrong and a hint, not the
+// whole help; -h prints the commands, '<command> -h' a command's flags.
 //
 // Every command takes -database-url (default $DATABASE_URL), -schema
 // (default $LLMQ_SCHEMA, else "llmq") and --json. Flags may be written -flag
@@ -93,7 +102,10 @@ commands:
   migrate status                         list migrations and whether each is applied
   migrate sql [-down] [-from N] [-to N]  print the migration SQL
   stats                                  queues by state, outbox lag, per-tenant and per-kind backlog
+  jobs list [-tenant T] [-state S,...] [-kind K] [-limit N] [-cursor C]
+                                         jobs newest first, filtered; paged with -cursor
   jobs inspect ID [-tenant T]            a job, its attempts and its events
+  jobs cancel ID [-tenant T]             cancel a waiting job, or ask a running one's runner to
   dead list [-tenant T] [-limit N]       dead-lettered jobs, newest first
   dead replay ID --reason WHY [--by WHO] [-tenant T] [-deadline D] [--again]
                                          run a dead job again as a new, linked job
@@ -118,6 +130,9 @@ aliases: inspect = jobs inspect, dead-letter = dead.
 Every command takes -database-url URL, -schema NAME and --json; flags may
 follow positional arguments. Run 'llmq <command> -h' for a command's flags.
 `
+
+// usageHint follows a usage error's one line.
+const usageHint = "run 'llmq -h' for the commands, 'llmq <command> -h' for a command's flags"
 
 // errUsage marks errors caused by how the command was called (exit 2).
 var errUsage = errors.New("usage")
@@ -179,7 +194,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, errFlag):
 		return 2
 	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "llmq: %v\n\n%s", err, usage)
+		// One line and a hint: the whole help buries what was wrong.
+		fmt.Fprintf(stderr, "llmq: %v\n%s\n", err, usageHint)
 		return 2
 	case refusedInput(err):
 		fmt.Fprintf(stderr, "llmq: %v\n", err)
@@ -250,10 +266,9 @@ type common struct {
 func newFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *common) {
 	fs := flag.NewFlagSet("llmq "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage of %s (flags may come before or after arguments):\n", fs.Name())
-		fs.PrintDefaults()
-	}
+	// The flag package calls Usage on -h and after every error it
+	// reports; parseArgs prints the flags on -h only, and a hint otherwise.
+	fs.Usage = func() {}
 	c := &common{}
 	fs.StringVar(&c.databaseURL, "database-url", envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL connection URL")
 	fs.StringVar(&c.schema, "schema", envOr("LLMQ_SCHEMA", "llmq"), "Postgres schema holding the llmq tables")
@@ -276,6 +291,7 @@ func parseArgs(fs *flag.FlagSet, args []string, want int, usage string) ([]strin
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
+			printFlagUsage(fs, err)
 			return nil, usageOrHelp(err)
 		}
 		rest := fs.Args()
@@ -341,6 +357,17 @@ func setFlags(fs *flag.FlagSet) map[string]bool {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	return set
+}
+
+// printFlagUsage follows a flag error, which the flag package has printed
+// on its own line, with a hint; -h prints the command's flags.
+func printFlagUsage(fs *flag.FlagSet, err error) {
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintf(fs.Output(), "Usage of %s (flags may come before or after arguments):\n", fs.Name())
+		fs.PrintDefaults()
+		return
+	}
+	fmt.Fprintf(fs.Output(), "run '%s -h' for its flags\n", fs.Name())
 }
 
 // usageOrHelp passes -h through and marks other flag errors, which the

@@ -192,8 +192,8 @@ func TestJobsInspect(t *testing.T) {
 		{[]string{"jobs", "inspect"}, "jobs inspect needs a job id"},
 		{[]string{"jobs", "inspect", "inv-42"}, `"inv-42" is not a job id`},
 		{[]string{"jobs", "inspect", id, id}, "unexpected argument"},
-		{[]string{"jobs", "list"}, `jobs "list": use inspect`},
-		{[]string{"jobs"}, "jobs needs inspect"},
+		{[]string{"jobs", "show"}, `jobs "show": use list or inspect or cancel`},
+		{[]string{"jobs"}, "jobs needs list or inspect or cancel"},
 	} {
 		code, _, stderr := f.run(bad.args...)
 		require.Equal(t, 2, code, bad.args)

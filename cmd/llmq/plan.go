@@ -72,7 +72,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		in   planInput
 		pool string
 	)
-	fs.StringVar(&pool, "pool", "", "read -rpm, -tpm and -concurrency from this admission pool in the database")
+	fs.StringVar(&pool, "pool", "", "read -rpm, -tpm and -concurrency from this admission pool in the database (those given explicitly win)")
 	fs.Float64Var(&in.RPM, "rpm", 0, "provider requests per minute")
 	fs.Float64Var(&in.TPM, "tpm", 0, "provider tokens per minute")
 	fs.Float64Var(&in.Concurrency, "concurrency", 0, "calls in flight at once (the pool's MaxInFlight, or the workers)")
@@ -85,7 +85,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	if pool != "" {
-		if err := loadPlanPool(ctx, c, pool, &in); err != nil {
+		if err := loadPlanPool(ctx, c, pool, &in, setFlags(fs)); err != nil {
 			return err
 		}
 	}
@@ -116,8 +116,10 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return tw.Flush()
 }
 
-// loadPlanPool fills the limits from an admission pool.
-func loadPlanPool(ctx context.Context, c *common, name string, in *planInput) error {
+// loadPlanPool fills the limits from an admission pool, except those given
+// explicitly (set), which are what the operator asks about: "this pool at
+// twice its RPM".
+func loadPlanPool(ctx context.Context, c *common, name string, in *planInput, set map[string]bool) error {
 	pool, err := c.connect(ctx)
 	if err != nil {
 		return err
@@ -131,7 +133,15 @@ func loadPlanPool(ctx context.Context, c *common, name string, in *planInput) er
 	if err != nil {
 		return err
 	}
-	in.RPM, in.TPM, in.Concurrency = float64(s.RPM), float64(s.TPM), float64(s.MaxInFlight)
+	if !set["rpm"] {
+		in.RPM = float64(s.RPM)
+	}
+	if !set["tpm"] {
+		in.TPM = float64(s.TPM)
+	}
+	if !set["concurrency"] {
+		in.Concurrency = float64(s.MaxInFlight)
+	}
 	return nil
 }
 

@@ -60,6 +60,15 @@ func TestPlanFromPool(t *testing.T) {
 	require.InDelta(t, 5, r.ConcurrencyLimited, 1e-9)
 	require.InDelta(t, 1, r.AttemptCapacity, 1e-9)
 
+	// Limits given explicitly win over the pool's: "this pool at twice its
+	// TPM".
+	code, out, stderr = c.run("plan", "-pool", "gpt", "-tpm", "240000", "-concurrency", "40", "-tokens", "2000", "-latency", "4s", "--json")
+	require.Equal(t, 0, code, stderr)
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.InDelta(t, 2, r.TokenLimited, 1e-9)
+	require.InDelta(t, 10, r.ConcurrencyLimited, 1e-9)
+	require.InDelta(t, 10, r.RequestLimited, 1e-9, "-rpm not given: the pool's")
+
 	code, _, stderr = c.run("plan", "-pool", "missing")
 	require.Equal(t, 2, code, "an unknown pool is refused input")
 	require.Contains(t, stderr, "unknown pool")

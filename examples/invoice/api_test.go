@@ -16,10 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/examples/internal/serve"
-	"github.com/llmq/llmq/internal/dbtest"
+	"github.com/llmq/llmq/llmqtest"
 )
 
 const apiToken = "tok-acme"
@@ -31,7 +32,7 @@ type apiFixture struct {
 	svc *Service
 	srv *httptest.Server
 	log *syncBuffer
-	db  *dbtest.DB
+	db  *llmqtest.DB
 }
 
 // syncBuffer is a log sink that handlers write from their own goroutines.
@@ -54,7 +55,7 @@ func (s *syncBuffer) String() string {
 
 func setupAPI(t *testing.T) *apiFixture {
 	t.Helper()
-	db := dbtest.Setup(t)
+	db := llmqtest.NewDB(t)
 	log := &syncBuffer{}
 	svc, err := New(db.Pool, Config{
 		Schema: db.Schema, Auth: NewAuth(map[string]Credential{apiToken: {Tenant: "acme"}}),
@@ -181,7 +182,7 @@ func TestAPIUnavailableIsLoggedWithRetryAfter(t *testing.T) {
 	require.NoError(t, err)
 	// The service's own pool, closed: every query fails, as when the
 	// database is unreachable.
-	pool := dbtest.Pool(t, 1)
+	pool := closablePool(t)
 	svc, err := New(pool, Config{Schema: f.db.Schema, Auth: f.svc.cfg.Auth, Logger: f.svc.cfg.Logger})
 	require.NoError(t, err)
 	pool.Close()
@@ -210,7 +211,7 @@ func TestAPIUnavailableIsLoggedWithRetryAfter(t *testing.T) {
 // System capacity is a 503 too: with Retry-After, and logged.
 func TestAPICapacityIsLoggedWithRetryAfter(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Setup(t)
+	db := llmqtest.NewDB(t)
 	log := &syncBuffer{}
 	svc, err := New(db.Pool, Config{
 		Schema: db.Schema, Auth: NewAuth(map[string]Credential{apiToken: {Tenant: "acme"}}),
@@ -274,8 +275,8 @@ func FuzzDecodeCreateRequest(f *testing.F) {
 // answer 503).
 func TestAPIRefusesBeforeAnyQuery(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Setup(t)
-	pool := dbtest.Pool(t, 1)
+	db := llmqtest.NewDB(t)
+	pool := closablePool(t)
 	svc, err := New(pool, Config{Schema: db.Schema, Auth: NewAuth(map[string]Credential{apiToken: {Tenant: "acme"}}), Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	pool.Close()
@@ -370,4 +371,14 @@ func readLines(ctx context.Context, r io.Reader) (lines <-chan string, done <-ch
 		}
 	}()
 	return out, finished
+}
+
+// closablePool is a pool of the test's own on llmqtest's database, for a
+// test that closes it to make every query fail.
+func closablePool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(t.Context(), llmqtest.URL())
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
 }
