@@ -8,8 +8,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/llmq/llmq/internal/dbsql"
 )
 
 //go:embed operator_list.sql
@@ -58,15 +56,7 @@ func (s *PostgresStore) ListAll(ctx context.Context, db DBTX, params ListAllPara
 		}
 		after = &id
 	}
-	schema, err := dbsql.NewSchema(s.cfg.Schema)
-	if err != nil {
-		return nil, fmt.Errorf("jobs: list all: %w", err)
-	}
-	q, err := dbsql.ParseQueries(queriesSQL+"\n"+operatorListSQL, schema)
-	if err != nil {
-		return nil, fmt.Errorf("jobs: list all: %w", err)
-	}
-	rows, err := db.Query(ctx, q.Must("ListAllJobs"), states, params.Kind, after, limit+1)
+	rows, err := db.Query(ctx, s.sql.listAll, states, params.Kind, after, limit+1)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: list all: %w", s.migrated(err))
 	}

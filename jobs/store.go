@@ -173,7 +173,7 @@ type PostgresStore struct {
 	channel string
 	notify  *notifyLimiter
 	sql     struct {
-		insertJobs, selectByKey, get, list, cancel, stats, leases                                     string
+		insertJobs, selectByKey, get, list, listAll, cancel, stats, leases                            string
 		lockClaimTenants, claim, wakeIdleTenants, heartbeat, complete, markStale, reap, failDeadlines string
 		setTenantLimits, deleteTenantLimits, getTenantLimits                                          string
 		replay, attempts, queueDepth, markHung, unservedKinds                                         string
@@ -185,7 +185,7 @@ var _ Store = (*PostgresStore)(nil)
 
 // NewStore validates cfg once and prepares the store's SQL for its schema.
 func NewStore(cfg Config) (*PostgresStore, error) {
-	schema, q, err := dbsql.Prepare(cfg.Schema, queriesSQL)
+	schema, q, err := dbsql.Prepare(cfg.Schema, queriesSQL+"\n"+operatorListSQL)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: %w", err)
 	}
@@ -225,6 +225,7 @@ func NewStore(cfg Config) (*PostgresStore, error) {
 	s.sql.selectByKey = q.Must("SelectJobsByIdempotencyKey")
 	s.sql.get = q.Must("GetJob")
 	s.sql.list = q.Must("ListJobs")
+	s.sql.listAll = q.Must("ListAllJobs")
 	s.sql.leases = q.Must("ListLeases")
 	s.sql.cancel = q.Must("CancelJob")
 	s.sql.stats = q.Must("QueueStats")
