@@ -53,7 +53,7 @@ type recordKey struct{}
 // Middleware watches every request of an SDK client: it tells admission
 // what each response says (lease.Responded inside an admitted attempt,
 // admission.Observe on obs outside one), records the usage a successful
-// JSON answer reports (lease.RecordUsage), and notes whether a failed
+// answer reports (lease.RecordUsage), and notes whether a failed
 // request can have reached the provider.
 func Middleware(d Dialect, obs Observer) func(*http.Request, func(*http.Request) (*http.Response, error)) (*http.Response, error) {
 	return func(req *http.Request, next func(*http.Request) (*http.Response, error)) (*http.Response, error) {
@@ -78,9 +78,10 @@ func Middleware(d Dialect, obs Observer) func(*http.Request, func(*http.Request)
 			return nil, err
 		}
 		rec.markSent(false)
-		if resp.StatusCode/100 == 2 && isJSON(resp.Header) {
+		if resp.StatusCode/100 == 2 && !isEventStream(resp.Header) {
 			// Read the answer before reporting it: a body lost on the way
-			// leaves the call uncertain, not answered.
+			// leaves the call uncertain, not answered. A stream is the
+			// caller's to read, as it comes.
 			body, err := io.ReadAll(resp.Body)
 			_ = resp.Body.Close()
 			if err != nil {
@@ -134,9 +135,9 @@ func neverSent(err error, gotConn, wroteHeaders bool) bool {
 	return (errors.As(err, &op) && op.Op == "dial") || errors.As(err, &dns)
 }
 
-func isJSON(h http.Header) bool {
+func isEventStream(h http.Header) bool {
 	mediaType, _, err := mime.ParseMediaType(h.Get("Content-Type"))
-	return err == nil && (mediaType == "application/json" || strings.HasSuffix(mediaType, "+json"))
+	return err == nil && mediaType == "text/event-stream"
 }
 
 // Call runs fn, the SDK calls of one provider call, and classifies the
@@ -182,9 +183,10 @@ func classify(ctx context.Context, d Dialect, rec *record, err error) error {
 		// the transport's: the record, not the error, says which.
 		return lease.NotSent(err)
 	case answered:
-		// The answer is in hand and its usage recorded; what failed came
-		// after it (decoding, the caller's own code).
-		return err
+		// The provider answered 2xx, its usage is recorded, and the SDK
+		// could not read the answer: output as invalid as a model's
+		// malformed JSON, retried within the invalid-output budget.
+		return jobs.InvalidOutput(err, nil)
 	}
 	uncertain()
 	return err
