@@ -31,9 +31,10 @@ func postMessages(t *testing.T, url, body string) (int, http.Header, []byte) {
 	return resp.StatusCode, resp.Header, buf.Bytes()
 }
 
-func messagesBody(t *testing.T, text string) string {
+// messagesBody is a Messages API request about doc.
+func messagesBody(t *testing.T) string {
 	t.Helper()
-	user, err := json.Marshal([]fakeprovider.ContentBlock{{Type: "text", Text: text}})
+	user, err := json.Marshal([]fakeprovider.ContentBlock{{Type: "text", Text: doc}})
 	require.NoError(t, err)
 	b, err := json.Marshal(fakeprovider.MessagesRequest{
 		Model: "m", MaxTokens: 100, System: json.RawMessage(`[{"type":"text","text":"extract"}]`),
@@ -54,7 +55,7 @@ func TestMessagesAPI(t *testing.T) {
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
 
-	status, h, body := postMessages(t, hs.URL, messagesBody(t, doc))
+	status, h, body := postMessages(t, hs.URL, messagesBody(t))
 	require.Equal(t, http.StatusOK, status, "%s", body)
 	var msg fakeprovider.MessagesResponse
 	require.NoError(t, json.Unmarshal(body, &msg))
@@ -76,7 +77,7 @@ func TestMessagesAPI(t *testing.T) {
 	require.Equal(t, msg.Usage.InputTokens, call.PromptTokens)
 	require.Equal(t, msg.Usage.OutputTokens, call.CompletionTokens)
 
-	status, h, body = postMessages(t, hs.URL, messagesBody(t, doc))
+	status, h, body = postMessages(t, hs.URL, messagesBody(t))
 	require.Equal(t, http.StatusTooManyRequests, status)
 	secs, err := strconv.Atoi(h.Get("retry-after"))
 	require.NoError(t, err)
@@ -89,10 +90,10 @@ func TestMessagesAPI(t *testing.T) {
 	hs2 := httptest.NewServer(srv2)
 	t.Cleanup(hs2.Close)
 	srv2.FailNext(1)
-	status, _, body = postMessages(t, hs2.URL, messagesBody(t, doc))
+	status, _, body = postMessages(t, hs2.URL, messagesBody(t))
 	require.Equal(t, http.StatusInternalServerError, status)
 	require.Contains(t, string(body), `"api_error"`)
-	status, _, _ = postMessages(t, hs2.URL, messagesBody(t, doc))
+	status, _, _ = postMessages(t, hs2.URL, messagesBody(t))
 	require.Equal(t, http.StatusOK, status, "FailNext(1) fails one call")
 	status, _, body = postMessages(t, hs2.URL, `{"model":"m","max_tokens":10}`)
 	require.Equal(t, http.StatusBadRequest, status)

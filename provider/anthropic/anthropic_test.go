@@ -3,7 +3,6 @@ package anthropic_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -81,6 +80,7 @@ func TestClassification(t *testing.T) {
 			name: "429 with a wait snoozes", setup: func(e *providertest.Env) { e.Provider.Storm(time.Minute) },
 			text: providertest.Document, outcome: jobs.AttemptSnoozed, uncertain: true, requests: 1, wantCooling: true,
 			wantErr: func(t *testing.T, err error) {
+				t.Helper()
 				var snooze *jobs.SnoozeError
 				require.ErrorAs(t, err, &snooze)
 				require.InDelta(t, time.Minute, snooze.After, float64(2*time.Second))
@@ -93,6 +93,7 @@ func TestClassification(t *testing.T) {
 		{
 			name: "400 is permanent", outcome: jobs.AttemptFailed, class: jobs.ClassPermanent, refunded: true, requests: 1,
 			wantErr: func(t *testing.T, err error) {
+				t.Helper()
 				var apiErr *sdk.Error
 				require.ErrorAs(t, err, &apiErr, "the SDK's error stays reachable")
 				require.Equal(t, http.StatusBadRequest, apiErr.StatusCode)
@@ -101,7 +102,10 @@ func TestClassification(t *testing.T) {
 		{
 			name: "timeout is uncertain", setup: func(e *providertest.Env) { e.Provider.HangNext(1) },
 			text: providertest.Document, outcome: jobs.AttemptRetryScheduled, class: jobs.ClassTransient, uncertain: true, requests: 1,
-			wantErr: func(t *testing.T, err error) { require.ErrorIs(t, err, context.DeadlineExceeded) },
+			wantErr: func(t *testing.T, err error) {
+				t.Helper()
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+			},
 		},
 		{
 			name: "connection refused is not sent", closed: true,
@@ -213,7 +217,6 @@ func TestOptionsValidate(t *testing.T) {
 	require.NoError(t, err)
 	_, err = llmqanthropic.Options(llmqanthropic.Config{Limiter: l})
 	require.ErrorIs(t, err, llmqanthropic.ErrInvalidConfig)
-	require.True(t, errors.Is(err, llmqanthropic.ErrInvalidConfig))
 }
 
 func FuzzUsage(f *testing.F) {

@@ -21,7 +21,8 @@ import (
 // Options call and the Call around the SDK call: the error Call returns
 // already says how the attempt ended, here a snooze for a 429's wait.
 func Example() {
-	provider := httptest.NewServer(fakeprovider.New(fakeprovider.Config{Scale: 15_000}))
+	fake := fakeprovider.New(fakeprovider.Config{Scale: 15_000})
+	provider := httptest.NewServer(fake)
 	defer provider.Close()
 
 	adapter, err := llmqanthropic.Options(llmqanthropic.Config{})
@@ -39,7 +40,7 @@ func Example() {
 		}
 		answer, err := llmqanthropic.Call(ctx, func(ctx context.Context) (*anthropic.Message, error) {
 			return client.Messages.New(ctx, anthropic.MessageNewParams{
-				Model:     anthropic.ModelClaudeSonnet4_5,
+				Model:     anthropic.ModelClaudeSonnet5_5,
 				MaxTokens: 1024,
 				Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(document))},
 			})
@@ -58,7 +59,7 @@ func Example() {
 	}
 	fmt.Println(ex.SupplierName, ex.Total, err)
 
-	provider.Config.Handler.(*fakeprovider.Server).Storm(time.Minute)
+	fake.Storm(time.Minute) // the provider refuses calls for a minute
 	_, err = extract.Work(context.Background(), job)
 	var snooze *jobs.SnoozeError
 	fmt.Println(errors.As(err, &snooze), snooze.After.Round(time.Second))

@@ -55,7 +55,7 @@ func Options(cfg Config) ([]option.RequestOption, error) {
 	}
 	return []option.RequestOption{
 		option.WithMaxRetries(0),
-		option.WithMiddleware(adapt.Middleware(dialect, adapt.Observer{Limiter: cfg.Limiter, Pool: cfg.Pool})),
+		option.WithMiddleware((&adapt.Middleware{Dialect: dialect, Observer: adapt.Observer{Limiter: cfg.Limiter, Pool: cfg.Pool}}).Handle),
 	}, nil
 }
 

@@ -3,7 +3,6 @@ package openai_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"testing"
 	"time"
@@ -79,6 +78,7 @@ func TestClassification(t *testing.T) {
 			name: "429 with a wait snoozes", setup: func(e *providertest.Env) { e.Provider.Storm(time.Minute) },
 			text: providertest.Document, outcome: jobs.AttemptSnoozed, uncertain: true, requests: 1, wantCooling: true,
 			wantErr: func(t *testing.T, err error) {
+				t.Helper()
 				var snooze *jobs.SnoozeError
 				require.ErrorAs(t, err, &snooze)
 				require.InDelta(t, time.Minute, snooze.After, float64(2*time.Second))
@@ -91,6 +91,7 @@ func TestClassification(t *testing.T) {
 		{
 			name: "400 is permanent", outcome: jobs.AttemptFailed, class: jobs.ClassPermanent, refunded: true, requests: 1,
 			wantErr: func(t *testing.T, err error) {
+				t.Helper()
 				var apiErr *oai.Error
 				require.ErrorAs(t, err, &apiErr, "the SDK's error stays reachable")
 				require.Equal(t, http.StatusBadRequest, apiErr.StatusCode)
@@ -99,7 +100,10 @@ func TestClassification(t *testing.T) {
 		{
 			name: "timeout is uncertain", setup: func(e *providertest.Env) { e.Provider.HangNext(1) },
 			text: providertest.Document, outcome: jobs.AttemptRetryScheduled, class: jobs.ClassTransient, uncertain: true, requests: 1,
-			wantErr: func(t *testing.T, err error) { require.ErrorIs(t, err, context.DeadlineExceeded) },
+			wantErr: func(t *testing.T, err error) {
+				t.Helper()
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+			},
 		},
 		{
 			name: "connection refused is not sent", closed: true,
@@ -211,7 +215,6 @@ func TestOptionsValidate(t *testing.T) {
 	require.NoError(t, err)
 	_, err = llmqopenai.Options(llmqopenai.Config{Limiter: l})
 	require.ErrorIs(t, err, llmqopenai.ErrInvalidConfig)
-	require.True(t, errors.Is(err, llmqopenai.ErrInvalidConfig))
 }
 
 func FuzzUsage(f *testing.F) {

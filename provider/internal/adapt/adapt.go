@@ -4,6 +4,7 @@
 package adapt
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +14,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,50 +52,54 @@ type recordKey struct{}
 
 // Middleware watches every request of an SDK client: it tells admission
 // what each response says (lease.Responded inside an admitted attempt,
-// admission.Observe on obs outside one), records the usage a successful
-// answer reports (lease.RecordUsage), and notes whether a failed
-// request can have reached the provider.
-func Middleware(d Dialect, obs Observer) func(*http.Request, func(*http.Request) (*http.Response, error)) (*http.Response, error) {
-	return func(req *http.Request, next func(*http.Request) (*http.Response, error)) (*http.Response, error) {
-		ctx := req.Context()
-		rec, _ := ctx.Value(recordKey{}).(*record)
-		if rec == nil {
-			rec = &record{} // outside Call: what it notes is not read
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err // never passed on: not sent
-		}
-		var gotConn, wroteHeaders atomic.Bool
-		req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-			GetConn:      func(string) { gotConn.Store(true) },
-			WroteHeaders: func() { wroteHeaders.Store(true) },
-		}))
-		resp, err := next(req)
-		if err != nil {
-			if !neverSent(err, gotConn.Load(), wroteHeaders.Load()) {
-				rec.markSent(false)
-			}
-			return nil, err
-		}
-		rec.markSent(false)
-		if resp.StatusCode/100 == 2 && !isEventStream(resp.Header) {
-			// Read the answer before reporting it: a body lost on the way
-			// leaves the call uncertain, not answered. A stream is the
-			// caller's to read, as it comes.
-			body, err := io.ReadAll(resp.Body)
-			_ = resp.Body.Close()
-			if err != nil {
-				return nil, fmt.Errorf("reading %s answer: %w", d.Name, err)
-			}
-			resp.Body = io.NopCloser(strings.NewReader(string(body)))
-			if u, ok := d.Usage(body); ok {
-				lease.RecordUsage(ctx, u)
-			}
-			rec.markSent(true)
-		}
-		observe(ctx, obs, resp)
-		return resp, nil
+// admission.Observe on Observer outside one), records the usage a
+// successful answer reports (lease.RecordUsage), and notes whether a
+// failed request can have reached the provider.
+type Middleware struct {
+	Dialect  Dialect
+	Observer Observer
+}
+
+// Handle is the SDK middleware (option.WithMiddleware).
+func (m *Middleware) Handle(req *http.Request, next func(*http.Request) (*http.Response, error)) (*http.Response, error) {
+	ctx := req.Context()
+	rec, _ := ctx.Value(recordKey{}).(*record)
+	if rec == nil {
+		rec = &record{} // outside Call: what it notes is not read
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err // never passed on: not sent
+	}
+	var gotConn, wroteHeaders atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GetConn:      func(string) { gotConn.Store(true) },
+		WroteHeaders: func() { wroteHeaders.Store(true) },
+	}))
+	resp, err := next(req)
+	if err != nil {
+		if !neverSent(err, gotConn.Load(), wroteHeaders.Load()) {
+			rec.markSent(false)
+		}
+		return nil, err
+	}
+	rec.markSent(false)
+	if resp.StatusCode/100 == 2 && !isEventStream(resp.Header) {
+		// Read the answer before reporting it: a body lost on the way
+		// leaves the call uncertain, not answered. A stream is the
+		// caller's to read, as it comes.
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("reading %s answer: %w", m.Dialect.Name, err)
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		if u, ok := m.Dialect.Usage(body); ok {
+			lease.RecordUsage(ctx, u)
+		}
+		rec.markSent(true)
+	}
+	observe(ctx, m.Observer, resp)
+	return resp, nil
 }
 
 func (r *record) markSent(answered bool) {

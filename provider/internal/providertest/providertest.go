@@ -90,7 +90,7 @@ func (e *Env) Requests() int64 { return e.requests.Load() }
 // before anything is sent.
 func ClosedURL(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := l.Addr().String()
 	require.NoError(t, l.Close())
@@ -156,7 +156,7 @@ func (e *Env) State(t *testing.T) admission.PoolState {
 // closed when the test ends (so no goroutine outlives it).
 func HTTPClient(t *testing.T) *http.Client {
 	t.Helper()
-	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr}
 }
