@@ -37,7 +37,8 @@
 //     A streamed answer (text/event-stream) is the caller's to read: record
 //     its final usage with lease.RecordUsage.
 //   - The error Call returns says how the attempt ended (next section).
-//     The SDK's own error stays reachable through errors.As.
+//     The SDK's own error stays reachable through errors.As, except in a
+//     snooze (*jobs.SnoozeError has no cause), whose Reason quotes it.
 //
 // # Classification
 //
@@ -48,8 +49,8 @@
 //
 //	how the call ended                            error returned                     attempt
 //	2xx answer                                    nil                                usage recorded
-//	2xx the SDK cannot read (not JSON, wrong     jobs.InvalidOutput                 usage recorded if
-//	  shape)                                                                           the body reports it
+//	2xx the SDK cannot read (not JSON)            jobs.InvalidOutput                 usage recorded if
+//	                                                                                   the body reports it
 //	429 with a wait (retry-after-ms,              *jobs.SnoozeError for that wait    uncertain, not counted
 //	  Retry-After, an exhausted budget's reset)
 //	429 without a wait                            the SDK's error (transient)        uncertain, counted
