@@ -76,4 +76,9 @@
 // Decisions: 408 and 409 are treated as 5xx (the SDKs' own retry set);
 // a 429 is uncertain, as lease.Admission settles it; fn should make only
 // SDK calls, since Call classifies any error fn returns as the call's.
+//
+// A 2xx answer whose body is lost is not reported to admission at all:
+// under lease.Admission that would settle the permit as answered and
+// refund tokens the provider may have counted; its rate-limit headers are
+// lost with it.
 package openai
