@@ -64,16 +64,17 @@ func TestClassification(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		setup func(e *providertest.Env)
-		// closed: the client's base URL has no listener.
-		closed      bool
-		text        string
-		outcome     jobs.AttemptOutcome
-		class       string
-		uncertain   bool
-		refunded    bool // the permit's whole reservation came back
-		requests    int64
-		wantErr     func(t *testing.T, err error)
-		wantCooling bool
+		// closed: the client's base URL has no listener; dropping: its
+		// server closes the connection once it read the request.
+		closed, dropping bool
+		text             string
+		outcome          jobs.AttemptOutcome
+		class            string
+		uncertain        bool
+		refunded         bool // the permit's whole reservation came back
+		requests         int64
+		wantErr          func(t *testing.T, err error)
+		wantCooling      bool
 	}{
 		{name: "answered", text: providertest.Document, outcome: jobs.AttemptSucceeded, requests: 1},
 		{
@@ -108,6 +109,10 @@ func TestClassification(t *testing.T) {
 			},
 		},
 		{
+			name: "lost connection is uncertain", dropping: true,
+			text: providertest.Document, outcome: jobs.AttemptRetryScheduled, class: jobs.ClassTransient, uncertain: true,
+		},
+		{
 			name: "connection refused is not sent", closed: true,
 			text: providertest.Document, outcome: jobs.AttemptRetryScheduled, class: jobs.ClassTransient, refunded: true,
 		},
@@ -120,8 +125,11 @@ func TestClassification(t *testing.T) {
 				tc.setup(e)
 			}
 			baseURL := e.URL
-			if tc.closed {
+			switch {
+			case tc.closed:
 				baseURL = providertest.ClosedURL(t)
+			case tc.dropping:
+				baseURL = providertest.DroppingURL(t)
 			}
 			errs := make(chan error, 1)
 			a := e.Attempt(t, complete(client(t, baseURL, llmqanthropic.Config{}), tc.text, errs))
