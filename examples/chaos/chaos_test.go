@@ -51,8 +51,9 @@ func setup(t *testing.T, broker string) Config {
 // storm, hung calls, malformed JSON, the ERP down — every accepted job is
 // in the database in an explainable state with its attempts, no result is
 // replaced, each success reaches the ERP exactly once and nothing else
-// does, provider calls stay within attempts and the provider's limits, and
-// every job event is handled once.
+// does, provider calls stay within attempts and the provider's limits, the
+// usage ledger matches the provider's own count, and every job event is
+// handled once.
 func TestChaos(t *testing.T) {
 	t.Parallel()
 	for _, broker := range []string{brokerKafka, brokerRabbitMQ} {
@@ -74,6 +75,7 @@ func TestChaos(t *testing.T) {
 			require.Positive(t, report.SameKeyResubmissions)
 			require.Positive(t, report.InboxDuplicates, "the held event came again as a duplicate")
 			require.Positive(t, report.Stale, "the paused worker's completion was recorded as stale")
+			require.Positive(t, report.LedgerTokens, "the usage ledger holds the answers' usage")
 		})
 	}
 }

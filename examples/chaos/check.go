@@ -38,8 +38,13 @@ type Report struct {
 	Booked                     int // invoices the ERP booked
 	MaxRPM                     int
 	MaxTPM                     int64
-	RPMLimit                   int
-	TPMLimit                   int64
+	// The usage ledger against the provider's own count: LedgerTokens is
+	// what admission's ledger holds for the pool, BilledTokens the usage of
+	// every answer the fake provider wrote, LostTokens that of the answers
+	// written to a worker SIGKILLed on them (it could not record them).
+	LedgerTokens, BilledTokens, LostTokens int64
+	RPMLimit                               int
+	TPMLimit                               int64
 
 	Faults     map[string]int
 	FaultLog   []string
@@ -104,6 +109,9 @@ func (c *controller) check(ctx context.Context, settled bool) (*Report, error) {
 	}
 	booked, err := readCounts(ctx, c.pool, c.q.Must("Booked"))
 	if err != nil {
+		return nil, err
+	}
+	if err := c.pool.QueryRow(ctx, c.q.Must("LedgerTokens"), providerKey).Scan(&r.LedgerTokens); err != nil {
 		return nil, err
 	}
 
@@ -239,6 +247,20 @@ func (c *controller) check(ctx context.Context, settled bool) (*Report, error) {
 		default:
 			bad("job %s: %d correct answers paid for, but only %d attempts lost theirs: %s", id, n, lost, outcomes(attempts[id]))
 		}
+	}
+	// The usage ledger is the provider's count: every answer written is in
+	// it, but those whose worker was killed on them, no more and no less.
+	for _, call := range c.calls {
+		if call.Status == http.StatusOK {
+			r.BilledTokens += call.PromptTokens + call.CompletionTokens
+		}
+	}
+	for _, k := range c.killed {
+		r.LostTokens += k.call.PromptTokens + k.call.CompletionTokens
+	}
+	if r.LedgerTokens > r.BilledTokens || r.LedgerTokens < r.BilledTokens-r.LostTokens {
+		bad("usage ledger holds %d tokens; the provider billed %d, of which %d were answered to killed workers",
+			r.LedgerTokens, r.BilledTokens, r.LostTokens)
 	}
 	for id, n := range calls {
 		j, ok := jobsByID[id]
@@ -484,6 +506,7 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "\nduplicates prevented: %d same-key resubmissions answered with their job; %d broker redeliveries taken as duplicates by the inbox (%d job events, %d deliveries)\n",
 		r.SameKeyResubmissions, r.InboxDuplicates, r.SignalEvents, r.SignalDeliveries)
 	fmt.Fprintf(w, "provider: max %d calls and %d tokens in a 60s window (limits %d and %d)\n", r.MaxRPM, r.MaxTPM, r.RPMLimit, r.TPMLimit)
+	fmt.Fprintf(w, "usage ledger: %d tokens; the provider billed %d, %d of them answered to killed workers\n", r.LedgerTokens, r.BilledTokens, r.LostTokens)
 	fmt.Fprintf(w, "ERP: %d invoices booked for %d SUCCEEDED jobs\n", r.Booked, r.States[jobs.StateSucceeded])
 	var faults []string
 	for _, k := range allFaults {

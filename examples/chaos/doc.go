@@ -38,6 +38,13 @@
 //     provider's call log holds more calls than RPM plus the bucket's burst
 //     (RPM/60), nor more tokens than TPM plus its burst (TPM/10): the
 //     bound admission documents for its token buckets;
+//   - the usage ledger (admission's, written as permits are released) holds
+//     what the provider counted: the usage of every answer the fake
+//     provider wrote, less at most that of the answers written to a worker
+//     killed on them (it cannot record them; one that recorded its answer
+//     before SIGKILL reached it leaves the ledger whole). The workers call
+//     the provider with openai-go through provider/openai, which records
+//     the usage each answer reports;
 //   - the signal path handles every job event exactly once: the outbox
 //     relay publishes it, the inbox ingress records it, and its handler's
 //     effect (a counter in chaos_signals) is 1 however often the broker

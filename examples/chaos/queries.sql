@@ -94,3 +94,9 @@ WHERE o.topic = $1;
 SELECT (SELECT count(*) FROM /*schema*/jobs WHERE finished_at IS NULL),
        (SELECT count(*) FROM /*schema*/outbox o WHERE o.topic = $1 AND (o.published_at IS NULL
             OR NOT EXISTS (SELECT 1 FROM /*schema*/chaos_signals s WHERE s.event_id = o.event_id::text)));
+
+-- name: LedgerTokens
+-- The tokens the usage ledger holds for the provider's pool: what the
+-- workers' permits were released with. A scan of a small table at the end
+-- of a run, summing its shard rows.
+SELECT coalesce(sum(input_tokens + output_tokens), 0)::bigint FROM /*schema*/admission_usage WHERE pool = $1;

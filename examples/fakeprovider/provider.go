@@ -44,7 +44,11 @@ type Config struct {
 // Call describes one request the server handled, for Config.OnCall.
 type Call struct {
 	Start, End time.Time
-	// APIKey is the bearer token of the request ("" without one).
+	// API is the API called: "openai" (chat completions) or "anthropic"
+	// (messages).
+	API string
+	// APIKey is the request's key: OpenAI's bearer token or Anthropic's
+	// x-api-key ("" without one).
 	APIKey string
 	// Document is the user messages' text.
 	Document string
@@ -52,8 +56,8 @@ type Call struct {
 	// gave up on.
 	Status int
 	// Fault is what the server did to the call: "" (a correct answer),
-	// "rate-limited", "timeout", "malformed", "wrong-iban", "bad-total" or
-	// "bad-request".
+	// "rate-limited", "timeout", "malformed", "wrong-iban", "bad-total",
+	// "server-error" or "bad-request".
 	Fault string
 	// PromptTokens and CompletionTokens are the usage reported (zero
 	// unless answered with 200).
@@ -69,6 +73,8 @@ type Stats struct {
 	Malformed   int64 `json:"malformed"`
 	Wrong       int64 `json:"wrong"`
 	BadRequests int64 `json:"bad_requests"`
+	// ServerErrors counts calls answered 500 (FailNext).
+	ServerErrors int64 `json:"server_errors"`
 }
 
 // Server is the fake provider; it is an http.Handler.
@@ -84,8 +90,9 @@ type Server struct {
 	calls      map[[32]byte]int // calls per document, for the "-once" faults
 	hangNext   int              // calls still to hang (HangNext)
 	malformNxt int              // calls still to answer malformed (MalformNext)
+	failNext   int              // calls still to answer 500 (FailNext)
 
-	calls64, answered, limited, timeouts, malformed, wrong, bad atomic.Int64
+	calls64, answered, limited, timeouts, malformed, wrong, bad, serverErrors atomic.Int64
 }
 
 // New returns a server for cfg.
@@ -114,6 +121,7 @@ func New(cfg Config) *Server {
 		calls:    map[[32]byte]int{},
 	}
 	s.mux.HandleFunc("POST /v1/chat/completions", s.complete)
+	s.mux.HandleFunc("POST /v1/messages", s.messages)
 	return s
 }
 
@@ -141,6 +149,14 @@ func (s *Server) MalformNext(n int) {
 	s.mu.Unlock()
 }
 
+// FailNext answers the next n calls that are not rate-limited with 500, as
+// a provider with an internal error does.
+func (s *Server) FailNext(n int) {
+	s.mu.Lock()
+	s.failNext += n
+	s.mu.Unlock()
+}
+
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
@@ -149,6 +165,7 @@ func (s *Server) Stats() Stats {
 	return Stats{
 		Calls: s.calls64.Load(), Answered: s.answered.Load(), RateLimited: s.limited.Load(),
 		Timeouts: s.timeouts.Load(), Malformed: s.malformed.Load(), Wrong: s.wrong.Load(), BadRequests: s.bad.Load(),
+		ServerErrors: s.serverErrors.Load(),
 	}
 }
 
@@ -197,13 +214,46 @@ const (
 	faultMalformed
 	faultWrongIBAN
 	faultBadTotal
+	faultServerError
 )
 
-var faultNames = [...]string{faultNone: "", faultTimeout: "timeout", faultMalformed: "malformed", faultWrongIBAN: "wrong-iban", faultBadTotal: "bad-total"}
+var faultNames = [...]string{faultNone: "", faultTimeout: "timeout", faultMalformed: "malformed", faultWrongIBAN: "wrong-iban", faultBadTotal: "bad-total", faultServerError: "server-error"}
 
-func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
+// request is what the fake reads of a request, in either API.
+type request struct {
+	model       string
+	document    string // the user messages' text
+	promptChars int
+	maxTokens   int
+	apiKey      string
+}
+
+// dialect is one provider API: how its requests read and its answers,
+// errors and rate-limit headers are written.
+type dialect struct {
+	name        string
+	parse       func(r *http.Request) (request, error)
+	rateHeaders func(s *Server, h http.Header, now time.Time)
+	writeError  func(w http.ResponseWriter, status int, kind errorKind, msg string)
+	writeAnswer func(w http.ResponseWriter, id string, created time.Time, model, content string, usage Usage)
+}
+
+// errorKind is an error's class, named by each API in its own words.
+type errorKind int
+
+const (
+	errInvalidRequest errorKind = iota
+	errRateLimit
+	errServer
+)
+
+func (s *Server) complete(w http.ResponseWriter, r *http.Request) { s.serve(w, r, openAI) }
+
+func (s *Server) messages(w http.ResponseWriter, r *http.Request) { s.serve(w, r, anthropic) }
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, d dialect) {
 	s.calls64.Add(1)
-	call := Call{Start: time.Now(), APIKey: strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")}
+	call := Call{Start: time.Now(), API: d.name}
 	if s.cfg.OnCall != nil {
 		defer func() {
 			if f, ok := w.(http.Flusher); ok && call.Status != 0 {
@@ -213,42 +263,40 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 			s.cfg.OnCall(call)
 		}()
 	}
-	var req ChatRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil || len(req.Messages) == 0 {
+	req, err := d.parse(r)
+	call.APIKey = req.apiKey
+	if err != nil {
 		s.bad.Add(1)
 		call.Status, call.Fault = http.StatusBadRequest, "bad-request"
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "messages: required")
+		d.writeError(w, http.StatusBadRequest, errInvalidRequest, err.Error())
 		return
 	}
-	var doc strings.Builder
-	promptChars := 0
-	for _, m := range req.Messages {
-		promptChars += len(m.Content)
-		if m.Role == "user" {
-			doc.WriteString(m.Content)
-		}
-	}
-	text := doc.String()
-	call.Document = text
-	promptTokens := int64(promptChars/4 + 1)
-	maxOut := int64(cmpOr(req.MaxTokens, 800))
+	call.Document = req.document
+	promptTokens := int64(req.promptChars/4 + 1)
+	maxOut := int64(cmpOr(req.maxTokens, 800))
 
 	now := time.Now()
 	if wait, ok := s.admit(now, promptTokens+maxOut); !ok {
 		s.limited.Add(1)
-		s.rateHeaders(w, now)
+		d.rateHeaders(s, w.Header(), now)
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
 		w.Header().Set("retry-after-ms", strconv.FormatInt(max(1, wait.Milliseconds()), 10))
 		call.Status, call.Fault = http.StatusTooManyRequests, "rate-limited"
-		writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", "Rate limit reached; retry later")
+		d.writeError(w, http.StatusTooManyRequests, errRateLimit, "Rate limit reached; retry later")
 		return
 	}
 
-	f, latency := s.decide(text)
+	f, latency := s.decide(req.document)
 	call.Fault = faultNames[f]
 	if f == faultTimeout {
 		s.timeouts.Add(1)
 		<-r.Context().Done() // hang until the client gives up
+		return
+	}
+	if f == faultServerError {
+		s.serverErrors.Add(1)
+		call.Status = http.StatusInternalServerError
+		d.writeError(w, http.StatusInternalServerError, errServer, "The server had an error while processing your request")
 		return
 	}
 	t := time.NewTimer(latency)
@@ -263,9 +311,9 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	switch f {
 	case faultMalformed:
 		s.malformed.Add(1)
-		content = `{"supplier_name": "` + firstLine(text) + `", "line_items": [` // cut off mid-object
+		content = `{"supplier_name": "` + firstLine(req.document) + `", "line_items": [` // cut off mid-object
 	default:
-		ex := Extract(text)
+		ex := Extract(req.document)
 		switch f {
 		case faultWrongIBAN:
 			s.wrong.Add(1)
@@ -279,7 +327,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		b, err := json.Marshal(ex)
 		if err != nil {
 			call.Status = http.StatusInternalServerError
-			writeError(w, http.StatusInternalServerError, "server_error", err.Error())
+			d.writeError(w, http.StatusInternalServerError, errServer, err.Error())
 			return
 		}
 		content = string(b)
@@ -287,13 +335,9 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	s.answered.Add(1)
 	out := int64(len(content)/4 + 1)
 	call.Status, call.PromptTokens, call.CompletionTokens = http.StatusOK, promptTokens, out
-	s.rateHeaders(w, time.Now())
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(ChatResponse{
-		ID: fmt.Sprintf("chatcmpl-%d", s.calls64.Load()), Object: "chat.completion", Created: now.Unix(), Model: req.Model,
-		Choices: []ChatChoice{{Message: ChatMessage{Role: "assistant", Content: content}, FinishReason: "stop"}},
-		Usage:   Usage{PromptTokens: promptTokens, CompletionTokens: out, TotalTokens: promptTokens + out},
-	})
+	d.rateHeaders(s, w.Header(), time.Now())
+	d.writeAnswer(w, strconv.FormatInt(s.calls64.Load(), 10), now, req.model, content,
+		Usage{PromptTokens: promptTokens, CompletionTokens: out, TotalTokens: promptTokens + out})
 }
 
 // admit takes one request and tokens from the per-minute buckets, or says how
@@ -313,19 +357,6 @@ func (s *Server) admit(now time.Time, tokens int64) (time.Duration, bool) {
 		return wait, false
 	}
 	return 0, true
-}
-
-func (s *Server) rateHeaders(w http.ResponseWriter, now time.Time) {
-	s.mu.Lock()
-	reqs, toks := s.requests.TokensAt(now), s.tokens.TokensAt(now)
-	s.mu.Unlock()
-	h := w.Header()
-	h.Set("x-ratelimit-limit-requests", strconv.Itoa(s.cfg.RPM))
-	h.Set("x-ratelimit-limit-tokens", strconv.Itoa(s.cfg.TPM))
-	h.Set("x-ratelimit-remaining-requests", strconv.Itoa(max(0, int(reqs))))
-	h.Set("x-ratelimit-remaining-tokens", strconv.Itoa(max(0, int(toks))))
-	h.Set("x-ratelimit-reset-requests", refill(1-reqs, float64(s.cfg.RPM)/60).String())
-	h.Set("x-ratelimit-reset-tokens", refill(1-toks, float64(s.cfg.TPM)/60).String())
 }
 
 // refill is how long a bucket takes to gain missing units at perSecond.
@@ -365,6 +396,10 @@ func (s *Server) decide(text string) (fault, time.Duration) {
 		s.malformNxt--
 		return faultMalformed, latency
 	}
+	if s.failNext > 0 {
+		s.failNext--
+		return faultServerError, latency
+	}
 	for _, m := range markers {
 		if strings.Contains(text, m.text) && (!m.once || n == 1) {
 			return m.fault, latency
@@ -380,12 +415,6 @@ func (s *Server) decide(text string) (fault, time.Duration) {
 		return faultWrongIBAN, latency
 	}
 	return faultNone, latency
-}
-
-func writeError(w http.ResponseWriter, status int, typ, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"type": typ, "message": msg}})
 }
 
 func cmpOr(a, b int) int {

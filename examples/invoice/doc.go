@@ -49,11 +49,15 @@
 // # Worker
 //
 // The runner (lease) claims extraction jobs only while the provider pool's
-// shared admission limiter can grant, holds a permit per call, and hears
-// every answer through lease.Responded, so Retry-After and x-ratelimit-*
-// headers cool the pool down for every worker. The client is plain net/http:
-// one call per attempt, llmq owns retries. Usage is recorded per attempt;
-// a call without an answer is marked uncertain.
+// shared admission limiter can grant, and holds a permit per call. The
+// client is the official openai-go SDK under llmq's adapter
+// (provider/openai): its retries are off (one call per attempt, llmq owns
+// retries), every answer reaches admission, so Retry-After and
+// x-ratelimit-* headers cool the pool down for every worker, and the usage
+// each answer reports is recorded for its attempt. The adapter classifies
+// failures: a call never sent refunds its permit, one sent without an
+// answer (timeout, 5xx, lost connection) is marked uncertain, a 429 with a
+// wait snoozes the job for it, other 4xx fail it.
 //
 // # Validation policy
 //

@@ -39,7 +39,10 @@ func setupWorker(t *testing.T) *workerFixture {
 // headers and body.
 func (f *workerFixture) work(status int, header http.Header, body string) (json.RawMessage, error) {
 	f.t.Helper()
+	var requests atomic.Int32
 	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		requests.Add(1)
+		w.Header().Set("Content-Type", "application/json")
 		for k, v := range header {
 			w.Header()[k] = v
 		}
@@ -47,8 +50,11 @@ func (f *workerFixture) work(status int, header http.Header, body string) (json.
 		_, _ = w.Write([]byte(body))
 	}))
 	defer provider.Close()
-	ex := &extractor{svc: f.svc, url: provider.URL + "/v1/chat/completions", client: provider.Client()}
-	return ex.Work(f.t.Context(), f.job)
+	ex, err := newExtractor(f.svc, provider.URL+"/v1", "key", provider.Client())
+	require.NoError(f.t, err)
+	result, err := ex.Work(f.t.Context(), f.job)
+	require.Equal(f.t, int32(1), requests.Load(), "one request per call: the SDK's retries are off")
+	return result, err
 }
 
 // completion is a chat completion whose content is content, or its JSON
@@ -86,12 +92,12 @@ func TestProviderAnswers(t *testing.T) {
 	require.Empty(t, r.Findings)
 
 	_, err = f.work(http.StatusTooManyRequests, http.Header{"Retry-After": {"7"}}, `{"error":{}}`)
-	class, after := jobs.Classify(err)
-	require.Equal(t, jobs.ClassTransient, class)
-	require.Equal(t, int64(7), int64(after.Seconds()))
+	var snooze *jobs.SnoozeError
+	require.ErrorAs(t, err, &snooze, "a 429 with a wait snoozes")
+	require.Equal(t, 7*time.Second, snooze.After)
 
 	_, err = f.work(http.StatusBadGateway, nil, "")
-	class, _ = jobs.Classify(err)
+	class, _ := jobs.Classify(err)
 	require.Equal(t, jobs.ClassTransient, class)
 
 	_, err = f.work(http.StatusBadRequest, nil, `{"error":{"message":"bad"}}`)
@@ -134,6 +140,7 @@ func TestPaidAnswerSurvivesALostLookup(t *testing.T) {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
+		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(completion(goodExtraction())))
 	}))
 	defer provider.Close()
@@ -144,7 +151,11 @@ func TestPaidAnswerSurvivesALostLookup(t *testing.T) {
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		ex := &extractor{svc: f.svc, url: provider.URL + "/v1/chat/completions", client: provider.Client()}
+		ex, err := newExtractor(f.svc, provider.URL+"/v1", "key", provider.Client())
+		if err != nil {
+			done <- outcome{nil, err}
+			return
+		}
 		result, err := ex.Work(ctx, f.job)
 		done <- outcome{result, err}
 	}()

@@ -1,0 +1,192 @@
+package fakeprovider
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// maxRequestBody bounds a request's body in either API.
+const maxRequestBody = 1 << 20
+
+// openAI is the chat-completions API: POST /v1/chat/completions.
+var openAI = dialect{
+	name: "openai",
+	parse: func(r *http.Request) (request, error) {
+		req := request{apiKey: strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")}
+		var body ChatRequest
+		if err := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxRequestBody)).Decode(&body); err != nil {
+			return req, fmt.Errorf("body: %w", err)
+		}
+		if len(body.Messages) == 0 {
+			return req, errors.New("messages: required")
+		}
+		req.model, req.maxTokens = body.Model, body.MaxTokens
+		var doc strings.Builder
+		for _, m := range body.Messages {
+			req.promptChars += len(m.Content)
+			if m.Role == "user" {
+				doc.WriteString(m.Content)
+			}
+		}
+		req.document = doc.String()
+		return req, nil
+	},
+	rateHeaders: func(s *Server, h http.Header, now time.Time) {
+		reqs, toks := s.levels(now)
+		h.Set("x-ratelimit-limit-requests", strconv.Itoa(s.cfg.RPM))
+		h.Set("x-ratelimit-limit-tokens", strconv.Itoa(s.cfg.TPM))
+		h.Set("x-ratelimit-remaining-requests", strconv.Itoa(max(0, int(reqs))))
+		h.Set("x-ratelimit-remaining-tokens", strconv.Itoa(max(0, int(toks))))
+		h.Set("x-ratelimit-reset-requests", refill(1-reqs, float64(s.cfg.RPM)/60).String())
+		h.Set("x-ratelimit-reset-tokens", refill(1-toks, float64(s.cfg.TPM)/60).String())
+	},
+	writeError: func(w http.ResponseWriter, status int, kind errorKind, msg string) {
+		typ := [...]string{errInvalidRequest: "invalid_request_error", errRateLimit: "rate_limit_exceeded", errServer: "server_error"}[kind]
+		writeJSON(w, status, map[string]any{"error": map[string]string{"type": typ, "message": msg}})
+	},
+	writeAnswer: func(w http.ResponseWriter, id string, created time.Time, model, content string, usage Usage) {
+		writeJSON(w, http.StatusOK, ChatResponse{
+			ID: "chatcmpl-" + id, Object: "chat.completion", Created: created.Unix(), Model: model,
+			Choices: []ChatChoice{{Message: ChatMessage{Role: "assistant", Content: content}, FinishReason: "stop"}},
+			Usage:   usage,
+		})
+	},
+}
+
+// MessagesRequest is the part of an Anthropic Messages API request the fake
+// reads. System and each message's content are a string or a list of
+// content blocks, of which the text blocks are read.
+type MessagesRequest struct {
+	Model     string            `json:"model"`
+	MaxTokens int               `json:"max_tokens"`
+	System    json.RawMessage   `json:"system,omitempty"`
+	Messages  []MessagesMessage `json:"messages"`
+}
+
+// MessagesMessage is one message of a Messages API request.
+type MessagesMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// MessagesResponse is an Anthropic Messages API answer.
+type MessagesResponse struct {
+	ID           string         `json:"id"`
+	Type         string         `json:"type"`
+	Role         string         `json:"role"`
+	Model        string         `json:"model"`
+	Content      []ContentBlock `json:"content"`
+	StopReason   string         `json:"stop_reason"`
+	StopSequence *string        `json:"stop_sequence"`
+	Usage        MessagesUsage  `json:"usage"`
+}
+
+// ContentBlock is a text content block.
+type ContentBlock struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+// MessagesUsage is the usage the Messages API reports.
+type MessagesUsage struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+}
+
+// anthropic is the Messages API: POST /v1/messages.
+var anthropic = dialect{
+	name: "anthropic",
+	parse: func(r *http.Request) (request, error) {
+		req := request{apiKey: r.Header.Get("X-Api-Key")}
+		var body MessagesRequest
+		if err := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxRequestBody)).Decode(&body); err != nil {
+			return req, fmt.Errorf("body: %w", err)
+		}
+		switch {
+		case len(body.Messages) == 0:
+			return req, errors.New("messages: required")
+		case body.MaxTokens <= 0:
+			return req, errors.New("max_tokens: required")
+		}
+		req.model, req.maxTokens = body.Model, body.MaxTokens
+		system, err := blocksText(body.System)
+		if err != nil {
+			return req, fmt.Errorf("system: %w", err)
+		}
+		req.promptChars = len(system)
+		var doc strings.Builder
+		for i, m := range body.Messages {
+			text, err := blocksText(m.Content)
+			if err != nil {
+				return req, fmt.Errorf("messages.%d.content: %w", i, err)
+			}
+			req.promptChars += len(text)
+			if m.Role == "user" {
+				doc.WriteString(text)
+			}
+		}
+		req.document = doc.String()
+		return req, nil
+	},
+	rateHeaders: func(s *Server, h http.Header, now time.Time) {
+		reqs, toks := s.levels(now)
+		h.Set("anthropic-ratelimit-requests-limit", strconv.Itoa(s.cfg.RPM))
+		h.Set("anthropic-ratelimit-tokens-limit", strconv.Itoa(s.cfg.TPM))
+		h.Set("anthropic-ratelimit-requests-remaining", strconv.Itoa(max(0, int(reqs))))
+		h.Set("anthropic-ratelimit-tokens-remaining", strconv.Itoa(max(0, int(toks))))
+		h.Set("anthropic-ratelimit-requests-reset", now.Add(refill(1-reqs, float64(s.cfg.RPM)/60)).UTC().Format(time.RFC3339Nano))
+		h.Set("anthropic-ratelimit-tokens-reset", now.Add(refill(1-toks, float64(s.cfg.TPM)/60)).UTC().Format(time.RFC3339Nano))
+	},
+	writeError: func(w http.ResponseWriter, status int, kind errorKind, msg string) {
+		typ := [...]string{errInvalidRequest: "invalid_request_error", errRateLimit: "rate_limit_error", errServer: "api_error"}[kind]
+		writeJSON(w, status, map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": msg}})
+	},
+	writeAnswer: func(w http.ResponseWriter, id string, _ time.Time, model, content string, usage Usage) {
+		writeJSON(w, http.StatusOK, MessagesResponse{
+			ID: "msg_" + id, Type: "message", Role: "assistant", Model: model,
+			Content: []ContentBlock{{Type: "text", Text: content}}, StopReason: "end_turn",
+			Usage: MessagesUsage{InputTokens: usage.PromptTokens, OutputTokens: usage.CompletionTokens},
+		})
+	},
+}
+
+// blocksText reads a Messages API content value: a string, or a list of
+// blocks whose text blocks are joined. Absent is empty.
+func blocksText(raw json.RawMessage) (string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, nil
+	}
+	var blocks []ContentBlock
+	if err := json.Unmarshal(raw, &blocks); err != nil {
+		return "", errors.New("want a string or a list of content blocks")
+	}
+	var b strings.Builder
+	for _, block := range blocks {
+		if block.Type == "text" {
+			b.WriteString(block.Text)
+		}
+	}
+	return b.String(), nil
+}
+
+// levels returns the request and token buckets' levels at now.
+func (s *Server) levels(now time.Time) (requests, tokens float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.requests.TokensAt(now), s.tokens.TokensAt(now)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

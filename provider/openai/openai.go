@@ -1,0 +1,88 @@
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	oai "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/llmq/llmq/admission"
+	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/provider/internal/adapt"
+)
+
+// ErrInvalidConfig reports a Config that cannot work.
+var ErrInvalidConfig = errors.New("provider/openai: invalid config")
+
+// Config configures the adapter. The zero value is ready: responses inside
+// an admitted attempt reach admission through lease.Responded.
+type Config struct {
+	// Limiter, with Pool, receives the responses of calls made outside an
+	// admitted attempt (a handler without lease.Admission, a call outside
+	// any handler), through admission.Observe. Optional.
+	Limiter admission.Limiter
+	// Pool is the admission pool of the calls; required with Limiter.
+	Pool string
+}
+
+var dialect = adapt.Dialect{
+	Name: "openai",
+	APIError: func(err error) (int, http.Header, bool) {
+		var apiErr *oai.Error
+		if !errors.As(err, &apiErr) {
+			return 0, nil, false
+		}
+		var h http.Header
+		if apiErr.Response != nil {
+			h = apiErr.Response.Header
+		}
+		return apiErr.StatusCode, h, true
+	},
+	Usage: Usage,
+}
+
+// Options returns the client options that put an openai-go client under
+// llmq: its retries off (option.WithMaxRetries(0): llmq owns retries) and
+// the middleware that reports every response to admission and records
+// the usage a JSON answer reports. Give them to openai.NewClient, after
+// any option of the host's own that sets retries.
+func Options(cfg Config) ([]option.RequestOption, error) {
+	if cfg.Limiter != nil && cfg.Pool == "" {
+		return nil, errors.Join(ErrInvalidConfig, errors.New("Config.Pool is required with Config.Limiter"))
+	}
+	return []option.RequestOption{
+		option.WithMaxRetries(0),
+		option.WithMiddleware((&adapt.Middleware{Dialect: dialect, Observer: adapt.Observer{Limiter: cfg.Limiter, Pool: cfg.Pool}}).Handle),
+	}, nil
+}
+
+// Call runs fn, one provider call made with a client built with Options
+// and the context fn is given, and returns its error classified for the
+// lease runner (see the package documentation).
+func Call[T any](ctx context.Context, fn func(ctx context.Context) (T, error)) (T, error) {
+	return adapt.Call(ctx, dialect, fn)
+}
+
+// Usage reads the usage an OpenAI answer's JSON body reports: chat
+// completions' prompt_tokens and completion_tokens, or the Responses API's
+// input_tokens and output_tokens. ok is false when the body reports none.
+func Usage(body []byte) (u jobs.Usage, ok bool) {
+	var answer struct {
+		Usage *struct {
+			PromptTokens     int64 `json:"prompt_tokens"`
+			CompletionTokens int64 `json:"completion_tokens"`
+			InputTokens      int64 `json:"input_tokens"`
+			OutputTokens     int64 `json:"output_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &answer); err != nil || answer.Usage == nil {
+		return jobs.Usage{}, false
+	}
+	return jobs.Usage{
+		InputTokens:  adapt.Tokens(answer.Usage.PromptTokens, answer.Usage.InputTokens),
+		OutputTokens: adapt.Tokens(answer.Usage.CompletionTokens, answer.Usage.OutputTokens),
+	}, true
+}
