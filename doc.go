@@ -8,21 +8,21 @@
 // transactional outbox, brokers and signed webhooks. The packages, lowest
 // first (each imports only packages above it):
 //
-//	broker            the broker-neutral contract: Message, Publisher, Consumer, Delivery
-//	broker/memory     an in-process broker, for tests and single-process hosts
-//	broker/rabbitmq   the RabbitMQ adapter (amqp091-go)
-//	broker/kafka      the Kafka adapter (franz-go)
-//	outbox            the outbox writer and the relay that publishes committed events
-//	inbox             the durable inbox and the broker ingress that acks after commit
-//	jobs              acceptance with idempotency, the state machine, fenced transitions, replay
-//	admission         the RPM/TPM/in-flight limiter and tenant acceptance quotas
-//	lease             the runner: claims, heartbeats, deadlines, retries, reaper, shutdown
-//	webhook           signed delivery to registered endpoints and the receiver helper
-//	provider/openai   openai-go adapter: SDK retries off, usage and rate limits to the attempt, failures classified
+//	broker              the broker-neutral contract: Message, Publisher, Consumer, Delivery
+//	broker/memory       an in-process broker, for tests and single-process hosts
+//	broker/rabbitmq     the RabbitMQ adapter (amqp091-go)
+//	broker/kafka        the Kafka adapter (franz-go)
+//	outbox              the outbox writer and the relay that publishes committed events
+//	inbox               the durable inbox and the broker ingress that acks after commit
+//	jobs                acceptance with idempotency, the state machine, fenced transitions, replay
+//	admission           the RPM/TPM/in-flight limiter and tenant acceptance quotas
+//	lease               the runner: claims, heartbeats, deadlines, retries, reaper, shutdown
+//	webhook             signed delivery to registered endpoints and the receiver helper
+//	provider/openai     openai-go adapter: SDK retries off, usage and rate limits to the attempt, failures classified
 //	provider/anthropic  the same for anthropic-sdk-go
-//	llmqtest          helpers for hosts' tests: pooled migrated schemas, work a queue, assert enqueues
-//	cmd/llmq          the operator CLI
-//	examples/...      runnable programs wiring the packages into servers
+//	llmqtest            helpers for hosts' tests: pooled migrated schemas, work a queue, assert enqueues
+//	cmd/llmq            the operator CLI
+//	examples/...        runnable programs wiring the packages into servers
 //
 // Each package's doc.go states what it guarantees. This root package
 // migrates the schema and names the release (Version). Call Migrate at
