@@ -107,11 +107,11 @@ type RelayLeaseState struct {
 // RelayLease reads the relays' leader lease.
 func (p *Pruner) RelayLease(ctx context.Context, db DBTX) (RelayLeaseState, error) {
 	var s RelayLeaseState
-	var until time.Time
+	var until *time.Time // NULL: never held, or released
 	if err := db.QueryRow(ctx, p.relayLease).Scan(&s.Holder, &until, &s.Acquisitions); err != nil {
 		return s, fmt.Errorf("outbox: reading the relay lease: %w", err)
 	}
-	s.LeaseUntil = until
+	s.LeaseUntil = dbsql.Deref(until)
 	return s, nil
 }
 

@@ -40,5 +40,5 @@ WHERE event_id IN (
 -- name: RelayLease
 -- The relays' leader lease, for operators: who holds it, until when, and
 -- how many times it was acquired (0: no relay ever ran on this schema).
-SELECT coalesce(holder, ''), lease_until, epoch
+SELECT coalesce(holder, ''), nullif(lease_until, '-infinity'), epoch
 FROM /*schema*/outbox_relay_lease;

@@ -42,5 +42,5 @@ UPDATE /*schema*/retention_lease SET
 WHERE holder = $1;
 
 -- name: ReadLease
-SELECT coalesce(holder, ''), lease_until, acquired_at, policy, last_pass_at, last_pass
+SELECT coalesce(holder, ''), nullif(lease_until, '-infinity'), acquired_at, policy, last_pass_at, last_pass
 FROM /*schema*/retention_lease;

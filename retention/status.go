@@ -88,12 +88,12 @@ type Status struct {
 // history size.
 func (s *Service) Status(ctx context.Context) (Status, error) {
 	var st Status
-	var until, acquired, lastAt *time.Time
+	var until, acquired, lastAt *time.Time // NULL: never held, or released
 	var policy, last []byte
 	if err := s.pool.QueryRow(ctx, s.sql.Must("ReadLease")).Scan(&st.Holder, &until, &acquired, &policy, &lastAt, &last); err != nil {
 		return st, fmt.Errorf("retention: reading the lease: %w", err)
 	}
-	if until != nil && until.After(time.Now().Add(-100*365*24*time.Hour)) {
+	if until != nil {
 		st.LeaseUntil = *until
 	}
 	if lastAt != nil {
