@@ -23,7 +23,7 @@ type fixture struct {
 	store *jobs.PostgresStore
 }
 
-func setup(t *testing.T) *fixture {
+func setup(t testing.TB) *fixture {
 	t.Helper()
 	db := dbtest.Setup(t, dbtest.Options{MaxConns: 8})
 	store, err := jobs.NewStore(jobs.Config{Schema: db.Schema})
