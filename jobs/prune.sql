@@ -23,22 +23,29 @@ WITH due AS (
     LIMIT $3
     FOR UPDATE SKIP LOCKED
 ),
+-- The batch as arrays: joined to job_attempts and job_keys as unnest()
+-- (estimated at a few rows, whatever the batch size), it is probed into
+-- their primary keys job by job. Joined as the CTE it was hashed against
+-- a sequential scan of each table whenever they were small enough.
+batch AS (
+    SELECT array_agg(id) AS ids, array_agg(tenant) AS tenants FROM due
+),
 attempts AS (
     DELETE FROM /*schema*/job_attempts AS a
-    USING due
-    WHERE a.job_id = due.id
+    USING unnest((SELECT ids FROM batch)) AS d(id)
+    WHERE a.job_id = d.id
     RETURNING 1
 ),
 keys AS (
     DELETE FROM /*schema*/job_keys AS k
-    USING due
-    WHERE k.tenant = due.tenant AND k.id = due.id
+    USING unnest((SELECT tenants FROM batch), (SELECT ids FROM batch)) AS d(tenant, id)
+    WHERE k.tenant = d.tenant AND k.id = d.id
     RETURNING 1
 ),
 gone AS (
     DELETE FROM /*schema*/jobs AS j
-    USING due
-    WHERE j.id = due.id
+    USING unnest((SELECT ids FROM batch)) AS d(id)
+    WHERE j.id = d.id
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM attempts), (SELECT count(*) FROM keys);
