@@ -171,9 +171,19 @@ func (s *Service) Run(ctx context.Context) error {
 func (s *Service) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := s.pool.Exec(ctx, s.sql.Must("ReleaseLease"), s.cfg.ID); err != nil {
+	if err := s.Release(ctx); err != nil {
 		s.cfg.Logger.Warn("llmq: retention could not release its lease; another process takes over when it lapses", "err", err, "lease", s.cfg.Lease)
 	}
+}
+
+// Release gives up the lease if this service holds it, so another process
+// takes over at its next check. Run does it when its context ends; call
+// it after PruneOnce when no Run follows.
+func (s *Service) Release(ctx context.Context) error {
+	if _, err := s.pool.Exec(ctx, s.sql.Must("ReleaseLease"), s.cfg.ID); err != nil {
+		return fmt.Errorf("retention: releasing the lease: %w", err)
+	}
+	return nil
 }
 
 // Count is the rows of one class a pass deleted, or a dry run found due.
