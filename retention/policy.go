@@ -182,3 +182,9 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 	}
 	return nil
 }
+
+// DefaultPolicy returns the policy with every default filled in.
+func DefaultPolicy() Policy {
+	p, _ := Policy{}.withDefaults() // the zero policy is valid
+	return p
+}

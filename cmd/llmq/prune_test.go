@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/retention"
 )
 
@@ -42,6 +43,22 @@ func TestPruneCommand(t *testing.T) {
 	require.Contains(t, report.Rows, retention.Count{Table: "job_attempts", Rows: 1})
 	require.NoError(t, f.pool.QueryRow(ctx, "SELECT count(*) FROM "+f.schema+".jobs").Scan(&n))
 	require.Zero(t, n)
+
+	// stats shows the policy the prune recorded, the oldest row per table,
+	// and does not call events nobody relays lag.
+	_, err = f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k", Payload: []byte(`{}`)})
+	require.NoError(t, err)
+	code, out, stderr = f.run("stats")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "no relay has run on this schema, so this is not lag")
+	require.Contains(t, out, "failed_terminal 2d")
+	require.Regexp(t, `inbox\s+-\s+-`, out)
+	code, out, stderr = f.run("stats", "--json")
+	require.Equal(t, 0, code, stderr)
+	var stats statsReport
+	require.NoError(t, json.Unmarshal([]byte(out), &stats))
+	require.NotNil(t, stats.Retention.Policy)
+	require.Zero(t, stats.Retention.Relay.Acquisitions)
 
 	for _, bad := range [][]string{{"--succeeded", "0"}, {"--succeeded", "soon"}, {"--inbox-records", "1m"}, {"--batch", "-1"}, {"extra"}} {
 		code, _, stderr = f.run(append([]string{"prune", "--dry-run"}, bad...)...)
