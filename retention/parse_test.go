@@ -11,7 +11,7 @@ import (
 
 func TestParseRetention(t *testing.T) {
 	t.Parallel()
-	for in, want := range map[string]time.Duration{"never": retention.Never, "24h": 24 * time.Hour, "7d": 7 * 24 * time.Hour, "90m": 90 * time.Minute, " 1s ": time.Second} {
+	for in, want := range map[string]time.Duration{"never": retention.Never, "24h": 24 * time.Hour, "7d": 7 * 24 * time.Hour, "90m": 90 * time.Minute, "1s": time.Second} {
 		got, err := retention.ParseRetention(in)
 		require.NoError(t, err, in)
 		require.Equal(t, want, got, in)

@@ -265,6 +265,7 @@ func TestTwoServicesNeverPruneAtOnce(t *testing.T) {
 	holders := sync.Map{}
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
+	runErrs := make(chan error, 3)
 	for i := range 3 {
 		svc := f.service(t, retention.Config{ID: fmt.Sprint("svc-", i), Interval: 20 * time.Millisecond, BatchSize: 50})
 		retention.SetBeforeCommit(svc, func(pgx.Tx) {
@@ -279,12 +280,16 @@ func TestTwoServicesNeverPruneAtOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			require.NoError(t, svc.Run(ctx))
+			runErrs <- svc.Run(ctx)
 		}()
 	}
 	require.Eventually(t, func() bool { return f.count(t, "jobs") == 0 }, 30*time.Second, 20*time.Millisecond)
 	cancel()
 	wg.Wait()
+	close(runErrs)
+	for err := range runErrs {
+		require.NoError(t, err)
+	}
 	require.Zero(t, overlaps.Load(), "two batches ran at once")
 	require.GreaterOrEqual(t, batches.Load(), int64(30))
 	require.Zero(t, f.count(t, "job_keys"))

@@ -151,25 +151,30 @@ func (s *Service) ID() string { return s.cfg.ID }
 // interval; Run returns nil when ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	for {
-		_, err := s.PruneOnce(ctx)
-		switch {
-		case ctx.Err() != nil:
-			s.release()
-			return nil
-		case errors.Is(err, ErrNotHolder):
-			s.cfg.Logger.Debug("llmq: retention standing by; another process holds the lease", "check_every", s.cfg.Interval)
-		case err != nil:
-			s.cfg.Logger.Warn("llmq: retention pass failed; trying again", "err", err, "retry_in", s.cfg.Interval)
-		}
+		s.pass(ctx)
 		if !retry.Sleep(ctx, s.cfg.Interval) {
-			s.release()
+			s.release(ctx)
 			return nil
 		}
 	}
 }
 
-func (s *Service) release() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+// pass runs one pass for Run and logs its failure, unless ctx ended it.
+func (s *Service) pass(ctx context.Context) {
+	_, err := s.PruneOnce(ctx)
+	switch {
+	case ctx.Err() != nil:
+	case errors.Is(err, ErrNotHolder):
+		s.cfg.Logger.Debug("llmq: retention standing by; another process holds the lease", "check_every", s.cfg.Interval)
+	case err != nil:
+		s.cfg.Logger.Warn("llmq: retention pass failed; trying again", "err", err, "retry_in", s.cfg.Interval)
+	}
+}
+
+// release gives the lease up at the end of Run, on a context of its own:
+// ctx has ended.
+func (s *Service) release(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := s.Release(ctx); err != nil {
 		s.cfg.Logger.Warn("llmq: retention could not release its lease; another process takes over when it lapses", "err", err, "lease", s.cfg.Lease)

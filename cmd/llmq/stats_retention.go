@@ -44,10 +44,9 @@ func keptFor(p *retention.Policy, field func(retention.Policy) time.Duration) st
 // printRetention prints the retention section of stats.
 func printRetention(w io.Writer, st retention.Status) error {
 	fmt.Fprintln(w)
-	switch {
-	case st.Policy == nil:
+	if st.Policy == nil {
 		fmt.Fprintln(w, "retention: no retention service has run on this schema; nothing is pruned (defaults:", policyLine(retention.DefaultPolicy())+")")
-	default:
+	} else {
 		holder := "none holds the lease"
 		if st.Holder != "" && st.LeaseUntil.After(time.Now()) {
 			holder = "held by " + st.Holder
