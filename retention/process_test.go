@@ -70,7 +70,7 @@ func TestProcessesNeverPruneAtOnce(t *testing.T) {
 	children := map[string]*exec.Cmd{}
 	for i := range 3 {
 		id := fmt.Sprint("pruner-", i)
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), childEnv+"=pruner", envSchema+"="+f.db.Schema, envID+"="+id)
 		cmd.Stderr = os.Stderr
 		require.NoError(t, cmd.Start())
