@@ -389,3 +389,39 @@ func TestConfigIsValidated(t *testing.T) {
 	require.Equal(t, retention.DefaultFailedTerminal, svc.Policy().Job(jobs.StateFailedTerminal))
 	require.Equal(t, retention.Never, svc.Policy().Job(jobs.StateRunning))
 }
+
+// On a host that runs no relay and leaves its events to retention,
+// unpublished events past UnrelayedEvents are deleted; while a relay holds
+// the leader lease (or held it within that time), none is.
+func TestUnrelayedEventsWaitForNoRelay(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	old, recent := f.enqueue(t, ""), f.enqueue(t, "")
+	f.exec(t, `UPDATE %s.outbox SET created_at = now() - interval '3 hours' WHERE aggregate_id = $1`, old.ID)
+	f.exec(t, `UPDATE %s.outbox_relay_lease SET holder = 'relay-1', epoch = 1, lease_until = now() + interval '1 minute'`)
+	svc := f.service(t, retention.Config{Policy: retention.Policy{UnrelayedEvents: time.Hour}})
+
+	pass, err := svc.PruneOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, pass.Total(), "a relay holds the lease: its events are its own")
+	f.exec(t, `UPDATE %s.outbox_relay_lease SET lease_until = now() - interval '30 minutes'`)
+	pass, err = svc.PruneOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, pass.Total(), "the relay held the lease within the retention")
+
+	f.exec(t, `UPDATE %s.outbox_relay_lease SET holder = NULL, lease_until = '-infinity'`)
+	pass, err = svc.PruneOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []retention.Count{{Table: "outbox", Class: "unpublished", Rows: 1}}, pass.Deleted)
+	var left int
+	require.NoError(t, f.db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+f.db.Schema+".outbox WHERE aggregate_id = $1", recent.ID).Scan(&left))
+	require.Equal(t, 1, left, "a recent unpublished event stays")
+
+	// By default unpublished events are kept.
+	require.NoError(t, svc.Release(ctx))
+	f.exec(t, `UPDATE %s.outbox SET created_at = now() - interval '300 days'`)
+	pass, err = f.service(t, retention.Config{}).PruneOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, pass.Total())
+}
