@@ -1,6 +1,7 @@
 package retention_test
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -40,4 +41,34 @@ func FuzzParseRetention(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, d, back)
 	})
+}
+
+// A policy read back from the lease row is the policy written; anything
+// else in the row is an error or a policy, never a panic.
+func FuzzPolicyJSON(f *testing.F) {
+	f.Add([]byte(`{"succeeded":"24h0m0s","failed_terminal":"never"}`))
+	f.Add([]byte(`{"inbox_records":"-5s"}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var p retention.Policy
+		if err := json.Unmarshal(b, &p); err != nil {
+			return
+		}
+		out, err := json.Marshal(p)
+		require.NoError(t, err)
+		var back retention.Policy
+		require.NoError(t, json.Unmarshal(out, &back))
+		require.Equal(t, p, back)
+	})
+}
+
+func TestPolicyJSONRoundTrip(t *testing.T) {
+	t.Parallel()
+	p := retention.DefaultPolicy()
+	p.Cancelled = retention.Never
+	out, err := json.Marshal(p)
+	require.NoError(t, err)
+	var back retention.Policy
+	require.NoError(t, json.Unmarshal(out, &back))
+	require.Equal(t, p, back)
 }
