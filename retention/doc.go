@@ -100,6 +100,10 @@
 //     claim. The same migration indexes jobs.replay_of: deleting a job
 //     clears the link from its replays, which without an index is a
 //     sequential scan of jobs per deleted job.
+//   - A replay outlives the job it replayed: pruning the original clears
+//     the replay's ReplayOf (the foreign key's ON DELETE SET NULL), which
+//     writes the replay's row; if the replay is running, that write waits
+//     for (or makes its runner's next write wait for) one short statement.
 //   - The lease is a row, not an advisory lock: an advisory lock lives
 //     with a session, which a pool may hand to other work, and a row is
 //     visible to operators.

@@ -56,7 +56,7 @@ func runBenchSoak(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.Float64Var(&o.rate, "rate", 500, "arrivals per second")
 	ret := &retentionFlag{target: &o.retention}
 	o.retention = 5 * time.Minute
-	fs.Var(ret, "retention", "how long finished jobs and published events are kept (the idempotency window too)")
+	fs.Var(ret, "retention", `how long finished jobs and published events are kept (the idempotency window too); "never" runs no retention service, for a baseline`)
 	fs.IntVar(&o.workers, "workers", 100, "runner concurrency")
 	fs.DurationVar(&o.sample, "sample", time.Minute, "time between reports (at most a third of -duration is used)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the throwaway schema instead of dropping it")
@@ -68,8 +68,6 @@ func runBenchSoak(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fmt.Errorf("%w: -duration %s: at least 3s (three thirds of at least a second)", errUsage, o.duration)
 	case o.rate <= 0 || o.rate > 100_000:
 		return fmt.Errorf("%w: -rate %g: use more than 0 and at most 100000", errUsage, o.rate)
-	case o.retention == retention.Never:
-		return fmt.Errorf("%w: -retention never: a soak measures pruning", errUsage)
 	case o.workers < 1 || o.sample <= 0:
 		return fmt.Errorf("%w: -workers and -sample must be positive", errUsage)
 	}
@@ -120,17 +118,26 @@ func (s *soak) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	interval := min(max(s.o.retention/10, time.Second), time.Minute)
-	relay, err := events.NewRelay(s.pool, droppingPublisher{}, outbox.RelayConfig{ID: "soak-relay", Retention: s.o.retention, PruneInterval: interval, Logger: s.log})
+	// With -retention never, nothing prunes: neither the retention service
+	// (not run) nor the relay (a retention longer than any run).
+	keep, interval := s.o.retention, min(max(s.o.retention/10, time.Second), time.Minute)
+	if keep == retention.Never {
+		keep, interval = 100*365*24*time.Hour, time.Minute
+	}
+	relay, err := events.NewRelay(s.pool, droppingPublisher{}, outbox.RelayConfig{ID: "soak-relay", Retention: keep, PruneInterval: interval, Logger: s.log})
 	if err != nil {
 		return err
 	}
-	pruner, err := retention.New(s.pool, retention.Config{
-		Schema: s.schema, ID: "soak-retention", Interval: interval, Logger: s.log,
-		Policy: retention.Policy{Succeeded: s.o.retention, IdempotencyWindow: s.o.retention, PublishedEvents: s.o.retention},
-	})
-	if err != nil {
-		return err
+	services := []func(context.Context) error{relay.Run}
+	if s.o.retention != retention.Never {
+		pruner, err := retention.New(s.pool, retention.Config{
+			Schema: s.schema, ID: "soak-retention", Interval: interval, Logger: s.log,
+			Policy: retention.Policy{Succeeded: keep, IdempotencyWindow: keep, PublishedEvents: keep},
+		})
+		if err != nil {
+			return err
+		}
+		services = append(services, pruner.Run)
 	}
 	runner, err := lease.NewRunner(s.pool, store, lease.Config{
 		Handlers: map[string]lease.Handler{benchKind: lease.HandlerFunc(func(_ context.Context, job *jobs.Job) (json.RawMessage, error) {
@@ -153,7 +160,7 @@ func (s *soak) run(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
-	for _, svc := range []func(context.Context) error{runner.Run, relay.Run, pruner.Run} {
+	for _, svc := range append(services, runner.Run) {
 		wg.Go(func() {
 			if err := svc(runCtx); err != nil {
 				errs <- err
