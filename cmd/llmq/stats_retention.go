@@ -47,11 +47,11 @@ func printRetention(w io.Writer, st retention.Status) error {
 	if st.Policy == nil {
 		fmt.Fprintln(w, "retention: no retention service has run on this schema; nothing is pruned (defaults:", policyLine(retention.DefaultPolicy())+")")
 	} else {
-		holder := "none holds the lease"
+		holder := "no process holds the lease now; the last holder's policy"
 		if st.Holder != "" && st.LeaseUntil.After(time.Now()) {
-			holder = "held by " + st.Holder
+			holder = "lease held by " + st.Holder
 		}
-		fmt.Fprintf(w, "retention: %s; %s\n", holder, policyLine(*st.Policy))
+		fmt.Fprintf(w, "retention: %s: %s\n", holder, policyLine(*st.Policy))
 		if st.LastPass != nil {
 			fmt.Fprintf(w, "last pass: %s ago, %d rows in %d batches, took %s\n",
 				time.Since(st.LastPassAt).Round(time.Second), st.LastPass.Total(), st.LastPass.Batches, st.LastPass.Duration.Round(time.Millisecond))
