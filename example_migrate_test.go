@@ -40,5 +40,6 @@ func ExampleMigrate() {
 	// applied 0009_webhook_sealed_secrets
 	// applied 0010_inbox_quarantine_raw
 	// applied 0011_outbox_relay_lease
+	// applied 0012_retention
 	// all applied: true
 }

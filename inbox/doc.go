@@ -22,7 +22,9 @@
 //     quarantine row in the transaction and returns ErrDigestMismatch, which
 //     callers should alert on. Commit that transaction (without the work) to
 //     keep the quarantine row; the ingress loop does.
-//   - Rows are kept for Config.Retention (default 7 days) and then pruned.
+//   - Rows are kept for Config.Retention (default 7 days) and then pruned
+//     (Store.Prune, or a Pruner batch by batch, as the retention package's
+//     service does).
 //     The retention must exceed the sender's whole retry window: a message
 //     redelivered after its row was pruned is processed again.
 //   - A quarantine row holds anything a broker can deliver, as received:

@@ -27,7 +27,9 @@
 //     The same key with another hash is ErrIdempotencyConflict and writes
 //     nothing. Keys live in the job_keys table, written once per job, as long
 //     as their row there: a host that deletes old jobs deletes their job_keys
-//     rows (and job_attempts rows) with them.
+//     rows (and job_attempts rows) with them. Pruner.PruneFinished does, in
+//     one statement per batch, for finished jobs only (the retention
+//     package runs it); once a job is pruned its key accepts a new job.
 //   - Bad input is refused before anything is written, with a
 //     *ValidationError naming the field (errors.Is ErrInvalidParams, and
 //     ErrUnknownQueue or ErrPayloadTooLarge where they apply). A refused or

@@ -44,7 +44,10 @@
 //     headers (trace context) are carried as they are.
 //   - Relay.Stats reports the publication lag (age of the oldest unpublished
 //     event) and the backlog; Prune deletes events published longer than
-//     Retention ago.
+//     Retention ago. A Pruner runs the same statement without a relay (the
+//     retention package's service uses it), and can delete unpublished
+//     events on a host that runs no relay, never while a relay holds the
+//     leader lease.
 //
 // Relay.Run and Relay.Drain overlap the database with the broker: while one
 // batch is being published, the next is claimed, in the same transaction

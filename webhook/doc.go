@@ -112,7 +112,8 @@
 //     endpoint is what it measures. Keep the client's AttemptTimeout below the
 //     runner's so the client's fires first.
 //   - Deliveries and their attempts are kept for Config.Retention (default
-//     30 days, at least the schedule's span plus a day) and removed by Prune.
+//     30 days, at least the schedule's span plus a day) and removed by Prune
+//     (or a Pruner batch by batch, as the retention package's service does).
 //   - Garbage in one signature entry is skipped, not fatal: a header may hold
 //     several entries and another may match, as in the Standard Webhooks
 //     libraries. Timestamps are whole Unix seconds of at most 12 digits.

@@ -47,6 +47,9 @@ type benchOptions struct {
 const benchKind = "bench.noop"
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if isSoak(args) {
+		return runBenchSoak(ctx, args, stdout, stderr)
+	}
 	fs, c := newFlagSet("bench", stderr)
 	var o benchOptions
 	fs.StringVar(&o.mode, "mode", "drain", "drain: work down a backlog enqueued up front; e2e: producers enqueue while the runner works; latency: open-loop arrivals at -rate, enqueue-to-start latency; relay: publish a backlog of -jobs outbox events to -broker with -workers relays, each running as a pod's would (processes with the memory broker, goroutines otherwise), and print their peak connections; ingress: publish -jobs messages to -broker, then time an inbox ingress with -workers concurrent batches taking them all")

@@ -124,6 +124,8 @@ commands:
                                          measure throughput, latency or admission grants in a throwaway schema
   plan -rpm R -tpm T -concurrency C [-pool P]
                                          capacity and drain time of a backlog under provider limits
+  prune [--dry-run] [--succeeded D] [--failed-terminal D] [...]
+                                         delete (or count) what retention says is due
   version                                this build's llmq version
 
 aliases: inspect = jobs inspect, dead-letter = dead.
@@ -178,6 +180,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runPools(ctx, args[1:], stdout, stderr)
 	case "plan":
 		err = runPlan(ctx, args[1:], stdout, stderr)
+	case "prune":
+		err = runPrune(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, llmq.Version)
 	default:

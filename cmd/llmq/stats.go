@@ -12,6 +12,7 @@ import (
 	"github.com/llmq/llmq/broker"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/outbox"
+	"github.com/llmq/llmq/retention"
 )
 
 // statsReport is what stats prints: the queues by state, the outbox's
@@ -23,6 +24,9 @@ type statsReport struct {
 	Outbox  outboxJSON    `json:"outbox"`
 	Tenants []backlogJSON `json:"tenants"`
 	Kinds   []kindJSON    `json:"kinds"`
+	// Retention: the policy in force, the last pass, the oldest row per
+	// table, and whether a relay ever ran (see stats_retention.go).
+	Retention retention.Status `json:"retention"`
 }
 
 type kindJSON struct {
@@ -73,6 +77,9 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	if report.Retention, err = s.readRetention(ctx, c.schema); err != nil {
+		return err
+	}
 	if c.json {
 		return writeJSON(stdout, report)
 	}
@@ -96,7 +103,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 
-	fmt.Fprintf(stdout, "\noutbox: %d unpublished, oldest %s\n\n", report.Outbox.Unpublished, age(report.Outbox.OldestUnpublishedAgeSeconds))
+	printOutbox(stdout, report)
 
 	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprint(tw, "QUEUE\tTENANT\tRUNNABLE\tSCHEDULED\tIN FLIGHT\tOLDEST RUNNABLE\tWEIGHT\tMAX IN FLIGHT\n")
@@ -124,7 +131,10 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(report.Kinds) == 0 {
 		fmt.Fprintln(tw, "(no unfinished jobs)")
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printRetention(stdout, report.Retention)
 }
 
 func (s *session) stats(ctx context.Context) (statsReport, error) {

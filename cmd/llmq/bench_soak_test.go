@@ -1,0 +1,42 @@
+package main
+
+import (
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/dbtest"
+)
+
+// A short soak runs arrivals through a runner, a relay and retention,
+// reports per sample, and ends with the summary line in its exact form.
+func TestBenchSoak(t *testing.T) {
+	t.Parallel()
+	code, out, stderr := runCLI(t, "bench", "-mode", "soak", "-duration", "3s", "-rate", "20", "-retention", "1s", "-sample", "1s", "-database-url", dbtest.URL())
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `(?m)^llmq soak t=\S+ completed_per_s=\S+ pickup_p99_ms=\S+ wal_bytes_per_job=\d+ dead_tuples=\d+ total_bytes=\d+$`, out)
+	require.Regexp(t, `(?m)^llmq soak sizes .*jobs=\d+ .*jobs_finished_idx=\d+ .*outbox=\d+`, out)
+	last := regexp.MustCompile(`llmq soak minutes=(\S+) rate=20 first_per_s=(\S+) last_per_s=(\S+) first_p99_ms=(\S+) last_p99_ms=(\S+) growth_pct=(\S+)\n$`).FindStringSubmatch(out)
+	require.NotNil(t, last, out)
+	require.Equal(t, "0.05", last[1])
+	perS, err := strconv.ParseFloat(last[3], 64)
+	require.NoError(t, err)
+	require.Positive(t, perS, "jobs completed in the last third")
+
+	for _, bad := range [][]string{{"-duration", "1s"}, {"-rate", "0"}, {"-retention", "soon"}} {
+		code, _, stderr := runCLI(t, append([]string{"bench", "-mode", "soak", "-database-url", dbtest.URL()}, bad...)...)
+		require.Equal(t, 2, code, "%v: %s", bad, stderr)
+	}
+}
+
+func TestIsSoak(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"-mode", "soak"}, {"--mode", "soak"}, {"-mode=soak"}, {"-rate", "5", "--mode=soak"}} {
+		require.True(t, isSoak(args), "%v", args)
+	}
+	for _, args := range [][]string{{"-mode", "drain"}, {"soak"}, {"-schema", "mode", "soak"}} {
+		require.False(t, isSoak(args), "%v", args)
+	}
+}

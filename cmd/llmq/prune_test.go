@@ -1,0 +1,67 @@
+package main
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/retention"
+)
+
+// llmq prune --dry-run counts what is due and deletes nothing; llmq prune
+// deletes it; flags override the policy, and bad ones exit 2.
+func TestPruneCommand(t *testing.T) {
+	t.Parallel()
+	f := setupMigrated(t)
+	ctx := t.Context()
+	dead := f.deadJob("acme", "k")
+	_, err := f.pool.Exec(ctx, "UPDATE "+f.schema+".jobs SET finished_at = now() - interval '3 days' WHERE id = $1", dead)
+	require.NoError(t, err)
+
+	code, out, stderr := f.run("prune", "--dry-run", "--json")
+	require.Equal(t, 0, code, stderr)
+	var report pruneReport
+	require.NoError(t, json.Unmarshal([]byte(out), &report))
+	require.True(t, report.DryRun)
+	require.Contains(t, report.Rows, retention.Count{Table: "jobs", Class: "FAILED_TERMINAL", Rows: 0}, "dead letters are kept 30 days by default")
+
+	code, out, stderr = f.run("prune", "--dry-run", "--failed-terminal", "2d")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "failed_terminal 2d")
+	require.Regexp(t, `jobs\s+FAILED_TERMINAL\s+1`, out)
+	var n int
+	require.NoError(t, f.pool.QueryRow(ctx, "SELECT count(*) FROM "+f.schema+".jobs").Scan(&n))
+	require.Equal(t, 1, n, "a dry run deletes nothing")
+
+	code, out, stderr = f.run("prune", "--failed-terminal", "2d", "--json")
+	require.Equal(t, 0, code, stderr)
+	report = pruneReport{}
+	require.NoError(t, json.Unmarshal([]byte(out), &report))
+	require.Contains(t, report.Rows, retention.Count{Table: "jobs", Class: "FAILED_TERMINAL", Rows: 1})
+	require.Contains(t, report.Rows, retention.Count{Table: "job_attempts", Rows: 1})
+	require.NoError(t, f.pool.QueryRow(ctx, "SELECT count(*) FROM "+f.schema+".jobs").Scan(&n))
+	require.Zero(t, n)
+
+	// stats shows the policy the prune recorded, the oldest row per table,
+	// and does not call events nobody relays lag.
+	_, err = f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k", Payload: []byte(`{}`)})
+	require.NoError(t, err)
+	code, out, stderr = f.run("stats")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "no relay has run on this schema, so this is not lag")
+	require.Contains(t, out, "failed_terminal 2d")
+	require.Regexp(t, `inbox\s+-\s+-`, out)
+	code, out, stderr = f.run("stats", "--json")
+	require.Equal(t, 0, code, stderr)
+	var stats statsReport
+	require.NoError(t, json.Unmarshal([]byte(out), &stats))
+	require.NotNil(t, stats.Retention.Policy)
+	require.Zero(t, stats.Retention.Relay.Acquisitions)
+
+	for _, bad := range [][]string{{"--succeeded", "0"}, {"--succeeded", "soon"}, {"--inbox-records", "1m"}, {"--batch", "-1"}, {"extra"}} {
+		code, _, stderr = f.run(append([]string{"prune", "--dry-run"}, bad...)...)
+		require.Equal(t, 2, code, "%v: %s", bad, stderr)
+	}
+}

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/llmq/llmq/retention"
+)
+
+// readRetention reads what stats shows of retention: the lease, the
+// policy in force, the last pass and the oldest row per table, each an
+// index probe, so stats stays fast at any history size.
+func (s *session) readRetention(ctx context.Context, schema string) (retention.Status, error) {
+	svc, err := retention.New(s.pool, retention.Config{Schema: schema, ID: "llmq-stats"})
+	if err != nil {
+		return retention.Status{}, err
+	}
+	return svc.Status(ctx)
+}
+
+// printOutbox prints the outbox's backlog: lag where a relay runs, and
+// plainly a count of events nobody publishes where none ever ran.
+func printOutbox(w io.Writer, r statsReport) {
+	if r.Retention.Relay.Acquisitions == 0 && r.Outbox.Unpublished > 0 {
+		fmt.Fprintf(w, "\noutbox: %d unpublished, oldest %s (no relay has run on this schema, so this is not lag; retention: unrelayed_events %s)\n\n",
+			r.Outbox.Unpublished, age(r.Outbox.OldestUnpublishedAgeSeconds), keptFor(r.Retention.Policy, func(p retention.Policy) time.Duration { return p.UnrelayedEvents }))
+		return
+	}
+	fmt.Fprintf(w, "\noutbox: %d unpublished, oldest %s\n\n", r.Outbox.Unpublished, age(r.Outbox.OldestUnpublishedAgeSeconds))
+}
+
+// keptFor prints one retention of the recorded policy, or the default's
+// when no service recorded one.
+func keptFor(p *retention.Policy, field func(retention.Policy) time.Duration) string {
+	if p == nil {
+		return retention.FormatRetention(field(retention.DefaultPolicy())) + " (default)"
+	}
+	return retention.FormatRetention(field(*p))
+}
+
+// printRetention prints the retention section of stats.
+func printRetention(w io.Writer, st retention.Status) error {
+	fmt.Fprintln(w)
+	if st.Policy == nil {
+		fmt.Fprintln(w, "retention: no retention service has run on this schema; nothing is pruned (defaults:", policyLine(retention.DefaultPolicy())+")")
+	} else {
+		holder := "no process holds the lease now; the last holder's policy"
+		if st.Holder != "" && st.LeaseUntil.After(time.Now()) {
+			holder = "lease held by " + st.Holder
+		}
+		fmt.Fprintf(w, "retention: %s: %s\n", holder, policyLine(*st.Policy))
+		if st.LastPass != nil {
+			fmt.Fprintf(w, "last pass: %s ago, %d rows in %d batches, took %s\n",
+				time.Since(st.LastPassAt).Round(time.Second), st.LastPass.Total(), st.LastPass.Batches, st.LastPass.Duration.Round(time.Millisecond))
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "TABLE\tCLASS\tOLDEST\n")
+	for _, o := range st.Oldest {
+		oldest := "-"
+		if !o.At.IsZero() {
+			oldest = time.Since(o.At).Round(time.Second).String() + " ago"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", o.Table, orDash(o.Class), oldest)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,104 @@
+package jobs
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+
+	"github.com/llmq/llmq/internal/dbsql"
+)
+
+//go:embed prune.sql
+var pruneSQL string
+
+// MaxPruneBatch bounds the jobs one PruneFinished call deletes: a batch is
+// one statement in one short transaction, and its locks and WAL grow with
+// it.
+const MaxPruneBatch = 10_000
+
+// Pruner deletes finished jobs, with their attempts and keys, once they
+// are older than their retention. It holds no connections and is safe for
+// concurrent use; the retention package decides when, and how much, to
+// delete.
+type Pruner struct {
+	sql struct{ prune, count, oldest string }
+}
+
+// NewPruner prepares the pruner's SQL for schema ("" is the default
+// schema).
+func NewPruner(schema string) (*Pruner, error) {
+	_, q, err := dbsql.Prepare(schema, pruneSQL)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: %w", err)
+	}
+	p := &Pruner{}
+	p.sql.prune = q.Must("PruneFinished")
+	p.sql.count = q.Must("CountFinished")
+	p.sql.oldest = q.Must("OldestFinished")
+	return p, nil
+}
+
+// PruneResult counts the rows one PruneFinished call deleted.
+type PruneResult struct {
+	Jobs     int64 // jobs rows
+	Attempts int64 // their job_attempts rows
+	Keys     int64 // their job_keys rows: tenant listing, idempotency and replay keys
+}
+
+// PruneFinished deletes up to limit jobs of the finished state that
+// finished more than olderThan ago (by the database's clock), oldest
+// first, with their attempt rows and job_keys rows, in one statement. A
+// waiting or running job is never deleted, whatever its age. Once a job
+// is deleted its idempotency key is free: the same key accepts a new job.
+// Run it on a transaction to make it part of a larger unit (the retention
+// service fences each batch with its lease this way).
+func (p *Pruner) PruneFinished(ctx context.Context, db DBTX, state State, olderThan time.Duration, limit int) (PruneResult, error) {
+	if err := checkPrune(state, olderThan); err != nil {
+		return PruneResult{}, err
+	}
+	if limit < 1 || limit > MaxPruneBatch {
+		return PruneResult{}, &ValidationError{Kind: ErrInvalidParams, Field: "limit", Problem: fmt.Sprintf("is %d; use 1 to %d", limit, MaxPruneBatch)}
+	}
+	var r PruneResult
+	if err := db.QueryRow(ctx, p.sql.prune, string(state), olderThan.Milliseconds(), limit).Scan(&r.Jobs, &r.Attempts, &r.Keys); err != nil {
+		return PruneResult{}, fmt.Errorf("jobs: pruning %s jobs: %w", state, err)
+	}
+	return r, nil
+}
+
+// CountFinished counts the jobs PruneFinished would delete with no limit:
+// those of state finished more than olderThan ago.
+func (p *Pruner) CountFinished(ctx context.Context, db DBTX, state State, olderThan time.Duration) (int64, error) {
+	if err := checkPrune(state, olderThan); err != nil {
+		return 0, err
+	}
+	var n int64
+	if err := db.QueryRow(ctx, p.sql.count, string(state), olderThan.Milliseconds()).Scan(&n); err != nil {
+		return 0, fmt.Errorf("jobs: counting %s jobs due for pruning: %w", state, err)
+	}
+	return n, nil
+}
+
+// OldestFinished returns when the oldest job of the finished state
+// finished, or the zero time when there is none.
+func (p *Pruner) OldestFinished(ctx context.Context, db DBTX, state State) (time.Time, error) {
+	if err := checkPrune(state, time.Nanosecond); err != nil {
+		return time.Time{}, err
+	}
+	var at *time.Time
+	if err := db.QueryRow(ctx, p.sql.oldest, string(state)).Scan(&at); err != nil {
+		return time.Time{}, fmt.Errorf("jobs: reading the oldest %s job: %w", state, err)
+	}
+	return dbsql.Deref(at), nil
+}
+
+func checkPrune(state State, olderThan time.Duration) error {
+	if !state.Terminal() {
+		return &ValidationError{Kind: ErrInvalidParams, Field: "state", Problem: fmt.Sprintf("is %q; only finished states are pruned", state)}
+	}
+	if olderThan <= 0 {
+		return &ValidationError{Kind: ErrInvalidParams, Field: "olderThan", Problem: "must be positive"}
+	}
+	return nil
+}

@@ -1,0 +1,67 @@
+-- Retention of finished jobs (see prune.go). Every statement reads one
+-- state's entries of jobs_finished_idx (state, finished_at), partial on
+-- finished jobs: waiting and running jobs have no entry there, so they can
+-- be neither read nor deleted, and one state's long retention (dead
+-- letters) costs another state's pruning nothing.
+
+-- name: PruneFinished
+-- Deletes up to $3 jobs of state $1 finished more than $2 ms ago (the
+-- database's clock), oldest first, with their attempt rows and their
+-- job_keys rows (idempotency keys, the tenant listing, a replay's replay
+-- key), in one statement: a job never outlives or is outlived by its keys,
+-- whatever fails. FOR UPDATE SKIP LOCKED: a finished job is only locked by
+-- an operator's rare write (a replay reads it without a lock), and a pruner
+-- never waits for it. The deletes probe job_attempts' primary key
+-- (job_id, attempt) and job_keys' (tenant, id) per job; deleting a job
+-- clears replay_of on its replays through jobs_replay_of_idx.
+WITH due AS (
+    SELECT id, tenant
+    FROM /*schema*/jobs
+    WHERE state = $1 AND finished_at IS NOT NULL
+        AND finished_at < now() - $2 * interval '1 millisecond'
+    ORDER BY state, finished_at
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+),
+-- The batch as arrays: joined to job_attempts and job_keys as unnest()
+-- (estimated at a few rows, whatever the batch size), it is probed into
+-- their primary keys job by job. Joined as the CTE it was hashed against
+-- a sequential scan of each table whenever they were small enough.
+batch AS (
+    SELECT array_agg(id) AS ids, array_agg(tenant) AS tenants FROM due
+),
+attempts AS (
+    DELETE FROM /*schema*/job_attempts AS a
+    USING unnest((SELECT ids FROM batch)) AS d(id)
+    WHERE a.job_id = d.id
+    RETURNING 1
+),
+keys AS (
+    DELETE FROM /*schema*/job_keys AS k
+    USING unnest((SELECT tenants FROM batch), (SELECT ids FROM batch)) AS d(tenant, id)
+    WHERE k.tenant = d.tenant AND k.id = d.id
+    RETURNING 1
+),
+gone AS (
+    DELETE FROM /*schema*/jobs AS j
+    USING unnest((SELECT ids FROM batch)) AS d(id)
+    WHERE j.id = d.id
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM attempts), (SELECT count(*) FROM keys);
+
+-- name: CountFinished
+-- How many jobs of state $1 finished more than $2 ms ago: what
+-- PruneFinished would delete. An index-only count over the due range of
+-- jobs_finished_idx.
+SELECT count(*)
+FROM /*schema*/jobs
+WHERE state = $1 AND finished_at IS NOT NULL
+    AND finished_at < now() - $2 * interval '1 millisecond';
+
+-- name: OldestFinished
+-- The finish time of state $1's oldest job (NULL when none): the first
+-- entry of that state in jobs_finished_idx.
+SELECT min(finished_at)
+FROM /*schema*/jobs
+WHERE state = $1 AND finished_at IS NOT NULL;

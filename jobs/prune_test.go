@@ -1,0 +1,100 @@
+package jobs_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/jobs"
+)
+
+// The pruner's statements read only the due range of one state in
+// jobs_finished_idx: never the whole table, and never another state's
+// entries (a long-kept dead letter costs pruning succeeded jobs nothing).
+func TestPrunerReadsTheFinishedIndex(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	params := make([]jobs.EnqueueParams, jobs.MaxBatch)
+	for i := range params {
+		params[i] = jobs.EnqueueParams{Tenant: fmt.Sprintf("tenant-%d", i%50), Kind: "k"}
+	}
+	for range 2 {
+		_, err := f.store.EnqueueMany(ctx, f.pool, params)
+		require.NoError(t, err)
+	}
+	// Half the jobs finished, in two states.
+	_, err := f.pool.Exec(ctx, `UPDATE `+f.schema+`.jobs SET state = CASE WHEN random() < 0.8 THEN 'SUCCEEDED' ELSE 'FAILED_TERMINAL' END,
+		finished_at = now() - random() * interval '2 days' WHERE random() < 0.5`)
+	require.NoError(t, err)
+	// Their attempt rows, as Complete writes them.
+	_, err = f.pool.Exec(ctx, `INSERT INTO `+f.schema+`.job_attempts (job_id, attempt, fence, worker, started_at, outcome)
+		SELECT id, 1, 1, 'w', now(), 'succeeded' FROM `+f.schema+`.jobs WHERE finished_at IS NOT NULL`)
+	require.NoError(t, err)
+	_, err = f.pool.Exec(ctx, "ANALYZE "+f.schema+".jobs, "+f.schema+".job_keys, "+f.schema+".job_attempts")
+	require.NoError(t, err)
+	pruner, err := jobs.NewPruner(f.schema)
+	require.NoError(t, err)
+
+	conn, err := f.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	// Custom plans: a generic plan estimates LIMIT $3 at a tenth of the
+	// due rows and so costs far more than the custom plans of a batch,
+	// which PostgreSQL therefore keeps using.
+	_, err = conn.Exec(ctx, "SET plan_cache_mode = force_custom_plan")
+	require.NoError(t, err)
+	defer func() { _, _ = conn.Exec(ctx, "RESET plan_cache_mode") }()
+	for name, args := range map[string]string{"PruneFinished": "'SUCCEEDED', 86400000, 100", "CountFinished": "'SUCCEEDED', 86400000", "OldestFinished": "'SUCCEEDED'"} {
+		_, err := conn.Exec(ctx, "PREPARE prune_check AS "+pruner.PruneQueryForTest(name))
+		require.NoError(t, err)
+		rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE prune_check("+args+")")
+		require.NoError(t, err)
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		_, err = conn.Exec(ctx, "DEALLOCATE prune_check")
+		require.NoError(t, err)
+		plan := strings.Join(lines, "\n")
+		require.Contains(t, plan, "jobs_finished_idx", "%s:\n%s", name, plan)
+		require.NotContains(t, plan, "Seq Scan", "%s:\n%s", name, plan)
+	}
+
+	// Its results: exactly the due jobs of the state, with their keys.
+	var due int64
+	require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*) FROM `+f.schema+`.jobs WHERE state = 'SUCCEEDED' AND finished_at < now() - interval '1 day'`).Scan(&due))
+	n, err := pruner.CountFinished(ctx, f.pool, jobs.StateSucceeded, 24*time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, due, n)
+	var attemptsDue int64
+	require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*) FROM `+f.schema+`.job_attempts a JOIN `+f.schema+`.jobs j ON j.id = a.job_id
+		WHERE j.state = 'SUCCEEDED' AND j.finished_at < now() - interval '1 day'`).Scan(&attemptsDue))
+	require.Equal(t, due, attemptsDue)
+	var total jobs.PruneResult
+	for {
+		r, err := pruner.PruneFinished(ctx, f.pool, jobs.StateSucceeded, 24*time.Hour, 500)
+		require.NoError(t, err)
+		total.Jobs += r.Jobs
+		total.Keys += r.Keys
+		total.Attempts += r.Attempts
+		if r.Jobs < 500 {
+			break
+		}
+	}
+	require.Equal(t, due, total.Jobs)
+	require.Equal(t, due, total.Keys)
+	require.Equal(t, due, total.Attempts)
+	n, err = pruner.CountFinished(ctx, f.pool, jobs.StateSucceeded, 24*time.Hour)
+	require.NoError(t, err)
+	require.Zero(t, n)
+
+	_, err = pruner.PruneFinished(ctx, f.pool, jobs.StateRunning, time.Hour, 10)
+	require.ErrorIs(t, err, jobs.ErrInvalidParams, "only finished states are pruned")
+	_, err = pruner.PruneFinished(ctx, f.pool, jobs.StateSucceeded, 0, 10)
+	require.ErrorIs(t, err, jobs.ErrInvalidParams)
+	_, err = pruner.PruneFinished(ctx, f.pool, jobs.StateSucceeded, time.Hour, jobs.MaxPruneBatch+1)
+	require.ErrorIs(t, err, jobs.ErrInvalidParams)
+}

@@ -1,0 +1,128 @@
+package outbox
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/llmq/llmq/internal/dbsql"
+)
+
+//go:embed prune.sql
+var pruneSQL string
+
+// MaxPruneBatch bounds the events one Pruner call deletes.
+const MaxPruneBatch = 10_000
+
+// Pruner deletes published events past their retention without a relay,
+// for hosts that run none (or to prune on a schedule of their own). It
+// runs the relay's own statement, so relays and pruners may run at once.
+// It holds no connections and is safe for concurrent use.
+type Pruner struct {
+	prunePublished, countPublished, oldest, pruneUnrelayed, relayLease string
+}
+
+// NewPruner prepares the pruner's SQL for schema ("" is the default
+// schema).
+func NewPruner(schema string) (*Pruner, error) {
+	_, q, err := dbsql.Prepare(schema, queriesSQL)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: %w", err)
+	}
+	_, pq, err := dbsql.Prepare(schema, pruneSQL)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: %w", err)
+	}
+	return &Pruner{
+		prunePublished: q.Must("PrunePublished"),
+		countPublished: pq.Must("CountPublished"),
+		oldest:         pq.Must("OldestEvents"),
+		pruneUnrelayed: pq.Must("PruneUnrelayed"),
+		relayLease:     pq.Must("RelayLease"),
+	}, nil
+}
+
+// PrunePublished deletes up to limit events published more than olderThan
+// ago, oldest first, and returns how many.
+func (p *Pruner) PrunePublished(ctx context.Context, db DBTX, olderThan time.Duration, limit int) (int64, error) {
+	if err := checkPrune(olderThan, limit); err != nil {
+		return 0, err
+	}
+	tag, err := db.Exec(ctx, p.prunePublished, olderThan.Milliseconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: pruning published events: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// PruneUnrelayed deletes up to limit unpublished events written more than
+// olderThan ago, for hosts that run no relay and leave their events to
+// retention. It deletes nothing while a relay holds the leader lease, or
+// held it less than olderThan ago.
+func (p *Pruner) PruneUnrelayed(ctx context.Context, db DBTX, olderThan time.Duration, limit int) (int64, error) {
+	if err := checkPrune(olderThan, limit); err != nil {
+		return 0, err
+	}
+	tag, err := db.Exec(ctx, p.pruneUnrelayed, olderThan.Milliseconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: pruning unrelayed events: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// CountPublished counts the events PrunePublished would delete with no
+// limit.
+func (p *Pruner) CountPublished(ctx context.Context, db DBTX, olderThan time.Duration) (int64, error) {
+	if err := checkPrune(olderThan, 1); err != nil {
+		return 0, err
+	}
+	var n int64
+	if err := db.QueryRow(ctx, p.countPublished, olderThan.Milliseconds()).Scan(&n); err != nil {
+		return 0, fmt.Errorf("outbox: counting published events: %w", err)
+	}
+	return n, nil
+}
+
+// Oldest returns when the oldest published event was published and when
+// the oldest unpublished one was written; the zero time for none.
+func (p *Pruner) Oldest(ctx context.Context, db DBTX) (published, unpublished time.Time, err error) {
+	var pub, unpub *time.Time
+	if err := db.QueryRow(ctx, p.oldest).Scan(&pub, &unpub); err != nil {
+		return time.Time{}, time.Time{}, fmt.Errorf("outbox: reading the oldest events: %w", err)
+	}
+	return dbsql.Deref(pub), dbsql.Deref(unpub), nil
+}
+
+// RelayLeaseState is the relays' leader lease as operators see it.
+type RelayLeaseState struct {
+	Holder     string    // "" when free
+	LeaseUntil time.Time // the holder's lease runs until then
+	// Acquisitions counts the times a relay took the lease: 0 means no
+	// relay ever ran on this schema, so unpublished events are not lag.
+	Acquisitions int64
+}
+
+// RelayLease reads the relays' leader lease.
+func (p *Pruner) RelayLease(ctx context.Context, db DBTX) (RelayLeaseState, error) {
+	var s RelayLeaseState
+	var until *time.Time // NULL: never held, or released
+	if err := db.QueryRow(ctx, p.relayLease).Scan(&s.Holder, &until, &s.Acquisitions); err != nil {
+		return s, fmt.Errorf("outbox: reading the relay lease: %w", err)
+	}
+	s.LeaseUntil = dbsql.Deref(until)
+	return s, nil
+}
+
+func checkPrune(olderThan time.Duration, limit int) error {
+	switch {
+	case olderThan <= 0:
+		return fmt.Errorf("outbox: pruning: olderThan is %s; it must be positive", olderThan)
+	case olderThan.Milliseconds() > math.MaxInt64/2:
+		return fmt.Errorf("outbox: pruning: olderThan %s is too long", olderThan)
+	case limit < 1 || limit > MaxPruneBatch:
+		return fmt.Errorf("outbox: pruning: limit is %d; use 1 to %d", limit, MaxPruneBatch)
+	}
+	return nil
+}

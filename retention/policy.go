@@ -1,0 +1,190 @@
+package retention
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/llmq/llmq/inbox"
+	"github.com/llmq/llmq/jobs"
+)
+
+// Never keeps a class of rows forever: set a Policy field to it.
+const Never time.Duration = -1
+
+// Default retentions (Policy's zero values).
+const (
+	DefaultSucceeded         = 24 * time.Hour
+	DefaultReviewRequired    = 30 * 24 * time.Hour
+	DefaultFailedTerminal    = 30 * 24 * time.Hour
+	DefaultCancelled         = 7 * 24 * time.Hour
+	DefaultIdempotencyWindow = 24 * time.Hour
+	DefaultPublishedEvents   = 24 * time.Hour
+	DefaultInboxRecords      = 7 * 24 * time.Hour
+	DefaultWebhookDeliveries = 30 * 24 * time.Hour
+)
+
+// ErrInvalidConfig is matched (errors.Is) by every error New returns for a
+// bad Config or Policy.
+var ErrInvalidConfig = errors.New("retention: invalid configuration")
+
+// Policy says how long each class of rows is kept. A zero field means its
+// default; Never keeps the class forever; any other negative value is
+// refused. Ages count from the moment the row's work ended: a job's
+// finish, an event's publication, an id's receipt, a delivery's creation.
+type Policy struct {
+	// Finished jobs by state, with their attempts and keys (idempotency
+	// keys, the tenant listing, replay keys). Review and dead letters are
+	// kept longer by default: people act on them.
+	Succeeded      time.Duration // default 24h
+	ReviewRequired time.Duration // default 30 days
+	FailedTerminal time.Duration // default 30 days (dead letters)
+	Cancelled      time.Duration // default 7 days
+
+	// IdempotencyWindow is the least time any finished job, and so its
+	// idempotency key, is kept: a state's retention shorter than it is
+	// raised to it. Inside the window a retry with the same key returns
+	// the same job; once the job is pruned, the key is free and the same
+	// key accepts a new job. Default 24h; Never is refused (keep the
+	// states themselves forever instead).
+	IdempotencyWindow time.Duration
+
+	// PublishedEvents is how long published outbox events are kept
+	// (default 24h, as a relay's own pruning). The relay and this service
+	// run the same statement.
+	PublishedEvents time.Duration
+	// UnrelayedEvents is how long unpublished events are kept on a host
+	// that runs no relay and leaves its events to retention. Default
+	// Never: an unpublished event is work a relay has not done yet. While
+	// a relay holds the leader lease (or held it within this time),
+	// nothing unpublished is deleted.
+	UnrelayedEvents time.Duration
+
+	// InboxRecords is how long accepted message ids are remembered
+	// (default 7 days, at least inbox.MinRetention): longer than any
+	// broker redelivers, or a redelivered message is processed twice.
+	InboxRecords time.Duration
+	// WebhookDeliveries is how long deliveries and their attempts are kept
+	// (default 30 days): longer than the delivery schedule's whole span,
+	// or a dead letter's replay finds no delivery.
+	WebhookDeliveries time.Duration
+}
+
+// withDefaults fills zero fields and validates the result.
+func (p Policy) withDefaults() (Policy, error) {
+	fields := []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"Succeeded", &p.Succeeded, DefaultSucceeded},
+		{"ReviewRequired", &p.ReviewRequired, DefaultReviewRequired},
+		{"FailedTerminal", &p.FailedTerminal, DefaultFailedTerminal},
+		{"Cancelled", &p.Cancelled, DefaultCancelled},
+		{"IdempotencyWindow", &p.IdempotencyWindow, DefaultIdempotencyWindow},
+		{"PublishedEvents", &p.PublishedEvents, DefaultPublishedEvents},
+		{"UnrelayedEvents", &p.UnrelayedEvents, Never},
+		{"InboxRecords", &p.InboxRecords, DefaultInboxRecords},
+		{"WebhookDeliveries", &p.WebhookDeliveries, DefaultWebhookDeliveries},
+	}
+	for _, f := range fields {
+		switch {
+		case *f.v == 0:
+			*f.v = f.def
+		case *f.v < 0 && *f.v != Never:
+			return p, fmt.Errorf("%w: Policy.%s is %s; use 0 for the default, a positive duration, or Never", ErrInvalidConfig, f.name, *f.v)
+		case *f.v > 100*365*24*time.Hour:
+			return p, fmt.Errorf("%w: Policy.%s is %s; use Never to keep rows forever", ErrInvalidConfig, f.name, *f.v)
+		}
+	}
+	if p.IdempotencyWindow == Never {
+		return p, fmt.Errorf("%w: Policy.IdempotencyWindow is Never; give a duration, and set the job states to Never to keep jobs forever", ErrInvalidConfig)
+	}
+	if p.InboxRecords != Never && p.InboxRecords < inbox.MinRetention {
+		return p, fmt.Errorf("%w: Policy.InboxRecords is %s; use at least %s, to outlast the brokers' redeliveries", ErrInvalidConfig, p.InboxRecords, inbox.MinRetention)
+	}
+	return p, nil
+}
+
+// Job returns how long finished jobs of state are kept: the state's
+// retention raised to the idempotency window, or Never. A state that is
+// not finished is never pruned.
+func (p Policy) Job(state jobs.State) time.Duration {
+	var d time.Duration
+	switch state {
+	case jobs.StateSucceeded:
+		d = p.Succeeded
+	case jobs.StateReviewRequired:
+		d = p.ReviewRequired
+	case jobs.StateFailedTerminal:
+		d = p.FailedTerminal
+	case jobs.StateCancelled:
+		d = p.Cancelled
+	default:
+		return Never
+	}
+	if d == Never {
+		return Never
+	}
+	return max(d, p.IdempotencyWindow)
+}
+
+// finishedStates are the states retention prunes, in pruning order.
+var finishedStates = [...]jobs.State{jobs.StateSucceeded, jobs.StateCancelled, jobs.StateReviewRequired, jobs.StateFailedTerminal}
+
+// MarshalJSON writes each retention as a Go duration ("24h0m0s") or
+// "never", for the lease row and llmq's --json output.
+func (p Policy) MarshalJSON() ([]byte, error) {
+	show := func(d time.Duration) string {
+		if d == Never {
+			return "never"
+		}
+		return d.String()
+	}
+	return json.Marshal(map[string]string{
+		"succeeded":          show(p.Succeeded),
+		"review_required":    show(p.ReviewRequired),
+		"failed_terminal":    show(p.FailedTerminal),
+		"cancelled":          show(p.Cancelled),
+		"idempotency_window": show(p.IdempotencyWindow),
+		"published_events":   show(p.PublishedEvents),
+		"unrelayed_events":   show(p.UnrelayedEvents),
+		"inbox_records":      show(p.InboxRecords),
+		"webhook_deliveries": show(p.WebhookDeliveries),
+	})
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (p *Policy) UnmarshalJSON(b []byte) error {
+	var m map[string]string
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	for name, v := range map[string]*time.Duration{
+		"succeeded": &p.Succeeded, "review_required": &p.ReviewRequired, "failed_terminal": &p.FailedTerminal,
+		"cancelled": &p.Cancelled, "idempotency_window": &p.IdempotencyWindow, "published_events": &p.PublishedEvents,
+		"unrelayed_events": &p.UnrelayedEvents, "inbox_records": &p.InboxRecords, "webhook_deliveries": &p.WebhookDeliveries,
+	} {
+		s, ok := m[name]
+		switch {
+		case !ok:
+			continue
+		case s == "never":
+			*v = Never
+		default:
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				return fmt.Errorf("retention: policy %s: %w", name, err)
+			}
+			*v = d
+		}
+	}
+	return nil
+}
+
+// DefaultPolicy returns the policy with every default filled in.
+func DefaultPolicy() Policy {
+	p, _ := Policy{}.withDefaults() // the zero policy is valid
+	return p
+}

@@ -1,0 +1,143 @@
+package retention
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/llmq/llmq/outbox"
+)
+
+// Due counts what a pass would delete now under the service's policy,
+// class by class, without deleting anything or taking the lease (llmq
+// prune --dry-run). Jobs are counted per state; their attempts and keys
+// go with them. Each count reads the due range of an index, so it costs
+// in proportion to what is due.
+func (s *Service) Due(ctx context.Context) ([]Count, error) {
+	p := s.cfg.Policy
+	var out []Count
+	for _, state := range finishedStates {
+		keep := p.Job(state)
+		if keep == Never {
+			continue
+		}
+		n, err := s.jobs.CountFinished(ctx, s.pool, state, keep)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Count{Table: "jobs", Class: string(state), Rows: n})
+	}
+	if p.PublishedEvents != Never {
+		n, err := s.outbox.CountPublished(ctx, s.pool, p.PublishedEvents)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Count{Table: "outbox", Class: "published", Rows: n})
+	}
+	if p.InboxRecords != Never {
+		n, err := s.inbox.Count(ctx, s.pool, p.InboxRecords)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Count{Table: "inbox", Rows: n})
+	}
+	if p.WebhookDeliveries != Never {
+		n, err := s.webhook.Count(ctx, s.pool, p.WebhookDeliveries)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Count{Table: "webhook_deliveries", Rows: n})
+	}
+	n, _, err := s.admission.CountExpired(ctx, s.pool)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, Count{Table: "admission_permits", Class: "expired", Rows: n}), nil
+}
+
+// Oldest is the oldest row of one class of a table.
+type Oldest struct {
+	Table string    `json:"table"`
+	Class string    `json:"class,omitempty"`
+	At    time.Time `json:"at"` // zero: the class has no rows
+}
+
+// Status is what operators see of retention (llmq stats).
+type Status struct {
+	// Holder is the process holding the lease ("" when none does), until
+	// LeaseUntil.
+	Holder     string    `json:"holder"`
+	LeaseUntil time.Time `json:"lease_until"`
+	// Policy is the holder's (or the last holder's) policy; nil when no
+	// retention service ever ran on the schema.
+	Policy *Policy `json:"policy"`
+	// LastPass is what the last pass deleted, at LastPassAt.
+	LastPassAt time.Time `json:"last_pass_at"`
+	LastPass   *Pass     `json:"last_pass"`
+	// Oldest is the oldest row per table and class, each read from the
+	// first entry of an index.
+	Oldest []Oldest `json:"oldest"`
+	// Relay is the outbox relays' leader lease: with no acquisition ever,
+	// no relay runs on this schema, and unpublished events are not lag.
+	Relay outbox.RelayLeaseState `json:"relay"`
+}
+
+// Status reads the lease, the last pass and the oldest row per table.
+// Every read is an index probe or a one-row table: it stays fast at any
+// history size.
+func (s *Service) Status(ctx context.Context) (Status, error) {
+	var st Status
+	var until, acquired, lastAt *time.Time // NULL: never held, or released
+	var policy, last []byte
+	if err := s.pool.QueryRow(ctx, s.sql.Must("ReadLease")).Scan(&st.Holder, &until, &acquired, &policy, &lastAt, &last); err != nil {
+		return st, fmt.Errorf("retention: reading the lease: %w", err)
+	}
+	if until != nil {
+		st.LeaseUntil = *until
+	}
+	if lastAt != nil {
+		st.LastPassAt = *lastAt
+	}
+	if policy != nil {
+		st.Policy = &Policy{}
+		if err := json.Unmarshal(policy, st.Policy); err != nil {
+			return st, fmt.Errorf("retention: reading the recorded policy: %w", err)
+		}
+	}
+	if last != nil {
+		st.LastPass = &Pass{}
+		if err := json.Unmarshal(last, st.LastPass); err != nil {
+			return st, fmt.Errorf("retention: reading the last pass: %w", err)
+		}
+	}
+	for _, state := range finishedStates {
+		at, err := s.jobs.OldestFinished(ctx, s.pool, state)
+		if err != nil {
+			return st, err
+		}
+		st.Oldest = append(st.Oldest, Oldest{Table: "jobs", Class: string(state), At: at})
+	}
+	pub, unpub, err := s.outbox.Oldest(ctx, s.pool)
+	if err != nil {
+		return st, err
+	}
+	st.Oldest = append(st.Oldest, Oldest{Table: "outbox", Class: "published", At: pub}, Oldest{Table: "outbox", Class: "unpublished", At: unpub})
+	at, err := s.inbox.Oldest(ctx, s.pool)
+	if err != nil {
+		return st, err
+	}
+	st.Oldest = append(st.Oldest, Oldest{Table: "inbox", At: at})
+	if at, err = s.webhook.Oldest(ctx, s.pool); err != nil {
+		return st, err
+	}
+	st.Oldest = append(st.Oldest, Oldest{Table: "webhook_deliveries", At: at})
+	if _, at, err = s.admission.CountExpired(ctx, s.pool); err != nil {
+		return st, err
+	}
+	st.Oldest = append(st.Oldest, Oldest{Table: "admission_permits", At: at})
+	if st.Relay, err = s.outbox.RelayLease(ctx, s.pool); err != nil {
+		return st, err
+	}
+	return st, nil
+}
