@@ -18,6 +18,7 @@
 //	admission           the RPM/TPM/in-flight limiter and tenant acceptance quotas
 //	lease               the runner: claims, heartbeats, deadlines, retries, reaper, shutdown
 //	webhook             signed delivery to registered endpoints and the receiver helper
+//	retention           what is kept how long, and the leased service that prunes the rest
 //	provider/openai     openai-go adapter: SDK retries off, usage and rate limits to the attempt, failures classified
 //	provider/anthropic  the same for anthropic-sdk-go
 //	llmqtest            helpers for hosts' tests: pooled migrated schemas, work a queue, assert enqueues
