@@ -342,7 +342,7 @@ func (in *Ingress) decide(ctx context.Context, spans []trace.Span, batch []broke
 	switch {
 	case err == nil:
 		return verdicts
-	case ctx.Err() != nil || transient(err):
+	case ctx.Err() != nil || transient(err) || errors.Is(err, dbsql.ErrSavepointLeftOpen):
 		// Nothing committed: every delivery, quarantined ones included,
 		// is redelivered and processed again.
 		return retryAll(len(batch), err)
@@ -354,7 +354,7 @@ func (in *Ingress) decide(ctx context.Context, spans []trace.Span, batch []broke
 		switch {
 		case err == nil:
 			verdicts[i] = one[0]
-		case ctx.Err() != nil || transient(err):
+		case ctx.Err() != nil || transient(err) || errors.Is(err, dbsql.ErrSavepointLeftOpen):
 			verdicts[i] = retryLater(err)
 		default:
 			verdicts[i] = in.failed(ctx, in.db, batch[i], err)
@@ -378,6 +378,11 @@ func (in *Ingress) inSavepoints(ctx context.Context, spans []trace.Span, batch [
 	err := in.withTx(ctx, func(tx pgx.Tx) error {
 		for i, d := range batch {
 			verdicts[i] = in.process(inSpan(ctx, spans, first+i), tx, d, problems[i])
+			if errors.Is(verdicts[i].err, dbsql.ErrSavepointLeftOpen) {
+				// Part of a failed delivery's work may still be in tx:
+				// committing it would lose the rest for good.
+				return verdicts[i].err
+			}
 		}
 		return nil
 	})
@@ -584,6 +589,8 @@ func (in *Ingress) process(ctx context.Context, tx pgx.Tx, d broker.Delivery, pr
 		return handlerErr
 	})
 	switch {
+	case errors.Is(err, dbsql.ErrSavepointLeftOpen):
+		return retryLater(err) // and the caller fails the whole transaction
 	case mismatch != nil:
 		return reject(mismatch)
 	case handlerErr != nil:
