@@ -593,3 +593,25 @@ func TestReleaseUnderContentionIsTriedAgain(t *testing.T) {
 		})
 	}
 }
+
+// A pool whose slots are held only by expired permits is ready: the next
+// acquire reaps them before it grants. Were it reported full, a runner
+// would claim nothing for the pool, and with no acquirer nothing would
+// reap its permits.
+func TestReadyCountsExpiredPermitsAsFree(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	require.NoError(t, f.pg.SetPool(t.Context(), admission.Pool{Name: "one", RPM: 6000, TPM: 1e6, MaxInFlight: 1}))
+	l, err := admission.NewPostgres(f.pool, admission.Config{Schema: f.schema, PermitTTL: time.Second})
+	require.NoError(t, err)
+	_, err = l.Acquire(t.Context(), admission.Request{Pool: "one"}) // never released
+	require.NoError(t, err)
+	var wait *admission.WaitError
+	require.ErrorAs(t, l.Ready(t.Context(), "one", 0), &wait)
+	require.Equal(t, admission.ReasonInFlight, wait.Reason)
+	require.Eventually(t, func() bool { return l.Ready(t.Context(), "one", 0) == nil }, 10*time.Second, 20*time.Millisecond,
+		"a slot held by an expired permit counts as taken")
+	p, err := l.Acquire(t.Context(), admission.Request{Pool: "one"})
+	require.NoError(t, err, "the acquire reaps the expired permit")
+	require.NoError(t, p.Release(t.Context(), admission.Outcome{Result: admission.NotSent}))
+}
