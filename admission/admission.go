@@ -235,7 +235,10 @@ type Permit struct {
 
 // Release settles the permit: it frees the in-flight slot and refunds by
 // o and the pool's policy (see Result). A second Release returns
-// ErrReleased and changes nothing.
+// ErrReleased and changes nothing. With the Postgres limiter, a release
+// whose cycle fails (contention, a lost connection, an outage) is tried
+// again, also after ctx ends; an error from Release then says it failed
+// for good, or that ctx ended first, and the permit may expire instead.
 func (p *Permit) Release(ctx context.Context, o Outcome) error {
 	if err := o.validate(); err != nil {
 		return err

@@ -24,6 +24,17 @@ const (
 	maxReleaseGroup = 1024
 )
 
+// A release whose cycle failed is queued again, after a pause that
+// doubles from releaseRetryPause up to maxReleaseRetryPause, until it
+// succeeds, has failed maxReleaseAttempts times, or its permit expired
+// (the reaper then frees the slot). ReleaseGroup is idempotent by permit
+// id, so a try whose outcome was lost is safe to repeat.
+const (
+	maxReleaseAttempts   = 8
+	releaseRetryPause    = 25 * time.Millisecond
+	maxReleaseRetryPause = time.Second
+)
+
 // poolQueue is one pool's queued work in this process. At most one cycle
 // runs for it at a time; its goroutine exists only while work is queued.
 type poolQueue struct {
@@ -50,17 +61,19 @@ type acquireVerdict struct {
 // releaseWaiter is one Release waiting for its cycle; a nil done is a
 // release nobody waits for (a permit whose acquirer left).
 type releaseWaiter struct {
-	permit  *Permit
-	outcome Outcome
-	done    chan error
-	taken   bool
+	permit   *Permit
+	outcome  Outcome
+	done     chan error
+	taken    bool // in a cycle, or queued again after one: no longer withdrawn
+	attempts int  // cycles it failed in
 }
 
 // queues holds the per-pool queues of a Postgres limiter.
 type queues struct {
-	mu     sync.Mutex
-	byPool map[string]*poolQueue
-	idle   chan struct{} // closed when the last queue empties; nil while none waits
+	mu       sync.Mutex
+	byPool   map[string]*poolQueue
+	retrying int           // releases waiting out their pause before they are queued again
+	idle     chan struct{} // closed when the last queue empties; nil while none waits
 }
 
 // Flush waits until every acquire and release this process has queued has
@@ -70,7 +83,7 @@ type queues struct {
 // its permit holds its slot until it expires.
 func (l *Postgres) Flush(ctx context.Context) error {
 	l.qs.mu.Lock()
-	if len(l.qs.byPool) == 0 {
+	if len(l.qs.byPool) == 0 && l.qs.retrying == 0 {
 		l.qs.mu.Unlock()
 		return nil
 	}
@@ -93,6 +106,23 @@ func (l *Postgres) Flush(ctx context.Context) error {
 func (l *Postgres) enqueue(ctx context.Context, pool string, a *acquireWaiter, r *releaseWaiter) {
 	l.qs.mu.Lock()
 	defer l.qs.mu.Unlock()
+	var rs []*releaseWaiter
+	if r != nil {
+		rs = []*releaseWaiter{r}
+	}
+	l.enqueueLocked(ctx, pool, a, rs)
+}
+
+// retryReleases queues again, at the head of pool's queue, releases whose
+// cycle failed and whose pause is over.
+func (l *Postgres) retryReleases(ctx context.Context, pool string, rs []*releaseWaiter) {
+	l.qs.mu.Lock()
+	defer l.qs.mu.Unlock()
+	l.qs.retrying -= len(rs)
+	l.enqueueLocked(ctx, pool, nil, rs)
+}
+
+func (l *Postgres) enqueueLocked(ctx context.Context, pool string, a *acquireWaiter, rs []*releaseWaiter) {
 	q := l.qs.byPool[pool]
 	if q == nil {
 		q = &poolQueue{name: pool}
@@ -101,8 +131,12 @@ func (l *Postgres) enqueue(ctx context.Context, pool string, a *acquireWaiter, r
 	if a != nil {
 		q.acquires = append(q.acquires, a)
 	}
-	if r != nil {
-		q.releases = append(q.releases, r)
+	if len(rs) == 1 && !rs[0].taken {
+		q.releases = append(q.releases, rs[0])
+	} else if len(rs) > 0 {
+		// Releases tried before go first. They stay taken: a caller whose
+		// context ends no longer withdraws them.
+		q.releases = append(rs, q.releases...)
 	}
 	if !q.running {
 		q.running = true
@@ -143,7 +177,8 @@ func (l *Postgres) waitAcquire(ctx context.Context, pool string, w *acquireWaite
 // waitRelease waits for w's cycle or for ctx to end. A release still queued
 // when ctx ends is withdrawn: it reports ctx's error and the permit
 // expires, as it would if the database could not be reached. One already
-// in a cycle goes ahead; the caller is told ctx's error all the same.
+// in a cycle goes ahead, and is tried again if that cycle fails; the
+// caller is told ctx's error all the same.
 func (l *Postgres) waitRelease(ctx context.Context, pool string, w *releaseWaiter) error {
 	select {
 	case err := <-w.done:
@@ -202,7 +237,7 @@ func (l *Postgres) take(q *poolQueue) ([]*acquireWaiter, []*releaseWaiter) {
 	if na == 0 && nr == 0 {
 		q.running = false
 		delete(l.qs.byPool, q.name)
-		if len(l.qs.byPool) == 0 && l.qs.idle != nil {
+		if len(l.qs.byPool) == 0 && l.qs.retrying == 0 && l.qs.idle != nil {
 			close(l.qs.idle)
 			l.qs.idle = nil
 		}
@@ -363,19 +398,40 @@ func (l *Postgres) sendBatch(ctx context.Context, b *pgx.Batch) error {
 	return tx.Commit(ctx)
 }
 
-// deliver hands each waiter of a cycle its answer.
+// deliver hands each waiter of a cycle its answer. The releases of a
+// failed cycle are queued again after a pause, unless they failed for the
+// last time; the pool's other work goes on meanwhile.
 func (l *Postgres) deliver(ctx context.Context, pool string, acquires []*acquireWaiter, releases []*releaseWaiter, res cycleResult) {
 	l.noteHealth(ctx, pool, res.err, len(acquires)+len(releases))
-	verdicts := l.verdicts(ctx, pool, acquires, res)
-	var orphans []*Permit
+	if res.err != nil && contention(res.err) {
+		l.logContention(ctx, pool, len(acquires), len(releases), res.err)
+	}
+	verdicts := l.verdicts(pool, acquires, res)
+	var (
+		orphans []*Permit
+		again   []*releaseWaiter
+		pause   time.Duration
+	)
 	unattended := 0
 	l.qs.mu.Lock()
 	for _, r := range releases {
+		if res.err != nil {
+			r.attempts++
+			if r.attempts < maxReleaseAttempts && (r.permit.Expires.IsZero() || time.Now().Before(r.permit.Expires)) {
+				again = append(again, r)
+				pause = max(pause, min(releaseRetryPause<<(r.attempts-1), maxReleaseRetryPause))
+				continue
+			}
+		}
 		if r.done != nil {
 			r.done <- res.err
-		} else {
+		} else if res.err != nil {
 			unattended++
 		}
+	}
+	if len(again) > 0 {
+		l.qs.retrying += len(again) // Flush waits for them
+		time.AfterFunc(pause, func() { l.retryReleases(ctx, pool, again) })
 	}
 	for i, a := range acquires {
 		v := verdicts[i]
@@ -392,7 +448,7 @@ func (l *Postgres) deliver(ctx context.Context, pool string, acquires []*acquire
 		// (While the database cannot be reached, the outage's own message
 		// says enough.)
 		l.cfg.Logger.WarnContext(ctx, "admission: giving back permits whose acquirers left failed; they expire instead",
-			"pool", pool, "permits", unattended, "ttl", l.cfg.PermitTTL, "err", res.err)
+			"pool", pool, "permits", unattended, "attempts", maxReleaseAttempts, "ttl", l.cfg.PermitTTL, "err", res.err)
 	}
 	for _, p := range orphans {
 		l.giveBack(ctx, p)
@@ -407,16 +463,30 @@ func (l *Postgres) deliver(ctx context.Context, pool string, acquires []*acquire
 	}
 }
 
+// logContention says what became of a cycle that waited past the lock
+// timeout for the pool row.
+func (l *Postgres) logContention(ctx context.Context, pool string, acquires, releases int, err error) {
+	var what string
+	switch {
+	case releases == 0:
+		what = "a grant cycle waited past the lock timeout for the pool row; its acquirers are told to wait"
+	case acquires == 0:
+		what = "a release cycle waited past the lock timeout for the pool row; its releases are tried again"
+	default:
+		what = "a cycle waited past the lock timeout for the pool row; its acquirers are told to wait, its releases are tried again"
+	}
+	l.cfg.Logger.WarnContext(ctx, "admission: "+what, "pool", pool, "acquires", acquires, "releases", releases,
+		"lock_timeout", l.lockTimeout, "err", err)
+}
+
 // verdicts turns a cycle's answer into one verdict per acquire.
-func (l *Postgres) verdicts(ctx context.Context, pool string, acquires []*acquireWaiter, res cycleResult) []acquireVerdict {
+func (l *Postgres) verdicts(pool string, acquires []*acquireWaiter, res cycleResult) []acquireVerdict {
 	out := make([]acquireVerdict, len(acquires))
 	if res.err != nil {
 		err := res.err
 		if contention(err) {
 			// The server answered: the pool row was busy past the lock
 			// timeout. The database is reachable; try again soon.
-			l.cfg.Logger.WarnContext(ctx, "admission: a grant cycle waited past the lock timeout for the pool row",
-				"pool", pool, "lock_timeout", l.lockTimeout, "err", err)
 			err = &WaitError{Pool: pool, Reason: ReasonContention, RetryAfter: contentionRetry}
 		}
 		for i := range out {

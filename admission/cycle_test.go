@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -541,4 +543,75 @@ func TestRetriedCycleGrantsNothingTwice(t *testing.T) {
 	require.NoError(t, err)
 	require.InDelta(t, 8, s.RequestLevel, 0.1, "charged once")
 	require.InDelta(t, 800, s.TokenLevel, 1)
+}
+
+// A release whose cycle meets the pool row locked past the lock timeout is
+// tried again, whether or not its caller still waits, so the permit's slot
+// comes back once the row is free rather than when the permit expires.
+func TestReleaseUnderContentionIsTriedAgain(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		callerStay bool // the caller waits for the release; otherwise its context ends
+	}{
+		{name: "caller waits", callerStay: true},
+		{name: "caller leaves", callerStay: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			require.NoError(t, f.pg.SetPool(t.Context(), slow("busy")))
+			logs := &recordedLogs{}
+			l, err := admission.NewPostgres(f.pool, admission.Config{Schema: f.schema, Timeout: 200 * time.Millisecond, Logger: slog.New(logs)})
+			require.NoError(t, err)
+			p, err := l.Acquire(t.Context(), admission.Request{Pool: "busy"})
+			require.NoError(t, err)
+
+			unlock := holdPoolRow(t, f, "busy")
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			released := make(chan error, 1)
+			go func() { released <- p.Release(ctx, admission.Outcome{Result: admission.Answered}) }()
+			require.Eventually(t, func() bool {
+				return slices.Contains(logs.messages(),
+					"WARN admission: a release cycle waited past the lock timeout for the pool row; its releases are tried again")
+			}, 10*time.Second, 5*time.Millisecond, "the release never met the locked row")
+			if !tc.callerStay {
+				cancel()
+				require.ErrorIs(t, <-released, context.Canceled)
+			}
+			unlock()
+			if tc.callerStay {
+				require.NoError(t, <-released, "a release that met contention reports only its final outcome")
+			}
+			require.NoError(t, l.Flush(t.Context()))
+			inFlight, permits, err := l.Counts(t.Context(), "busy")
+			require.NoError(t, err)
+			require.Zero(t, inFlight, "the permit's slot is held until it expires")
+			require.Zero(t, permits)
+			require.ErrorIs(t, p.Release(t.Context(), admission.Outcome{}), admission.ErrReleased)
+		})
+	}
+}
+
+// A pool whose slots are held only by expired permits is ready: the next
+// acquire reaps them before it grants. Were it reported full, a runner
+// would claim nothing for the pool, and with no acquirer nothing would
+// reap its permits.
+func TestReadyCountsExpiredPermitsAsFree(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	require.NoError(t, f.pg.SetPool(t.Context(), admission.Pool{Name: "one", RPM: 6000, TPM: 1e6, MaxInFlight: 1}))
+	l, err := admission.NewPostgres(f.pool, admission.Config{Schema: f.schema, PermitTTL: time.Second})
+	require.NoError(t, err)
+	_, err = l.Acquire(t.Context(), admission.Request{Pool: "one"}) // never released
+	require.NoError(t, err)
+	var wait *admission.WaitError
+	require.ErrorAs(t, l.Ready(t.Context(), "one", 0), &wait)
+	require.Equal(t, admission.ReasonInFlight, wait.Reason)
+	require.Eventually(t, func() bool { return l.Ready(t.Context(), "one", 0) == nil }, 10*time.Second, 20*time.Millisecond,
+		"a slot held by an expired permit counts as taken")
+	p, err := l.Acquire(t.Context(), admission.Request{Pool: "one"})
+	require.NoError(t, err, "the acquire reaps the expired permit")
+	require.NoError(t, p.Release(t.Context(), admission.Outcome{Result: admission.NotSent}))
 }

@@ -127,6 +127,14 @@
 // connection, a server shutting down or refusing connections, or no
 // answer within Timeout.
 //
+// A release is never dropped for contention. The releases of a cycle that
+// failed for any reason are queued again, after a pause that doubles from
+// 25ms up to 1s, until they succeed, have failed 8 times, or their permit
+// expired (its slot then comes back through the reaper). Releasing is
+// idempotent by permit id, so repeating one whose outcome was lost is
+// safe. Release returns only the final outcome; if its caller's context
+// ends first, the retries go on without it, and Flush waits for them.
+//
 // # Local limiter
 //
 // Local has the same contract for one process: x/time/rate buckets plus a

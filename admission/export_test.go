@@ -31,7 +31,7 @@ func GrantTwice(ctx context.Context, l *Postgres, pool string, reqs []Request) (
 			return nil, res.err
 		}
 		out := make([]*Permit, len(acquires))
-		for i, v := range l.verdicts(ctx, pool, acquires, res) {
+		for i, v := range l.verdicts(pool, acquires, res) {
 			out[i] = v.permit
 		}
 		return out, nil

@@ -226,6 +226,10 @@ func (l *Postgres) acquire(ctx context.Context, req Request, emergency *bool) (*
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		// Its caller gave up: no cycle, and no outage to report.
+		return nil, err
+	}
 	if l.em != nil && !l.em.knows(req.Pool) {
 		// The emergency allowance needs the pool's limits before an
 		// outage, not during one.

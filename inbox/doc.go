@@ -46,7 +46,11 @@
 // message is nacked or rejected alone; if that commit fails for a reason
 // of its own (a deferred constraint), each message is redone in its own
 // transaction. A handler can therefore run in a transaction that rolls back
-// and then again, as after any redelivery: its effects belong in tx.
+// and then again, as after any redelivery: its effects belong in tx. A
+// handler that fails because the ingress is stopping (its context ended
+// between two of its statements) has its savepoint rolled back all the
+// same, so no part of its work commits; should a savepoint fail to roll
+// back, its whole batch is rolled back and nacked.
 //
 // A bad message harms only itself:
 //   - What can never be accepted is quarantined and rejected (to the
@@ -63,7 +67,10 @@
 //     inbox's own statements. A database outage therefore never
 //     quarantines anything.
 //   - Any other handler failure, a panic included, is counted by message
-//     id; at IngressConfig.MaxAttempts failures (default 20) the message is
+//     id, once per delivery, when the delivery is settled (a handling redone
+//     after a failed commit is not counted twice, one that never committed
+//     for a transient reason not at all); at IngressConfig.MaxAttempts
+//     failures (default 20) the message is
 //     quarantined and rejected with ErrTooManyAttempts, so a poison nobody
 //     foresaw cannot block a Kafka partition or a RabbitMQ queue for good.
 //     The count lives in the ingress's memory: it starts again after a

@@ -118,6 +118,16 @@ func (f *failureCounts) add(id string) int {
 	return c.n
 }
 
+// count returns how many failures of id were counted.
+func (f *failureCounts) count(id string) int {
+	if f.size.Load() == 0 {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.byID[id].n
+}
+
 // forget drops id's count: its message was settled for good. Nearly every
 // message has none, and then no lock is taken.
 func (f *failureCounts) forget(id string) {

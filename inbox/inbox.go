@@ -12,9 +12,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -169,7 +167,7 @@ func checkMessage(msg broker.Message) error {
 		return invalid("Message.Body", "is null (a Kafka tombstone); an event needs a payload, if only an empty one")
 	}
 	for k, v := range msg.Headers {
-		if !isText(k) || !isText(v) {
+		if !validate.Storable(k) || !validate.Storable(v) {
 			return invalid("Message.Headers", headerProblem(msg.Headers))
 		}
 	}
@@ -181,9 +179,9 @@ func checkMessage(msg broker.Message) error {
 func headerProblem(headers map[string]string) string {
 	for _, k := range slices.Sorted(maps.Keys(headers)) {
 		switch v := headers[k]; {
-		case !isText(k):
+		case !validate.Storable(k):
 			return fmt.Sprintf("key %s is not valid UTF-8 or contains NUL", quoteShort(k))
-		case !isText(v):
+		case !validate.Storable(v):
 			return fmt.Sprintf("value of %s is not valid UTF-8 or contains NUL", quoteShort(k))
 		}
 	}
@@ -230,31 +228,23 @@ func (s *Store) Quarantine(ctx context.Context, db DBTX, consumer string, msg br
 	for i, k := range keys {
 		v := msg.Headers[k]
 		rawKeys[i], rawValues[i] = []byte(k), []byte(v)
-		if isText(k) && isText(v) {
+		if validate.Storable(k) && validate.Storable(v) {
 			readable[k] = v
 		}
 	}
 	var textID *string
-	if msg.ID != "" && isText(msg.ID) {
+	if msg.ID != "" && validate.Storable(msg.ID) {
 		textID = &msg.ID
 	}
+	// A reason may quote what the message carried, which may not be text.
+	reason = validate.MakeStorable(reason)
 	var id int64
 	err := db.QueryRow(ctx, s.sql.quarantine, consumer, textID, Digest(msg.Body), source, readable, payload,
-		printable(reason), rawID, rawKeys, rawValues).Scan(&id)
+		reason, rawID, rawKeys, rawValues).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("inbox: quarantining a message for %s: %w", consumer, err)
 	}
 	return id, nil
-}
-
-// isText reports whether PostgreSQL text and jsonb can hold s: valid UTF-8
-// without NUL.
-func isText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
-
-// printable makes s storable as text: invalid UTF-8 and NUL become U+FFFD.
-// Reasons quote what a message carried, which may be neither.
-func printable(s string) string {
-	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
 // Quarantined is a message kept out of processing, as it was received.

@@ -119,7 +119,9 @@ type IngressConfig struct {
 //     memory, by message id: it starts again after a restart, and each
 //     process of a group counts its own.
 //   - The inbox's own statements fail, or the commit fails for a transient
-//     reason: every delivery of the batch is nacked, none is counted.
+//     reason: every delivery of the batch is nacked, none is counted. A
+//     failure is counted once per delivery, when the delivery is settled:
+//     a handling redone after a failed commit is not counted again.
 //
 // One bad message never poisons its batch: its savepoint is rolled back
 // alone, and if the batch's commit fails for a reason of its own (a
@@ -259,6 +261,12 @@ type verdict struct {
 	settle func(ctx context.Context, d broker.Delivery) error
 	err    error  // why it was not accepted
 	result string // for llmq.inbox.messages
+	// countsAsFailure says the delivery is nacked for a failure that
+	// counts toward MaxAttempts. It is counted when the delivery is
+	// settled, once the batch's outcome is known, so that a handling
+	// redone after a failed commit, or one whose transaction never
+	// committed, is not counted twice.
+	countsAsFailure bool
 }
 
 func ack(ctx context.Context, d broker.Delivery) error { return d.Ack(ctx) }
@@ -289,8 +297,11 @@ func (in *Ingress) handleBatch(ctx context.Context, batch []broker.Delivery) []e
 	results := make([]string, len(batch))
 	for i, d := range batch {
 		v := verdicts[i]
-		if v.result != resultFailed {
+		switch {
+		case v.result != resultFailed:
 			in.failures.forget(d.Message().ID) // settled for good
+		case v.countsAsFailure:
+			in.failures.add(d.Message().ID)
 		}
 		// Committed: only now may the broker forget the message.
 		settleErr := v.settle(settleCtx, d)
@@ -342,7 +353,7 @@ func (in *Ingress) decide(ctx context.Context, spans []trace.Span, batch []broke
 	switch {
 	case err == nil:
 		return verdicts
-	case ctx.Err() != nil || transient(err):
+	case ctx.Err() != nil || transient(err) || errors.Is(err, dbsql.ErrSavepointLeftOpen):
 		// Nothing committed: every delivery, quarantined ones included,
 		// is redelivered and processed again.
 		return retryAll(len(batch), err)
@@ -354,7 +365,7 @@ func (in *Ingress) decide(ctx context.Context, spans []trace.Span, batch []broke
 		switch {
 		case err == nil:
 			verdicts[i] = one[0]
-		case ctx.Err() != nil || transient(err):
+		case ctx.Err() != nil || transient(err) || errors.Is(err, dbsql.ErrSavepointLeftOpen):
 			verdicts[i] = retryLater(err)
 		default:
 			verdicts[i] = in.failed(ctx, in.db, batch[i], err)
@@ -378,6 +389,11 @@ func (in *Ingress) inSavepoints(ctx context.Context, spans []trace.Span, batch [
 	err := in.withTx(ctx, func(tx pgx.Tx) error {
 		for i, d := range batch {
 			verdicts[i] = in.process(inSpan(ctx, spans, first+i), tx, d, problems[i])
+			if errors.Is(verdicts[i].err, dbsql.ErrSavepointLeftOpen) {
+				// Part of a failed delivery's work may still be in tx:
+				// committing it would lose the rest for good.
+				return verdicts[i].err
+			}
 		}
 		return nil
 	})
@@ -584,6 +600,8 @@ func (in *Ingress) process(ctx context.Context, tx pgx.Tx, d broker.Delivery, pr
 		return handlerErr
 	})
 	switch {
+	case errors.Is(err, dbsql.ErrSavepointLeftOpen):
+		return retryLater(err) // and the caller fails the whole transaction
 	case mismatch != nil:
 		return reject(mismatch)
 	case handlerErr != nil:
@@ -608,9 +626,13 @@ func (in *Ingress) failed(ctx context.Context, db dbsql.Beginner, d broker.Deliv
 	case ctx.Err() != nil || transient(err):
 		return retryLater(err)
 	}
-	n := in.failures.add(d.Message().ID)
+	// Counted only when the delivery is settled (handleBatch): this may
+	// be a pass whose transaction is rolled back and redone.
+	n := in.failures.count(d.Message().ID) + 1
 	if n < in.cfg.MaxAttempts {
-		return retryLater(err)
+		v := retryLater(err)
+		v.countsAsFailure = true
+		return v
 	}
 	return in.quarantine(ctx, db, d, fmt.Errorf("%w: %d failures, the last: %w", ErrTooManyAttempts, n, err))
 }

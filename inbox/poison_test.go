@@ -373,3 +373,84 @@ func TestIngressQuarantinesOnceWhenTheRejectFails(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, q, 1, "quarantined once")
 }
+
+// settleRecorder is a consumer whose deliveries report how each was
+// settled, by message id.
+type settleRecorder struct {
+	broker.Consumer
+	settled chan string // "<id> ack", "<id> nack" or "<id> reject"
+}
+
+func (r settleRecorder) Receive(ctx context.Context) (broker.Delivery, error) {
+	d, err := r.Consumer.Receive(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return recordedDelivery{Delivery: d, settled: r.settled}, nil
+}
+
+type recordedDelivery struct {
+	broker.Delivery
+	settled chan string
+}
+
+func (d recordedDelivery) Ack(ctx context.Context) error {
+	d.settled <- d.Message().ID + " ack"
+	return d.Delivery.Ack(ctx)
+}
+
+func (d recordedDelivery) Nack(ctx context.Context) error {
+	d.settled <- d.Message().ID + " nack"
+	return d.Delivery.Nack(ctx)
+}
+
+func (d recordedDelivery) Reject(ctx context.Context, reason error) error {
+	d.settled <- d.Message().ID + " reject"
+	return d.Delivery.Reject(ctx, reason)
+}
+
+// A failing message in a batch whose commit fails because of another
+// message is handled again on its own, but its failure is counted once:
+// with MaxAttempts 2 its first delivery is nacked, not quarantined.
+func TestIngressCountsAFailureOncePerDelivery(t *testing.T) {
+	t.Parallel()
+	f := setupERP(t)
+	_, err := f.pool.Exec(t.Context(), "CREATE TABLE "+f.schema+".parent (id int PRIMARY KEY); "+
+		"CREATE TABLE "+f.schema+".child (parent int REFERENCES "+f.schema+".parent DEFERRABLE INITIALLY DEFERRED)")
+	require.NoError(t, err)
+	b := memory.New(memory.Config{RedeliveryDelay: time.Hour})
+	var forever atomic.Int32
+	handler := func(ctx context.Context, tx pgx.Tx, msg broker.Message) error {
+		if msg.ID == "forever" {
+			forever.Add(1)
+			return errors.New("ERP says no")
+		}
+		_, err := tx.Exec(ctx, "INSERT INTO "+f.schema+".child VALUES (1)") // fails at commit
+		return err
+	}
+	require.NoError(t, b.Publisher().Publish(t.Context(), []broker.Message{
+		{ID: "forever", Topic: "erp", Body: []byte(`{}`)},
+		{ID: "orphan", Topic: "erp", Body: []byte(`{}`)},
+	}))
+	c := settleRecorder{Consumer: b.Consumer("erp"), settled: make(chan string, 2)}
+	in, err := f.store.NewIngress(f.pool, c, inbox.IngressConfig{Consumer: "erp", Handler: handler, MaxAttempts: 2, MaxBatch: 2, Linger: time.Second})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+	settled := map[string]bool{}
+	for range 2 {
+		select {
+		case s := <-c.settled:
+			settled[s] = true
+		case <-time.After(20 * time.Second):
+			t.Fatal("the batch was not settled")
+		}
+	}
+	cancel()
+	require.NoError(t, <-done)
+	require.Equal(t, int32(3), forever.Load(), "handled whole, in its savepoint and on its own")
+	require.Equal(t, map[string]bool{"forever nack": true, "orphan nack": true}, settled,
+		"the first delivery's failure was counted more than once")
+	require.Empty(t, b.DeadLetters("erp"))
+}

@@ -91,6 +91,42 @@ func TestReapFailsAHungJobWithoutAttemptsLeft(t *testing.T) {
 	require.Contains(t, got.LastError, "no attempts left")
 }
 
+// A hung handler that returns before its abandoned lease expires has its
+// attempt recorded stale, still of the class hung, and the reaper then
+// records the job as hung, as it does when the handler never returns.
+func TestReapKeepsTheHungClassAfterALateCompletion(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	_, err := f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k"})
+	require.NoError(t, err)
+	j := f.claim(t, "w")
+	_, err = f.store.MarkHung(ctx, f.pool, "w", []jobs.HungAttempt{{Lease: jobs.Lease{JobID: j.ID, Fence: j.Fence}}})
+	require.NoError(t, err)
+
+	res, err := f.store.Complete(ctx, f.pool, []jobs.Completion{succeeded(j, `{"late":true}`)})
+	require.NoError(t, err)
+	require.ErrorIs(t, res[0].Err, jobs.ErrLeaseLost)
+	attempts, err := f.store.Attempts(ctx, f.pool, "acme", j.ID)
+	require.NoError(t, err)
+	require.Equal(t, jobs.AttemptStale, attempts[0].Outcome)
+	require.Equal(t, jobs.ClassHung, attempts[0].ErrorClass, "the late completion erased why the attempt was given up")
+
+	f.expireLease(t, j.ID)
+	reaped, err := f.store.Reap(ctx, f.pool, jobs.ReapParams{})
+	require.NoError(t, err)
+	require.Equal(t, 1, reaped.Rescheduled)
+	got, err := f.store.Get(ctx, f.pool, "acme", j.ID)
+	require.NoError(t, err)
+	require.Equal(t, jobs.ClassHung, got.ErrorClass, "the job's class depends on when the hung handler returned")
+	require.Contains(t, got.LastError, "hung")
+	attempts, err = f.store.Attempts(ctx, f.pool, "acme", j.ID)
+	require.NoError(t, err)
+	require.Len(t, attempts, 1)
+	require.Equal(t, jobs.AttemptStale, attempts[0].Outcome, "the reaper keeps the attempt's row")
+	require.Equal(t, got.AvailableAt, attempts[0].RetryAt)
+}
+
 // Error texts Postgres cannot hold are made storable rather than failing
 // the batch; results it cannot hold are refused before anything is written.
 func TestCompleteStoresAnyErrorText(t *testing.T) {

@@ -583,6 +583,8 @@ SELECT s.id, s.attempt, s.fence, s.worker, now(), 'stale',
     s.input_tokens, s.output_tokens, s.uncertain
 FROM unnest($1::uuid[], $2::integer[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::boolean[])
     AS s (id, attempt, fence, worker, outcome, input_tokens, output_tokens, uncertain)
+-- The amended row keeps its error_class: a hung attempt stays of the class
+-- 'hung' (ReapExpiredLeases looks for it), whenever its handler returned.
 ON CONFLICT (job_id, attempt) DO UPDATE
 SET outcome       = 'stale',
     error         = excluded.error || ' (the attempt had ended: ' || a.outcome || coalesce(': ' || a.error, '') || ')',
@@ -639,7 +641,9 @@ SELECT id, fence FROM hung;
 -- its provider call may have been made and billed. An attempt its runner
 -- gave up as hung (MarkHungAttempts wrote its row: one primary-key probe
 -- of job_attempts per job taken back) keeps that row, and the job records
--- the class 'hung' instead of 'lease_expired'.
+-- the class 'hung' instead of 'lease_expired'. The row is found by its
+-- class, which MarkStaleAttempts keeps when the hung handler returned
+-- before the lease expired and its row became 'stale'.
 WITH expired AS (
     SELECT id, lease_owner
     FROM /*schema*/jobs
@@ -662,7 +666,7 @@ decided AS (
         END AS terminal_class,
         EXISTS (
             SELECT 1 FROM /*schema*/job_attempts AS a
-            WHERE a.job_id = j.id AND a.attempt = j.attempt AND a.outcome = 'hung'
+            WHERE a.job_id = j.id AND a.attempt = j.attempt AND a.error_class = 'hung'
         ) AS hung
     FROM expired AS e
     JOIN /*schema*/jobs AS j ON j.id = e.id
@@ -706,11 +710,12 @@ attempt AS (
     SELECT r.id, r.attempt, r.fence - 1, r.lease_owner, r.attempted_at, 'lease_expired',
         r.error_class, r.last_error, CASE WHEN r.state = 'RETRY_SCHEDULED' THEN r.available_at END, true
     FROM reaped AS r
-    -- A hung attempt's row stays as its runner wrote it, and learns when
-    -- the job runs again.
+    -- A hung attempt's row (outcome 'hung', or 'stale' once its handler
+    -- returned) stays as its runner wrote it, and learns when the job runs
+    -- again.
     ON CONFLICT (job_id, attempt) DO UPDATE
     SET retry_at = excluded.retry_at
-    WHERE job_attempts.outcome = 'hung'
+    WHERE job_attempts.error_class = 'hung'
 ),
 
 event AS (

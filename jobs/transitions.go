@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -327,7 +326,7 @@ func (s *PostgresStore) Complete(ctx context.Context, db DBTX, completions []Com
 			return nil, fmt.Errorf("jobs: new event id: %w", err)
 		}
 		ids[i], eventIDs[i], fences[i], outcomes[i] = c.JobID, id, c.Fence, string(c.Outcome)
-		classes[i], messages[i] = dbsql.NullIfZero(c.ErrorClass), dbsql.NullIfZero(storableText(c.Error))
+		classes[i], messages[i] = dbsql.NullIfZero(c.ErrorClass), dbsql.NullIfZero(validate.MakeStorable(c.Error))
 		if len(c.Result) > 0 {
 			results[i] = dbsql.NullIfZero(string(c.Result))
 		}
@@ -432,18 +431,11 @@ func OutputAsResult(output []byte) json.RawMessage {
 	if problem, _ := validate.JSON(output, math.MaxInt); problem == "" {
 		return json.RawMessage(output)
 	}
-	text, err := json.Marshal(storableText(string(output)))
+	text, err := json.Marshal(validate.MakeStorable(string(output)))
 	if err != nil { // a string always marshals
 		return nil
 	}
 	return text
-}
-
-// storableText replaces what a PostgreSQL text value cannot hold: invalid
-// UTF-8 and NUL bytes.
-func storableText(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	return strings.ReplaceAll(s, "\x00", "\uFFFD")
 }
 
 // Reap implements Store: one pass of the reaper. Expired leases are taken
@@ -577,7 +569,7 @@ func (s *PostgresStore) MarkHung(ctx context.Context, db DBTX, worker string, hu
 	fences := make([]int64, len(hung))
 	messages := make([]string, len(hung))
 	for i, h := range hung {
-		ids[i], fences[i], messages[i] = h.JobID, h.Fence, storableText(h.Error)
+		ids[i], fences[i], messages[i] = h.JobID, h.Fence, validate.MakeStorable(h.Error)
 	}
 	rows, err := db.Query(ctx, s.sql.markHung, worker, ids, fences, messages)
 	if err != nil {

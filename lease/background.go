@@ -336,10 +336,19 @@ func (r *Runner) heartbeatOnce(ctx context.Context) {
 		leases = append(leases, jobs.Lease{JobID: a.job.ID, Fence: a.job.Fence})
 	}
 	r.mu.Unlock()
-	r.abandon(ctx, hung)
-	if len(live) == 0 {
-		return
+	// Live leases first: recording hung attempts may wait up to the
+	// completion timeout, and fail at every heartbeat, which must not
+	// delay the renewals.
+	if len(live) > 0 {
+		r.renew(ctx, live, leases)
 	}
+	r.abandon(ctx, hung)
+}
+
+// renew extends live's leases in one statement and cancels the attempts
+// whose lease is gone, whose job was cancelled, or whose lease must have
+// run out while heartbeats failed.
+func (r *Runner) renew(ctx context.Context, live []*attempt, leases []jobs.Lease) {
 	sentAt := time.Now()
 	hbCtx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatInterval)
 	res, err := r.store.Heartbeat(hbCtx, r.pool, r.cfg.WorkerID, r.cfg.LeaseDuration, leases)

@@ -177,7 +177,14 @@
 //     two transactions, not 100.
 //   - Heartbeats, one statement for every lease the runner holds, and the
 //     marking of hung attempts run in one goroutine of their own: 1 more
-//     connection of the pool at most, never waiting behind a completion.
+//     connection of the pool at most. Within the runner they never wait
+//     behind a completion or a claim, and live leases are renewed before
+//     hung attempts are marked. On a pool shared with other components
+//     and smaller than the sum of their bounds, a heartbeat may still
+//     wait in the pool for a connection another component holds, for as
+//     long as that component's statement runs; LeaseDuration is long (90s
+//     by default, with a heartbeat every LeaseDuration/3) so that such
+//     waits never cost a lease.
 //   - LISTEN holds 1 connection of its own, outside the pool, for as long
 //     as Run runs (none with DisableListen).
 //   - With a MeterProvider, reading the queue gauges takes 1 connection of

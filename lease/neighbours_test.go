@@ -382,3 +382,83 @@ func TestRunnerConnectionsAreBounded(t *testing.T) {
 	require.LessOrEqual(t, peak.Load(), int32(3))
 	require.Positive(t, peak.Load())
 }
+
+// Recording a hung attempt may wait (here on a row the test holds) for up
+// to a third of the lease; a live lease is renewed before that wait, not
+// after it. The live job is claimed shortly before a wait ends, and must
+// be renewed as soon as the next heartbeat starts, not a wait later.
+func TestHeartbeatRenewsLiveLeasesBeforeMarkingHungOnes(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	release := make(chan struct{})
+	defer close(release)
+	cfg := lease.Config{
+		Handlers: map[string]lease.Handler{
+			"hang": lease.HandlerFunc(func(context.Context, *jobs.Job) (json.RawMessage, error) {
+				<-release // ignores its context
+				return nil, nil
+			}),
+			"live": lease.HandlerFunc(func(ctx context.Context, _ *jobs.Job) (json.RawMessage, error) {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}),
+		},
+		Queues:            map[string]lease.QueueConfig{"default": {MaxWorkers: 2}},
+		LeaseDuration:     6 * time.Second, // hung attempts are recorded within 2s
+		HeartbeatInterval: 200 * time.Millisecond,
+		AttemptTimeout:    3 * time.Second,
+		HungGrace:         200 * time.Millisecond,
+		PollInterval:      20 * time.Millisecond,
+		ShutdownGrace:     100 * time.Millisecond,
+		WorkerID:          "A",
+		Logger:            slog.New(slog.DiscardHandler),
+	}
+	_, stop := f.start(cfg)
+	defer func() { _ = stop() }()
+	hung := f.enqueue(jobs.EnqueueParams{Kind: "hang"})
+	require.Eventually(t, func() bool {
+		j, err := f.store.Get(t.Context(), f.pool, "acme", hung.ID)
+		require.NoError(t, err)
+		return j.State == jobs.StateRunning
+	}, 5*time.Second, 5*time.Millisecond)
+
+	// The hung attempt's row, written first by a transaction left open:
+	// MarkHung waits on it until its 2s timeout, at every heartbeat.
+	blocker, err := f.pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = blocker.Rollback(context.Background()) }()
+	_, err = blocker.Exec(t.Context(), "INSERT INTO "+f.schema+".job_attempts (job_id, attempt, fence, worker, started_at, outcome) VALUES ($1, 1, 0, 'test', now(), 'hung')", hung.ID)
+	require.NoError(t, err)
+	var blockerPID int
+	require.NoError(t, blocker.QueryRow(t.Context(), "SELECT pg_backend_pid()").Scan(&blockerPID))
+	var waited time.Duration
+	require.Eventually(t, func() bool {
+		var seconds float64
+		err := f.pool.QueryRow(t.Context(), "SELECT extract(epoch FROM clock_timestamp() - query_start)::float8 FROM pg_stat_activity "+
+			"WHERE $1::int = ANY (pg_blocking_pids(pid))", blockerPID).Scan(&seconds)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false
+		}
+		require.NoError(t, err)
+		waited = time.Duration(seconds * float64(time.Second))
+		return true
+	}, 10*time.Second, 5*time.Millisecond, "MarkHung never waited on the row")
+	// Claim the live job about 300ms before this wait ends.
+	time.Sleep(max(0, 1700*time.Millisecond-waited)) // placing the claim in the heartbeat's cycle, not awaiting an event
+	live := f.enqueue(jobs.EnqueueParams{Kind: "live"})
+	var claimed, renewed *jobs.Job
+	require.Eventually(t, func() bool {
+		j, err := f.store.Get(t.Context(), f.pool, "acme", live.ID)
+		require.NoError(t, err)
+		if j.State != jobs.StateRunning {
+			return false
+		}
+		if claimed == nil {
+			claimed = j
+		}
+		renewed = j
+		return j.LeaseUntil.After(claimed.LeaseUntil)
+	}, 5*time.Second, 5*time.Millisecond, "the live lease was never renewed")
+	delay := renewed.LeaseUntil.Add(-cfg.LeaseDuration).Sub(claimed.AttemptedAt)
+	require.Less(t, delay, time.Second, "the live lease waited for the hung attempt's recording")
+}

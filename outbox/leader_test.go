@@ -136,13 +136,20 @@ func TestDeposedRelayClaimsNothing(t *testing.T) {
 	close(pub.open)
 
 	// Both batches it held are published and recorded; the verdict on the
-	// second went with a claim, which the new epoch fenced out.
-	require.Eventually(t, func() bool { return f.pending(t) == 10 }, 10*time.Second, 5*time.Millisecond)
+	// second went with a claim, which the new epoch fenced out. The relay
+	// is awaited until it stands by, so that what follows is its final
+	// state, not a value the backlog passes through on its way down.
+	require.Eventually(t, func() bool { return !r.Active() }, 2*lease, 10*time.Millisecond, "its renewal found the lease taken")
+	require.Eventually(t, func() bool {
+		var held int
+		require.NoError(t, f.db.Pool.QueryRow(t.Context(), "SELECT count(*) FROM "+f.db.Schema+".outbox WHERE claimed_by = 'deposed' AND published_at IS NULL").Scan(&held))
+		return held == 0 && b.Published("orders") >= 10
+	}, 10*time.Second, 5*time.Millisecond, "the batches it held were not settled")
 	var claimed int
 	require.NoError(t, f.db.Pool.QueryRow(t.Context(), "SELECT count(*) FROM "+f.db.Schema+".outbox WHERE published_at IS NULL AND claimed_by IS NOT NULL").Scan(&claimed))
-	require.Zero(t, claimed, "the deposed relay claimed nothing after it lost the lease")
-	require.Eventually(t, func() bool { return !r.Active() }, 2*lease, 10*time.Millisecond, "its renewal found the lease taken")
-	require.Equal(t, 10, b.Published("orders"))
+	require.Zero(t, claimed, "the deposed relay claimed something after it lost the lease")
+	require.Equal(t, 10, b.Published("orders"), "the deposed relay published what it claimed after it lost the lease")
+	require.Equal(t, 10, f.pending(t), "the events written after the takeover wait for the new holder")
 
 	_, err = f.db.Pool.Exec(t.Context(), "UPDATE "+f.db.Schema+".outbox_relay_lease SET lease_until = '-infinity'")
 	require.NoError(t, err)

@@ -2,7 +2,9 @@ package dbsql
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -29,22 +31,52 @@ type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
+// ErrSavepointLeftOpen marks a WithTx error on a savepoint that could be
+// neither rolled back nor released: what fn did may still be part of the
+// enclosing transaction and commit with it, so the caller must roll that
+// transaction back whole.
+var ErrSavepointLeftOpen = errors.New("dbsql: savepoint neither rolled back nor released")
+
+// endTimeout bounds the rollback or release that ends WithTx's transaction
+// once ctx has ended.
+const endTimeout = 5 * time.Second
+
 // WithTx runs fn inside a transaction begun on db (a savepoint when db is
 // already a transaction) and commits it when fn returns nil. Any error from
 // fn rolls back only what fn did.
+//
+// The rollback, and a savepoint's release, run even if ctx ended meanwhile
+// (within a few seconds): fn commonly fails because ctx ended, and pgx sends nothing on
+// an ended context, which would leave a savepoint's work in the enclosing
+// transaction. If a savepoint still cannot be ended, the error wraps
+// ErrSavepointLeftOpen.
 func WithTx(ctx context.Context, db Beginner, fn func(tx pgx.Tx) error) error {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
+	_, nested := db.(pgx.Tx)
+	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+	defer cancel()
 	if err := fn(tx); err != nil {
-		// The rollback error is secondary: fn's error says what happened, and
-		// a failed rollback leaves the connection to be discarded by pgx.
-		_ = tx.Rollback(ctx)
+		// A failed rollback of a transaction makes pgx discard the
+		// connection, so nothing of it commits; a failed rollback of a
+		// savepoint leaves its work in the enclosing transaction.
+		if rbErr := tx.Rollback(endCtx); rbErr != nil && nested {
+			return fmt.Errorf("%w (%w: rollback: %w)", err, ErrSavepointLeftOpen, rbErr)
+		}
 		return err
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("commit: %w", err)
+	if !nested {
+		// A transaction's commit stays bound to ctx: a caller that gave
+		// up should not find its work committed.
+		if err := tx.Commit(ctx); err != nil {
+			return fmt.Errorf("commit: %w", err)
+		}
+		return nil
+	}
+	if err := tx.Commit(endCtx); err != nil {
+		return fmt.Errorf("%w: release: %w", ErrSavepointLeftOpen, err)
 	}
 	return nil
 }

@@ -51,6 +51,18 @@ func Text(s string, required bool, maxLen int) string {
 	return ""
 }
 
+// Storable reports whether a PostgreSQL text or jsonb value can hold s:
+// valid UTF-8 without NUL.
+func Storable(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
+
+// MakeStorable makes s storable as PostgreSQL text: invalid UTF-8 and NUL
+// become U+FFFD. It is for texts that quote what llmq was given, such as
+// error messages and quarantine reasons, which must be recorded rather
+// than fail the statement.
+func MakeStorable(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
 // JSON checks that b is one JSON value of at most maxLen bytes that
 // PostgreSQL's jsonb accepts. It returns the problem and, for an oversize
 // value, tooLarge; "" when b is acceptable.

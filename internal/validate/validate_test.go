@@ -17,6 +17,33 @@ func TestText(t *testing.T) {
 	require.Equal(t, "contains a control character", Text("a\tb", true, 10))
 }
 
+func TestStorable(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"":                 "",
+		"plain é":          "plain é",
+		"nul \x00 here":    "nul \uFFFD here",
+		"bad \xff\xfe end": "bad \uFFFD end",
+	} {
+		require.Equal(t, want, MakeStorable(in), "%q", in)
+		require.Equal(t, in == want, Storable(in), "%q", in)
+		require.True(t, Storable(MakeStorable(in)), "%q", in)
+	}
+}
+
+func FuzzMakeStorable(f *testing.F) {
+	for _, s := range []string{"", "a", "\x00", "\xff", "é\x00\xc3"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		out := MakeStorable(s)
+		require.True(t, Storable(out), "%q became %q", s, out)
+		if Storable(s) {
+			require.Equal(t, s, out, "a storable text is kept as it is")
+		}
+	})
+}
+
 func TestJSON(t *testing.T) {
 	t.Parallel()
 	for _, ok := range []string{`{}`, `[1,"a"]`, `"\\u0000 is only text here"`, `null`} {
