@@ -68,8 +68,8 @@ func runBenchAdmission(ctx context.Context, c *common, o benchOptions, stdout, s
 	if schema := os.Getenv(benchAdmissionChild); schema != "" {
 		return benchAdmissionWorker(ctx, c, o, schema, os.Stdin, stdout)
 	}
-	if o.jobs < 1 || o.workers < 1 || o.producers < 1 {
-		return fmt.Errorf("%w: -jobs, -workers and -producers must be positive", errUsage)
+	if o.jobs < 1 || o.workers < 1 || o.producers < 1 || o.arrivals < 0 {
+		return fmt.Errorf("%w: -jobs, -workers and -producers must be positive, -arrivals not negative", errUsage)
 	}
 	pool, err := pgxpool.New(ctx, c.databaseURL)
 	if err != nil {
@@ -109,7 +109,8 @@ func runBenchAdmission(ctx context.Context, c *common, o benchOptions, stdout, s
 			share++
 		}
 		cmd := exec.CommandContext(ctx, self, "bench", "-mode", "admission", "-database-url", c.databaseURL,
-			"-jobs", strconv.Itoa(max(share, 1)), "-workers", strconv.Itoa(o.workers))
+			"-jobs", strconv.Itoa(max(share, 1)), "-workers", strconv.Itoa(o.workers),
+			"-arrivals", strconv.FormatFloat(o.arrivals/float64(o.producers), 'f', -1, 64))
 		cmd.Env = append(os.Environ(), benchAdmissionChild+"="+schema, fmt.Sprintf("PGAPPNAME=%s-%d", benchAdmissionApp, i))
 		tail := &tailBuffer{max: 4096}
 		cmd.Stderr = io.MultiWriter(stderr, tail)
@@ -195,7 +196,7 @@ func reportAdmission(c *common, o benchOptions, shares []admissionShare, peak co
 	seconds := all.End.Sub(all.Start).Seconds()
 	slices.Sort(all.AcquireMS)
 	result := map[string]any{
-		"processes": o.producers, "workers": o.workers, "grants": all.Grants, "denials": all.Denials,
+		"processes": o.producers, "workers": o.workers, "arrivals_per_s": o.arrivals, "grants": all.Grants, "denials": all.Denials,
 		"unavailable": all.Unavailable,
 		"seconds":     seconds, "grants_per_s": float64(all.Grants) / seconds,
 		"acquire_p50_ms": percentile(all.AcquireMS, 0.50), "acquire_p99_ms": percentile(all.AcquireMS, 0.99),
@@ -214,9 +215,9 @@ func reportAdmission(c *common, o benchOptions, shares []admissionShare, peak co
 	if c.json {
 		return json.NewEncoder(stdout).Encode(result)
 	}
-	fmt.Fprintf(stdout, "llmq admission processes=%d workers=%d grants=%d seconds=%.3f grants_per_s=%.0f acquire_p50_ms=%.2f acquire_p99_ms=%.2f acquire_max_ms=%.2f "+
+	fmt.Fprintf(stdout, "llmq admission processes=%d workers=%d arrivals_per_s=%.0f grants=%d seconds=%.3f grants_per_s=%.0f acquire_p50_ms=%.2f acquire_p99_ms=%.2f acquire_max_ms=%.2f "+
 		"unavailable=%d process_grants_min=%d process_grants_mean=%.0f peak_conns_per_process=%d peak_conns_total=%d conn_budget_per_process=%d in_flight_after=%d permits_after=%d\n",
-		o.producers, o.workers, all.Grants, seconds, result["grants_per_s"], result["acquire_p50_ms"], result["acquire_p99_ms"], result["acquire_max_ms"],
+		o.producers, o.workers, o.arrivals, all.Grants, seconds, result["grants_per_s"], result["acquire_p50_ms"], result["acquire_p99_ms"], result["acquire_max_ms"],
 		all.Unavailable, minGrants, mean, peak.perProcess, peak.total, admission.DefaultMaxConns, inFlight, permits)
 	return nil
 }
@@ -310,10 +311,21 @@ func benchAdmissionWorker(ctx context.Context, c *common, o benchOptions, schema
 		return left >= 0 && fail == nil
 	}
 	share.Start = time.Now()
+	arrivals := scheduleArrivals(ctx, o.arrivals, o.jobs)
 	for range o.workers {
 		wg.Go(func() {
 			for take() {
 				t0 := time.Now()
+				if arrivals != nil {
+					// Open loop: the acquire is timed from its scheduled
+					// arrival, so time spent waiting for a free acquirer
+					// counts too.
+					at, ok := <-arrivals
+					if !ok {
+						return
+					}
+					t0 = at
+				}
 				p, err := l.Acquire(ctx, admission.Request{Pool: benchAdmissionPool.Name, Tenant: "bench", Tokens: 500})
 				granted := time.Now()
 				if err == nil {
@@ -350,6 +362,29 @@ func benchAdmissionWorker(ctx context.Context, c *common, o benchOptions, schema
 		return err
 	}
 	return json.NewEncoder(stdout).Encode(share)
+}
+
+// scheduleArrivals sends n arrival times perSecond apart, each when it is
+// due, or returns nil for a closed loop (perSecond 0). The channel holds
+// every arrival, so a late acquirer never holds the schedule back.
+func scheduleArrivals(ctx context.Context, perSecond float64, n int) <-chan time.Time {
+	if perSecond <= 0 {
+		return nil
+	}
+	out := make(chan time.Time, n)
+	interval := time.Duration(float64(time.Second) / perSecond)
+	go func() {
+		defer close(out)
+		next := time.Now()
+		for range n {
+			if !sleepUntil(ctx, next) {
+				return
+			}
+			out <- next
+			next = next.Add(interval)
+		}
+	}()
+	return out
 }
 
 // warmAdmission acquires and releases a few permits, alone and together.

@@ -22,6 +22,26 @@ import (
 // mode re-executes the llmq binary, which a test binary is not.)
 func TestBenchAdmissionWorker(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct {
+		name     string
+		arrivals float64
+	}{{"closed loop", 0}, {"open loop", 500}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			share := runBenchAdmissionWorker(t, benchOptions{jobs: 50, workers: 2, arrivals: c.arrivals})
+			if c.arrivals > 0 {
+				// 50 arrivals 2ms apart: the last is scheduled 98ms after
+				// the first, so the share cannot end sooner.
+				require.GreaterOrEqual(t, share.End.Sub(share.Start), 98*time.Millisecond)
+			}
+		})
+	}
+}
+
+// runBenchAdmissionWorker runs one bench process in-process on a fresh
+// pool and requires that it granted its share and left nothing held.
+func runBenchAdmissionWorker(t *testing.T, o benchOptions) admissionShare {
+	t.Helper()
 	c := setup(t)
 	_, pool := c.migrated()
 	l, err := admission.NewPostgres(pool, admission.Config{Schema: c.schema})
@@ -29,20 +49,21 @@ func TestBenchAdmissionWorker(t *testing.T) {
 	require.NoError(t, l.SetPool(t.Context(), benchAdmissionPool))
 
 	var out bytes.Buffer
-	err = benchAdmissionWorker(t.Context(), &common{databaseURL: dbtest.URL()}, benchOptions{jobs: 50, workers: 2}, c.schema, strings.NewReader(""), &out)
+	err = benchAdmissionWorker(t.Context(), &common{databaseURL: dbtest.URL()}, o, c.schema, strings.NewReader(""), &out)
 	require.NoError(t, err)
 	line, rest, ok := strings.Cut(out.String(), "\n")
 	require.True(t, ok)
 	require.Equal(t, "ready", line)
 	var share admissionShare
 	require.NoError(t, json.Unmarshal([]byte(rest), &share))
-	require.Equal(t, 50, share.Grants)
-	require.Len(t, share.AcquireMS, 50)
+	require.Equal(t, o.jobs, share.Grants)
+	require.Len(t, share.AcquireMS, o.jobs)
 	require.True(t, share.End.After(share.Start))
 	inFlight, permits, err := l.Counts(t.Context(), benchAdmissionPool.Name)
 	require.NoError(t, err)
 	require.Zero(t, inFlight)
 	require.Zero(t, permits)
+	return share
 }
 
 // A bench process that dies is reported with its exit status and its last
