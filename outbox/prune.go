@@ -59,8 +59,9 @@ func (p *Pruner) PrunePublished(ctx context.Context, db DBTX, olderThan time.Dur
 
 // PruneUnrelayed deletes up to limit unpublished events written more than
 // olderThan ago, for hosts that run no relay and leave their events to
-// retention. It deletes nothing while a relay holds the leader lease, or
-// held it less than olderThan ago.
+// retention. It deletes nothing on a schema where a relay has ever held
+// the leader lease: a relay that stopped or is restarting must find its
+// events.
 func (p *Pruner) PruneUnrelayed(ctx context.Context, db DBTX, olderThan time.Duration, limit int) (int64, error) {
 	if err := checkPrune(olderThan, limit); err != nil {
 		return 0, err

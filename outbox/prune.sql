@@ -20,18 +20,24 @@ SELECT (SELECT min(published_at) FROM /*schema*/outbox WHERE published_at IS NOT
 -- name: PruneUnrelayed
 -- For hosts that run no relay: deletes up to $2 unpublished events written
 -- more than $1 ms ago, oldest first through outbox_pending_idx, but only
--- while no relay holds the leader lease (a lease in force, or one that
--- lapsed less than $1 ms ago), so events a relay is about to publish are
--- never lost to it. SKIP LOCKED: an event a relay holds is left to it.
+-- on a schema where no relay has ever held the leader lease (epoch 0, no
+-- holder). Once one has, unpublished events are a relay's work: a relay
+-- that stopped cleanly leaves lease_until at -infinity and so no time to
+-- tell "lately" from "long ago", and one restarting must find its events.
+-- The lease row is read FOR SHARE (MATERIALIZED, so the row is read and
+-- locked whatever the planner does with the CTE): a relay's first
+-- AcquireLease (FOR UPDATE) waits for this delete to commit, and then
+-- sees what is left. SKIP LOCKED: an event someone holds is left alone.
+WITH lease AS MATERIALIZED (
+    SELECT epoch, holder FROM /*schema*/outbox_relay_lease FOR SHARE
+)
 DELETE FROM /*schema*/outbox
 WHERE event_id IN (
     SELECT event_id
     FROM /*schema*/outbox
     WHERE published_at IS NULL
         AND created_at < now() - $1 * interval '1 millisecond'
-        AND NOT EXISTS (
-            SELECT FROM /*schema*/outbox_relay_lease
-            WHERE holder IS NOT NULL AND lease_until > now() - $1 * interval '1 millisecond')
+        AND NOT EXISTS (SELECT FROM lease WHERE epoch > 0 OR holder IS NOT NULL)
     ORDER BY seq
     LIMIT $2
     FOR UPDATE SKIP LOCKED

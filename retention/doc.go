@@ -30,8 +30,8 @@
 //     a relay's pruning and this service's never fight (both delete small
 //     batches with SKIP LOCKED). Unpublished events are kept (Never) unless
 //     the host runs no relay and sets UnrelayedEvents; even then none is
-//     deleted while a relay holds the leader lease or held it within that
-//     time.
+//     deleted on a schema where a relay has ever held the leader lease (a
+//     relay that stopped or is restarting must find its events).
 //   - Inbox ids after 7 days (at least inbox.MinRetention): longer than any
 //     broker's redelivery horizon, or a redelivered message would be
 //     processed twice. Quarantined messages (inbox_quarantine) are kept for

@@ -56,9 +56,10 @@ type Policy struct {
 	PublishedEvents time.Duration
 	// UnrelayedEvents is how long unpublished events are kept on a host
 	// that runs no relay and leaves its events to retention. Default
-	// Never: an unpublished event is work a relay has not done yet. While
-	// a relay holds the leader lease (or held it within this time),
-	// nothing unpublished is deleted.
+	// Never: an unpublished event is work a relay has not done yet. It
+	// applies only on a schema where no relay has ever held the leader
+	// lease: once one has, nothing unpublished is deleted, since a relay
+	// that stopped or is restarting must find its events.
 	UnrelayedEvents time.Duration
 
 	// InboxRecords is how long accepted message ids are remembered

@@ -391,8 +391,9 @@ func TestConfigIsValidated(t *testing.T) {
 }
 
 // On a host that runs no relay and leaves its events to retention,
-// unpublished events past UnrelayedEvents are deleted; while a relay holds
-// the leader lease (or held it within that time), none is.
+// unpublished events past UnrelayedEvents are deleted; on a schema where a
+// relay has ever held the leader lease (holding it, lapsed, or released
+// cleanly), none is.
 func TestUnrelayedEventsWaitForNoRelay(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -409,8 +410,18 @@ func TestUnrelayedEventsWaitForNoRelay(t *testing.T) {
 	pass, err = svc.PruneOnce(ctx)
 	require.NoError(t, err)
 	require.Zero(t, pass.Total(), "the relay held the lease within the retention")
+	// What a relay leaves when it stops cleanly (ReleaseLease): its name,
+	// its epoch and no time. It may be restarting: its events stay.
+	f.exec(t, `UPDATE %s.outbox_relay_lease SET lease_until = '-infinity'`)
+	pass, err = svc.PruneOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, pass.Total(), "a relay released the lease: it may be restarting")
+	f.exec(t, `UPDATE %s.outbox_relay_lease SET holder = NULL`)
+	pass, err = svc.PruneOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, pass.Total(), "a relay has run on this schema (epoch 1)")
 
-	f.exec(t, `UPDATE %s.outbox_relay_lease SET holder = NULL, lease_until = '-infinity'`)
+	f.exec(t, `UPDATE %s.outbox_relay_lease SET holder = NULL, epoch = 0, lease_until = '-infinity'`)
 	pass, err = svc.PruneOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []retention.Count{{Table: "outbox", Class: "unpublished", Rows: 1}}, pass.Deleted)
