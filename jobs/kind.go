@@ -131,7 +131,9 @@ func (k Kind[A, R]) Accept(ctx context.Context, store Store, db DBTX, tenant str
 		}
 		return err
 	})
-	if errors.Is(err, errExisting) {
+	// A savepoint that could not be rolled back leaves write's rows in the
+	// caller's transaction: that is an error, even on the Existing path.
+	if errors.Is(err, errExisting) && !errors.Is(err, dbsql.ErrSavepointLeftOpen) {
 		return res, nil
 	}
 	return res, err

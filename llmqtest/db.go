@@ -74,17 +74,23 @@ func NewDB(t testing.TB, opts ...Options) *DB {
 	if err != nil {
 		t.Fatalf("llmqtest: connecting to %s: %v", URL(), err)
 	}
-	t.Cleanup(pool.Close)
 	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
 		t.Fatalf("llmqtest: Postgres at %s does not answer: %v", URL(), err)
 	}
-	// The lock connection stays outside the pool: closing it releases the
-	// schema even if the test's own connections are still busy.
+	// The lock connection stays outside the pool, and is closed (releasing
+	// the schema) only after the pool is: Close waits for the test's
+	// connections to come back, so nothing the test started still writes
+	// when another test takes the schema and clears it.
 	lock, err := pgx.ConnectConfig(ctx, cfg.ConnConfig)
 	if err != nil {
+		pool.Close()
 		t.Fatalf("llmqtest: connecting to %s: %v", URL(), err)
 	}
-	t.Cleanup(func() { _ = lock.Close(context.Background()) }) // closing the session releases its advisory lock
+	t.Cleanup(func() {
+		pool.Close()
+		_ = lock.Close(context.Background()) // closing the session releases its advisory lock
+	})
 	prefix, err := schemaPrefix()
 	if err != nil {
 		t.Fatalf("llmqtest: %v", err)
