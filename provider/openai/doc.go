@@ -71,7 +71,10 @@
 // not sent when it expired while connecting. The SDK returns the
 // context's own error when the context ends mid-call, losing the
 // transport's; Call keeps its own record of the request, so the
-// classification does not depend on which error the SDK returned.
+// classification does not depend on which error the SDK returned. A Call
+// whose requests the middleware never saw (a client built without
+// Options, or fn not passing on the context Call gives it) is uncertain,
+// never not sent: nothing shows that it did not reach the provider.
 //
 // Decisions: 408 and 409 are treated as 5xx (the SDKs' own retry set);
 // a 429 is uncertain, as lease.Admission settles it; fn should make only

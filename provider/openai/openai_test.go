@@ -195,6 +195,21 @@ func TestClassificationWithoutAdmission(t *testing.T) {
 	}
 }
 
+// A client built without the adapter's Options passes no request through
+// its middleware, so Call cannot tell a call that never left from one lost
+// after it was sent: it counts as uncertain, never as not sent (a refund
+// of a call that may have been paid).
+func TestClientWithoutOptionsIsNeverNotSent(t *testing.T) {
+	t.Parallel()
+	e := providertest.New(t, fakeprovider.Config{})
+	e.Unadmitted = true
+	bare := oai.NewClient(option.WithBaseURL(providertest.ClosedURL(t)), option.WithAPIKey("key-1"),
+		option.WithHTTPClient(providertest.HTTPClient(t)), option.WithRequestTimeout(2*time.Second), option.WithMaxRetries(0))
+	a := e.Attempt(t, complete(bare, providertest.Document, make(chan error, 1)))
+	require.Equal(t, jobs.AttemptRetryScheduled, a.Outcome, "%s", a.Error)
+	require.True(t, a.Usage.Uncertain, "a call the adapter did not see may have been billed")
+}
+
 // Outside an admitted attempt the responses reach the limiter given in
 // Config: a 429's wait cools the pool for every holder, and the call's
 // error snoozes.

@@ -44,6 +44,7 @@ type Observer struct {
 // record is what the middleware saw of the requests of one Call.
 type record struct {
 	mu       sync.Mutex
+	seen     bool // the middleware saw a request of this Call
 	sent     bool // one of them may have reached the provider
 	answered bool // one was answered 2xx and its body read in full
 }
@@ -67,6 +68,7 @@ func (m *Middleware) Handle(req *http.Request, next func(*http.Request) (*http.R
 	if rec == nil {
 		rec = &record{} // outside Call: what it notes is not read
 	}
+	rec.markSeen()
 	if err := ctx.Err(); err != nil {
 		return nil, err // never passed on: not sent
 	}
@@ -100,6 +102,12 @@ func (m *Middleware) Handle(req *http.Request, next func(*http.Request) (*http.R
 	}
 	observe(ctx, m.Observer, resp)
 	return resp, nil
+}
+
+func (r *record) markSeen() {
+	r.mu.Lock()
+	r.seen = true
+	r.mu.Unlock()
 }
 
 func (r *record) markSent(answered bool) {
@@ -160,7 +168,7 @@ func Call[T any](ctx context.Context, d Dialect, fn func(ctx context.Context) (T
 // call may have been billed without its answer in hand.
 func classify(ctx context.Context, d Dialect, rec *record, err error) error {
 	rec.mu.Lock()
-	sent, answered := rec.sent, rec.answered
+	seen, sent, answered := rec.seen, rec.sent, rec.answered
 	rec.mu.Unlock()
 	uncertain := func() { lease.RecordUsage(ctx, jobs.Usage{Uncertain: true}) }
 	if status, header, ok := d.APIError(err); ok {
@@ -180,6 +188,13 @@ func classify(ctx context.Context, d Dialect, rec *record, err error) error {
 		return err
 	}
 	switch {
+	case !seen:
+		// The middleware saw no request of this Call: the client was
+		// built without Options, or fn did not pass on the context Call
+		// gave it. Nothing shows the call was not sent, so it may have
+		// been billed: never refund what may have been paid.
+		uncertain()
+		return err
 	case !sent:
 		// No request was passed on (the SDK failed to build it, the
 		// context was over), or each failed before its headers were
