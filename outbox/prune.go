@@ -21,7 +21,7 @@ const MaxPruneBatch = 10_000
 // runs the relay's own statement, so relays and pruners may run at once.
 // It holds no connections and is safe for concurrent use.
 type Pruner struct {
-	prunePublished, countPublished, oldest, pruneUnrelayed, relayLease string
+	prunePublished, countPublished, oldest, pruneUnrelayed, countUnrelayed, relayLease string
 }
 
 // NewPruner prepares the pruner's SQL for schema ("" is the default
@@ -40,6 +40,7 @@ func NewPruner(schema string) (*Pruner, error) {
 		countPublished: pq.Must("CountPublished"),
 		oldest:         pq.Must("OldestEvents"),
 		pruneUnrelayed: pq.Must("PruneUnrelayed"),
+		countUnrelayed: pq.Must("CountUnrelayed"),
 		relayLease:     pq.Must("RelayLease"),
 	}, nil
 }
@@ -82,6 +83,19 @@ func (p *Pruner) CountPublished(ctx context.Context, db DBTX, olderThan time.Dur
 	var n int64
 	if err := db.QueryRow(ctx, p.countPublished, olderThan.Milliseconds()).Scan(&n); err != nil {
 		return 0, fmt.Errorf("outbox: counting published events: %w", err)
+	}
+	return n, nil
+}
+
+// CountUnrelayed counts the events PruneUnrelayed would delete with no
+// limit (none on a schema where a relay has ever run).
+func (p *Pruner) CountUnrelayed(ctx context.Context, db DBTX, olderThan time.Duration) (int64, error) {
+	if err := checkPrune(olderThan, 1); err != nil {
+		return 0, err
+	}
+	var n int64
+	if err := db.QueryRow(ctx, p.countUnrelayed, olderThan.Milliseconds()).Scan(&n); err != nil {
+		return 0, fmt.Errorf("outbox: counting unrelayed events: %w", err)
 	}
 	return n, nil
 }

@@ -10,6 +10,16 @@ SELECT count(*)
 FROM /*schema*/outbox
 WHERE published_at < now() - $1 * interval '1 millisecond';
 
+-- name: CountUnrelayed
+-- What PruneUnrelayed would delete with no limit: unpublished events
+-- written more than $1 ms ago, none on a schema where a relay has ever
+-- held the leader lease.
+SELECT count(*)
+FROM /*schema*/outbox
+WHERE published_at IS NULL
+    AND created_at < now() - $1 * interval '1 millisecond'
+    AND NOT EXISTS (SELECT FROM /*schema*/outbox_relay_lease WHERE epoch > 0 OR holder IS NOT NULL);
+
 -- name: OldestEvents
 -- The oldest published and the oldest unpublished event's times (NULL when
 -- none), each the first entry of an index: outbox_published_idx, and

@@ -422,6 +422,9 @@ func TestUnrelayedEventsWaitForNoRelay(t *testing.T) {
 	require.Zero(t, pass.Total(), "a relay has run on this schema (epoch 1)")
 
 	f.exec(t, `UPDATE %s.outbox_relay_lease SET holder = NULL, epoch = 0, lease_until = '-infinity'`)
+	due, err := svc.Due(ctx)
+	require.NoError(t, err)
+	require.Contains(t, due, retention.Count{Table: "outbox", Class: "unpublished", Rows: 1}, "the dry run shows what the pass deletes")
 	pass, err = svc.PruneOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []retention.Count{{Table: "outbox", Class: "unpublished", Rows: 1}}, pass.Deleted)

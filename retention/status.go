@@ -35,6 +35,13 @@ func (s *Service) Due(ctx context.Context) ([]Count, error) {
 		}
 		out = append(out, Count{Table: "outbox", Class: "published", Rows: n})
 	}
+	if p.UnrelayedEvents != Never {
+		n, err := s.outbox.CountUnrelayed(ctx, s.pool, p.UnrelayedEvents)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Count{Table: "outbox", Class: "unpublished", Rows: n})
+	}
 	if p.InboxRecords != Never {
 		n, err := s.inbox.Count(ctx, s.pool, p.InboxRecords)
 		if err != nil {
