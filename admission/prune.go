@@ -39,8 +39,9 @@ func NewPruner(schema string) (*Pruner, error) {
 
 // ReapExpired deletes every expired permit, pool by pool, handing each
 // pool's slots back in the same statement, and returns how many it
-// deleted. A pool is one statement: its row lock is held for that one
-// statement only.
+// deleted. A pool is one statement, but its row lock is held until the
+// caller's transaction ends: a grant cycle of that pool waits for it, so
+// run ReapExpired in a short transaction of its own.
 func (p *Pruner) ReapExpired(ctx context.Context, db DBTX) (int64, error) {
 	rows, err := db.Query(ctx, p.pools)
 	if err != nil {

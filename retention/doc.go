@@ -61,7 +61,11 @@
 //   - Batches are small (BatchSize, 1,000 rows) and short: a batch's
 //     locks are on rows nobody else writes (finished jobs, published
 //     events, old ids and deliveries), taken with SKIP LOCKED, and no claim
-//     reads the index the batches scan. Claims never wait on the pruner.
+//     reads the index the batches scan, so claims do not wait on the
+//     pruner. Two exceptions hold a lock until their batch commits:
+//     deleting a job that was replayed writes the replay's row (below),
+//     and reaping expired permits locks each reaped pool's row, so that
+//     pool's grant cycles wait for the batch.
 //   - Connections: Run and PruneOnce use one pooled connection at a time.
 //   - Warnings and errors go to Config.Logger (default slog.Default()); a
 //     failed pass is tried again at the next Interval.
@@ -102,8 +106,9 @@
 //     sequential scan of jobs per deleted job.
 //   - A replay outlives the job it replayed: pruning the original clears
 //     the replay's ReplayOf (the foreign key's ON DELETE SET NULL), which
-//     writes the replay's row; if the replay is running, that write waits
-//     for (or makes its runner's next write wait for) one short statement.
+//     writes the replay's row and holds its lock until the batch commits;
+//     if the replay is waiting or running, its claim skips it and its
+//     runner's next write waits for that batch.
 //   - The lease is a row, not an advisory lock: an advisory lock lives
 //     with a session, which a pool may hand to other work, and a row is
 //     visible to operators.
