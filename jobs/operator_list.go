@@ -1,13 +1,8 @@
 package jobs
 
 import (
-	"cmp"
 	"context"
 	_ "embed"
-	"fmt"
-
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 )
 
 //go:embed operator_list.sql
@@ -34,40 +29,9 @@ func (s *PostgresStore) ListAll(ctx context.Context, db DBTX, params ListAllPara
 	if params.Tenant != "" {
 		return s.List(ctx, db, ListParams(params))
 	}
-	fail := func(field, problem string) error {
-		return &ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}
-	}
-	states := make([]string, 0, len(params.States))
-	for _, st := range params.States {
-		if !st.Valid() {
-			return nil, fail("States", fmt.Sprintf("%q is not a state", st))
-		}
-		states = append(states, string(st))
-	}
-	limit := cmp.Or(params.Limit, defaultListLimit)
-	if limit < 1 || limit > MaxListLimit {
-		return nil, fail("Limit", fmt.Sprintf("is %d; use 1 to %d", params.Limit, MaxListLimit))
-	}
-	var after *uuid.UUID
-	if params.Cursor != "" {
-		id, err := uuid.Parse(params.Cursor)
-		if err != nil {
-			return nil, fail("Cursor", "is not a cursor returned by ListAll")
-		}
-		after = &id
-	}
-	rows, err := db.Query(ctx, s.sql.listAll, states, params.Kind, after, limit+1)
+	page, err := newListPage(params.States, params.Limit, params.Cursor, "ListAll")
 	if err != nil {
-		return nil, fmt.Errorf("jobs: list all: %w", s.migrated(err))
+		return nil, err
 	}
-	jobs, err := pgx.CollectRows(rows, scanJob)
-	if err != nil {
-		return nil, fmt.Errorf("jobs: list all: %w", s.migrated(err))
-	}
-	res := &ListResult{Jobs: jobs}
-	if len(jobs) > limit {
-		res.Jobs = jobs[:limit]
-		res.NextCursor = jobs[limit-1].ID.String()
-	}
-	return res, nil
+	return s.fetchPage(ctx, db, "list all", s.sql.listAll, page, page.states, params.Kind)
 }

@@ -477,43 +477,66 @@ func (s *PostgresStore) Get(ctx context.Context, db DBTX, tenant string, id uuid
 
 // List implements Store.
 func (s *PostgresStore) List(ctx context.Context, db DBTX, params ListParams) (*ListResult, error) {
+	if p := checkText(params.Tenant, true, MaxTenantLen); p != "" {
+		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "Tenant", Problem: p}
+	}
+	page, err := newListPage(params.States, params.Limit, params.Cursor, "List")
+	if err != nil {
+		return nil, err
+	}
+	return s.fetchPage(ctx, db, "list", s.sql.list, page, params.Tenant, page.states, params.Kind)
+}
+
+// listPage is what List and ListAll validate alike: the states, the page
+// size and where the page starts.
+type listPage struct {
+	states []string
+	limit  int
+	after  *uuid.UUID
+}
+
+// newListPage validates a listing's states, limit and cursor; by names
+// the method whose cursor is expected.
+func newListPage(states []State, limit int, cursor, by string) (listPage, error) {
 	fail := func(field, problem string) error {
 		return &ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}
 	}
-	if p := checkText(params.Tenant, true, MaxTenantLen); p != "" {
-		return nil, fail("Tenant", p)
-	}
-	states := make([]string, 0, len(params.States))
-	for _, st := range params.States {
+	page := listPage{states: make([]string, 0, len(states)), limit: cmp.Or(limit, defaultListLimit)}
+	for _, st := range states {
 		if !st.Valid() {
-			return nil, fail("States", fmt.Sprintf("%q is not a state", st))
+			return listPage{}, fail("States", fmt.Sprintf("%q is not a state", st))
 		}
-		states = append(states, string(st))
+		page.states = append(page.states, string(st))
 	}
-	limit := cmp.Or(params.Limit, defaultListLimit)
-	if limit < 1 || limit > MaxListLimit {
-		return nil, fail("Limit", fmt.Sprintf("is %d; use 1 to %d", params.Limit, MaxListLimit))
+	if page.limit < 1 || page.limit > MaxListLimit {
+		return listPage{}, fail("Limit", fmt.Sprintf("is %d; use 1 to %d", limit, MaxListLimit))
 	}
-	var after *uuid.UUID
-	if params.Cursor != "" {
-		id, err := uuid.Parse(params.Cursor)
+	if cursor != "" {
+		id, err := uuid.Parse(cursor)
 		if err != nil {
-			return nil, fail("Cursor", "is not a cursor returned by List")
+			return listPage{}, fail("Cursor", "is not a cursor returned by "+by)
 		}
-		after = &id
+		page.after = &id
 	}
-	rows, err := db.Query(ctx, s.sql.list, params.Tenant, states, params.Kind, after, limit+1)
+	return page, nil
+}
+
+// fetchPage runs a listing statement with args, then the page's cursor and
+// one row more than its limit, and cuts the page, whose next cursor is set
+// when that extra row came back.
+func (s *PostgresStore) fetchPage(ctx context.Context, db DBTX, op, query string, page listPage, args ...any) (*ListResult, error) {
+	rows, err := db.Query(ctx, query, append(args, page.after, page.limit+1)...)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: list: %w", s.migrated(err))
+		return nil, fmt.Errorf("jobs: %s: %w", op, s.migrated(err))
 	}
 	jobs, err := pgx.CollectRows(rows, scanJob)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: list: %w", s.migrated(err))
+		return nil, fmt.Errorf("jobs: %s: %w", op, s.migrated(err))
 	}
 	res := &ListResult{Jobs: jobs}
-	if len(jobs) > limit {
-		res.Jobs = jobs[:limit]
-		res.NextCursor = jobs[limit-1].ID.String()
+	if len(jobs) > page.limit {
+		res.Jobs = jobs[:page.limit]
+		res.NextCursor = jobs[page.limit-1].ID.String()
 	}
 	return res, nil
 }
