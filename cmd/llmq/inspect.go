@@ -36,25 +36,12 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // runInspect prints one job with its attempt history and its events. An
 // operator finds a job by id alone; -tenant narrows the search to a tenant.
 func runInspect(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
-	fs, c := newFlagSet(name, stderr)
-	tenant := fs.String("tenant", "", "look only among this tenant's jobs")
-	pos, err := parseArgs(fs, args, 1, name+" needs a job id: "+name+" ID [-tenant T]")
-	if err != nil {
-		return err
-	}
-	id, err := parseJobID(pos[0])
-	if err != nil {
-		return err
-	}
-	s, err := c.open(ctx)
+	c, s, job, err := openJobArg(ctx, name, args, stderr)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	job, err := s.findJob(ctx, *tenant, id)
-	if err != nil {
-		return err
-	}
+	id := job.ID
 	attempts, err := s.jobs.Attempts(ctx, s.pool, job.Tenant, id)
 	if err != nil {
 		return err
@@ -262,6 +249,32 @@ func (c *common) open(ctx context.Context) (*session, error) {
 		return nil, err
 	}
 	return &session{pool: pool, jobs: store, events: events}, nil
+}
+
+// openJobArg parses the arguments of a command that takes one job id and
+// -tenant (name ID [-tenant T]), opens the store and finds the job. The
+// caller closes the session.
+func openJobArg(ctx context.Context, name string, args []string, stderr io.Writer) (*common, *session, *jobs.Job, error) {
+	fs, c := newFlagSet(name, stderr)
+	tenant := fs.String("tenant", "", "look only among this tenant's jobs")
+	pos, err := parseArgs(fs, args, 1, name+" needs a job id: "+name+" ID [-tenant T]")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	id, err := parseJobID(pos[0])
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	s, err := c.open(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	job, err := s.findJob(ctx, *tenant, id)
+	if err != nil {
+		s.close()
+		return nil, nil, nil, err
+	}
+	return c, s, job, nil
 }
 
 func (s *session) close() { s.pool.Close() }

@@ -92,25 +92,12 @@ func stateNames() string {
 // runJobsCancel cancels a waiting job, or asks the runner of a running one
 // to cancel it, and prints the job's state after.
 func runJobsCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, c := newFlagSet("jobs cancel", stderr)
-	tenant := fs.String("tenant", "", "look only among this tenant's jobs")
-	pos, err := parseArgs(fs, args, 1, "jobs cancel needs a job id: jobs cancel ID [-tenant T]")
-	if err != nil {
-		return err
-	}
-	id, err := parseJobID(pos[0])
-	if err != nil {
-		return err
-	}
-	s, err := c.open(ctx)
+	c, s, job, err := openJobArg(ctx, "jobs cancel", args, stderr)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	job, err := s.findJob(ctx, *tenant, id)
-	if err != nil {
-		return err
-	}
+	id := job.ID
 	job, err = s.jobs.Cancel(ctx, s.pool, job.Tenant, id)
 	if err != nil && !errors.Is(err, jobs.ErrAlreadyFinished) {
 		return err
