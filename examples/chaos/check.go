@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -249,17 +250,19 @@ func (c *controller) check(ctx context.Context, settled bool) (*Report, error) {
 		}
 	}
 	// The usage ledger is the provider's count: every answer written is in
-	// it, but those whose worker was killed on them, no more and no less.
+	// it, but those whose worker was killed on them or paused on them past
+	// its permit's expiry (its release then finds no permit to record the
+	// usage under), no more and no less.
 	for _, call := range c.calls {
 		if call.Status == http.StatusOK {
 			r.BilledTokens += call.PromptTokens + call.CompletionTokens
 		}
 	}
-	for _, k := range c.killed {
+	for _, k := range append(slices.Clone(c.killed), c.stalled...) {
 		r.LostTokens += k.call.PromptTokens + k.call.CompletionTokens
 	}
 	if r.LedgerTokens > r.BilledTokens || r.LedgerTokens < r.BilledTokens-r.LostTokens {
-		bad("usage ledger holds %d tokens; the provider billed %d, of which %d were answered to killed workers",
+		bad("usage ledger holds %d tokens; the provider billed %d, of which %d were answered to killed or stalled workers",
 			r.LedgerTokens, r.BilledTokens, r.LostTokens)
 	}
 	for id, n := range calls {
@@ -506,7 +509,7 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "\nduplicates prevented: %d same-key resubmissions answered with their job; %d broker redeliveries taken as duplicates by the inbox (%d job events, %d deliveries)\n",
 		r.SameKeyResubmissions, r.InboxDuplicates, r.SignalEvents, r.SignalDeliveries)
 	fmt.Fprintf(w, "provider: max %d calls and %d tokens in a 60s window (limits %d and %d)\n", r.MaxRPM, r.MaxTPM, r.RPMLimit, r.TPMLimit)
-	fmt.Fprintf(w, "usage ledger: %d tokens; the provider billed %d, %d of them answered to killed workers\n", r.LedgerTokens, r.BilledTokens, r.LostTokens)
+	fmt.Fprintf(w, "usage ledger: %d tokens; the provider billed %d, %d of them answered to killed or stalled workers\n", r.LedgerTokens, r.BilledTokens, r.LostTokens)
 	fmt.Fprintf(w, "ERP: %d invoices booked for %d SUCCEEDED jobs\n", r.Booked, r.States[jobs.StateSucceeded])
 	var faults []string
 	for _, k := range allFaults {

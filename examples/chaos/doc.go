@@ -42,7 +42,9 @@
 //     what the provider counted: the usage of every answer the fake
 //     provider wrote, less at most that of the answers written to a worker
 //     killed on them (it cannot record them; one that recorded its answer
-//     before SIGKILL reached it leaves the ledger whole). The workers call
+//     before SIGKILL reached it leaves the ledger whole) or paused on them
+//     past its permit's expiry (its release finds no permit to record
+//     under; one that resumed in time leaves the ledger whole). The workers call
 //     the provider with openai-go through provider/openai, which records
 //     the usage each answer reports;
 //   - the signal path handles every job event exactly once: the outbox
