@@ -25,9 +25,10 @@
 //	cmd/llmq            the operator CLI
 //	examples/...        runnable programs wiring the packages into servers
 //
-// Beneath them, internal/... holds the plumbing they share (schema names
-// and SQL files, migrations, backoff, field errors, LISTEN, telemetry, test
-// schemas), which no host imports.
+// Any of them may also import internal/..., the plumbing they share
+// (schema names and SQL files, migrations, backoff, field errors, LISTEN,
+// telemetry, test schemas); the two provider adapters share
+// provider/internal/... as well. No host imports either.
 //
 // Each package's doc.go states what it guarantees. This root package
 // migrates the schema and names the release (Version). Call Migrate at
