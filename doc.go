@@ -25,6 +25,11 @@
 //	cmd/llmq            the operator CLI
 //	examples/...        runnable programs wiring the packages into servers
 //
+// Any of them may also import internal/..., the plumbing they share
+// (schema names and SQL files, migrations, backoff, field errors, LISTEN,
+// telemetry, test schemas); the two provider adapters share
+// provider/internal/... as well. No host imports either.
+//
 // Each package's doc.go states what it guarantees. This root package
 // migrates the schema and names the release (Version). Call Migrate at
 // start-up from every replica; it is safe to run concurrently:
@@ -40,5 +45,9 @@
 //
 // A process that runs a runner, a relay, an ingress and a limiter needs
 // one pool of 4 connections for them, and holds 2 more for LISTEN
-// (README, "Database connections").
+// (docs/operations.md, "Database connections").
+//
+// The README is a short guide; docs/ holds the usage of each component
+// (usage.md), the design and its contracts (design.md), operations
+// (operations.md) and every measured figure (performance.md).
 package llmq

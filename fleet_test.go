@@ -28,7 +28,7 @@ import (
 // bounds what it takes from its pool, whatever its concurrency (runner 3,
 // relay 2, ingress 1, limiter 1 per hot provider pool and 4 at most), and
 // the runner and the relay each hold one LISTEN connection beside it.
-// README's "Database connections" recommends one pool of 4 connections for
+// docs/operations.md ("Database connections") recommends one pool of 4 connections for
 // all of them: with LISTEN, the process then holds 6.
 const (
 	recommendedProcessPool  = 4
