@@ -42,7 +42,9 @@ type Store interface {
 	// Cancel cancels a waiting job, or asks its runner to cancel a running
 	// one. It returns the job as it now is.
 	Cancel(ctx context.Context, db DBTX, tenant string, id uuid.UUID) (*Job, error)
-	// Stats summarises every queue that has jobs.
+	// Stats summarises every queue that has unfinished jobs or jobs
+	// finished within StatsWindow, at a cost that does not grow with
+	// history.
 	Stats(ctx context.Context, db DBTX) ([]QueueStats, error)
 	// Attempts returns the tenant's job's attempts, oldest first.
 	Attempts(ctx context.Context, db DBTX, tenant string, id uuid.UUID) ([]Attempt, error)
@@ -569,6 +571,9 @@ func (s *PostgresStore) Cancel(ctx context.Context, db DBTX, tenant string, id u
 }
 
 // Stats implements Store.
+// Waiting and running jobs are counted exactly; finished jobs only within
+// StatsWindow, so its cost follows the backlog and the recent rate, not the
+// history.
 func (s *PostgresStore) Stats(ctx context.Context, db DBTX) ([]QueueStats, error) {
 	rows, err := db.Query(ctx, s.sql.stats)
 	if err != nil {
