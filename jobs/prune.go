@@ -3,8 +3,11 @@ package jobs
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/llmq/llmq/internal/dbsql"
 )
@@ -22,7 +25,7 @@ const MaxPruneBatch = 10_000
 // concurrent use; the retention package decides when, and how much, to
 // delete.
 type Pruner struct {
-	sql struct{ prune, count, oldest string }
+	sql struct{ prune, count, oldest, countUpTo, estimate string }
 }
 
 // NewPruner prepares the pruner's SQL for schema ("" is the default
@@ -36,6 +39,8 @@ func NewPruner(schema string) (*Pruner, error) {
 	p.sql.prune = q.Must("PruneFinished")
 	p.sql.count = q.Must("CountFinished")
 	p.sql.oldest = q.Must("OldestFinished")
+	p.sql.countUpTo = q.Must("CountFinishedUpTo")
+	p.sql.estimate = q.Must("EstimateFinished")
 	return p, nil
 }
 
@@ -91,6 +96,34 @@ func (p *Pruner) OldestFinished(ctx context.Context, db DBTX, state State) (time
 		return time.Time{}, fmt.Errorf("jobs: reading the oldest %s job: %w", state, err)
 	}
 	return dbsql.Deref(at), nil
+}
+
+// ExactSizeLimit is how many jobs of a state SizeFinished counts before
+// it estimates instead.
+const ExactSizeLimit = 10_000
+
+// SizeFinished returns how many jobs of the finished state the table
+// holds: counted exactly up to ExactSizeLimit (an index-only range of
+// jobs_finished_idx, bounded), and beyond it estimated from the planner's
+// statistics (estimated is then true; the figure is as fresh as the
+// table's last ANALYZE, scaled to its size now, and never below the
+// limit). Its cost does not grow with history.
+func (p *Pruner) SizeFinished(ctx context.Context, db DBTX, state State) (n int64, estimated bool, err error) {
+	if err := checkPrune(state, time.Nanosecond); err != nil {
+		return 0, false, err
+	}
+	if err := db.QueryRow(ctx, p.sql.countUpTo, string(state), ExactSizeLimit).Scan(&n); err != nil {
+		return 0, false, fmt.Errorf("jobs: counting %s jobs: %w", state, err)
+	}
+	if n < ExactSizeLimit {
+		return n, false, nil
+	}
+	var est *int64
+	err = db.QueryRow(ctx, p.sql.estimate, string(state)).Scan(&est)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, fmt.Errorf("jobs: estimating %s jobs: %w", state, err)
+	}
+	return max(n, dbsql.Deref(est)), true, nil
 }
 
 func checkPrune(state State, olderThan time.Duration) error {

@@ -65,3 +65,29 @@ WHERE state = $1 AND finished_at IS NOT NULL
 SELECT min(finished_at)
 FROM /*schema*/jobs
 WHERE state = $1 AND finished_at IS NOT NULL;
+
+-- name: CountFinishedUpTo
+-- How many jobs of state $1 there are, counting no further than $2: an
+-- index-only scan of that state's entries in jobs_finished_idx, stopped
+-- by the LIMIT, so its cost is bounded whatever the history.
+SELECT count(*)
+FROM (
+    SELECT FROM /*schema*/jobs
+    WHERE state = $1 AND finished_at IS NOT NULL
+    LIMIT $2
+) AS f;
+
+-- name: EstimateFinished
+-- The planner's estimate of the jobs of state $1: the table's row count
+-- as of its last VACUUM or ANALYZE, scaled to its size now (as the planner
+-- does), times the state's frequency in the column statistics ANALYZE
+-- keeps. Catalog reads only. NULL when the table was never analysed or
+-- the state is not among the most common values.
+SELECT round(greatest(c.reltuples, 0) / greatest(c.relpages, 1)
+        * (pg_relation_size(c.oid) / current_setting('block_size')::float8)
+        * u.freq)::bigint
+FROM pg_class AS c
+JOIN pg_namespace AS n ON n.oid = c.relnamespace
+JOIN pg_stats AS s ON s.schemaname = n.nspname AND s.tablename = c.relname AND s.attname = 'state'
+CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS u(state, freq)
+WHERE c.oid = '/*schema*/jobs'::regclass AND c.reltuples >= 0 AND u.state = $1;

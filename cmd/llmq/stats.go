@@ -102,6 +102,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	fmt.Fprintf(stdout, "(waiting and running jobs: all; finished states: jobs finished in the last %s; the history per state is under retention below)\n", jobs.StatsWindow)
 
 	printOutbox(stdout, report)
 
