@@ -3,11 +3,9 @@ package jobs
 import (
 	"context"
 	_ "embed"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/llmq/llmq/internal/dbsql"
 )
@@ -102,28 +100,72 @@ func (p *Pruner) OldestFinished(ctx context.Context, db DBTX, state State) (time
 // it estimates instead.
 const ExactSizeLimit = 10_000
 
-// SizeFinished returns how many jobs of the finished state the table
+// Size is how many rows a class holds: exact, or an estimate.
+type Size struct {
+	Rows      int64
+	Estimated bool
+}
+
+// estimateOrder is the order of EstimateFinished's branches.
+var estimateOrder = [...]State{StateSucceeded, StateReviewRequired, StateFailedTerminal, StateCancelled}
+
+// SizeFinished returns how many jobs of each finished state the table
 // holds: counted exactly up to ExactSizeLimit (an index-only range of
 // jobs_finished_idx, bounded), and beyond it estimated from the planner's
-// statistics (estimated is then true; the figure is as fresh as the
-// table's last ANALYZE, scaled to its size now, and never below the
-// limit). Its cost does not grow with history.
-func (p *Pruner) SizeFinished(ctx context.Context, db DBTX, state State) (n int64, estimated bool, err error) {
-	if err := checkPrune(state, time.Nanosecond); err != nil {
-		return 0, false, err
+// statistics (Estimated; as fresh as the table's last ANALYZE, scaled to
+// its size now, and never below the limit). Its cost does not grow with
+// history.
+func (p *Pruner) SizeFinished(ctx context.Context, db DBTX) (map[State]Size, error) {
+	sizes := make(map[State]Size, len(estimateOrder))
+	capped := false
+	for _, state := range estimateOrder {
+		var n int64
+		if err := db.QueryRow(ctx, p.sql.countUpTo, string(state), ExactSizeLimit).Scan(&n); err != nil {
+			return nil, fmt.Errorf("jobs: counting %s jobs: %w", state, err)
+		}
+		sizes[state] = Size{Rows: n}
+		capped = capped || n >= ExactSizeLimit
 	}
-	if err := db.QueryRow(ctx, p.sql.countUpTo, string(state), ExactSizeLimit).Scan(&n); err != nil {
-		return 0, false, fmt.Errorf("jobs: counting %s jobs: %w", state, err)
+	if !capped {
+		return sizes, nil
 	}
-	if n < ExactSizeLimit {
-		return n, false, nil
+	estimates, err := p.estimateFinished(ctx, db)
+	if err != nil {
+		return nil, err
 	}
-	var est *int64
-	err = db.QueryRow(ctx, p.sql.estimate, string(state)).Scan(&est)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, fmt.Errorf("jobs: estimating %s jobs: %w", state, err)
+	for i, state := range estimateOrder {
+		if sizes[state].Rows >= ExactSizeLimit {
+			sizes[state] = Size{Rows: max(ExactSizeLimit, estimates[i]), Estimated: true}
+		}
 	}
-	return max(n, dbsql.Deref(est)), true, nil
+	return sizes, nil
+}
+
+// estimateFinished reads the planner's row estimate of each branch of
+// EstimateFinished.
+func (p *Pruner) estimateFinished(ctx context.Context, db DBTX) ([]int64, error) {
+	var raw []byte
+	if err := db.QueryRow(ctx, p.sql.estimate).Scan(&raw); err != nil {
+		return nil, fmt.Errorf("jobs: estimating finished jobs: %w", err)
+	}
+	var plans []struct {
+		Plan struct {
+			Plans []struct {
+				Rows float64 `json:"Plan Rows"`
+			} `json:"Plans"`
+		} `json:"Plan"`
+	}
+	if err := json.Unmarshal(raw, &plans); err != nil {
+		return nil, fmt.Errorf("jobs: estimating finished jobs: reading the plan: %w", err)
+	}
+	if len(plans) != 1 || len(plans[0].Plan.Plans) != len(estimateOrder) {
+		return nil, fmt.Errorf("jobs: estimating finished jobs: the plan has not one branch per state: %s", raw)
+	}
+	out := make([]int64, len(estimateOrder))
+	for i, b := range plans[0].Plan.Plans {
+		out[i] = int64(b.Rows)
+	}
+	return out, nil
 }
 
 func checkPrune(state State, olderThan time.Duration) error {

@@ -35,8 +35,8 @@ func TestStatsCountsFinishedJobsWithinTheWindow(t *testing.T) {
 	claimed, err := f.store.Claim(ctx, f.pool, jobs.ClaimParams{Queue: "default", Kinds: []string{"k"}, Worker: "w", Limit: 1, LeaseDuration: time.Minute})
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
-	f.fillFinished(t, "default", jobs.StateSucceeded, 3, 0)                          // now, 1 and 2 minutes ago
-	f.fillFinished(t, "default", jobs.StateFailedTerminal, 1, 10*time.Second)        // inside the window
+	f.fillFinished(t, "default", jobs.StateSucceeded, 3, 0)                           // now, 1 and 2 minutes ago
+	f.fillFinished(t, "default", jobs.StateFailedTerminal, 1, 10*time.Second)         // inside the window
 	f.fillFinished(t, "webhooks", jobs.StateSucceeded, 5, jobs.StatsWindow+time.Hour) // all before it
 
 	stats, err := f.store.Stats(ctx, f.pool)

@@ -136,16 +136,16 @@ func (s *Service) Status(ctx context.Context) (Status, error) {
 			return st, fmt.Errorf("retention: reading the last pass: %w", err)
 		}
 	}
+	sizes, err := s.jobs.SizeFinished(ctx, s.pool)
+	if err != nil {
+		return st, err
+	}
 	for _, state := range finishedStates {
 		at, err := s.jobs.OldestFinished(ctx, s.pool, state)
 		if err != nil {
 			return st, err
 		}
-		n, estimated, err := s.jobs.SizeFinished(ctx, s.pool, state)
-		if err != nil {
-			return st, err
-		}
-		st.Oldest = append(st.Oldest, Oldest{Table: "jobs", Class: string(state), At: at, Rows: n, Estimated: estimated})
+		st.Oldest = append(st.Oldest, Oldest{Table: "jobs", Class: string(state), At: at, Rows: sizes[state].Rows, Estimated: sizes[state].Estimated})
 	}
 	pub, unpub, err := s.outbox.Oldest(ctx, s.pool)
 	if err != nil {

@@ -25,12 +25,16 @@ func (s *session) readRetention(ctx context.Context, schema string) (retention.S
 // printOutbox prints the outbox's backlog: lag where a relay runs, and
 // plainly a count of events nobody publishes where none ever ran.
 func printOutbox(w io.Writer, r statsReport) {
+	count := fmt.Sprint(r.Outbox.Unpublished)
+	if r.Outbox.AtLeast {
+		count = "at least " + count
+	}
 	if r.Retention.Relay.Acquisitions == 0 && r.Outbox.Unpublished > 0 {
-		fmt.Fprintf(w, "\noutbox: %d unpublished, oldest %s (no relay has run on this schema, so this is not lag; retention: unrelayed_events %s)\n\n",
-			r.Outbox.Unpublished, age(r.Outbox.OldestUnpublishedAgeSeconds), keptFor(r.Retention.Policy, func(p retention.Policy) time.Duration { return p.UnrelayedEvents }))
+		fmt.Fprintf(w, "\noutbox: %s unpublished, oldest %s (no relay has run on this schema, so this is not lag; retention: unrelayed_events %s)\n\n",
+			count, age(r.Outbox.OldestUnpublishedAgeSeconds), keptFor(r.Retention.Policy, func(p retention.Policy) time.Duration { return p.UnrelayedEvents }))
 		return
 	}
-	fmt.Fprintf(w, "\noutbox: %d unpublished, oldest %s\n\n", r.Outbox.Unpublished, age(r.Outbox.OldestUnpublishedAgeSeconds))
+	fmt.Fprintf(w, "\noutbox: %s unpublished, oldest %s\n\n", count, age(r.Outbox.OldestUnpublishedAgeSeconds))
 }
 
 // keptFor prints one retention of the recorded policy, or the default's
