@@ -449,7 +449,7 @@ func (s *PostgresStore) resolveExisting(ctx context.Context, db DBTX, b *insertB
 			// The key's job_keys row has no job: the job was deleted between
 			// the two statements (retry), or deleted without its job_keys
 			// row, which keeps the key taken (see the package documentation).
-			return nil, fmt.Errorf("%w: tenant %q key %q", ErrKeyReleased, k.tenant, k.key)
+			return nil, fmt.Errorf("%w: tenant %q key %q is held in job_keys by no job: it was released concurrently (retry), or its job was deleted without its job_keys row", ErrKeyReleased, k.tenant, k.key)
 		}
 		if j.RequestHash != dbsql.Deref(b.hashes[i]) {
 			return nil, &ConflictError{Index: i, Tenant: k.tenant, IdempotencyKey: k.key, ExistingJobID: j.ID, DerivedHash: b.derivedHash[i]}
