@@ -353,4 +353,3 @@ func (s *soak) summary(twoThirdsSize, endSize int64) error {
 		s.o.duration.Minutes(), s.o.rate, float64(s.thirdDone[0].Load())/third, float64(s.thirdDone[2].Load())/third, first, last, growth)
 	return err
 }
-

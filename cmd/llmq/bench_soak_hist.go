@@ -37,7 +37,7 @@ func (h *latencyHist) p99ms() float64 {
 	}
 	rank := int64(math.Ceil(0.99 * float64(h.n)))
 	var seen int64
-	for i, c := range h.counts {
+	for i, c := range &h.counts {
 		seen += c
 		if seen >= rank {
 			upper := float64(latencyMin) * math.Pow(latencyGrowth, float64(i))

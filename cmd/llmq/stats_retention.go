@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -25,7 +26,7 @@ func (s *session) readRetention(ctx context.Context, schema string) (retention.S
 // printOutbox prints the outbox's backlog: lag where a relay runs, and
 // plainly a count of events nobody publishes where none ever ran.
 func printOutbox(w io.Writer, r statsReport) {
-	count := fmt.Sprint(r.Outbox.Unpublished)
+	count := strconv.FormatInt(r.Outbox.Unpublished, 10)
 	if r.Outbox.AtLeast {
 		count = "at least " + count
 	}
@@ -75,7 +76,7 @@ func printRetention(w io.Writer, st retention.Status) error {
 		case o.Estimated:
 			rows, estimated = fmt.Sprintf("~%d", o.Rows), true
 		case o.Rows >= 0:
-			rows = fmt.Sprint(o.Rows)
+			rows = strconv.FormatInt(o.Rows, 10)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", o.Table, orDash(o.Class), rows, oldest)
 	}
