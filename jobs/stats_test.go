@@ -86,3 +86,24 @@ func TestStatsDoesNotScanJobs(t *testing.T) {
 	require.NotContains(t, plan, "Seq Scan on jobs", plan)
 	require.Contains(t, plan, "jobs_finished_idx", plan)
 }
+
+// SizeFinished counts a state exactly up to ExactSizeLimit, and estimates
+// it beyond from the planner's statistics (never below the limit).
+func TestSizeFinishedCountsThenEstimates(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	f.fillFinished(t, "default", jobs.StateSucceeded, jobs.ExactSizeLimit+5_000, 0)
+	f.fillFinished(t, "default", jobs.StateCancelled, 7, 0)
+	_, err := f.pool.Exec(ctx, "ANALYZE "+f.schema+".jobs")
+	require.NoError(t, err)
+	pruner, err := jobs.NewPruner(f.schema)
+	require.NoError(t, err)
+	sizes, err := pruner.SizeFinished(ctx, f.pool)
+	require.NoError(t, err)
+	require.Equal(t, jobs.Size{Rows: 7}, sizes[jobs.StateCancelled])
+	require.Equal(t, jobs.Size{}, sizes[jobs.StateFailedTerminal])
+	succeeded := sizes[jobs.StateSucceeded]
+	require.True(t, succeeded.Estimated)
+	require.InEpsilon(t, jobs.ExactSizeLimit+5_000, succeeded.Rows, 0.2)
+}
