@@ -129,6 +129,11 @@ func (s *Service) Status(ctx context.Context) (Status, error) {
 		if err := json.Unmarshal(policy, st.Policy); err != nil {
 			return st, fmt.Errorf("retention: reading the recorded policy: %w", err)
 		}
+		// A policy recorded before a field existed has it zero: its
+		// default applies.
+		if filled, err := st.Policy.withDefaults(); err == nil {
+			*st.Policy = filled
+		}
 	}
 	if last != nil {
 		st.LastPass = &Pass{}
