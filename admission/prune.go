@@ -20,7 +20,7 @@ var pruneSQL string
 // expired permits wait for this. The usage ledger is never pruned. It
 // holds no connections and is safe for concurrent use.
 type Pruner struct {
-	pools, reap, count string
+	pools, reap, count, batch string
 }
 
 // NewPruner prepares the pruner's SQL for schema ("" is the default
@@ -34,7 +34,8 @@ func NewPruner(schema string) (*Pruner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admission: %w", err)
 	}
-	return &Pruner{reap: q.Must("ReapPermits"), pools: pq.Must("PoolsWithExpiredPermits"), count: pq.Must("CountExpiredPermits")}, nil
+	return &Pruner{reap: q.Must("ReapPermits"), pools: pq.Must("PoolsWithExpiredPermits"), count: pq.Must("CountExpiredPermits"),
+		batch: pq.Must("ReapExpiredBatch")}, nil
 }
 
 // ReapExpired deletes every expired permit, pool by pool, handing each
@@ -64,6 +65,30 @@ func (p *Pruner) ReapExpired(ctx context.Context, db DBTX) (int64, error) {
 		total += n
 	}
 	return total, nil
+}
+
+// MaxReapBatch bounds the permits one ReapExpiredBatch call deletes.
+const MaxReapBatch = 10_000
+
+// ReapExpiredBatch reaps one batch: up to limit expired permits of the
+// first pool, by name, after the pool named after ("" for the first),
+// handing their slots back, and returns that pool's name ("" when no pool
+// after it holds expired permits) and how many permits it reaped. It
+// locks that one pool's row until the caller's transaction ends, so a
+// maintenance service reaps every pool in short transactions, one pool
+// each, instead of all in one: call it again with the same after while a
+// batch reaps limit permits (the pool may hold more), then with the pool
+// returned, until the pool returned is "".
+func (p *Pruner) ReapExpiredBatch(ctx context.Context, db DBTX, after string, limit int) (pool string, reaped int64, err error) {
+	if limit < 1 || limit > MaxReapBatch {
+		return "", 0, fmt.Errorf("admission: reaping: limit is %d; use 1 to %d", limit, MaxReapBatch)
+	}
+	var name *string
+	var handed int64
+	if err := db.QueryRow(ctx, p.batch, limit, after).Scan(&name, &reaped, &handed); err != nil {
+		return "", 0, fmt.Errorf("admission: reaping expired permits: %w", err)
+	}
+	return dbsql.Deref(name), reaped, nil
 }
 
 // CountExpired returns how many permits have expired unreaped, and when the

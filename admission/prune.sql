@@ -21,3 +21,41 @@ ORDER BY p.name;
 -- only: a few per in-flight call, so a scan is cheap.
 SELECT count(*) FILTER (WHERE expires_at <= now()), min(acquired_at)
 FROM /*schema*/admission_permits;
+
+-- name: ReapExpiredBatch
+-- One batch of the maintenance service's reaping: the first pool, by name,
+-- after $2 that holds expired permits, and up to $1 of its expired
+-- permits deleted with their slots handed back: one pool's row locked per
+-- transaction, never every pool's at once. Returns the pool's name (NULL
+-- when no pool after $2 holds expired permits) and how many permits were
+-- reaped. Lock order as a release's: the permits first (SKIP LOCKED: a
+-- permit whose release or grant cycle is deleting it is left to that),
+-- then the pool row, which a grant cycle holds while it reaps with SKIP
+-- LOCKED too, so neither waits on the other for long and neither
+-- deadlocks. Served by admission_permits_expiry_idx (pool, expires_at).
+WITH target AS (
+    SELECT p.name
+    FROM /*schema*/admission_pools AS p
+    WHERE p.name > $2 AND EXISTS (
+        SELECT FROM /*schema*/admission_permits AS a
+        WHERE a.pool = p.name AND a.expires_at <= now())
+    ORDER BY p.name
+    LIMIT 1
+),
+gone AS (
+    DELETE FROM /*schema*/admission_permits AS x
+    WHERE x.id IN (
+        SELECT e.id FROM /*schema*/admission_permits AS e
+        WHERE e.pool = (SELECT name FROM target) AND e.expires_at <= now()
+        ORDER BY e.expires_at
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED)
+    RETURNING 1
+),
+handed AS (
+    UPDATE /*schema*/admission_pools AS p SET
+        in_flight = p.in_flight - (SELECT count(*) FROM gone)
+    WHERE p.name = (SELECT name FROM target) AND EXISTS (SELECT 1 FROM gone)
+    RETURNING 1
+)
+SELECT (SELECT name FROM target), (SELECT count(*) FROM gone), (SELECT count(*) FROM handed);

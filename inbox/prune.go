@@ -3,8 +3,11 @@ package inbox
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/llmq/llmq/internal/dbsql"
 )
@@ -20,7 +23,8 @@ const MaxPruneBatch = 10_000
 // Store.Prune's statement, so both may run at once. It holds no
 // connections and is safe for concurrent use.
 type Pruner struct {
-	prune, count, oldest string
+	prune, count, oldest                               string
+	pruneQuarantine, countQuarantine, oldestQuarantine string
 }
 
 // NewPruner prepares the pruner's SQL for schema ("" is the default
@@ -34,7 +38,10 @@ func NewPruner(schema string) (*Pruner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	return &Pruner{prune: q.Must("PruneMessages"), count: pq.Must("CountMessages"), oldest: pq.Must("OldestMessage")}, nil
+	return &Pruner{
+		prune: q.Must("PruneMessages"), count: pq.Must("CountMessages"), oldest: pq.Must("OldestMessage"),
+		pruneQuarantine: pq.Must("PruneQuarantine"), countQuarantine: pq.Must("CountQuarantine"), oldestQuarantine: pq.Must("OldestQuarantine"),
+	}, nil
 }
 
 // Prune deletes up to limit ids received more than olderThan ago, oldest
@@ -72,6 +79,56 @@ func (p *Pruner) Oldest(ctx context.Context, db DBTX) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("inbox: reading the oldest id: %w", err)
 	}
 	return dbsql.Deref(at), nil
+}
+
+// PruneQuarantine deletes up to limit quarantined messages received more
+// than olderThan ago, oldest first, and returns how many. Quarantined
+// messages were never processed and are kept for people; there is no
+// floor beyond a positive age, since forgetting one cannot make a message
+// run twice.
+func (p *Pruner) PruneQuarantine(ctx context.Context, db DBTX, olderThan time.Duration, limit int) (int64, error) {
+	if err := checkQuarantinePrune(olderThan, limit); err != nil {
+		return 0, err
+	}
+	tag, err := db.Exec(ctx, p.pruneQuarantine, olderThan.Milliseconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("inbox: pruning quarantine: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// CountQuarantine counts the messages PruneQuarantine would delete with
+// no limit.
+func (p *Pruner) CountQuarantine(ctx context.Context, db DBTX, olderThan time.Duration) (int64, error) {
+	if err := checkQuarantinePrune(olderThan, 1); err != nil {
+		return 0, err
+	}
+	var n int64
+	if err := db.QueryRow(ctx, p.countQuarantine, olderThan.Milliseconds()).Scan(&n); err != nil {
+		return 0, fmt.Errorf("inbox: counting quarantined messages due for pruning: %w", err)
+	}
+	return n, nil
+}
+
+// OldestQuarantine returns when the oldest quarantined message was
+// received, or the zero time when there is none.
+func (p *Pruner) OldestQuarantine(ctx context.Context, db DBTX) (time.Time, error) {
+	var at *time.Time
+	err := db.QueryRow(ctx, p.oldestQuarantine).Scan(&at)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, fmt.Errorf("inbox: reading the oldest quarantined message: %w", err)
+	}
+	return dbsql.Deref(at), nil
+}
+
+func checkQuarantinePrune(olderThan time.Duration, limit int) error {
+	switch {
+	case olderThan <= 0:
+		return fmt.Errorf("inbox: pruning quarantine: olderThan is %s; use a positive duration", olderThan)
+	case limit < 1 || limit > MaxPruneBatch:
+		return fmt.Errorf("inbox: pruning quarantine: limit is %d; use 1 to %d", limit, MaxPruneBatch)
+	}
+	return nil
 }
 
 func checkPrune(olderThan time.Duration, limit int) error {

@@ -163,7 +163,9 @@ type ListResult struct {
 // QueueStats summarises one queue.
 type QueueStats struct {
 	Queue string `json:"queue"`
-	// Counts holds the number of jobs in each state that has any.
+	// Counts holds the number of jobs in each state that has any: every
+	// waiting and running job, and the jobs that finished within
+	// StatsWindow (not the whole history).
 	Counts map[State]int64 `json:"counts"`
 	// OldestEligibleAge is how long the longest-waiting job that could run
 	// now has been eligible; zero when none is waiting.

@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	_ "embed"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -22,7 +23,7 @@ const MaxPruneBatch = 10_000
 // concurrent use; the retention package decides when, and how much, to
 // delete.
 type Pruner struct {
-	sql struct{ prune, count, oldest string }
+	sql struct{ prune, count, oldest, countUpTo, estimate string }
 }
 
 // NewPruner prepares the pruner's SQL for schema ("" is the default
@@ -36,6 +37,8 @@ func NewPruner(schema string) (*Pruner, error) {
 	p.sql.prune = q.Must("PruneFinished")
 	p.sql.count = q.Must("CountFinished")
 	p.sql.oldest = q.Must("OldestFinished")
+	p.sql.countUpTo = q.Must("CountFinishedUpTo")
+	p.sql.estimate = q.Must("EstimateFinished")
 	return p, nil
 }
 
@@ -91,6 +94,78 @@ func (p *Pruner) OldestFinished(ctx context.Context, db DBTX, state State) (time
 		return time.Time{}, fmt.Errorf("jobs: reading the oldest %s job: %w", state, err)
 	}
 	return dbsql.Deref(at), nil
+}
+
+// ExactSizeLimit is how many jobs of a state SizeFinished counts before
+// it estimates instead.
+const ExactSizeLimit = 10_000
+
+// Size is how many rows a class holds: exact, or an estimate.
+type Size struct {
+	Rows      int64
+	Estimated bool
+}
+
+// estimateOrder is the order of EstimateFinished's branches.
+var estimateOrder = [...]State{StateSucceeded, StateReviewRequired, StateFailedTerminal, StateCancelled}
+
+// SizeFinished returns how many jobs of each finished state the table
+// holds: counted exactly up to ExactSizeLimit (an index-only range of
+// jobs_finished_idx, bounded), and beyond it estimated from the planner's
+// statistics (Estimated; as fresh as the table's last ANALYZE, scaled to
+// its size now, and never below the limit). Its cost does not grow with
+// history.
+func (p *Pruner) SizeFinished(ctx context.Context, db DBTX) (map[State]Size, error) {
+	sizes := make(map[State]Size, len(estimateOrder))
+	capped := false
+	for _, state := range estimateOrder {
+		var n int64
+		if err := db.QueryRow(ctx, p.sql.countUpTo, string(state), ExactSizeLimit).Scan(&n); err != nil {
+			return nil, fmt.Errorf("jobs: counting %s jobs: %w", state, err)
+		}
+		sizes[state] = Size{Rows: n}
+		capped = capped || n >= ExactSizeLimit
+	}
+	if !capped {
+		return sizes, nil
+	}
+	estimates, err := p.estimateFinished(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	for i, state := range estimateOrder {
+		if sizes[state].Rows >= ExactSizeLimit {
+			sizes[state] = Size{Rows: max(ExactSizeLimit, estimates[i]), Estimated: true}
+		}
+	}
+	return sizes, nil
+}
+
+// estimateFinished reads the planner's row estimate of each branch of
+// EstimateFinished.
+func (p *Pruner) estimateFinished(ctx context.Context, db DBTX) ([]int64, error) {
+	var raw []byte
+	if err := db.QueryRow(ctx, p.sql.estimate).Scan(&raw); err != nil {
+		return nil, fmt.Errorf("jobs: estimating finished jobs: %w", err)
+	}
+	var plans []struct {
+		Plan struct {
+			Plans []struct {
+				Rows float64 `json:"Plan Rows"`
+			} `json:"Plans"`
+		} `json:"Plan"`
+	}
+	if err := json.Unmarshal(raw, &plans); err != nil {
+		return nil, fmt.Errorf("jobs: estimating finished jobs: reading the plan: %w", err)
+	}
+	if len(plans) != 1 || len(plans[0].Plan.Plans) != len(estimateOrder) {
+		return nil, fmt.Errorf("jobs: estimating finished jobs: the plan has not one branch per state: %s", raw)
+	}
+	out := make([]int64, len(estimateOrder))
+	for i, b := range plans[0].Plan.Plans {
+		out[i] = int64(b.Rows)
+	}
+	return out, nil
 }
 
 func checkPrune(state State, olderThan time.Duration) error {

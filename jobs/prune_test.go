@@ -1,6 +1,7 @@
 package jobs_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -97,4 +98,61 @@ func TestPrunerReadsTheFinishedIndex(t *testing.T) {
 	require.ErrorIs(t, err, jobs.ErrInvalidParams)
 	_, err = pruner.PruneFinished(ctx, f.pool, jobs.StateSucceeded, time.Hour, jobs.MaxPruneBatch+1)
 	require.ErrorIs(t, err, jobs.ErrInvalidParams)
+}
+
+// An Enqueue that finds its key taken, then no job holding it (pruned
+// between its two statements), fails with the typed, retryable
+// ErrKeyReleased and writes nothing. The race is narrow, so the state it
+// leaves the second statement in is built directly: the key's job_keys row
+// without its job.
+func TestEnqueueFindingItsKeyReleasedIsRetryable(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	params := jobs.EnqueueParams{Tenant: "acme", Kind: "k", IdempotencyKey: "order-1"}
+	first, err := f.store.Enqueue(ctx, f.pool, params)
+	require.NoError(t, err)
+	_, err = f.pool.Exec(ctx, "DELETE FROM "+f.schema+".jobs WHERE id = $1", first.Job.ID)
+	require.NoError(t, err)
+
+	_, err = f.store.Enqueue(ctx, f.pool, params)
+	require.ErrorIs(t, err, jobs.ErrKeyReleased)
+	_, err = f.store.EnqueueMany(ctx, f.pool, []jobs.EnqueueParams{{Tenant: "acme", Kind: "k"}, params})
+	require.ErrorIs(t, err, jobs.ErrKeyReleased)
+	require.Zero(t, f.count(t, "jobs"), "nothing was written")
+}
+
+// Enqueues racing the pruning of the job holding their key: each returns
+// the old job (before the prune), a new job (after), or ErrKeyReleased
+// (in between), and a retry of ErrKeyReleased creates the new job.
+func TestEnqueueRacingAPruneOfItsKey(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	pruner, err := jobs.NewPruner(f.schema)
+	require.NoError(t, err)
+	for round := range 100 {
+		params := jobs.EnqueueParams{Tenant: "acme", Kind: "k", IdempotencyKey: fmt.Sprintf("key-%d", round)}
+		old, err := f.store.Enqueue(ctx, f.pool, params)
+		require.NoError(t, err)
+		_, err = f.pool.Exec(ctx, "UPDATE "+f.schema+".jobs SET state = 'SUCCEEDED', finished_at = now() - interval '1 hour' WHERE id = $1", old.Job.ID)
+		require.NoError(t, err)
+
+		pruned := make(chan error, 1)
+		go func() {
+			_, err := pruner.PruneFinished(ctx, f.pool, jobs.StateSucceeded, time.Minute, 10)
+			pruned <- err
+		}()
+		res, err := f.store.Enqueue(ctx, f.pool, params)
+		require.NoError(t, <-pruned)
+		if errors.Is(err, jobs.ErrKeyReleased) {
+			res, err = f.store.Enqueue(ctx, f.pool, params)
+		}
+		require.NoError(t, err)
+		if res.Existing {
+			require.Equal(t, old.Job.ID, res.Job.ID)
+			continue
+		}
+		require.NotEqual(t, old.Job.ID, res.Job.ID, "a new job once the old one is pruned")
+	}
 }

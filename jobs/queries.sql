@@ -171,16 +171,40 @@ WHERE tenant = $1 AND id = $2 AND NOT EXISTS (SELECT FROM changed);
 
 -- name: QueueStats
 -- Counts by queue and state, and the age of the oldest job that is eligible
--- now. This reads every job row: an operator's query, not a hot path.
-SELECT
-    queue,
-    state,
-    count(*),
-    coalesce(extract(epoch FROM now() - min(available_at)
-        FILTER (WHERE state IN ('READY', 'RETRY_SCHEDULED') AND available_at <= now())), 0)::float8
+-- now, at a cost that follows the backlog and the recent rate, never the
+-- history (llmq stats must stay fast with millions of finished jobs):
+--   - waiting jobs (READY, RETRY_SCHEDULED), exactly: jobs_tenant_claim_idx,
+--     whose predicate is exactly those states, holds queue and available_at;
+--     the state comes from the heap, one visit per waiting job;
+--   - running jobs, exactly: an index-only scan of jobs_running_tenant_idx
+--     (queue, tenant), partial on RUNNING;
+--   - finished jobs only within the last minute (StatsWindow): a range of
+--     jobs_finished_idx (state, finished_at) per finished state, one heap
+--     visit per job for its queue. A count of every finished job would read
+--     the whole history.
+-- Each branch names its states and the window as constants, not
+-- parameters: the planner proves the partial indexes' predicates from
+-- them, and estimates the window's range from now() even in a generic plan
+-- (a parameter would be estimated at a third of the history, and could
+-- turn the last branch into a sequential scan). A queue whose jobs all finished
+-- before the window has no row.
+SELECT queue, state, count(*),
+    coalesce(extract(epoch FROM now() - min(available_at) FILTER (WHERE available_at <= now())), 0)::float8
 FROM /*schema*/jobs
+WHERE state IN ('READY', 'RETRY_SCHEDULED')
 GROUP BY queue, state
-ORDER BY queue, state;
+UNION ALL
+SELECT queue, 'RUNNING', count(*), 0
+FROM /*schema*/jobs
+WHERE state = 'RUNNING'
+GROUP BY queue
+UNION ALL
+SELECT queue, state, count(*), 0
+FROM /*schema*/jobs
+WHERE state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'FAILED_TERMINAL', 'CANCELLED')
+    AND finished_at > now() - interval '1 minute'
+GROUP BY queue, state
+ORDER BY 1, 2;
 
 -- name: QueueDepth
 -- The unfinished jobs of every queue, for the observable gauges: waiting

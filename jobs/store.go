@@ -42,7 +42,9 @@ type Store interface {
 	// Cancel cancels a waiting job, or asks its runner to cancel a running
 	// one. It returns the job as it now is.
 	Cancel(ctx context.Context, db DBTX, tenant string, id uuid.UUID) (*Job, error)
-	// Stats summarises every queue that has jobs.
+	// Stats summarises every queue that has unfinished jobs or jobs
+	// finished within StatsWindow, at a cost that does not grow with
+	// history.
 	Stats(ctx context.Context, db DBTX) ([]QueueStats, error)
 	// Attempts returns the tenant's job's attempts, oldest first.
 	Attempts(ctx context.Context, db DBTX, tenant string, id uuid.UUID) ([]Attempt, error)
@@ -447,7 +449,7 @@ func (s *PostgresStore) resolveExisting(ctx context.Context, db DBTX, b *insertB
 			// The key's job_keys row has no job: the job was deleted between
 			// the two statements (retry), or deleted without its job_keys
 			// row, which keeps the key taken (see the package documentation).
-			return nil, fmt.Errorf("jobs: enqueue: tenant %q key %q is held in job_keys by no job: it was released concurrently (retry), or its job was deleted without its job_keys row", k.tenant, k.key)
+			return nil, fmt.Errorf("%w: tenant %q key %q is held in job_keys by no job: it was released concurrently (retry), or its job was deleted without its job_keys row", ErrKeyReleased, k.tenant, k.key)
 		}
 		if j.RequestHash != dbsql.Deref(b.hashes[i]) {
 			return nil, &ConflictError{Index: i, Tenant: k.tenant, IdempotencyKey: k.key, ExistingJobID: j.ID, DerivedHash: b.derivedHash[i]}
@@ -569,6 +571,9 @@ func (s *PostgresStore) Cancel(ctx context.Context, db DBTX, tenant string, id u
 }
 
 // Stats implements Store.
+// Waiting and running jobs are counted exactly; finished jobs only within
+// StatsWindow, so its cost follows the backlog and the recent rate, not the
+// history.
 func (s *PostgresStore) Stats(ctx context.Context, db DBTX) ([]QueueStats, error) {
 	rows, err := db.Query(ctx, s.sql.stats)
 	if err != nil {

@@ -22,6 +22,7 @@ const MaxPruneBatch = 10_000
 // It holds no connections and is safe for concurrent use.
 type Pruner struct {
 	prunePublished, countPublished, oldest, pruneUnrelayed, countUnrelayed, relayLease string
+	backlog                                                                            string
 }
 
 // NewPruner prepares the pruner's SQL for schema ("" is the default
@@ -37,6 +38,7 @@ func NewPruner(schema string) (*Pruner, error) {
 	}
 	return &Pruner{
 		prunePublished: q.Must("PrunePublished"),
+		backlog:        pq.Must("CountUnpublishedUpTo"),
 		countPublished: pq.Must("CountPublished"),
 		oldest:         pq.Must("OldestEvents"),
 		pruneUnrelayed: pq.Must("PruneUnrelayed"),
@@ -98,6 +100,22 @@ func (p *Pruner) CountUnrelayed(ctx context.Context, db DBTX, olderThan time.Dur
 		return 0, fmt.Errorf("outbox: counting unrelayed events: %w", err)
 	}
 	return n, nil
+}
+
+// Backlog counts unpublished events, up to limit (capped is true when
+// there are at least limit), and returns the oldest one's age: the
+// relay's lag where one runs, at a cost bounded by limit where the
+// backlog is large (a host with no relay keeps every event until
+// retention deletes it).
+func (p *Pruner) Backlog(ctx context.Context, db DBTX, limit int) (n int64, capped bool, oldest time.Duration, err error) {
+	if limit < 1 {
+		return 0, false, 0, fmt.Errorf("outbox: backlog: limit is %d; use a positive limit", limit)
+	}
+	var seconds float64
+	if err := db.QueryRow(ctx, p.backlog, limit).Scan(&n, &seconds); err != nil {
+		return 0, false, 0, fmt.Errorf("outbox: counting the unpublished backlog: %w", err)
+	}
+	return n, n >= int64(limit), time.Duration(seconds * float64(time.Second)), nil
 }
 
 // Oldest returns when the oldest published event was published and when

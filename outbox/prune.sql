@@ -58,3 +58,13 @@ WHERE event_id IN (
 -- how many times it was acquired (0: no relay ever ran on this schema).
 SELECT coalesce(holder, ''), nullif(lease_until, '-infinity'), epoch
 FROM /*schema*/outbox_relay_lease;
+
+-- name: CountUnpublishedUpTo
+-- The unpublished backlog, counted no further than $1 entries of
+-- outbox_pending_idx, and its oldest event's age: for llmq stats, whose
+-- cost must stay bounded on a host that runs no relay, where the backlog
+-- is history that only grows.
+SELECT (SELECT count(*) FROM (
+            SELECT FROM /*schema*/outbox WHERE published_at IS NULL LIMIT $1) AS b),
+    coalesce(extract(epoch FROM now() - (
+        SELECT created_at FROM /*schema*/outbox WHERE published_at IS NULL ORDER BY seq LIMIT 1)), 0)::float8;

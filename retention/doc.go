@@ -25,7 +25,10 @@
 //     same key returns the same job (EnqueueResult.Existing). Once the job
 //     is pruned, its key is free: the same key accepts a new job, with a
 //     new id and a new requested event. Clients must not retry a request
-//     for longer than the window.
+//     for longer than the window. An Enqueue racing the pruning of the job
+//     holding its key (the key taken when its insert ran, the job gone a
+//     statement later) fails with jobs.ErrKeyReleased having written
+//     nothing; retry it, and it creates the new job.
 //   - Published outbox events after 24h, with the relay's own statement:
 //     a relay's pruning and this service's never fight (both delete small
 //     batches with SKIP LOCKED). Unpublished events are kept (Never) unless
@@ -34,13 +37,20 @@
 //     relay that stopped or is restarting must find its events).
 //   - Inbox ids after 7 days (at least inbox.MinRetention): longer than any
 //     broker's redelivery horizon, or a redelivered message would be
-//     processed twice. Quarantined messages (inbox_quarantine) are kept for
-//     people and not pruned.
-//   - Webhook deliveries and their attempts after 30 days: longer than the
-//     delivery schedule's whole span, or a dead letter's replay finds no
-//     delivery.
-//   - Expired admission permits at every pass, their slots handed back
-//     (the statement every grant cycle runs, for idle pools).
+//     processed twice.
+//   - Quarantined inbox messages (inbox_quarantine: poison, undecodable or
+//     id-less messages set aside for people) after 30 days from their
+//     receipt (InboxQuarantine): long enough to be looked at and replayed
+//     by hand. They were never processed, so forgetting one cannot make a
+//     message run twice.
+//   - Webhook deliveries and their attempts after 30 days, and never less
+//     than webhook.RetentionFloor of the default schedule (its whole span
+//     plus a day, about two days): a delivery still being retried, or a
+//     dead letter to replay, must find its row. A host with a longer
+//     schedule of its own must keep them longer still.
+//   - Expired admission permits at every pass, their slots handed back,
+//     one pool per batch (its expired permits, up to BatchSize): a batch
+//     locks one pool row, so only that pool's grant cycles wait for it.
 //   - The usage ledger (admission_usage) is never pruned: tenants are
 //     billed from it.
 //
@@ -67,17 +77,33 @@
 //     and reaping expired permits locks each reaped pool's row, so that
 //     pool's grant cycles wait for the batch.
 //   - Connections: Run and PruneOnce use one pooled connection at a time.
+//   - Configuration is validated by New: a bad field is a *ConfigError
+//     naming it (matching ErrInvalidConfig), before anything is written.
+//     BatchPause must be under half of Lease: only batches renew the
+//     lease, so a longer pause would let it lapse in the middle of a pass.
 //   - Warnings and errors go to Config.Logger (default slog.Default()); a
 //     failed pass is tried again at the next Interval.
 //
 // # Operators
 //
-// Due counts what a pass would delete now (llmq prune --dry-run); Status
-// reads the lease, the policy the holder prunes by, the last pass, and the
-// oldest row of each table, each from the first entry of an index, so it
-// is fast at any history size (llmq stats). Status also reports the relay
-// lease: a schema on which no relay ever ran has unpublished events that
-// are not lag.
+// Due counts what a pass would delete now (llmq prune --dry-run); it reads
+// the due range of each index, so it costs in proportion to what is due.
+// Status reads the lease (judged by the database's clock, not the
+// reader's), the policy the holder prunes by, the last pass, the oldest
+// row of each table (the first entry of an index) and the number of
+// finished jobs per state: counted exactly up to jobs.ExactSizeLimit
+// (10,000, a bounded index range), estimated beyond from the planner's
+// statistics (as fresh as the last ANALYZE; llmq stats marks them "~").
+// Every read is bounded, so Status is fast at any history size (llmq
+// stats: about 70-90 ms for the whole command at 10M finished jobs, on a
+// loaded machine). Status also reports the relay lease: a schema on which
+// no relay ever ran has unpublished events that are not lag.
+//
+// llmq prune runs a one-off pass (Config.OneOff) with the recorded policy
+// and any flags given: it takes the lease like any service, so it never
+// prunes beside the running one (it refuses while that holds the lease),
+// but it records neither its policy nor its pass, so the lease row keeps
+// describing the running service.
 //
 // # Decisions
 //

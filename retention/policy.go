@@ -8,6 +8,7 @@ import (
 
 	"github.com/llmq/llmq/inbox"
 	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/webhook"
 )
 
 // Never keeps a class of rows forever: set a Policy field to it.
@@ -23,11 +24,31 @@ const (
 	DefaultPublishedEvents   = 24 * time.Hour
 	DefaultInboxRecords      = 7 * 24 * time.Hour
 	DefaultWebhookDeliveries = 30 * 24 * time.Hour
+	DefaultInboxQuarantine   = 30 * 24 * time.Hour
 )
 
 // ErrInvalidConfig is matched (errors.Is) by every error New returns for a
 // bad Config or Policy.
 var ErrInvalidConfig = errors.New("retention: invalid configuration")
+
+// ConfigError is the error New returns for a bad Config or Policy: the
+// field at fault ("Policy.InboxRecords", "BatchPause") and what is wrong
+// with it. It matches ErrInvalidConfig.
+type ConfigError struct {
+	Field   string
+	Problem string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("retention: invalid configuration: %s %s", e.Field, e.Problem)
+}
+
+// Is makes a ConfigError match ErrInvalidConfig.
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
+func invalid(field, format string, args ...any) error {
+	return &ConfigError{Field: field, Problem: fmt.Sprintf(format, args...)}
+}
 
 // Policy says how long each class of rows is kept. A zero field means its
 // default; Never keeps the class forever; any other negative value is
@@ -67,9 +88,17 @@ type Policy struct {
 	// broker redelivers, or a redelivered message is processed twice.
 	InboxRecords time.Duration
 	// WebhookDeliveries is how long deliveries and their attempts are kept
-	// (default 30 days): longer than the delivery schedule's whole span,
-	// or a dead letter's replay finds no delivery.
+	// (default 30 days): at least webhook.RetentionFloor of the default
+	// schedule (its whole span plus a day, about two days), or a delivery
+	// still being retried, or a dead letter's replay, finds no delivery. A
+	// host with a longer schedule of its own must keep them longer still.
 	WebhookDeliveries time.Duration
+
+	// InboxQuarantine is how long quarantined messages (poison, undecodable
+	// or id-less messages the inbox set aside for people) are kept, counted
+	// from their receipt. Default 30 days: long enough to be looked at and
+	// replayed by hand; Never keeps them forever.
+	InboxQuarantine time.Duration
 }
 
 // withDefaults fills zero fields and validates the result.
@@ -88,22 +117,26 @@ func (p Policy) withDefaults() (Policy, error) {
 		{"UnrelayedEvents", &p.UnrelayedEvents, Never},
 		{"InboxRecords", &p.InboxRecords, DefaultInboxRecords},
 		{"WebhookDeliveries", &p.WebhookDeliveries, DefaultWebhookDeliveries},
+		{"InboxQuarantine", &p.InboxQuarantine, DefaultInboxQuarantine},
 	}
 	for _, f := range fields {
 		switch {
 		case *f.v == 0:
 			*f.v = f.def
 		case *f.v < 0 && *f.v != Never:
-			return p, fmt.Errorf("%w: Policy.%s is %s; use 0 for the default, a positive duration, or Never", ErrInvalidConfig, f.name, *f.v)
+			return p, invalid("Policy."+f.name, "is %s; use 0 for the default, a positive duration, or Never", *f.v)
 		case *f.v > 100*365*24*time.Hour:
-			return p, fmt.Errorf("%w: Policy.%s is %s; use Never to keep rows forever", ErrInvalidConfig, f.name, *f.v)
+			return p, invalid("Policy."+f.name, "is %s; use Never to keep rows forever", *f.v)
 		}
 	}
 	if p.IdempotencyWindow == Never {
-		return p, fmt.Errorf("%w: Policy.IdempotencyWindow is Never; give a duration, and set the job states to Never to keep jobs forever", ErrInvalidConfig)
+		return p, invalid("Policy.IdempotencyWindow", "is Never; give a duration, and set the job states to Never to keep jobs forever")
 	}
 	if p.InboxRecords != Never && p.InboxRecords < inbox.MinRetention {
-		return p, fmt.Errorf("%w: Policy.InboxRecords is %s; use at least %s, to outlast the brokers' redeliveries", ErrInvalidConfig, p.InboxRecords, inbox.MinRetention)
+		return p, invalid("Policy.InboxRecords", "is %s; use at least %s, to outlast the brokers' redeliveries", p.InboxRecords, inbox.MinRetention)
+	}
+	if floor := webhook.RetentionFloor(nil); p.WebhookDeliveries != Never && p.WebhookDeliveries < floor {
+		return p, invalid("Policy.WebhookDeliveries", "is %s; use at least %s, the default delivery schedule's span plus a day, or deliveries still being retried are deleted", p.WebhookDeliveries, floor)
 	}
 	return p, nil
 }
@@ -153,6 +186,7 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 		"unrelayed_events":   show(p.UnrelayedEvents),
 		"inbox_records":      show(p.InboxRecords),
 		"webhook_deliveries": show(p.WebhookDeliveries),
+		"inbox_quarantine":   show(p.InboxQuarantine),
 	})
 }
 
@@ -166,6 +200,7 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 		"succeeded": &p.Succeeded, "review_required": &p.ReviewRequired, "failed_terminal": &p.FailedTerminal,
 		"cancelled": &p.Cancelled, "idempotency_window": &p.IdempotencyWindow, "published_events": &p.PublishedEvents,
 		"unrelayed_events": &p.UnrelayedEvents, "inbox_records": &p.InboxRecords, "webhook_deliveries": &p.WebhookDeliveries,
+		"inbox_quarantine": &p.InboxQuarantine,
 	} {
 		s, ok := m[name]
 		switch {

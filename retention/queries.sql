@@ -5,11 +5,13 @@
 -- $1's. SKIP LOCKED: while the holder's batch holds the row (its fence,
 -- below) the lease is plainly taken, and a contender returns at once
 -- instead of waiting for that batch. acquired_at is kept across renewals.
+-- $3 is the holder's policy, recorded for operators; NULL (a one-off pass,
+-- llmq prune) keeps the one recorded.
 UPDATE /*schema*/retention_lease AS l SET
     holder = $1,
     lease_until = now() + $2 * interval '1 millisecond',
     acquired_at = CASE WHEN l.holder = $1 AND l.lease_until > now() THEN l.acquired_at ELSE now() END,
-    policy = $3
+    policy = coalesce($3::jsonb, l.policy)
 WHERE l.id IN (SELECT id FROM /*schema*/retention_lease FOR UPDATE SKIP LOCKED)
     AND (l.holder IS NULL OR l.holder = $1 OR l.lease_until < now())
 RETURNING true;
@@ -42,5 +44,9 @@ UPDATE /*schema*/retention_lease SET
 WHERE holder = $1;
 
 -- name: ReadLease
-SELECT coalesce(holder, ''), nullif(lease_until, '-infinity'), acquired_at, policy, last_pass_at, last_pass
+-- The lease as operators see it, judged by the database's clock (the one
+-- every holder renews by), which is returned too: a reader's own clock
+-- may be off.
+SELECT coalesce(holder, ''), nullif(lease_until, '-infinity'), holder IS NOT NULL AND lease_until > now(),
+    acquired_at, policy, last_pass_at, last_pass, now()
 FROM /*schema*/retention_lease;

@@ -16,6 +16,7 @@ import (
 	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/retention"
+	"github.com/llmq/llmq/webhook"
 )
 
 type fixture struct {
@@ -128,6 +129,9 @@ func TestPruneRemovesExactlyWhatIsDue(t *testing.T) {
 	// Inbox ids received 8 days and 1 day ago.
 	f.exec(t, `INSERT INTO %s.inbox (consumer, message_id, payload_digest, received_at) VALUES
 		('c', 'old', 'd', now() - interval '8 days'), ('c', 'new', 'd', now() - interval '1 day')`)
+	// Quarantined messages received 31 days and 1 day ago.
+	f.exec(t, `INSERT INTO %s.inbox_quarantine (consumer, payload_digest, reason, received_at) VALUES
+		('c', 'd', 'poison', now() - interval '31 days'), ('c', 'd', 'poison', now() - interval '1 day')`)
 	// Webhook deliveries created 31 days and 1 day ago, with an attempt each.
 	endpoint := uuid.New()
 	f.exec(t, `INSERT INTO %s.webhook_endpoints (id, tenant, url, event_types) VALUES ($1, 'acme', 'https://example.com', '{*}')`, endpoint)
@@ -152,6 +156,7 @@ func TestPruneRemovesExactlyWhatIsDue(t *testing.T) {
 	require.Contains(t, due, retention.Count{Table: "jobs", Class: "SUCCEEDED", Rows: 1})
 	require.Contains(t, due, retention.Count{Table: "jobs", Class: "FAILED_TERMINAL", Rows: 1})
 	require.Contains(t, due, retention.Count{Table: "admission_permits", Class: "expired", Rows: 1})
+	require.Contains(t, due, retention.Count{Table: "inbox_quarantine", Rows: 1})
 	require.Equal(t, attemptsBefore, f.count(t, "job_attempts"), "a dry run deletes nothing")
 
 	pass, err := svc.PruneOnce(ctx)
@@ -163,9 +168,11 @@ func TestPruneRemovesExactlyWhatIsDue(t *testing.T) {
 		{Table: "job_keys", Rows: 2},
 		{Table: "outbox", Class: "published", Rows: 2}, // requested and completed events
 		{Table: "inbox", Rows: 1},
+		{Table: "inbox_quarantine", Rows: 1},
 		{Table: "webhook_deliveries", Rows: 1},
 		{Table: "admission_permits", Class: "expired", Rows: 1},
 	}, pass.Deleted)
+	require.Equal(t, 1, f.count(t, "inbox_quarantine WHERE received_at > now() - interval '2 days'"), "the recent quarantined message survives")
 
 	require.False(t, f.exists(t, oldDone.ID))
 	require.False(t, f.exists(t, oldDead.ID))
@@ -365,21 +372,37 @@ func TestCrashMidBatchLosesNothing(t *testing.T) {
 	require.Equal(t, 1, f.count(t, "job_keys"))
 }
 
-// Bad configuration is refused with ErrInvalidConfig before anything runs.
+// Bad configuration is refused with a ConfigError naming the field
+// (matching ErrInvalidConfig) before anything runs.
 func TestConfigIsValidated(t *testing.T) {
 	t.Parallel()
 	db := dbtest.Setup(t, dbtest.Options{Unmigrated: true})
-	for name, cfg := range map[string]retention.Config{
-		"negative retention":     {Policy: retention.Policy{Succeeded: -2}},
-		"never idempotency":      {Policy: retention.Policy{IdempotencyWindow: retention.Never}},
-		"short inbox":            {Policy: retention.Policy{InboxRecords: time.Minute}},
-		"batch too large":        {BatchSize: retention.MaxBatchSize + 1},
-		"negative interval":      {Interval: -time.Second},
-		"lease shorter than gap": {Interval: time.Minute, Lease: time.Second},
-		"bad schema":             {Schema: "Bad-Schema"},
+	for field, cfg := range map[string]retention.Config{
+		"Policy.Succeeded":         {Policy: retention.Policy{Succeeded: -2}},
+		"Policy.IdempotencyWindow": {Policy: retention.Policy{IdempotencyWindow: retention.Never}},
+		"Policy.InboxRecords":      {Policy: retention.Policy{InboxRecords: time.Minute}},
+		"Policy.InboxQuarantine":   {Policy: retention.Policy{InboxQuarantine: -time.Hour}},
+		"Policy.WebhookDeliveries": {Policy: retention.Policy{WebhookDeliveries: 24 * time.Hour}},
+		"BatchSize":                {BatchSize: retention.MaxBatchSize + 1},
+		"Interval":                 {Interval: -time.Second},
+		"Lease":                    {Interval: time.Minute, Lease: time.Second},
+		"BatchPause":               {Interval: time.Second, Lease: 4 * time.Second, BatchPause: 2 * time.Second},
+		"Schema":                   {Schema: "Bad-Schema"},
 	} {
 		_, err := retention.New(db.Pool, cfg)
-		require.ErrorIs(t, err, retention.ErrInvalidConfig, name)
+		require.ErrorIs(t, err, retention.ErrInvalidConfig, field)
+		var ce *retention.ConfigError
+		require.ErrorAs(t, err, &ce, field)
+		require.Equal(t, field, ce.Field)
+		require.Contains(t, err.Error(), field)
+	}
+	for _, ok := range []retention.Config{
+		{Interval: time.Second, Lease: 4 * time.Second, BatchPause: time.Second},
+		{Policy: retention.Policy{WebhookDeliveries: webhook.RetentionFloor(nil)}},
+		{Policy: retention.Policy{WebhookDeliveries: retention.Never, InboxQuarantine: retention.Never}},
+	} {
+		_, err := retention.New(db.Pool, ok)
+		require.NoError(t, err, "%+v", ok)
 	}
 	_, err := retention.New(nil, retention.Config{})
 	require.ErrorIs(t, err, retention.ErrInvalidConfig)

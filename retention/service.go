@@ -60,10 +60,19 @@ type Config struct {
 	// count with their attempts and keys). Default 1,000; at most 10,000.
 	BatchSize int
 	// BatchPause is a pause between batches, to spread a large backlog's
-	// deletes out. Default none.
+	// deletes out. Default none; less than half of Lease, since the lease
+	// is renewed only by batches.
 	BatchPause time.Duration
 	// Logger receives warnings and errors. Default slog.Default().
 	Logger *slog.Logger
+	// OneOff marks a service that runs single passes by hand (llmq prune)
+	// with a policy of its own: it takes the lease like any other, so it
+	// never prunes beside the running service, but it leaves the lease
+	// row's recorded policy and last pass alone. They stay the running
+	// service's, which operators read (llmq stats) and llmq prune starts
+	// from. Default false: a Service records its policy when it takes or
+	// renews the lease, and each pass when it ends.
+	OneOff bool
 }
 
 // Service is the maintenance service. Run it in every runner process: of
@@ -86,25 +95,35 @@ type Service struct {
 // New validates cfg once and returns a service on pool.
 func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("%w: New needs a pool", ErrInvalidConfig)
+		return nil, invalid("pool", "is nil; New needs a pool")
 	}
 	policy, err := cfg.Policy.withDefaults()
 	if err != nil {
 		return nil, err
 	}
 	cfg.Policy = policy
-	for name, d := range map[string]time.Duration{"Interval": cfg.Interval, "Lease": cfg.Lease, "BatchPause": cfg.BatchPause} {
-		if d < 0 {
-			return nil, fmt.Errorf("%w: %s is %s; use 0 for the default or a positive duration", ErrInvalidConfig, name, d)
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"Interval", cfg.Interval}, {"Lease", cfg.Lease}, {"BatchPause", cfg.BatchPause}} {
+		if f.d < 0 {
+			return nil, invalid(f.name, "is %s; use 0 for the default or a positive duration", f.d)
 		}
 	}
 	if cfg.BatchSize < 0 || cfg.BatchSize > MaxBatchSize {
-		return nil, fmt.Errorf("%w: BatchSize is %d; use 0 for the default or 1 to %d", ErrInvalidConfig, cfg.BatchSize, MaxBatchSize)
+		return nil, invalid("BatchSize", "is %d; use 0 for the default or 1 to %d", cfg.BatchSize, MaxBatchSize)
 	}
 	cfg.Interval = cmp.Or(cfg.Interval, DefaultInterval)
 	cfg.Lease = cmp.Or(cfg.Lease, 3*cfg.Interval)
 	if cfg.Lease < cfg.Interval {
-		return nil, fmt.Errorf("%w: Lease %s is shorter than Interval %s; the holder would lose it between passes", ErrInvalidConfig, cfg.Lease, cfg.Interval)
+		return nil, invalid("Lease", "is %s, shorter than Interval %s; the holder would lose it between passes", cfg.Lease, cfg.Interval)
+	}
+	// Every batch renews the lease, and the pause between two batches is
+	// time without a renewal: a pause of half the lease or more leaves too
+	// little for the next batch to renew it before it lapses, and the
+	// holder would lose the lease to a standby in the middle of a pass.
+	if cfg.BatchPause >= cfg.Lease/2 {
+		return nil, invalid("BatchPause", "is %s; use less than half of Lease (%s), or the lease lapses between batches", cfg.BatchPause, cfg.Lease)
 	}
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
 	if cfg.ID == "" {
@@ -118,7 +137,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	}
 	s := &Service{pool: pool, cfg: cfg}
 	if _, s.sql, err = dbsql.Prepare(cfg.Schema, queriesSQL); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, &ConfigError{Field: "Schema", Problem: err.Error()}
 	}
 	if s.jobs, err = jobs.NewPruner(cfg.Schema); err != nil {
 		return nil, err
@@ -217,18 +236,21 @@ func (p Pass) Total() int64 {
 
 // PruneOnce takes (or renews) the lease and, holding it, deletes every
 // row due under the policy, batch by batch, and records the pass in the
-// lease row. It returns ErrNotHolder when another process holds the lease
+// lease row (unless OneOff). It returns ErrNotHolder when another process holds the lease
 // (nothing was deleted), or when the lease was lost during the pass (the
 // batches already committed stay deleted: each was due). It uses one
 // pooled connection at a time.
 func (s *Service) PruneOnce(ctx context.Context) (Pass, error) {
 	pass := Pass{Started: time.Now()}
-	policy, err := json.Marshal(s.cfg.Policy)
-	if err != nil {
-		return pass, fmt.Errorf("retention: %w", err)
+	var policy []byte // NULL: keep the recorded policy (OneOff)
+	if !s.cfg.OneOff {
+		var err error
+		if policy, err = json.Marshal(s.cfg.Policy); err != nil {
+			return pass, fmt.Errorf("retention: %w", err)
+		}
 	}
 	var held bool
-	err = s.pool.QueryRow(ctx, s.sql.Must("AcquireLease"), s.cfg.ID, s.cfg.Lease.Milliseconds(), policy).Scan(&held)
+	err := s.pool.QueryRow(ctx, s.sql.Must("AcquireLease"), s.cfg.ID, s.cfg.Lease.Milliseconds(), policy).Scan(&held)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return pass, ErrNotHolder
@@ -244,6 +266,9 @@ func (s *Service) PruneOnce(ctx context.Context) (Pass, error) {
 		}
 	}
 	pass.Duration = time.Since(pass.Started)
+	if s.cfg.OneOff {
+		return pass, nil
+	}
 	record, err := json.Marshal(pass)
 	if err != nil {
 		return pass, fmt.Errorf("retention: %w", err)
@@ -255,10 +280,11 @@ func (s *Service) PruneOnce(ctx context.Context) (Pass, error) {
 }
 
 // class is one class of rows a pass deletes: batch deletes up to limit
-// rows in tx and reports what it deleted; a batch that deleted fewer than
-// limit rows of its main table ends the class.
+// rows in tx, reports what it deleted, and whether there may be more (a
+// batch that deleted fewer than limit rows of its main table ends the
+// class).
 type class struct {
-	batch func(ctx context.Context, tx pgx.Tx, limit int) (main int64, all []Count, err error)
+	batch func(ctx context.Context, tx pgx.Tx, limit int) (more bool, all []Count, err error)
 }
 
 // classes lists what the policy prunes, jobs first (they are most of the
@@ -271,9 +297,9 @@ func (s *Service) classes() []class {
 		if keep == Never {
 			continue
 		}
-		cs = append(cs, class{func(ctx context.Context, tx pgx.Tx, limit int) (int64, []Count, error) {
+		cs = append(cs, class{func(ctx context.Context, tx pgx.Tx, limit int) (bool, []Count, error) {
 			r, err := s.jobs.PruneFinished(ctx, tx, state, keep, limit)
-			return r.Jobs, []Count{
+			return r.Jobs == int64(limit), []Count{
 				{Table: "jobs", Class: string(state), Rows: r.Jobs},
 				{Table: "job_attempts", Rows: r.Attempts},
 				{Table: "job_keys", Rows: r.Keys},
@@ -284,22 +310,34 @@ func (s *Service) classes() []class {
 		if keep == Never {
 			return
 		}
-		cs = append(cs, class{func(ctx context.Context, tx pgx.Tx, limit int) (int64, []Count, error) {
+		cs = append(cs, class{func(ctx context.Context, tx pgx.Tx, limit int) (bool, []Count, error) {
 			n, err := prune(ctx, tx, keep, limit)
-			return n, []Count{{Table: table, Class: cls, Rows: n}}, err
+			return n == int64(limit), []Count{{Table: table, Class: cls, Rows: n}}, err
 		}})
 	}
 	one("outbox", "published", p.PublishedEvents, s.outbox.PrunePublished)
 	one("outbox", "unpublished", p.UnrelayedEvents, s.outbox.PruneUnrelayed)
 	one("inbox", "", p.InboxRecords, s.inbox.Prune)
+	one("inbox_quarantine", "", p.InboxQuarantine, s.inbox.PruneQuarantine)
 	one("webhook_deliveries", "", p.WebhookDeliveries, s.webhook.Prune)
-	// Expired permits: every one is due; ReapExpired takes them pool by
-	// pool, so it reports fewer than limit and ends the class at once.
-	cs = append(cs, class{func(ctx context.Context, tx pgx.Tx, limit int) (int64, []Count, error) {
-		n, err := s.admission.ReapExpired(ctx, tx)
-		return 0, []Count{{Table: "admission_permits", Class: "expired", Rows: n}}, err
-	}})
-	return cs
+	return append(cs, s.expiredPermits())
+}
+
+// expiredPermits reaps expired permits, every one due: a batch takes one
+// pool's (up to the batch size), so a batch locks one pool row, and the
+// class walks the pools by name.
+func (s *Service) expiredPermits() class {
+	after := ""
+	return class{func(ctx context.Context, tx pgx.Tx, limit int) (bool, []Count, error) {
+		pool, n, err := s.admission.ReapExpiredBatch(ctx, tx, after, limit)
+		if err != nil || pool == "" {
+			return false, nil, err
+		}
+		if n < int64(limit) { // this pool is done (or its rest is locked): on to the next
+			after = pool
+		}
+		return true, []Count{{Table: "admission_permits", Class: "expired", Rows: n}}, nil
+	}}
 }
 
 // drain runs c's batches until one comes up short, each in a transaction
@@ -307,7 +345,7 @@ func (s *Service) classes() []class {
 func (s *Service) drain(ctx context.Context, pass *Pass, c class) ([]Count, error) {
 	var sum []Count
 	for {
-		var main int64
+		var more bool
 		var counts []Count
 		err := dbsql.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
 			var held bool
@@ -318,7 +356,7 @@ func (s *Service) drain(ctx context.Context, pass *Pass, c class) ([]Count, erro
 			if err != nil {
 				return fmt.Errorf("retention: renewing the lease: %w", err)
 			}
-			if main, counts, err = c.batch(ctx, tx, s.cfg.BatchSize); err != nil {
+			if more, counts, err = c.batch(ctx, tx, s.cfg.BatchSize); err != nil {
 				return err
 			}
 			if s.beforeCommit != nil {
@@ -331,7 +369,7 @@ func (s *Service) drain(ctx context.Context, pass *Pass, c class) ([]Count, erro
 		}
 		pass.Batches++
 		sum = addCounts(sum, counts)
-		if main < int64(s.cfg.BatchSize) {
+		if !more {
 			return sum, nil
 		}
 		if s.cfg.BatchPause > 0 && !retry.Sleep(ctx, s.cfg.BatchPause) {

@@ -49,6 +49,13 @@ func (s *Service) Due(ctx context.Context) ([]Count, error) {
 		}
 		out = append(out, Count{Table: "inbox", Rows: n})
 	}
+	if p.InboxQuarantine != Never {
+		n, err := s.inbox.CountQuarantine(ctx, s.pool, p.InboxQuarantine)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Count{Table: "inbox_quarantine", Rows: n})
+	}
 	if p.WebhookDeliveries != Never {
 		n, err := s.webhook.Count(ctx, s.pool, p.WebhookDeliveries)
 		if err != nil {
@@ -68,6 +75,11 @@ type Oldest struct {
 	Table string    `json:"table"`
 	Class string    `json:"class,omitempty"`
 	At    time.Time `json:"at"` // zero: the class has no rows
+	// Rows is how many rows the class holds, for finished jobs only (-1
+	// elsewhere): exact up to jobs.ExactSizeLimit, estimated from the
+	// planner's statistics beyond (Estimated).
+	Rows      int64 `json:"rows"`
+	Estimated bool  `json:"estimated,omitempty"`
 }
 
 // Status is what operators see of retention (llmq stats).
@@ -76,6 +88,11 @@ type Status struct {
 	// LeaseUntil.
 	Holder     string    `json:"holder"`
 	LeaseUntil time.Time `json:"lease_until"`
+	// Held is whether Holder's lease is current by the database's clock.
+	Held bool `json:"held"`
+	// Now is the database's clock when Status read it: ages are relative
+	// to it, not to the reader's clock.
+	Now time.Time `json:"now"`
 	// Policy is the holder's (or the last holder's) policy; nil when no
 	// retention service ever ran on the schema.
 	Policy *Policy `json:"policy"`
@@ -90,14 +107,15 @@ type Status struct {
 	Relay outbox.RelayLeaseState `json:"relay"`
 }
 
-// Status reads the lease, the last pass and the oldest row per table.
-// Every read is an index probe or a one-row table: it stays fast at any
-// history size.
+// Status reads the lease, the last pass, the oldest row per table and the
+// number of finished jobs per state. Every read is an index probe, a
+// bounded index range, a catalog read or a one-row table: it stays fast at
+// any history size.
 func (s *Service) Status(ctx context.Context) (Status, error) {
 	var st Status
 	var until, acquired, lastAt *time.Time // NULL: never held, or released
 	var policy, last []byte
-	if err := s.pool.QueryRow(ctx, s.sql.Must("ReadLease")).Scan(&st.Holder, &until, &acquired, &policy, &lastAt, &last); err != nil {
+	if err := s.pool.QueryRow(ctx, s.sql.Must("ReadLease")).Scan(&st.Holder, &until, &st.Held, &acquired, &policy, &lastAt, &last, &st.Now); err != nil {
 		return st, fmt.Errorf("retention: reading the lease: %w", err)
 	}
 	if until != nil {
@@ -111,6 +129,11 @@ func (s *Service) Status(ctx context.Context) (Status, error) {
 		if err := json.Unmarshal(policy, st.Policy); err != nil {
 			return st, fmt.Errorf("retention: reading the recorded policy: %w", err)
 		}
+		// A policy recorded before a field existed has it zero: its
+		// default applies.
+		if filled, err := st.Policy.withDefaults(); err == nil {
+			*st.Policy = filled
+		}
 	}
 	if last != nil {
 		st.LastPass = &Pass{}
@@ -118,31 +141,39 @@ func (s *Service) Status(ctx context.Context) (Status, error) {
 			return st, fmt.Errorf("retention: reading the last pass: %w", err)
 		}
 	}
+	sizes, err := s.jobs.SizeFinished(ctx, s.pool)
+	if err != nil {
+		return st, err
+	}
 	for _, state := range finishedStates {
 		at, err := s.jobs.OldestFinished(ctx, s.pool, state)
 		if err != nil {
 			return st, err
 		}
-		st.Oldest = append(st.Oldest, Oldest{Table: "jobs", Class: string(state), At: at})
+		st.Oldest = append(st.Oldest, Oldest{Table: "jobs", Class: string(state), At: at, Rows: sizes[state].Rows, Estimated: sizes[state].Estimated})
 	}
 	pub, unpub, err := s.outbox.Oldest(ctx, s.pool)
 	if err != nil {
 		return st, err
 	}
-	st.Oldest = append(st.Oldest, Oldest{Table: "outbox", Class: "published", At: pub}, Oldest{Table: "outbox", Class: "unpublished", At: unpub})
+	st.Oldest = append(st.Oldest, Oldest{Table: "outbox", Class: "published", At: pub, Rows: -1}, Oldest{Table: "outbox", Class: "unpublished", At: unpub, Rows: -1})
 	at, err := s.inbox.Oldest(ctx, s.pool)
 	if err != nil {
 		return st, err
 	}
-	st.Oldest = append(st.Oldest, Oldest{Table: "inbox", At: at})
+	st.Oldest = append(st.Oldest, Oldest{Table: "inbox", At: at, Rows: -1})
+	if at, err = s.inbox.OldestQuarantine(ctx, s.pool); err != nil {
+		return st, err
+	}
+	st.Oldest = append(st.Oldest, Oldest{Table: "inbox_quarantine", At: at, Rows: -1})
 	if at, err = s.webhook.Oldest(ctx, s.pool); err != nil {
 		return st, err
 	}
-	st.Oldest = append(st.Oldest, Oldest{Table: "webhook_deliveries", At: at})
+	st.Oldest = append(st.Oldest, Oldest{Table: "webhook_deliveries", At: at, Rows: -1})
 	if _, at, err = s.admission.CountExpired(ctx, s.pool); err != nil {
 		return st, err
 	}
-	st.Oldest = append(st.Oldest, Oldest{Table: "admission_permits", At: at})
+	st.Oldest = append(st.Oldest, Oldest{Table: "admission_permits", At: at, Rows: -1})
 	if st.Relay, err = s.outbox.RelayLease(ctx, s.pool); err != nil {
 		return st, err
 	}

@@ -84,3 +84,19 @@ func checkPrune(olderThan time.Duration, limit int) error {
 	}
 	return nil
 }
+
+// RetentionFloor is the least retention of deliveries that keeps every
+// delivery until its schedule has run its course, plus a day to replay a
+// dead letter: schedule's whole span plus 24h. A nil schedule means
+// DefaultSchedule (a floor of about two days). Config.Retention is checked
+// against the same floor.
+func RetentionFloor(schedule []time.Duration) time.Duration {
+	if schedule == nil {
+		schedule = DefaultSchedule()
+	}
+	var span time.Duration
+	for _, d := range schedule {
+		span += d
+	}
+	return span + 24*time.Hour
+}

@@ -43,6 +43,7 @@ type benchOptions struct {
 	amqpURL    string
 	window     int
 	arrivals   float64 // admission: offered acquires per second over all processes; 0 is a closed loop
+	history    int     // drain: finished jobs written up front (bench_history.go)
 }
 
 const benchKind = "bench.noop"
@@ -68,6 +69,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.amqpURL, "amqp-url", os.Getenv("AMQP_URL"), "rabbitmq: the broker (default $AMQP_URL, else amqp://guest:guest@127.0.0.1:5672/)")
 	fs.IntVar(&o.window, "window", 0, "rabbitmq: unconfirmed publishes in flight (0: the publisher's default)")
 	fs.Float64Var(&o.arrivals, "arrivals", 0, "admission: acquires per second offered over all processes, each timed from its scheduled arrival (0: a closed loop, each acquirer acquiring again as soon as it released)")
+	addHistoryFlag(fs, &o)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -273,6 +275,9 @@ func (b *bench) waitDone(ctx context.Context) error {
 }
 
 func (b *bench) drain(ctx context.Context) (float64, error) {
+	if err := b.fillHistory(ctx); err != nil {
+		return 0, err
+	}
 	const batch = 5000
 	lastReport := time.Now()
 	for done := 0; done < b.o.backlog; done += batch {

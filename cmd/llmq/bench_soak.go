@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -97,8 +98,8 @@ type soak struct {
 	completed atomic.Int64
 	thirdDone [3]atomic.Int64 // completions per third of the run
 	mu        sync.Mutex
-	sampleLat []time.Duration // pickups since the last report
-	thirdLat  [3][]time.Duration
+	sampleLat latencyHist    // pickups since the last report
+	thirdLat  [3]latencyHist // fixed size: memory does not grow with the run
 	start     time.Time
 }
 
@@ -184,9 +185,9 @@ func (s *soak) run(ctx context.Context) error {
 func (s *soak) picked(d time.Duration) {
 	third := s.third()
 	s.mu.Lock()
-	s.sampleLat = append(s.sampleLat, d)
+	s.sampleLat.add(d)
 	if third != 1 {
-		s.thirdLat[third] = append(s.thirdLat[third], d)
+		s.thirdLat[third].add(d)
 	}
 	s.mu.Unlock()
 }
@@ -301,16 +302,18 @@ func (s *soak) report(ctx context.Context) error {
 			return err
 		}
 		s.mu.Lock()
-		lat := s.sampleLat
-		s.sampleLat = nil
+		p99 := s.sampleLat.p99ms()
+		s.sampleLat = latencyHist{}
 		s.mu.Unlock()
+		var mem runtime.MemStats
+		runtime.ReadMemStats(&mem)
 		secs := time.Since(lastAt).Seconds()
 		perJob := 0.0
 		if done > lastDone {
 			perJob = float64(wal-lastWAL) / float64(done-lastDone)
 		}
-		fmt.Fprintf(s.out, "llmq soak t=%s completed_per_s=%.1f pickup_p99_ms=%.1f wal_bytes_per_job=%.0f dead_tuples=%d total_bytes=%d\n",
-			time.Since(s.start).Round(time.Second), float64(done-lastDone)/secs, p99ms(lat), perJob, dead, total(sizes))
+		fmt.Fprintf(s.out, "llmq soak t=%s completed_per_s=%.1f pickup_p99_ms=%.1f wal_bytes_per_job=%.0f dead_tuples=%d total_bytes=%d bench_heap_bytes=%d\n",
+			time.Since(s.start).Round(time.Second), float64(done-lastDone)/secs, p99, perJob, dead, total(sizes), mem.HeapAlloc)
 		names := make([]string, 0, len(sizes))
 		for name := range sizes {
 			names = append(names, name)
@@ -339,7 +342,7 @@ func (s *soak) report(ctx context.Context) error {
 // last third.
 func (s *soak) summary(twoThirdsSize, endSize int64) error {
 	s.mu.Lock()
-	first, last := s.thirdLat[0], s.thirdLat[2]
+	first, last := s.thirdLat[0].p99ms(), s.thirdLat[2].p99ms()
 	s.mu.Unlock()
 	third := s.o.duration.Seconds() / 3
 	growth := 0.0
@@ -347,15 +350,6 @@ func (s *soak) summary(twoThirdsSize, endSize int64) error {
 		growth = 100 * float64(endSize-twoThirdsSize) / float64(twoThirdsSize)
 	}
 	_, err := fmt.Fprintf(s.out, "llmq soak minutes=%g rate=%g first_per_s=%.1f last_per_s=%.1f first_p99_ms=%.1f last_p99_ms=%.1f growth_pct=%.1f\n",
-		s.o.duration.Minutes(), s.o.rate, float64(s.thirdDone[0].Load())/third, float64(s.thirdDone[2].Load())/third, p99ms(first), p99ms(last), growth)
+		s.o.duration.Minutes(), s.o.rate, float64(s.thirdDone[0].Load())/third, float64(s.thirdDone[2].Load())/third, first, last, growth)
 	return err
-}
-
-func p99ms(ds []time.Duration) float64 {
-	if len(ds) == 0 {
-		return 0
-	}
-	ds = slices.Clone(ds)
-	slices.Sort(ds)
-	return float64(ds[min(len(ds)-1, int(0.99*float64(len(ds))))]) / float64(time.Millisecond)
 }

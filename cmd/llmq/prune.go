@@ -58,7 +58,8 @@ func addPolicyFlags(fs *flag.FlagSet) *policyFlags {
 		{"published-events", "keep published outbox events this long (default 1d)", &p.given.PublishedEvents},
 		{"unrelayed-events", "keep unpublished events this long on a host with no relay (default never)", &p.given.UnrelayedEvents},
 		{"inbox-records", "remember inbox message ids this long (default 7d, at least 1h)", &p.given.InboxRecords},
-		{"webhook-deliveries", "keep webhook deliveries this long (default 30d)", &p.given.WebhookDeliveries},
+		{"webhook-deliveries", "keep webhook deliveries this long (default 30d, at least the delivery schedule's span plus a day)", &p.given.WebhookDeliveries},
+		{"inbox-quarantine", "keep quarantined inbox messages this long (default 30d)", &p.given.InboxQuarantine},
 	} {
 		rf := &retentionFlag{target: f.target}
 		fs.Var(rf, f.name, f.help+`: a duration (90m, 24h), days (7d) or "never"`)
@@ -75,9 +76,11 @@ func (p *policyFlags) merge(recorded *retention.Policy) retention.Policy {
 		return out
 	}
 	base := []time.Duration{recorded.Succeeded, recorded.ReviewRequired, recorded.FailedTerminal, recorded.Cancelled,
-		recorded.IdempotencyWindow, recorded.PublishedEvents, recorded.UnrelayedEvents, recorded.InboxRecords, recorded.WebhookDeliveries}
+		recorded.IdempotencyWindow, recorded.PublishedEvents, recorded.UnrelayedEvents, recorded.InboxRecords, recorded.WebhookDeliveries,
+		recorded.InboxQuarantine}
 	fields := []*time.Duration{&out.Succeeded, &out.ReviewRequired, &out.FailedTerminal, &out.Cancelled,
-		&out.IdempotencyWindow, &out.PublishedEvents, &out.UnrelayedEvents, &out.InboxRecords, &out.WebhookDeliveries}
+		&out.IdempotencyWindow, &out.PublishedEvents, &out.UnrelayedEvents, &out.InboxRecords, &out.WebhookDeliveries,
+		&out.InboxQuarantine}
 	for i, f := range p.flags {
 		if !f.set {
 			*fields[i] = base[i]
@@ -95,7 +98,10 @@ type pruneReport struct {
 
 // runPrune deletes (or, with --dry-run, counts) what is due under the
 // retention policy: the running service's recorded policy, or the
-// defaults, with any flag given taking precedence.
+// defaults, with any flag given taking precedence. It prunes as a one-off
+// service: holding the lease while it runs (never beside the service), but
+// leaving the service's recorded policy and last pass alone, so flags
+// given here never become what stats shows or the next prune starts from.
 func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, c := newFlagSet("prune", stderr)
 	dryRun := fs.Bool("dry-run", false, "count what is due without deleting anything")
@@ -114,7 +120,7 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer pool.Close()
 	// First with the flags alone, to read what the running service records.
 	host, _ := os.Hostname()
-	cfg := retention.Config{Schema: c.schema, ID: fmt.Sprintf("llmq-prune/%s/%d", host, os.Getpid()), BatchSize: *batch, Policy: pf.given}
+	cfg := retention.Config{Schema: c.schema, ID: fmt.Sprintf("llmq-prune/%s/%d", host, os.Getpid()), BatchSize: *batch, Policy: pf.given, OneOff: true}
 	svc, err := retention.New(pool, cfg)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errInvalidInput, err)
@@ -177,9 +183,9 @@ func printPrune(w io.Writer, r pruneReport) error {
 // policyLine prints a policy on one line, for people.
 func policyLine(p retention.Policy) string {
 	f := retention.FormatRetention
-	return fmt.Sprintf("succeeded %s, review_required %s, failed_terminal %s, cancelled %s, idempotency_window %s, published_events %s, unrelayed_events %s, inbox_records %s, webhook_deliveries %s",
+	return fmt.Sprintf("succeeded %s, review_required %s, failed_terminal %s, cancelled %s, idempotency_window %s, published_events %s, unrelayed_events %s, inbox_records %s, inbox_quarantine %s, webhook_deliveries %s",
 		f(p.Succeeded), f(p.ReviewRequired), f(p.FailedTerminal), f(p.Cancelled), f(p.IdempotencyWindow),
-		f(p.PublishedEvents), f(p.UnrelayedEvents), f(p.InboxRecords), f(p.WebhookDeliveries))
+		f(p.PublishedEvents), f(p.UnrelayedEvents), f(p.InboxRecords), f(p.InboxQuarantine), f(p.WebhookDeliveries))
 }
 
 func orDash(s string) string {

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -44,20 +45,37 @@ func TestPruneCommand(t *testing.T) {
 	require.NoError(t, f.pool.QueryRow(ctx, "SELECT count(*) FROM "+f.schema+".jobs").Scan(&n))
 	require.Zero(t, n)
 
-	// stats shows the policy the prune recorded, the oldest row per table,
-	// and does not call events nobody relays lag.
+	// stats shows the oldest row per table and does not call events
+	// nobody relays lag; the prune's flags were its own, recorded nowhere.
 	_, err = f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k", Payload: []byte(`{}`)})
 	require.NoError(t, err)
 	code, out, stderr = f.run("stats")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, "no relay has run on this schema, so this is not lag")
-	require.Contains(t, out, "failed_terminal 2d")
-	require.Regexp(t, `inbox\s+-\s+-`, out)
+	require.Contains(t, out, "no retention service has recorded a policy")
+	require.NotContains(t, out, "failed_terminal 2d")
+	require.Regexp(t, `inbox\s+-\s+-\s+-`, out)
+	require.Regexp(t, `jobs\s+SUCCEEDED\s+0\s+-`, out)
+
+	// With a service's policy recorded, prune starts from it, and leaves
+	// it recorded whatever its flags.
+	svc, err := retention.New(f.pool, retention.Config{Schema: f.schema, ID: "svc", Policy: retention.Policy{FailedTerminal: 10 * 24 * time.Hour}})
+	require.NoError(t, err)
+	_, err = svc.PruneOnce(ctx)
+	require.NoError(t, err)
+	require.NoError(t, svc.Release(ctx))
+	code, out, stderr = f.run("prune", "--dry-run")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "failed_terminal 10d")
+	code, _, stderr = f.run("prune", "--failed-terminal", "2d", "--succeeded", "1d")
+	require.Equal(t, 0, code, stderr)
 	code, out, stderr = f.run("stats", "--json")
 	require.Equal(t, 0, code, stderr)
 	var stats statsReport
 	require.NoError(t, json.Unmarshal([]byte(out), &stats))
 	require.NotNil(t, stats.Retention.Policy)
+	require.Equal(t, 10*24*time.Hour, stats.Retention.Policy.FailedTerminal, "the service's policy stays recorded")
+	require.False(t, stats.Retention.Held, "the prune released the lease")
 	require.Zero(t, stats.Retention.Relay.Acquisitions)
 
 	for _, bad := range [][]string{{"--succeeded", "0"}, {"--succeeded", "soon"}, {"--inbox-records", "1m"}, {"--batch", "-1"}, {"extra"}} {

@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"text/tabwriter"
 	"time"
 
-	"github.com/llmq/llmq/broker"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/outbox"
 	"github.com/llmq/llmq/retention"
@@ -49,7 +47,14 @@ type outboxJSON struct {
 	// and OldestUnpublishedAgeSeconds the age of its oldest: the lag.
 	Unpublished                 int64   `json:"unpublished"`
 	OldestUnpublishedAgeSeconds float64 `json:"oldest_unpublished_age_seconds"`
+	// AtLeast: the backlog was counted no further than Unpublished (a
+	// bounded count, so stats stays fast on a host whose events nobody
+	// publishes).
+	AtLeast bool `json:"at_least,omitempty"`
 }
+
+// outboxCountLimit bounds stats' count of the unpublished backlog.
+const outboxCountLimit = 1_000
 
 type backlogJSON struct {
 	Queue                    string  `json:"queue"`
@@ -73,7 +78,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer s.close()
-	report, err := s.stats(ctx)
+	report, err := s.stats(ctx, c.schema)
 	if err != nil {
 		return err
 	}
@@ -102,6 +107,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	fmt.Fprintf(stdout, "(waiting and running jobs: all; finished states: jobs finished in the last %s; the history per state is under retention below)\n", jobs.StatsWindow)
 
 	printOutbox(stdout, report)
 
@@ -137,7 +143,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return printRetention(stdout, report.Retention)
 }
 
-func (s *session) stats(ctx context.Context) (statsReport, error) {
+func (s *session) stats(ctx context.Context, schema string) (statsReport, error) {
 	var r statsReport
 	queues, err := s.jobs.Stats(ctx, s.pool)
 	if err != nil {
@@ -147,17 +153,15 @@ func (s *session) stats(ctx context.Context) (statsReport, error) {
 	for _, q := range queues {
 		r.Queues = append(r.Queues, queueJSON{q.Queue, q.Counts, q.OldestEligibleAge.Seconds()})
 	}
-	// The relay is built only to read the backlog: it never runs, and its
-	// publisher refuses anything.
-	relay, err := s.events.NewRelay(s.pool, refusingPublisher{}, outbox.RelayConfig{ID: "llmq-stats"})
+	pruner, err := outbox.NewPruner(schema)
 	if err != nil {
 		return r, err
 	}
-	ob, err := relay.Stats(ctx)
+	n, capped, oldest, err := pruner.Backlog(ctx, s.pool, outboxCountLimit)
 	if err != nil {
 		return r, err
 	}
-	r.Outbox = outboxJSON{ob.Pending, ob.OldestPending.Seconds()}
+	r.Outbox = outboxJSON{Unpublished: n, OldestUnpublishedAgeSeconds: oldest.Seconds(), AtLeast: capped}
 	backlogs, err := s.jobs.TenantBacklogs(ctx, s.pool)
 	if err != nil {
 		return r, err
@@ -181,16 +185,6 @@ func (s *session) stats(ctx context.Context) (statsReport, error) {
 	}
 	return r, nil
 }
-
-// refusingPublisher lets stats build a relay for its Stats without any
-// broker: it publishes nothing.
-type refusingPublisher struct{}
-
-func (refusingPublisher) Publish(context.Context, []broker.Message) error {
-	return errors.New("llmq stats publishes nothing")
-}
-
-func (refusingPublisher) Close() error { return nil }
 
 // age prints seconds as a duration rounded for people.
 func age(seconds float64) string {
