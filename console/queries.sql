@@ -119,10 +119,11 @@ LIMIT 500;
 -- name: ServiceLeases
 -- The outbox relays' leader lease and the retention service's lease: one
 -- row each.
-SELECT 'outbox relay', holder, epoch, lease_until, acquired_at, lease_until > now()
+-- A released lease holds '-infinity', which reads as NULL here.
+SELECT 'outbox relay', holder, epoch, CASE WHEN isfinite(lease_until) THEN lease_until END, acquired_at, lease_until > now()
 FROM /*schema*/outbox_relay_lease
 UNION ALL
-SELECT 'retention', holder, NULL, lease_until, acquired_at, lease_until > now()
+SELECT 'retention', holder, NULL, CASE WHEN isfinite(lease_until) THEN lease_until END, acquired_at, lease_until > now()
 FROM /*schema*/retention_lease;
 
 -- name: TenantRows

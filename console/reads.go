@@ -63,9 +63,9 @@ func (h *Handler) summaries(ctx context.Context, op, name string, args ...any) (
 
 // queueRow is one queue's live work.
 type queueRow struct {
-	Queue                       string
+	Queue                        string
 	Runnable, Scheduled, Running count
-	OldestRunnable              time.Time
+	OldestRunnable               time.Time
 }
 
 // queueNames returns the queues to show: those that have had work (the
@@ -174,10 +174,10 @@ func (h *Handler) outboxLag(ctx context.Context) (outboxLag, error) {
 
 // runner is a worker holding live leases.
 type runner struct {
-	Worker      string
-	Leases      int64
-	LastClaim   time.Time
-	LeaseUntil  time.Time
+	Worker     string
+	Leases     int64
+	LastClaim  time.Time
+	LeaseUntil time.Time
 }
 
 // permitHolder is a holder of live admission permits in one pool.
@@ -315,10 +315,10 @@ func (h *Handler) jobEvents(ctx context.Context, j *jobs.Job) ([]event, error) {
 
 // usageDay is one tenant's usage on one day.
 type usageDay struct {
-	Tenant                            string
-	Day                               time.Time
-	Attempts, Uncertain               int64
-	InputTokens, OutputTokens, Cost   int64
+	Tenant                          string
+	Day                             time.Time
+	Attempts, Uncertain             int64
+	InputTokens, OutputTokens, Cost int64
 }
 
 // usageTenants bounds the tenants read for the usage chart.

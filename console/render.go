@@ -155,25 +155,25 @@ func parsePages() (map[string]*template.Template, error) {
 }
 
 var funcs = template.FuncMap{
-	"num":     formatCount,
-	"capped":  formatCapped,
-	"ago":     ago,
-	"dur":     formatDuration,
-	"ts":      timestamp,
-	"short":   shortID,
-	"trunc":   truncate,
-	"micro":   formatMicro,
-	"lower":   strings.ToLower,
-	"mul":     func(a, b int) int { return a * b },
-	"add":     func(a, b int) int { return a + b },
-	"int64":   func(n int) int64 { return int64(n) },
+	"num":    formatCount,
+	"capped": formatCapped,
+	"ago":    ago,
+	"dur":    formatDuration,
+	"ts":     timestamp,
+	"short":  shortID,
+	"trunc":  truncate,
+	"micro":  formatMicro,
+	"lower":  strings.ToLower,
+	"mul":    func(a, b int) int { return a * b },
+	"add":    func(a, b int) int { return a + b },
+	"int64":  func(n int) int64 { return int64(n) },
 	"rows": func(base string, jobs []jobSummary) any {
 		return struct {
 			Base string
 			Jobs []jobSummary
 		}{base, jobs}
 	},
-	"join":    strings.Join,
+	"join": strings.Join,
 	"contains": func(list []string, s string) bool {
 		for _, x := range list {
 			if x == s {

@@ -182,6 +182,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runPlan(ctx, args[1:], stdout, stderr)
 	case "prune":
 		err = runPrune(ctx, args[1:], stdout, stderr)
+	case "console":
+		err = runConsole(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, llmq.Version)
 	default:
