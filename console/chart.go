@@ -20,6 +20,7 @@ type barChart struct {
 	Width, Height float64
 	Bars          []bar
 	Labels        []axisLabel
+	Base          float64 // the bars' baseline
 	Max           int64
 	Empty         bool
 }
@@ -31,19 +32,22 @@ type bar struct {
 }
 
 type axisLabel struct {
-	X    float64
-	Text string
+	X, Y   float64
+	Text   string
+	Anchor string
 }
 
 type legendEntry struct {
 	Class, Text string
 }
 
-const chartW, chartH = 600.0, 160.0
+// The view box: chartH of bars and a band of axis labels below, scaled
+// uniformly to the page's width.
+const chartW, chartH, labelBand = 1000.0, 150.0, 18.0
 
 // minuteChart stacks each minute's succeeded, review and failed counts.
 func minuteChart(minutes []minuteCounts) barChart {
-	c := barChart{Width: chartW, Height: chartH, Empty: true}
+	c := barChart{Width: chartW, Height: chartH + labelBand, Base: chartH, Empty: true}
 	for _, m := range minutes {
 		c.Max = max(c.Max, m.Succeeded+m.Failed+m.Reviewed)
 	}
@@ -71,17 +75,21 @@ func minuteChart(minutes []minuteCounts) barChart {
 			c.Bars = append(c.Bars, bar{X: x + 0.5, Y: y, W: max(w-1, 1), H: hgt, Class: part.class,
 				Title: fmt.Sprintf("%s: %d %s", m.Minute.UTC().Format("15:04"), part.n, part.label)})
 		}
-		if i%10 == 0 {
-			c.Labels = append(c.Labels, axisLabel{X: x, Text: m.Minute.UTC().Format("15:04")})
+		if m.Minute.Minute()%10 == 0 {
+			c.Labels = append(c.Labels, label(x+w/2, m.Minute.UTC().Format("15:04")))
 		}
 	}
 	return c
 }
 
+func label(x float64, text string) axisLabel {
+	return axisLabel{X: x, Y: chartH + labelBand - 4, Text: text, Anchor: "middle"}
+}
+
 // usageChart stacks each day's cost by tenant: the costliest tenants get
 // their own colour, the rest share one.
 func usageChart(days []usageDay, from time.Time, n int) (barChart, []legendEntry) {
-	c := barChart{Width: chartW, Height: chartH, Empty: true}
+	c := barChart{Width: chartW, Height: chartH + labelBand, Base: chartH, Empty: true}
 	const colours = 6
 	totals := map[string]int64{}
 	for _, u := range days {
@@ -125,9 +133,7 @@ func usageChart(days []usageDay, from time.Time, n int) (barChart, []legendEntry
 			c.Bars = append(c.Bars, bar{X: x + 1, Y: y, W: max(w-2, 1), H: hgt, Class: fmt.Sprintf("t%d", k),
 				Title: fmt.Sprintf("%s: %s", day.Format("2006-01-02"), formatMicro(d[k]))})
 		}
-		if i%2 == 0 {
-			c.Labels = append(c.Labels, axisLabel{X: x, Text: day.Format("01-02")})
-		}
+		c.Labels = append(c.Labels, label(x+w/2, day.Format("Jan 2")))
 	}
 	var legend []legendEntry
 	for _, t := range sortedByTotal(totals) {

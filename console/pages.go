@@ -254,6 +254,7 @@ type jobData struct {
 	Events      []event
 	Ancestors   []jobSummary
 	Children    []jobSummary
+	TimelineEnd time.Time
 	Replayable  bool
 	ResultJSON  string
 	PayloadJSON string
@@ -293,6 +294,11 @@ func (h *Handler) jobPage(ctx context.Context, r *http.Request, v *view) error {
 		return err
 	}
 	d.Attempts = timeline(attempts, v.Now)
+	for _, a := range d.Attempts {
+		if end := a.StartedAt.Add(a.Duration); end.After(d.TimelineEnd) {
+			d.TimelineEnd = end
+		}
+	}
 	if d.Events, err = h.jobEvents(ctx, job); err != nil {
 		return err
 	}
