@@ -39,7 +39,7 @@ func (h *Handler) overview(ctx context.Context, _ *http.Request, v *view) error 
 	if d.Queues, err = h.queueCounts(ctx, names); err != nil {
 		return err
 	}
-	if d.Minutes, err = h.finishedPerMinute(ctx); err != nil {
+	if d.Minutes, err = h.finishedPerMinute(ctx, v.Now); err != nil {
 		return err
 	}
 	for _, m := range d.Minutes {
@@ -114,7 +114,15 @@ func (h *Handler) jobList(ctx context.Context, r *http.Request, v *view) error {
 	if d.Queues, err = h.queueNames(ctx); err != nil {
 		return err
 	}
+	return h.listByID(ctx, r, f, f.States, d)
+}
+
+// listByID fills d with a page of jobs newest first (by id, so by
+// acceptance), filtered by f and states, from the "before" cursor of r;
+// extra pairs go into the next page's query.
+func (h *Handler) listByID(ctx context.Context, r *http.Request, f jobFilter, states []string, d *listData, extra ...string) error {
 	before := maxUUID
+	var err error
 	if s := r.URL.Query().Get("before"); s != "" {
 		if before, err = parseID("before", s); err != nil {
 			return err
@@ -129,7 +137,6 @@ func (h *Handler) jobList(ctx context.Context, r *http.Request, v *view) error {
 	if !f.From.IsZero() {
 		after = uuidAt(f.From)
 	}
-	states := f.States
 	if states == nil {
 		states = []string{}
 	}
@@ -144,7 +151,7 @@ func (h *Handler) jobList(ctx context.Context, r *http.Request, v *view) error {
 	}
 	if len(page) > f.Limit {
 		d.Jobs = page[:f.Limit]
-		d.NextQuery = f.query("before", page[f.Limit-1].ID.String())
+		d.NextQuery = f.query(append(extra, "before", page[f.Limit-1].ID.String())...)
 		return nil
 	}
 	d.Jobs = page
@@ -153,7 +160,7 @@ func (h *Handler) jobList(ctx context.Context, r *http.Request, v *view) error {
 		return err
 	}
 	d.Window = true
-	d.NextQuery = f.query("before", end.String())
+	d.NextQuery = f.query(append(extra, "before", end.String())...)
 	return nil
 }
 
@@ -181,7 +188,8 @@ func bytesLess(a, b uuid.UUID) bool {
 
 type deadData struct {
 	listData
-	State string
+	State        string
+	ByAcceptance bool // ordered by acceptance (one tenant's), not by finish
 }
 
 var (
@@ -205,6 +213,14 @@ func (h *Handler) deadList(ctx context.Context, r *http.Request, v *view) error 
 		d.State = f.States[0]
 	}
 	d.Filter.States = nil
+	if f.Tenant != "" {
+		// One tenant's: walk its keys newest first (job_keys), not every
+		// tenant's finished jobs, whose entries would each cost a heap visit
+		// to find the tenant. The order is then by acceptance.
+		d.ByAcceptance = true
+		f.States = nil
+		return h.listByID(ctx, r, f, []string{d.State}, &d.listData, "state", d.State)
+	}
 	at, before := farFuture, maxUUID
 	if s := q.Get("at"); s != "" {
 		if at, err = time.Parse(time.RFC3339Nano, s); err != nil {
@@ -346,6 +362,24 @@ type poolsData struct {
 	Totals []usageTotal
 	System bool
 	Days   int
+	// NextTenants is the last tenant of this page when more follow.
+	NextTenants string
+	NextQuery   template.URL
+}
+
+// cutUsagePage keeps the first usageTenants tenants of rows read with one
+// more, and names the last kept tenant when there are more.
+func cutUsagePage(rows []usageDay) ([]usageDay, string) {
+	seen := 0
+	for i, u := range rows {
+		if i == 0 || rows[i-1].Tenant != u.Tenant {
+			seen++
+		}
+		if seen > usageTenants {
+			return rows[:i], rows[i-1].Tenant
+		}
+	}
+	return rows, ""
 }
 
 // usageTotal is one tenant's usage over the chart's days.
@@ -357,7 +391,7 @@ type usageTotal struct {
 
 const usageDays = 14
 
-func (h *Handler) poolsPage(ctx context.Context, _ *http.Request, v *view) error {
+func (h *Handler) poolsPage(ctx context.Context, r *http.Request, v *view) error {
 	v.Title = "Admission pools"
 	d := &poolsData{System: h.cfg.Tenant == "", Days: usageDays}
 	v.Data = d
@@ -369,8 +403,15 @@ func (h *Handler) poolsPage(ctx context.Context, _ *http.Request, v *view) error
 	}
 	to := v.Now.UTC()
 	from := to.AddDate(0, 0, -(usageDays - 1))
-	if d.Usage, err = h.usageByDay(ctx, from, to); err != nil {
+	after := r.URL.Query().Get("after")
+	if len(after) > 200 {
+		return badInput("after", "is not a cursor this page wrote")
+	}
+	if d.Usage, err = h.usageByDay(ctx, after, from, to); err != nil {
 		return err
+	}
+	if d.Usage, d.NextTenants = cutUsagePage(d.Usage); d.NextTenants != "" {
+		d.NextQuery = template.URL(url.Values{"after": {d.NextTenants}}.Encode()) // #nosec G203 -- url.Values.Encode escapes
 	}
 	d.Chart, d.Legend = usageChart(d.Usage, from, usageDays)
 	d.Totals = usageTotals(d.Usage)

@@ -27,40 +27,77 @@ SELECT queue FROM /*schema*/tenant_queues WHERE tenant = $1 ORDER BY queue LIMIT
 
 -- name: QueueCounts
 -- Per queue ($1): runnable, scheduled and running jobs, each counted up to
--- $3 (a LIMIT inside the count), and the oldest runnable job's eligibility
+-- $2 (a LIMIT inside the count), and the oldest runnable job's eligibility
 -- time. The waiting counts read jobs_tenant_claim_idx (queue, tenant,
 -- priority, available_at, id; partial on the waiting states), the running
 -- count jobs_running_tenant_idx (queue, tenant; partial on RUNNING): at
--- most $3 index entries each. The oldest runnable time takes the first
--- entry of each (tenant, priority) prefix of jobs_tenant_claim_idx, for the
--- queue's tenants in tenant_queues and the ten priorities: one probe per
--- pair, never a scan of the backlog. $2 narrows everything to one tenant.
+-- most $2 index entries each.
+--
+-- The oldest runnable time: within one (queue, tenant, priority) prefix of
+-- jobs_tenant_claim_idx the first entry has the lowest available_at, so a
+-- loose index scan over the priorities a tenant has waiting work in (one
+-- probe per priority present, plus one) finds each tenant's oldest, and
+-- the queue's is the least of its tenants' (tenant_queues). The cost
+-- follows tenants × priorities in use, never the backlog.
 SELECT q.queue,
     (SELECT count(*) FROM (
         SELECT 1 FROM /*schema*/jobs AS j
         WHERE j.queue = q.queue AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at <= now()
-            AND ($2::text = '' OR j.tenant = $2::text)
-        LIMIT $3) AS c),
+        LIMIT $2) AS c),
     (SELECT count(*) FROM (
         SELECT 1 FROM /*schema*/jobs AS j
         WHERE j.queue = q.queue AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at > now()
-            AND ($2::text = '' OR j.tenant = $2::text)
-        LIMIT $3) AS c),
+        LIMIT $2) AS c),
     (SELECT count(*) FROM (
         SELECT 1 FROM /*schema*/jobs AS j
         WHERE j.queue = q.queue AND j.state = 'RUNNING'
-            AND ($2::text = '' OR j.tenant = $2::text)
-        LIMIT $3) AS c),
-    (SELECT min(o.available_at)
+        LIMIT $2) AS c),
+    (SELECT min(o.oldest)
         FROM /*schema*/tenant_queues AS tq
-        CROSS JOIN generate_series(0, 9) AS p (priority)
-        CROSS JOIN LATERAL (
-            SELECT j.available_at FROM /*schema*/jobs AS j
-            WHERE j.queue = tq.queue AND j.tenant = tq.tenant AND j.priority = p.priority
-                AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at <= now()
-            ORDER BY j.available_at
-            LIMIT 1) AS o
-        WHERE tq.queue = q.queue AND ($2::text = '' OR tq.tenant = $2::text))
+        CROSS JOIN LATERAL (SELECT (WITH RECURSIVE pr (priority, available_at) AS (
+            (SELECT j.priority, j.available_at FROM /*schema*/jobs AS j
+                WHERE j.queue = tq.queue AND j.tenant = tq.tenant AND j.state IN ('READY', 'RETRY_SCHEDULED')
+                ORDER BY j.priority, j.available_at LIMIT 1)
+            UNION ALL
+            SELECT n.priority, n.available_at FROM pr CROSS JOIN LATERAL (
+                SELECT j.priority, j.available_at FROM /*schema*/jobs AS j
+                WHERE j.queue = tq.queue AND j.tenant = tq.tenant AND j.state IN ('READY', 'RETRY_SCHEDULED')
+                    AND j.priority > pr.priority
+                ORDER BY j.priority, j.available_at LIMIT 1) AS n)
+        SELECT min(available_at) FILTER (WHERE available_at <= now()) FROM pr) AS oldest) AS o
+        WHERE tq.queue = q.queue)
+FROM unnest($1::text[]) AS q (queue)
+ORDER BY q.queue;
+
+-- name: QueueCountsTenant
+-- QueueCounts for one tenant ($3): every count is an equality range of
+-- (queue, tenant) in the same indexes.
+SELECT q.queue,
+    (SELECT count(*) FROM (
+        SELECT 1 FROM /*schema*/jobs AS j
+        WHERE j.queue = q.queue AND j.tenant = $3::text
+            AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at <= now()
+        LIMIT $2) AS c),
+    (SELECT count(*) FROM (
+        SELECT 1 FROM /*schema*/jobs AS j
+        WHERE j.queue = q.queue AND j.tenant = $3::text
+            AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at > now()
+        LIMIT $2) AS c),
+    (SELECT count(*) FROM (
+        SELECT 1 FROM /*schema*/jobs AS j
+        WHERE j.queue = q.queue AND j.tenant = $3::text AND j.state = 'RUNNING'
+        LIMIT $2) AS c),
+    (WITH RECURSIVE pr (priority, available_at) AS (
+            (SELECT j.priority, j.available_at FROM /*schema*/jobs AS j
+                WHERE j.queue = q.queue AND j.tenant = $3::text AND j.state IN ('READY', 'RETRY_SCHEDULED')
+                ORDER BY j.priority, j.available_at LIMIT 1)
+            UNION ALL
+            SELECT n.priority, n.available_at FROM pr CROSS JOIN LATERAL (
+                SELECT j.priority, j.available_at FROM /*schema*/jobs AS j
+                WHERE j.queue = q.queue AND j.tenant = $3::text AND j.state IN ('READY', 'RETRY_SCHEDULED')
+                    AND j.priority > pr.priority
+                ORDER BY j.priority, j.available_at LIMIT 1) AS n)
+        SELECT min(available_at) FILTER (WHERE available_at <= now()) FROM pr)
 FROM unnest($1::text[]) AS q (queue)
 ORDER BY q.queue;
 
@@ -68,18 +105,36 @@ ORDER BY q.queue;
 -- Jobs finished per minute and terminal state over the last $1 minutes,
 -- each count stopping at $2. Reads jobs_finished_idx (state, finished_at;
 -- partial on finished jobs): one range per (minute, state), at most $2
--- entries each, index-only where the visibility map allows. $3 narrows it
--- to one tenant, which costs a heap visit per entry (bounded the same way).
+-- entries each, index-only where the visibility map allows.
 SELECT m.minute, s.state,
     (SELECT count(*) FROM (
         SELECT 1 FROM /*schema*/jobs AS j
         WHERE j.state = s.state AND j.finished_at IS NOT NULL
             AND j.finished_at >= m.minute AND j.finished_at < m.minute + interval '1 minute'
-            AND ($3::text = '' OR j.tenant = $3::text)
         LIMIT $2) AS c)
 FROM generate_series(date_trunc('minute', now()) - ($1::int - 1) * interval '1 minute',
         date_trunc('minute', now()), interval '1 minute') AS m (minute)
 CROSS JOIN unnest(ARRAY['SUCCEEDED', 'FAILED_TERMINAL', 'REVIEW_REQUIRED']) AS s (state)
+ORDER BY 1, 2;
+
+-- name: FinishedPerMinuteTenant
+-- FinishedPerMinute for one tenant ($2), without visiting other tenants'
+-- jobs: the tenant's jobs accepted since $3 (a UUIDv7 bound on job_keys'
+-- primary key (tenant, id), newest first, at most $4 of them), each read
+-- through jobs' primary key, counted by the minute they finished in the
+-- last $1 minutes. A job accepted before $3 that finished in the window is
+-- not counted: the page says the chart covers recent acceptances.
+SELECT date_trunc('minute', j.finished_at), j.state, count(*)
+FROM (
+    SELECT k.id FROM /*schema*/job_keys AS k
+    WHERE k.tenant = $2::text AND k.id >= $3::uuid
+    ORDER BY k.id DESC
+    LIMIT $4
+) AS k
+JOIN /*schema*/jobs AS j ON j.id = k.id
+WHERE j.finished_at >= date_trunc('minute', now()) - ($1::int - 1) * interval '1 minute'
+    AND j.state IN ('SUCCEEDED', 'FAILED_TERMINAL', 'REVIEW_REQUIRED')
+GROUP BY 1, 2
 ORDER BY 1, 2;
 
 -- name: OutboxLag
@@ -130,7 +185,8 @@ FROM /*schema*/retention_lease;
 -- A page of (queue, tenant) rows from tenant_queues in key order after
 -- ($2, $3), $4 rows, with the limits that apply (the tenant's own, else the
 -- defaults' row ''), the waiting and running counts (each up to $5, read as
--- in QueueCounts), the oldest runnable job, and the jobs accepted since $6
+-- in QueueCounts), the oldest runnable job (QueueCounts' loose index scan
+-- over priorities), and the jobs accepted since $6
 -- (a UUIDv7 lower bound: job_keys' primary key (tenant, id) read
 -- index-only, up to $5) and how many of those finished (a primary-key
 -- probe of jobs per key, up to $7). $1 narrows it to one tenant.
@@ -150,14 +206,17 @@ SELECT tq.queue, tq.tenant, tq.idle,
         SELECT 1 FROM /*schema*/jobs AS j
         WHERE j.queue = tq.queue AND j.tenant = tq.tenant AND j.state = 'RUNNING'
         LIMIT $5) AS c),
-    (SELECT min(o.available_at)
-        FROM generate_series(0, 9) AS p (priority)
-        CROSS JOIN LATERAL (
-            SELECT j.available_at FROM /*schema*/jobs AS j
-            WHERE j.queue = tq.queue AND j.tenant = tq.tenant AND j.priority = p.priority
-                AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at <= now()
-            ORDER BY j.available_at
-            LIMIT 1) AS o),
+    (WITH RECURSIVE pr (priority, available_at) AS (
+            (SELECT j.priority, j.available_at FROM /*schema*/jobs AS j
+                WHERE j.queue = tq.queue AND j.tenant = tq.tenant AND j.state IN ('READY', 'RETRY_SCHEDULED')
+                ORDER BY j.priority, j.available_at LIMIT 1)
+            UNION ALL
+            SELECT n.priority, n.available_at FROM pr CROSS JOIN LATERAL (
+                SELECT j.priority, j.available_at FROM /*schema*/jobs AS j
+                WHERE j.queue = tq.queue AND j.tenant = tq.tenant AND j.state IN ('READY', 'RETRY_SCHEDULED')
+                    AND j.priority > pr.priority
+                ORDER BY j.priority, j.available_at LIMIT 1) AS n)
+        SELECT min(available_at) FILTER (WHERE available_at <= now()) FROM pr),
     (SELECT count(*) FROM (
         SELECT 1 FROM /*schema*/job_keys AS k
         WHERE k.tenant = tq.tenant AND k.id >= $6::uuid
@@ -321,17 +380,16 @@ ORDER BY j.id
 LIMIT 50;
 
 -- name: UsageByDay
--- The usage ledger per tenant and UTC day from $2 to $3. The ledger's key
--- is (tenant, day, pool, shard): a loose index scan finds each tenant with
--- one probe (at most $4 tenants), and each tenant's days are a range of
--- that key. $1 narrows it to one tenant.
+-- The usage ledger per tenant and UTC day from $2 to $3, for a page of $4
+-- tenants after $1 in name order. The ledger's key is (tenant, day, pool,
+-- shard): a loose index scan finds each next tenant with one probe, and
+-- each tenant's days are a range of that key, so a page reads its tenants'
+-- rows only, however many tenants the ledger holds.
 WITH RECURSIVE t AS (
-    (SELECT tenant FROM /*schema*/admission_usage
-        WHERE $1::text = '' OR tenant = $1::text ORDER BY tenant LIMIT 1)
+    (SELECT tenant FROM /*schema*/admission_usage WHERE tenant > $1::text ORDER BY tenant LIMIT 1)
     UNION ALL
     SELECT (SELECT u.tenant FROM /*schema*/admission_usage AS u
-            WHERE u.tenant > t.tenant AND ($1::text = '' OR u.tenant = $1::text)
-            ORDER BY u.tenant LIMIT 1)
+            WHERE u.tenant > t.tenant ORDER BY u.tenant LIMIT 1)
     FROM t
     WHERE t.tenant IS NOT NULL
 ),
@@ -342,3 +400,12 @@ FROM tenants AS t
 JOIN /*schema*/admission_usage AS u ON u.tenant = t.tenant AND u.day >= $2::date AND u.day <= $3::date
 GROUP BY t.tenant, u.day
 ORDER BY t.tenant, u.day;
+
+-- name: UsageByDayTenant
+-- UsageByDay for one tenant ($1): a range of the ledger's key.
+SELECT u.tenant, u.day, sum(u.attempts)::bigint, sum(u.uncertain_attempts)::bigint,
+    sum(u.input_tokens)::bigint, sum(u.output_tokens)::bigint, sum(u.cost)::bigint
+FROM /*schema*/admission_usage AS u
+WHERE u.tenant = $1::text AND u.day >= $2::date AND u.day <= $3::date
+GROUP BY u.tenant, u.day
+ORDER BY u.day;

@@ -97,7 +97,11 @@ func (h *Handler) queueNames(ctx context.Context) ([]string, error) {
 
 func (h *Handler) queueCounts(ctx context.Context, queues []string) ([]queueRow, error) {
 	capN := int64(h.cfg.CountCap)
-	rows, err := h.cfg.DB.Query(ctx, h.q.Must("QueueCounts"), queues, h.cfg.Tenant, h.cfg.CountCap)
+	query, args := h.q.Must("QueueCounts"), []any{queues, h.cfg.CountCap}
+	if h.cfg.Tenant != "" {
+		query, args = h.q.Must("QueueCountsTenant"), append(args, h.cfg.Tenant)
+	}
+	rows, err := h.cfg.DB.Query(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("console: counting queues: %w", err)
 	}
@@ -121,13 +125,26 @@ const chartMinutes = 60
 // chartCap bounds each (minute, state) count of the chart.
 const chartCap = 5000
 
-func (h *Handler) finishedPerMinute(ctx context.Context) ([]minuteCounts, error) {
-	rows, err := h.cfg.DB.Query(ctx, h.q.Must("FinishedPerMinute"), chartMinutes, chartCap, h.cfg.Tenant)
+// tenantChartJobs bounds the jobs a tenant-scoped chart reads.
+const tenantChartJobs = 20_000
+
+func (h *Handler) finishedPerMinute(ctx context.Context, now time.Time) ([]minuteCounts, error) {
+	query, args := h.q.Must("FinishedPerMinute"), []any{chartMinutes, chartCap}
+	if h.cfg.Tenant != "" {
+		// Jobs accepted up to an hour before the chart's window.
+		since := uuidAt(now.Add(-2 * chartMinutes * time.Minute))
+		query, args = h.q.Must("FinishedPerMinuteTenant"), []any{chartMinutes, h.cfg.Tenant, since, tenantChartJobs}
+	}
+	rows, err := h.cfg.DB.Query(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("console: finished per minute: %w", err)
 	}
 	defer rows.Close()
-	var out []minuteCounts
+	out := make([]minuteCounts, chartMinutes)
+	first := now.UTC().Truncate(time.Minute).Add(-(chartMinutes - 1) * time.Minute)
+	for i := range out {
+		out[i].Minute = first.Add(time.Duration(i) * time.Minute)
+	}
 	for rows.Next() {
 		var (
 			minute time.Time
@@ -137,17 +154,18 @@ func (h *Handler) finishedPerMinute(ctx context.Context) ([]minuteCounts, error)
 		if err := rows.Scan(&minute, &state, &n); err != nil {
 			return nil, fmt.Errorf("console: finished per minute: %w", err)
 		}
-		if len(out) == 0 || !out[len(out)-1].Minute.Equal(minute) {
-			out = append(out, minuteCounts{Minute: minute})
+		i := int(minute.Sub(first) / time.Minute)
+		if i < 0 || i >= len(out) {
+			continue // the database's clock and ours disagree by a minute
 		}
-		m := &out[len(out)-1]
+		m := &out[i]
 		switch jobs.State(state) {
 		case jobs.StateSucceeded:
-			m.Succeeded = n
+			m.Succeeded += n
 		case jobs.StateFailedTerminal:
-			m.Failed = n
+			m.Failed += n
 		case jobs.StateReviewRequired:
-			m.Reviewed = n
+			m.Reviewed += n
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -321,11 +339,17 @@ type usageDay struct {
 	InputTokens, OutputTokens, Cost int64
 }
 
-// usageTenants bounds the tenants read for the usage chart.
-const usageTenants = 200
+// usageTenants is the number of tenants per page of the usage chart.
+const usageTenants = 10
 
-func (h *Handler) usageByDay(ctx context.Context, from, to time.Time) ([]usageDay, error) {
-	rows, err := h.cfg.DB.Query(ctx, h.q.Must("UsageByDay"), h.cfg.Tenant, from, to, usageTenants)
+// usageByDay reads a page of tenants' usage: those after the tenant named
+// after, or the scoped tenant's.
+func (h *Handler) usageByDay(ctx context.Context, after string, from, to time.Time) ([]usageDay, error) {
+	query, args := h.q.Must("UsageByDay"), []any{after, from, to, usageTenants + 1}
+	if h.cfg.Tenant != "" {
+		query, args = h.q.Must("UsageByDayTenant"), []any{h.cfg.Tenant, from, to}
+	}
+	rows, err := h.cfg.DB.Query(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("console: usage: %w", err)
 	}
