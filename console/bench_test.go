@@ -112,7 +112,7 @@ func benchSchema(b *testing.B, n int) (*pgxpool.Pool, string) {
 	return pool, name
 }
 
-func fill(b *testing.B, ctx context.Context, pool *pgxpool.Pool, schema string, n int) {
+func fill(b testing.TB, ctx context.Context, pool *pgxpool.Pool, schema string, n int) {
 	b.Helper()
 	start := time.Now()
 	for _, stmt := range fillSQL {
