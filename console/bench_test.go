@@ -97,7 +97,7 @@ func benchSchema(b *testing.B, n int) (*pgxpool.Pool, string) {
 	name := os.Getenv("LLMQ_CONSOLE_BENCH_SCHEMA")
 	if name == "" {
 		db := dbtest.Setup(b)
-		fill(b, ctx, db.Pool, db.Schema, n)
+		fill(b, db.Pool, db.Schema, n)
 		return db.Pool, db.Schema
 	}
 	pool := dbtest.Pool(b, 4)
@@ -108,12 +108,13 @@ func benchSchema(b *testing.B, n int) (*pgxpool.Pool, string) {
 		return pool, name
 	}
 	require.NoError(b, migrateSchema(ctx, pool, name))
-	fill(b, ctx, pool, name, n)
+	fill(b, pool, name, n)
 	return pool, name
 }
 
-func fill(b testing.TB, ctx context.Context, pool *pgxpool.Pool, schema string, n int) {
+func fill(b testing.TB, pool *pgxpool.Pool, schema string, n int) {
 	b.Helper()
+	ctx := b.Context()
 	start := time.Now()
 	for _, stmt := range fillSQL {
 		_, err := pool.Exec(ctx, fmt.Sprintf(stmt, schemaArgs(schema, stmt)...), n)

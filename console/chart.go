@@ -86,14 +86,15 @@ func label(x float64, text string) axisLabel {
 	return axisLabel{X: x, Y: chartH + labelBand - 4, Text: text, Anchor: "middle"}
 }
 
-// usageChart stacks each day's cost by tenant: the costliest tenants get
-// their own colour, the rest share one.
-func usageChart(days []usageDay, from time.Time, n int) (barChart, []legendEntry) {
+// usageChart stacks each day's value (cost, or tokens) by tenant: the
+// tenants with the most get their own colour, the rest share one. format
+// writes a value for the bars' titles.
+func usageChart(days []usageDay, from time.Time, n int, value func(usageDay) int64, format func(int64) string) (barChart, []legendEntry) {
 	c := barChart{Width: chartW, Height: chartH + labelBand, Base: chartH, Empty: true}
 	const colours = 6
 	totals := map[string]int64{}
 	for _, u := range days {
-		totals[u.Tenant] += u.Cost
+		totals[u.Tenant] += value(u)
 	}
 	rank := rankTenants(totals, colours)
 	perDay := make([]map[int]int64, n)
@@ -106,7 +107,7 @@ func usageChart(days []usageDay, from time.Time, n int) (barChart, []legendEntry
 		if perDay[i] == nil {
 			perDay[i] = map[int]int64{}
 		}
-		perDay[i][rank(u.Tenant)] += u.Cost
+		perDay[i][rank(u.Tenant)] += value(u)
 	}
 	for _, d := range perDay {
 		var sum int64
@@ -131,7 +132,7 @@ func usageChart(days []usageDay, from time.Time, n int) (barChart, []legendEntry
 			hgt := float64(d[k]) * scale
 			y -= hgt
 			c.Bars = append(c.Bars, bar{X: x + 1, Y: y, W: max(w-2, 1), H: hgt, Class: fmt.Sprintf("t%d", k),
-				Title: fmt.Sprintf("%s: %s", day.Format("2006-01-02"), formatMicro(d[k]))})
+				Title: fmt.Sprintf("%s: %s", day.Format("2006-01-02"), format(d[k]))})
 		}
 		c.Labels = append(c.Labels, label(x+w/2, day.Format("Jan 2")))
 	}

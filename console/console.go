@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	_ "embed" // queries.sql
-
 	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/validate"

@@ -186,6 +186,7 @@ func replayed(t *testing.T, rec interface {
 }) uuid.UUID {
 	t.Helper()
 	res := rec.Result()
+	defer res.Body.Close()
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
 	m := replayTarget.FindStringSubmatch(res.Header.Get("Location"))
 	require.NotNil(t, m, res.Header.Get("Location"))

@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -48,6 +47,7 @@ func newFixture(t *testing.T) *fixture {
 }
 
 func (f *fixture) seed(t *testing.T) {
+	t.Helper()
 	ctx := t.Context()
 	for _, tenant := range []string{"acme", "globex"} {
 		for i := range 6 {
@@ -107,6 +107,7 @@ func completion(j *jobs.Job, o jobs.Outcome, class string, u jobs.Usage) jobs.Co
 }
 
 func (f *fixture) seedAdmission(t *testing.T) {
+	t.Helper()
 	ctx := t.Context()
 	lim, err := admission.NewPostgres(f.pool, admission.Config{Schema: f.schema})
 	require.NoError(t, err)
@@ -191,10 +192,4 @@ func csrfFrom(t *testing.T, body string) string {
 	m := csrfInput.FindStringSubmatch(body)
 	require.NotNil(t, m, "the page has no CSRF token")
 	return m[1]
-}
-
-func waitCtx(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), d)
-	t.Cleanup(cancel)
-	return ctx
 }

@@ -362,6 +362,10 @@ type poolsData struct {
 	Totals []usageTotal
 	System bool
 	Days   int
+	// Metric is what the chart stacks: "cost", or "tokens" when no pool
+	// has prices; ChartMax is its highest day, written out.
+	Metric   string
+	ChartMax string
 	// NextTenants is the last tenant of this page when more follow.
 	NextTenants string
 	NextQuery   template.URL
@@ -413,8 +417,20 @@ func (h *Handler) poolsPage(ctx context.Context, r *http.Request, v *view) error
 	if d.Usage, d.NextTenants = cutUsagePage(d.Usage); d.NextTenants != "" {
 		d.NextQuery = template.URL(url.Values{"after": {d.NextTenants}}.Encode()) // #nosec G203 -- url.Values.Encode escapes
 	}
-	d.Chart, d.Legend = usageChart(d.Usage, from, usageDays)
 	d.Totals = usageTotals(d.Usage)
+	var cost int64
+	for _, t := range d.Totals {
+		cost += t.Cost
+	}
+	// Without prices the ledger records no cost: chart the tokens instead.
+	d.Metric = "cost"
+	value, format := func(u usageDay) int64 { return u.Cost }, formatMicro
+	if cost == 0 {
+		d.Metric = "tokens"
+		value, format = func(u usageDay) int64 { return u.InputTokens + u.OutputTokens }, formatCount
+	}
+	d.Chart, d.Legend = usageChart(d.Usage, from, usageDays, value, format)
+	d.ChartMax = format(d.Chart.Max)
 	return nil
 }
 

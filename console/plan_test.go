@@ -22,7 +22,7 @@ import (
 func TestPlansUseIndexes(t *testing.T) {
 	t.Parallel()
 	db := dbtest.Setup(t)
-	fill(t, t.Context(), db.Pool, db.Schema, 50_000)
+	fill(t, db.Pool, db.Schema, 50_000)
 	h, err := console.New(console.Config{DB: db.Pool, Schema: db.Schema})
 	require.NoError(t, err)
 	ctx := t.Context()

@@ -188,8 +188,10 @@ FROM /*schema*/retention_lease;
 -- in QueueCounts), the oldest runnable job (QueueCounts' loose index scan
 -- over priorities), and the jobs accepted since $6
 -- (a UUIDv7 lower bound: job_keys' primary key (tenant, id) read
--- index-only, up to $5) and how many of those finished (a primary-key
--- probe of jobs per key, up to $7). $1 narrows it to one tenant.
+-- index-only, up to $5) and how many of the latest $7 of those finished
+-- (a primary-key probe of jobs per key): the last two per tenant, over all
+-- its queues, since job_keys does not hold the queue. $1 narrows it to one
+-- tenant.
 SELECT tq.queue, tq.tenant, tq.idle,
     coalesce(own.weight, d.weight, 1), coalesce(own.max_running, d.max_running, 0), own.tenant IS NOT NULL,
     (SELECT count(*) FROM (
@@ -228,7 +230,7 @@ SELECT tq.queue, tq.tenant, tq.idle,
             ORDER BY k.id DESC
             LIMIT $7) AS k
         JOIN /*schema*/jobs AS j ON j.id = k.id
-        WHERE j.queue = tq.queue AND j.finished_at IS NOT NULL) AS c)
+        WHERE j.finished_at IS NOT NULL) AS c)
 FROM /*schema*/tenant_queues AS tq
 LEFT JOIN /*schema*/tenant_limits AS own ON own.tenant = tq.tenant
 LEFT JOIN /*schema*/tenant_limits AS d ON d.tenant = ''

@@ -56,7 +56,8 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("%w: %w", errInvalidInput, err)
 	}
-	ln, err := net.Listen("tcp", *addr)
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("console: %w", err)
 	}
@@ -69,7 +70,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("console: %w", err)
 	case <-ctx.Done():
 	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(shutdown); err != nil {
 		return fmt.Errorf("console: shutting down: %w", err)
