@@ -84,6 +84,19 @@
 //     the usage ledger whole. Measured with 1,000,000 jobs (BenchmarkPages),
 //     every page answers well within 150 ms of server time.
 //
+// # Tests
+//
+// The handler tests run against PostgreSQL (a schema per test). The
+// browser tests drive Debian's chromium headless through chromedp: every
+// page loads without a console error (CSP violations included) and
+// refreshes its live parts, a filter and a replay work through the forms,
+// and each page's screenshot is written to the test's temp dir or to
+// $LLMQ_CONSOLE_SCREENSHOTS. Chromium is a test dependency like
+// PostgreSQL: scripts/services (make test's first step) installs it when
+// missing, and without it the browser tests fail saying how to get it
+// (LLMQ_CHROMIUM names another binary; LLMQ_SKIP_BROWSER=1 skips them on
+// purpose, saying so).
+//
 // # Decisions
 //
 //   - Listings are ordered by job id (UUIDv7, so by acceptance time), and the

@@ -108,7 +108,8 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if status >= 500 {
 		h.cfg.Logger.ErrorContext(r.Context(), "console: serving a request", "path", r.URL.Path, "err", err)
 	}
-	if r.URL.Query().Get("fragment") != "" || r.Method != http.MethodGet {
+	if r.URL.Query().Get("fragment") != "" {
+		// The refreshing script keeps the part it has and marks it stale.
 		http.Error(w, msg, status)
 		return
 	}
