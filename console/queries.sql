@@ -27,23 +27,17 @@ SELECT queue FROM /*schema*/tenant_queues WHERE tenant = $1 ORDER BY queue LIMIT
 
 -- name: QueueCounts
 -- Per queue ($1): runnable, scheduled and running jobs, each counted up to
--- $2 (a LIMIT inside the count), and the oldest runnable job's eligibility
--- time. The waiting counts read jobs_tenant_claim_idx (queue, tenant,
--- priority, available_at, id; partial on the waiting states), the running
--- count jobs_running_tenant_idx (queue, tenant; partial on RUNNING): at
--- most $2 index entries each.
---
--- The oldest runnable time: within one (queue, tenant, priority) prefix of
--- jobs_tenant_claim_idx the first entry has the lowest available_at, so a
--- loose index scan over the priorities a tenant has waiting work in (one
--- probe per priority present, plus one) finds each tenant's oldest, and
--- the queue's is the least of its tenants' (tenant_queues). The cost
--- follows tenants × priorities in use, never the backlog.
-SELECT q.queue,
-    (SELECT count(*) FROM (
-        SELECT 1 FROM /*schema*/jobs AS j
-        WHERE j.queue = q.queue AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at <= now()
-        LIMIT $2) AS c),
+-- $2 (a LIMIT inside the count), and the earliest eligibility time among
+-- the runnable entries counted. The waiting counts read
+-- jobs_tenant_claim_idx (queue, tenant, priority, available_at, id;
+-- partial on the waiting states) index-only, the running count
+-- jobs_running_tenant_idx (queue, tenant; partial on RUNNING): at most $2
+-- index entries each. The earliest time comes from the same scan as the
+-- runnable count, so it costs nothing more: it is the queue's oldest
+-- runnable job when the count stayed under $2 (every runnable entry was
+-- read), and otherwise a bound (the oldest is at least that old), which
+-- the page says. Exact per-tenant ages are on the tenants page.
+SELECT q.queue, r.n, r.oldest,
     (SELECT count(*) FROM (
         SELECT 1 FROM /*schema*/jobs AS j
         WHERE j.queue = q.queue AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at > now()
@@ -51,33 +45,20 @@ SELECT q.queue,
     (SELECT count(*) FROM (
         SELECT 1 FROM /*schema*/jobs AS j
         WHERE j.queue = q.queue AND j.state = 'RUNNING'
-        LIMIT $2) AS c),
-    (SELECT min(o.oldest)
-        FROM /*schema*/tenant_queues AS tq
-        CROSS JOIN LATERAL (SELECT (WITH RECURSIVE pr (priority, available_at) AS (
-            (SELECT j.priority, j.available_at FROM /*schema*/jobs AS j
-                WHERE j.queue = tq.queue AND j.tenant = tq.tenant AND j.state IN ('READY', 'RETRY_SCHEDULED')
-                ORDER BY j.priority, j.available_at LIMIT 1)
-            UNION ALL
-            SELECT n.priority, n.available_at FROM pr CROSS JOIN LATERAL (
-                SELECT j.priority, j.available_at FROM /*schema*/jobs AS j
-                WHERE j.queue = tq.queue AND j.tenant = tq.tenant AND j.state IN ('READY', 'RETRY_SCHEDULED')
-                    AND j.priority > pr.priority
-                ORDER BY j.priority, j.available_at LIMIT 1) AS n)
-        SELECT min(available_at) FILTER (WHERE available_at <= now()) FROM pr) AS oldest) AS o
-        WHERE tq.queue = q.queue)
+        LIMIT $2) AS c)
 FROM unnest($1::text[]) AS q (queue)
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n, min(c.available_at) AS oldest FROM (
+        SELECT j.available_at FROM /*schema*/jobs AS j
+        WHERE j.queue = q.queue AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at <= now()
+        LIMIT $2) AS c
+) AS r
 ORDER BY q.queue;
 
 -- name: QueueCountsTenant
 -- QueueCounts for one tenant ($3): every count is an equality range of
 -- (queue, tenant) in the same indexes.
-SELECT q.queue,
-    (SELECT count(*) FROM (
-        SELECT 1 FROM /*schema*/jobs AS j
-        WHERE j.queue = q.queue AND j.tenant = $3::text
-            AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at <= now()
-        LIMIT $2) AS c),
+SELECT q.queue, r.n, r.oldest,
     (SELECT count(*) FROM (
         SELECT 1 FROM /*schema*/jobs AS j
         WHERE j.queue = q.queue AND j.tenant = $3::text
@@ -86,19 +67,15 @@ SELECT q.queue,
     (SELECT count(*) FROM (
         SELECT 1 FROM /*schema*/jobs AS j
         WHERE j.queue = q.queue AND j.tenant = $3::text AND j.state = 'RUNNING'
-        LIMIT $2) AS c),
-    (WITH RECURSIVE pr (priority, available_at) AS (
-            (SELECT j.priority, j.available_at FROM /*schema*/jobs AS j
-                WHERE j.queue = q.queue AND j.tenant = $3::text AND j.state IN ('READY', 'RETRY_SCHEDULED')
-                ORDER BY j.priority, j.available_at LIMIT 1)
-            UNION ALL
-            SELECT n.priority, n.available_at FROM pr CROSS JOIN LATERAL (
-                SELECT j.priority, j.available_at FROM /*schema*/jobs AS j
-                WHERE j.queue = q.queue AND j.tenant = $3::text AND j.state IN ('READY', 'RETRY_SCHEDULED')
-                    AND j.priority > pr.priority
-                ORDER BY j.priority, j.available_at LIMIT 1) AS n)
-        SELECT min(available_at) FILTER (WHERE available_at <= now()) FROM pr)
+        LIMIT $2) AS c)
 FROM unnest($1::text[]) AS q (queue)
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n, min(c.available_at) AS oldest FROM (
+        SELECT j.available_at FROM /*schema*/jobs AS j
+        WHERE j.queue = q.queue AND j.tenant = $3::text
+            AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at <= now()
+        LIMIT $2) AS c
+) AS r
 ORDER BY q.queue;
 
 -- name: FinishedPerMinute
@@ -185,8 +162,7 @@ FROM /*schema*/retention_lease;
 -- A page of (queue, tenant) rows from tenant_queues in key order after
 -- ($2, $3), $4 rows, with the limits that apply (the tenant's own, else the
 -- defaults' row ''), the waiting and running counts (each up to $5, read as
--- in QueueCounts), the oldest runnable job (QueueCounts' loose index scan
--- over priorities), and the jobs accepted since $6
+-- in QueueCounts), the oldest runnable job, and the jobs accepted since $6
 -- (a UUIDv7 lower bound: job_keys' primary key (tenant, id) read
 -- index-only, up to $5) and how many of the latest $7 of those finished
 -- (a primary-key probe of jobs per key): the last two per tenant, over all
@@ -208,6 +184,11 @@ SELECT tq.queue, tq.tenant, tq.idle,
         SELECT 1 FROM /*schema*/jobs AS j
         WHERE j.queue = tq.queue AND j.tenant = tq.tenant AND j.state = 'RUNNING'
         LIMIT $5) AS c),
+    -- The oldest runnable job: within one (queue, tenant, priority) prefix
+    -- of jobs_tenant_claim_idx the first entry has the lowest available_at,
+    -- so a loose index scan over the priorities the tenant has waiting work
+    -- in (one probe per priority present, plus one) finds it exactly,
+    -- whatever the tenant's backlog.
     (WITH RECURSIVE pr (priority, available_at) AS (
             (SELECT j.priority, j.available_at FROM /*schema*/jobs AS j
                 WHERE j.queue = tq.queue AND j.tenant = tq.tenant AND j.state IN ('READY', 'RETRY_SCHEDULED')

@@ -108,7 +108,7 @@ func (h *Handler) queueCounts(ctx context.Context, queues []string) ([]queueRow,
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (queueRow, error) {
 		q := queueRow{Runnable: count{Cap: capN}, Scheduled: count{Cap: capN}, Running: count{Cap: capN}}
 		var oldest *time.Time
-		err := row.Scan(&q.Queue, &q.Runnable.N, &q.Scheduled.N, &q.Running.N, &oldest)
+		err := row.Scan(&q.Queue, &q.Runnable.N, &oldest, &q.Scheduled.N, &q.Running.N)
 		q.OldestRunnable = dbsql.Deref(oldest)
 		return q, err
 	})
