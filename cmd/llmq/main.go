@@ -126,6 +126,7 @@ commands:
                                          capacity and drain time of a backlog under provider limits
   prune [--dry-run] [--succeeded D] [--failed-terminal D] [...]
                                          delete (or count) what retention says is due
+  console [-addr A] [-tenant T] [-actions]  the operator web console (read-only without -actions)
   version                                this build's llmq version
 
 aliases: inspect = jobs inspect, dead-letter = dead.
