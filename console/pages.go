@@ -343,9 +343,9 @@ func (h *Handler) replay(w http.ResponseWriter, r *http.Request, actor string) e
 	if err != nil {
 		return err
 	}
-	flash := "Replayed as a new job."
+	flash := "replayed"
 	if res.Existing {
-		flash = "This job was replayed before: here is that replay (tick \"again\" for another)."
+		flash = "replayed-before"
 	}
 	h.cfg.Logger.InfoContext(r.Context(), "console: replay", "actor", actor, "job", id, "tenant", job.Tenant,
 		"replay", res.Job.ID, "existing", res.Existing, "again", again, "reason", reason)
@@ -473,7 +473,7 @@ func (h *Handler) setPool(w http.ResponseWriter, r *http.Request, actor string) 
 	h.cfg.Logger.InfoContext(r.Context(), "console: pool limits changed", "actor", actor, "pool", name,
 		"rpm", p.RPM, "tpm", p.TPM, "max_in_flight", p.MaxInFlight, "request_burst", p.RequestBurst, "token_burst", p.TokenBurst,
 		"input_price", p.InputPrice, "output_price", p.OutputPrice)
-	target := h.cfg.BasePath + "/pools?" + url.Values{"flash": {"Pool " + name + " updated."}}.Encode()
+	target := h.cfg.BasePath + "/pools?" + url.Values{"flash": {"pool-updated"}}.Encode()
 	http.Redirect(w, r, target, http.StatusSeeOther)
 	return nil
 }

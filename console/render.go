@@ -70,6 +70,13 @@ func (h *Handler) page(name string, load loader) http.HandlerFunc {
 	}
 }
 
+// flashes are the messages an action's redirect can show.
+var flashes = map[string]string{
+	"replayed":        "Replayed as a new job.",
+	"replayed-before": "This job was replayed before: here is that replay (tick \"again\" for another).",
+	"pool-updated":    "Pool limits updated.",
+}
+
 var fragmentName = regexp.MustCompile(`^[a-z]{1,30}$`)
 
 func (h *Handler) newView(w http.ResponseWriter, r *http.Request, nav string) *view {
@@ -80,10 +87,9 @@ func (h *Handler) newView(w http.ResponseWriter, r *http.Request, nav string) *v
 	if h.cfg.EnableActions {
 		v.CSRF = h.csrfToken(w, r)
 	}
-	v.Flash = r.URL.Query().Get("flash")
-	if len(v.Flash) > 300 {
-		v.Flash = v.Flash[:300]
-	}
+	// The flash names one of the console's own messages, so a link from
+	// elsewhere cannot put words on the page.
+	v.Flash = flashes[r.URL.Query().Get("flash")]
 	return v
 }
 
