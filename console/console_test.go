@@ -69,6 +69,10 @@ func TestBadInput(t *testing.T) {
 	require.Contains(t, body, "no such job")
 	code, _ = get(t, h, "/nowhere")
 	require.Equal(t, http.StatusNotFound, code)
+	// A link cannot put its own words on a page.
+	code, body = get(t, h, "/?flash=Your+session+expired%2C+sign+in+at+evil.example")
+	require.Equal(t, http.StatusOK, code)
+	require.NotContains(t, body, "evil.example")
 }
 
 // Without EnableActions the console only reads: the replay and pool
