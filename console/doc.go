@@ -111,6 +111,9 @@
 //   - A tenant-scoped chart counts the tenant's jobs accepted in the last two
 //     hours (at most 20,000), read through its keys, rather than visiting
 //     every tenant's finished jobs.
-//   - Oldest runnable ages take the first index entry of each (queue,
-//     tenant, priority) in use: exact, and bounded by tenants × priorities.
+//   - The overview's oldest runnable age per queue comes from the same
+//     bounded index scan as the runnable count: exact while the count is
+//     under Config.CountCap, and shown as a bound ("≥") past it. The
+//     tenants page gives each (queue, tenant)'s exact age from the first
+//     index entry of each priority in use, bounded by its fifty rows.
 package console
