@@ -6,6 +6,8 @@
 #   make lint      golangci-lint, pinned below, built into ./bin on first use
 #   make vet       go vet
 #   make demo      services, then the invoice pipeline end to end (go run ./examples/demo)
+#   make console   services, the demo (its data in schema llmq_demo), then the operator
+#                  web console on it at http://$(CONSOLE_ADDR)/ (CONSOLEFLAGS adds flags)
 #   make chaos     services, then the production acceptance suite (CHAOSFLAGS adds flags)
 #   make quickstart  services, then go run ./examples/quickstart
 #   make bench     services, then all benchmarks (BENCHFLAGS adds flags)
@@ -19,6 +21,8 @@ GO ?= go
 TESTFLAGS ?=
 BENCHFLAGS ?=
 CHAOSFLAGS ?=
+CONSOLEFLAGS ?=
+CONSOLE_ADDR ?= 127.0.0.1:8080
 
 GOLANGCI_LINT_VERSION := v2.15.0
 BIN_DIR := $(CURDIR)/bin
@@ -28,7 +32,7 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 AMQP_URL ?= amqp://guest:guest@127.0.0.1:5672/
 export DATABASE_URL AMQP_URL
 
-.PHONY: all check-tracked services test lint golangci-lint vet demo chaos quickstart bench fmt clean
+.PHONY: all check-tracked services test lint golangci-lint vet demo console chaos quickstart bench fmt clean
 
 all: test
 
@@ -59,6 +63,15 @@ vet:
 
 demo: services
 	$(GO) run ./examples/demo
+
+# The demo leaves its jobs, attempts, events, pool and usage in schema
+# llmq_demo; the console serves them read-only on loopback until Ctrl-C
+# (CONSOLEFLAGS=-actions to try replays), opening a browser where one is.
+console: services
+	$(GO) run ./examples/demo -schema llmq_demo
+	$(GO) build -o $(BIN_DIR)/llmq ./cmd/llmq
+	@( sleep 2; command -v xdg-open >/dev/null 2>&1 && xdg-open "http://$(CONSOLE_ADDR)/" >/dev/null 2>&1 || true ) &
+	$(BIN_DIR)/llmq console -schema llmq_demo -addr $(CONSOLE_ADDR) $(CONSOLEFLAGS)
 
 # The faults, the load and the invariants of examples/chaos (doc.go); a
 # few minutes by default, -duration/-rate/-workers/-broker/-seed to change.

@@ -126,6 +126,7 @@ commands:
                                          capacity and drain time of a backlog under provider limits
   prune [--dry-run] [--succeeded D] [--failed-terminal D] [...]
                                          delete (or count) what retention says is due
+  console [-addr A] [-tenant T] [-actions]  the operator web console (read-only without -actions)
   version                                this build's llmq version
 
 aliases: inspect = jobs inspect, dead-letter = dead.
@@ -182,6 +183,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runPlan(ctx, args[1:], stdout, stderr)
 	case "prune":
 		err = runPrune(ctx, args[1:], stdout, stderr)
+	case "console":
+		err = runConsole(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, llmq.Version)
 	default:

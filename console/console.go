@@ -1,0 +1,214 @@
+package console
+
+import (
+	"cmp"
+	"crypto/rand"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/llmq/llmq/admission"
+	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/internal/validate"
+	"github.com/llmq/llmq/jobs"
+)
+
+//go:embed queries.sql
+var queriesSQL string
+
+//go:embed templates/*.html static/*
+var assets embed.FS
+
+// DBTX is what the console reads and writes through: a *pgxpool.Pool in
+// practice (the console runs each read on its own, never in a caller's
+// transaction).
+type DBTX = jobs.DBTX
+
+// Defaults of Config's zero values.
+const (
+	DefaultRefreshInterval = 5 * time.Second
+	DefaultScanLimit       = 20_000
+	DefaultCountCap        = 10_000
+	DefaultPageSize        = 50
+)
+
+// Config configures the console. DB is required; every other zero value
+// means the documented default.
+type Config struct {
+	// DB is the database holding the llmq schema. Required.
+	DB DBTX
+	// Schema holds the llmq tables. Default "llmq".
+	Schema string
+	// Tenant scopes the console to one tenant: every page, count, chart
+	// and action sees only that tenant's jobs and usage, and the pages
+	// about shared infrastructure (provider pools' live state, runners,
+	// relays, the outbox) are left out. Empty means every tenant (an
+	// operator's console).
+	Tenant string
+	// BasePath is where the host mounts the handler, such as "/console";
+	// links are built under it and it is stripped from request paths.
+	// Default "" (the root).
+	BasePath string
+	// EnableActions allows the console's writes: replaying dead-lettered
+	// and REVIEW_REQUIRED jobs, and (without Tenant) changing provider
+	// pools' limits. Default false: the console only reads.
+	EnableActions bool
+	// Actor names the person behind a request, as the host's own
+	// authentication established it; the console records it with every
+	// action (a replay's replayed_by, a log line for a pool change).
+	// Required when EnableActions is set; an action whose Actor returns ""
+	// is refused (403).
+	Actor func(r *http.Request) string
+	// CSRFKey signs the anti-CSRF tokens of action forms. Replicas behind
+	// one load balancer need the same key. Default: 32 random bytes drawn
+	// by New (tokens then last as long as the process).
+	CSRFKey []byte
+	// RefreshInterval is how often pages refresh their live parts. Default
+	// 5s; negative turns refreshing off.
+	RefreshInterval time.Duration
+	// ScanLimit bounds the rows a listing reads per request; a page that
+	// fills up within it ends with a "continue" link. Default 20,000.
+	ScanLimit int
+	// CountCap is where counts stop: a count that reaches it shows as
+	// "10,000+". Default 10,000.
+	CountCap int
+	// Queues names queues to show even before they have had work. The
+	// console also finds every queue that has had work by itself.
+	Queues []string
+	// Logger receives the actions taken and the errors served. Nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Handler is the console. It is an http.Handler safe for concurrent use.
+type Handler struct {
+	cfg     Config
+	q       dbsql.Queries
+	store   *jobs.PostgresStore
+	limiter *admission.Postgres
+	pages   map[string]*template.Template
+	static  http.Handler
+	mux     *http.ServeMux
+}
+
+// ErrInvalidConfig is wrapped by New's errors.
+var ErrInvalidConfig = errors.New("console: invalid config")
+
+func invalidConfig(field, problem string) error {
+	return fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, problem)
+}
+
+// New validates cfg and returns the console's handler.
+func New(cfg Config) (http.Handler, error) {
+	return newHandler(cfg)
+}
+
+func newHandler(cfg Config) (*Handler, error) {
+	cfg, err := withDefaults(cfg)
+	if err != nil {
+		return nil, err
+	}
+	schema, q, err := dbsql.Prepare(cfg.Schema, queriesSQL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Schema: %w", ErrInvalidConfig, err)
+	}
+	cfg.Schema = schema.Name()
+	store, err := jobs.NewStore(jobs.Config{Schema: cfg.Schema})
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	limiter, err := admission.NewPostgres(cfg.DB, admission.Config{Schema: cfg.Schema, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	pages, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	h := &Handler{cfg: cfg, q: q, store: store, limiter: limiter, pages: pages}
+	h.static = http.FileServerFS(assets)
+	h.routes()
+	return h, nil
+}
+
+func withDefaults(cfg Config) (Config, error) {
+	switch {
+	case cfg.DB == nil:
+		return cfg, invalidConfig("DB", "is required")
+	case cfg.EnableActions && cfg.Actor == nil:
+		return cfg, invalidConfig("Actor", "is required when EnableActions is set: actions are recorded with who took them")
+	case cfg.ScanLimit < 0 || cfg.CountCap < 0:
+		return cfg, invalidConfig("ScanLimit/CountCap", "must not be negative")
+	case cfg.BasePath != "" && (!strings.HasPrefix(cfg.BasePath, "/") || strings.HasSuffix(cfg.BasePath, "/")):
+		return cfg, invalidConfig("BasePath", fmt.Sprintf("%q must start with / and not end with one (such as /console)", cfg.BasePath))
+	case len(cfg.CSRFKey) > 0 && len(cfg.CSRFKey) < 16:
+		return cfg, invalidConfig("CSRFKey", "must hold at least 16 bytes")
+	}
+	if cfg.Tenant != "" {
+		if p := validate.Text(cfg.Tenant, true, jobs.MaxTenantLen); p != "" {
+			return cfg, invalidConfig("Tenant", p)
+		}
+	}
+	for _, q := range cfg.Queues {
+		if !validName(q, jobs.MaxQueueLen) {
+			return cfg, invalidConfig("Queues", fmt.Sprintf("%q is not a queue name", q))
+		}
+	}
+	if len(cfg.CSRFKey) == 0 {
+		cfg.CSRFKey = make([]byte, 32)
+		if _, err := rand.Read(cfg.CSRFKey); err != nil {
+			return cfg, fmt.Errorf("console: drawing a CSRF key: %w", err)
+		}
+	}
+	cfg.RefreshInterval = cmp.Or(cfg.RefreshInterval, DefaultRefreshInterval)
+	cfg.ScanLimit = cmp.Or(cfg.ScanLimit, DefaultScanLimit)
+	cfg.CountCap = cmp.Or(cfg.CountCap, DefaultCountCap)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	return cfg, nil
+}
+
+func (h *Handler) routes() {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /{$}", h.page("overview", h.overview))
+	m.HandleFunc("GET /tenants", h.page("tenants", h.tenants))
+	m.HandleFunc("GET /jobs", h.page("jobs", h.jobList))
+	m.HandleFunc("GET /jobs/{id}", h.page("job", h.jobPage))
+	m.HandleFunc("POST /jobs/{id}/replay", h.action(h.replay))
+	m.HandleFunc("GET /dead", h.page("dead", h.deadList))
+	m.HandleFunc("GET /pools", h.page("pools", h.poolsPage))
+	m.HandleFunc("POST /pools/{name}", h.action(h.setPool))
+	m.Handle("GET /static/", h.static)
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		h.fail(w, r, &httpError{status: http.StatusNotFound, msg: "no such page: " + r.URL.Path})
+	})
+	h.mux = m
+}
+
+// ServeHTTP serves the console's pages under Config.BasePath.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.BasePath != "" {
+		rest, ok := strings.CutPrefix(r.URL.Path, h.cfg.BasePath)
+		if !ok || (rest != "" && !strings.HasPrefix(rest, "/")) {
+			http.NotFound(w, r)
+			return
+		}
+		if rest == "" {
+			http.Redirect(w, r, h.cfg.BasePath+"/", http.StatusMovedPermanently)
+			return
+		}
+		r2 := r.Clone(r.Context())
+		r2.URL.Path = rest
+		r2.URL.RawPath = ""
+		r = r2
+	}
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("X-Frame-Options", "DENY")
+	w.Header().Set("Referrer-Policy", "same-origin")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'")
+	h.mux.ServeHTTP(w, r)
+}

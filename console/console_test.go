@@ -1,0 +1,379 @@
+package console_test
+
+import (
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/console"
+)
+
+// Every page answers 200 with what it is about.
+func TestPagesRender(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	h := f.console(t, console.Config{})
+	for path, want := range map[string][]string{
+		"/":                                {"Live work by queue", "extraction", "Finished per minute", "Unpublished events", "worker-a", "outbox relay"},
+		"/tenants":                         {"acme", "globex", "Running / cap"},
+		"/jobs":                            {"invoice.extract", "webhook.deliver", "acme", "globex"},
+		"/jobs?state=FAILED_TERMINAL":      {"FAILED_TERMINAL", "permanent"},
+		"/dead":                            {"Dead letters", "FAILED_TERMINAL", "provider answered 400"},
+		"/dead?state=REVIEW_REQUIRED":      {"REVIEW_REQUIRED", "the total does not match"},
+		"/pools":                           {"openai-gpt", "Usage and cost per tenant per day", "acme"},
+		"/jobs/" + f.dead["acme"].String(): {"FAILED_TERMINAL", "permanent", "worker-a", "uncertain", "invoice.extract.dead_lettered"},
+	} {
+		code, body := get(t, h, path)
+		require.Equal(t, http.StatusOK, code, path)
+		for _, w := range want {
+			require.Contains(t, body, w, path)
+		}
+		require.NotContains(t, body, "csrf_token", "%s: a read-only console has no action forms", path)
+	}
+}
+
+// Bad input is refused with a 400 (or 404 for what does not exist) whose
+// message names the field, and nothing is queried with it.
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	h := f.console(t, console.Config{})
+	for target, want := range map[string]string{
+		"/jobs?state=DONE":                       "state: ",
+		"/jobs?queue=no%20spaces":                "queue: ",
+		"/jobs?kind=" + strings.Repeat("k", 101): "kind: ",
+		"/jobs?tenant=%00x":                      "tenant: ",
+		"/jobs?from=yesterday":                   "from: ",
+		"/jobs?to=2026-13-01":                    "to: ",
+		"/jobs?from=2026-02-01&to=2026-01-01":    "to: must be after from",
+		"/jobs?limit=0":                          "limit: ",
+		"/jobs?limit=x":                          "limit: ",
+		"/jobs?before=not-a-uuid":                "before: ",
+		"/jobs/12345":                            "id: ",
+		"/dead?state=SUCCEEDED":                  "state: ",
+		"/dead?at=x":                             "at: ",
+		"/?fragment=nope":                        "fragment: ",
+		"/?fragment=../x":                        "fragment: ",
+	} {
+		code, body := get(t, h, target)
+		require.Equal(t, http.StatusBadRequest, code, target)
+		require.Contains(t, body, want, target)
+	}
+	code, body := get(t, h, "/jobs/"+uuid.NewString())
+	require.Equal(t, http.StatusNotFound, code)
+	require.Contains(t, body, "no such job")
+	code, _ = get(t, h, "/nowhere")
+	require.Equal(t, http.StatusNotFound, code)
+	// A link cannot put its own words on a page.
+	code, body = get(t, h, "/?flash=Your+session+expired%2C+sign+in+at+evil.example")
+	require.Equal(t, http.StatusOK, code)
+	require.NotContains(t, body, "evil.example")
+}
+
+// Without EnableActions the console only reads: the replay and pool
+// forms are absent and their endpoints refuse.
+func TestReadOnlyByDefault(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	s := &session{t: t, h: f.console(t, console.Config{})}
+	_, body := s.get("/jobs/" + f.dead["acme"].String())
+	require.NotContains(t, body, "replay-form")
+	rec := s.post("/jobs/"+f.dead["acme"].String()+"/replay", url.Values{"reason": {"x"}}, nil)
+	require.Equal(t, http.StatusForbidden, rec.Code)
+	require.Contains(t, rec.Body.String(), "read-only")
+	rec = s.post("/pools/openai-gpt", url.Values{"rpm": {"1"}}, nil)
+	require.Equal(t, http.StatusForbidden, rec.Code)
+	f.requireNoReplay(t, f.dead["acme"])
+}
+
+// An action without the page's CSRF token, with another's token, or sent
+// from another site is refused, and writes nothing.
+func TestCSRFRefusal(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	h := f.console(t, console.Config{EnableActions: true})
+	target := "/jobs/" + f.dead["acme"].String() + "/replay"
+	user := http.Header{"X-Test-User": {"ops@example.com"}}
+
+	s := &session{t: t, h: h}
+	_, body := s.get("/jobs/" + f.dead["acme"].String())
+	token := csrfFrom(t, body)
+	other := &session{t: t, h: h}
+	_, otherBody := other.get("/jobs/" + f.dead["acme"].String())
+	otherToken := csrfFrom(t, otherBody)
+	require.NotEqual(t, token, otherToken)
+
+	noCookie := &session{t: t, h: h}
+	for name, c := range map[string]struct {
+		s      *session
+		form   url.Values
+		header http.Header
+		want   string
+	}{
+		"no token":        {s, url.Values{"reason": {"r"}}, user, "no CSRF token"},
+		"another's token": {s, url.Values{"reason": {"r"}, "csrf_token": {otherToken}}, user, "does not match"},
+		"no cookie":       {noCookie, url.Values{"reason": {"r"}, "csrf_token": {token}}, user, "no CSRF cookie"},
+		"cross-site":      {s, url.Values{"reason": {"r"}, "csrf_token": {token}}, http.Header{"X-Test-User": user["X-Test-User"], "Sec-Fetch-Site": {"cross-site"}}, "another site"},
+		"foreign origin":  {s, url.Values{"reason": {"r"}, "csrf_token": {token}}, http.Header{"X-Test-User": user["X-Test-User"], "Origin": {"https://evil.example"}}, "another origin"},
+	} {
+		rec := c.s.post(target, c.form, c.header)
+		require.Equal(t, http.StatusForbidden, rec.Code, name)
+		require.Contains(t, rec.Body.String(), "csrf: ", name)
+		require.Contains(t, rec.Body.String(), c.want, name)
+	}
+	// Who is acting must be known.
+	rec := s.post(target, url.Values{"reason": {"r"}, "csrf_token": {token}}, nil)
+	require.Equal(t, http.StatusForbidden, rec.Code)
+	require.Contains(t, rec.Body.String(), "actor: ")
+	f.requireNoReplay(t, f.dead["acme"])
+}
+
+// A replay creates a new job linked to the dead one, recording who and
+// why; repeating it returns that job; "again" makes another. The dead job
+// is unchanged. A missing reason is a 400 naming it.
+func TestReplay(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	h := f.console(t, console.Config{EnableActions: true})
+	s := &session{t: t, h: h}
+	dead := f.dead["globex"]
+	before, err := f.store.Lookup(t.Context(), f.pool, dead)
+	require.NoError(t, err)
+	_, body := s.get("/jobs/" + dead.String())
+	token := csrfFrom(t, body)
+	user := http.Header{"X-Test-User": {"ops@example.com"}}
+	target := "/jobs/" + dead.String() + "/replay"
+
+	rec := s.post(target, url.Values{"csrf_token": {token}}, user)
+	require.Equal(t, http.StatusBadRequest, rec.Code)
+	require.Contains(t, rec.Body.String(), "reason: ")
+	f.requireNoReplay(t, dead)
+
+	first := replayed(t, s.post(target, url.Values{"csrf_token": {token}, "reason": {"provider fixed"}}, user))
+	job, err := f.store.Lookup(t.Context(), f.pool, first)
+	require.NoError(t, err)
+	require.Equal(t, dead, job.ReplayOf)
+	require.Equal(t, "ops@example.com", job.ReplayedBy)
+	require.Equal(t, "provider fixed", job.ReplayReason)
+	require.Equal(t, "globex", job.Tenant)
+
+	again := replayed(t, s.post(target, url.Values{"csrf_token": {token}, "reason": {"double click"}}, user))
+	require.Equal(t, first, again, "a second replay returns the first")
+	another := replayed(t, s.post(target, url.Values{"csrf_token": {token}, "reason": {"once more"}, "again": {"on"}}, user))
+	require.NotEqual(t, first, another)
+
+	after, err := f.store.Lookup(t.Context(), f.pool, dead)
+	require.NoError(t, err)
+	require.Equal(t, before.StateVersion, after.StateVersion, "the dead job is unchanged")
+
+	_, page := s.get("/jobs/" + dead.String())
+	require.Contains(t, page, "Replayed as")
+	require.Contains(t, page, first.String())
+	_, page = s.get("/jobs/" + first.String())
+	require.Contains(t, page, "ops@example.com")
+	require.Contains(t, page, "provider fixed")
+
+	// A job that is not finished cannot be replayed.
+	rec = s.post("/jobs/"+f.running.String()+"/replay", url.Values{"csrf_token": {token}, "reason": {"x"}}, user)
+	require.Equal(t, http.StatusConflict, rec.Code)
+}
+
+var replayTarget = regexp.MustCompile(`/jobs/([0-9a-f-]{36})\?flash=`)
+
+func replayed(t *testing.T, rec interface {
+	Result() *http.Response
+}) uuid.UUID {
+	t.Helper()
+	res := rec.Result()
+	defer res.Body.Close()
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	m := replayTarget.FindStringSubmatch(res.Header.Get("Location"))
+	require.NotNil(t, m, res.Header.Get("Location"))
+	return uuid.MustParse(m[1])
+}
+
+func (f *fixture) requireNoReplay(t *testing.T, id uuid.UUID) {
+	t.Helper()
+	var n int
+	require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT count(*) FROM "+f.schema+".jobs WHERE replay_of = $1", id).Scan(&n))
+	require.Zero(t, n, "no replay was written")
+}
+
+// A console mounted for one tenant shows nothing of another: not its
+// jobs, rows, usage or dead letters; another tenant's job is not found,
+// cannot be replayed, and filtering for it is refused.
+func TestTenantIsolation(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	h := f.console(t, console.Config{Tenant: "acme", EnableActions: true})
+	s := &session{t: t, h: h}
+	for _, path := range []string{"/", "/tenants", "/jobs", "/jobs?state=FAILED_TERMINAL", "/dead", "/dead?state=REVIEW_REQUIRED",
+		"/pools", "/jobs/" + f.dead["acme"].String(), "/?fragment=live", "/tenants?fragment=rows"} {
+		code, body := s.get(path)
+		require.Equal(t, http.StatusOK, code, path)
+		require.NotContains(t, body, "globex", path)
+		require.NotContains(t, body, f.dead["globex"].String(), path)
+		require.NotContains(t, body, "openai-gpt", "%s: pools are shared infrastructure", path)
+	}
+	for _, path := range []string{"/", "/?fragment=live"} {
+		_, body := s.get(path)
+		require.NotContains(t, body, "worker-a", "%s: runners are shared infrastructure", path)
+		require.NotContains(t, body, "Unpublished events", "%s: the outbox is shared infrastructure", path)
+	}
+	_, body := s.get("/jobs")
+	require.Contains(t, body, "acme")
+	for _, path := range []string{"/jobs/" + f.dead["globex"].String(), "/jobs/" + f.review["globex"].String()} {
+		code, _ := s.get(path)
+		require.Equal(t, http.StatusNotFound, code, path)
+	}
+	for _, path := range []string{"/jobs?tenant=globex", "/dead?tenant=globex", "/tenants?tenant=globex"} {
+		code, _ := s.get(path)
+		require.Equal(t, http.StatusForbidden, code, path)
+	}
+	_, page := s.get("/jobs/" + f.dead["acme"].String())
+	token := csrfFrom(t, page)
+	user := http.Header{"X-Test-User": {"acme-admin"}}
+	rec := s.post("/jobs/"+f.dead["globex"].String()+"/replay", url.Values{"csrf_token": {token}, "reason": {"x"}}, user)
+	require.Equal(t, http.StatusNotFound, rec.Code)
+	f.requireNoReplay(t, f.dead["globex"])
+	rec = s.post("/pools/openai-gpt", url.Values{"csrf_token": {token}, "rpm": {"1"}}, user)
+	require.Equal(t, http.StatusForbidden, rec.Code)
+	// Its own dead letter it may replay.
+	replayed(t, s.post("/jobs/"+f.dead["acme"].String()+"/replay", url.Values{"csrf_token": {token}, "reason": {"ours"}}, user))
+}
+
+// With actions on, an operator changes a pool's limits; bad values are a
+// 400 naming the field and change nothing.
+func TestPoolEdit(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	s := &session{t: t, h: f.console(t, console.Config{EnableActions: true})}
+	_, body := s.get("/pools")
+	token := csrfFrom(t, body)
+	user := http.Header{"X-Test-User": {"ops"}}
+	for field, value := range map[string]string{"rpm": "fast", "tpm": "-1", "max_in_flight": "0", "token_burst": "1e9"} {
+		rec := s.post("/pools/openai-gpt", url.Values{"csrf_token": {token}, field: {value}}, user)
+		require.Equal(t, http.StatusBadRequest, rec.Code, field)
+		norm := func(s string) string { return strings.ReplaceAll(strings.ToLower(s), "_", "") }
+		require.Contains(t, norm(rec.Body.String()), norm(field)+": ", field)
+	}
+	rec := s.post("/pools/none", url.Values{"csrf_token": {token}, "rpm": {"5"}}, user)
+	require.Equal(t, http.StatusNotFound, rec.Code)
+	rec = s.post("/pools/openai-gpt", url.Values{"csrf_token": {token}, "rpm": {"1200"}, "max_in_flight": {"16"}}, user)
+	require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
+	var rpm, inFlight int
+	require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT rpm, max_in_flight FROM "+f.schema+".admission_pools WHERE name = 'openai-gpt'").Scan(&rpm, &inFlight))
+	require.Equal(t, 1200, rpm)
+	require.Equal(t, 16, inFlight)
+}
+
+// Listings page with cursors; a filter that matches little stops at the
+// scan limit and offers to continue, and continuing finds the rest.
+func TestPagination(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	h := f.console(t, console.Config{ScanLimit: 3})
+	seen := map[string]bool{}
+	next := "/jobs?limit=2"
+	for pages := 0; next != ""; pages++ {
+		require.Less(t, pages, 20, next)
+		code, body := get(t, h, next)
+		require.Equal(t, http.StatusOK, code, next)
+		for _, m := range jobLink.FindAllStringSubmatch(body, -1) {
+			seen[m[1]] = true
+		}
+		next = nextLink(body)
+	}
+	require.Len(t, seen, 14, "every job once")
+
+	// The two FAILED_TERMINAL jobs (one per tenant), found across windows.
+	dead := map[string]bool{}
+	next = "/jobs?state=FAILED_TERMINAL"
+	for pages := 0; next != ""; pages++ {
+		require.Less(t, pages, 20)
+		_, body := get(t, h, next)
+		if pages == 0 {
+			require.Contains(t, body, "scan limit")
+		}
+		for _, m := range jobLink.FindAllStringSubmatch(body, -1) {
+			dead[m[1]] = true
+		}
+		next = nextLink(body)
+	}
+	require.Equal(t, map[string]bool{f.dead["acme"].String(): true, f.dead["globex"].String(): true}, dead)
+
+	// One tenant's listing walks that tenant's keys only.
+	_, body := get(t, h, "/jobs?tenant=acme&kind=webhook.deliver")
+	require.Len(t, jobLink.FindAllStringSubmatch(body, -1), 1)
+}
+
+var (
+	jobLink  = regexp.MustCompile(`href="/jobs/([0-9a-f-]{36})"`)
+	nextHref = regexp.MustCompile(`<a href="(/(?:jobs|dead)\?[^"]*)">(?:Older|Continue)`)
+)
+
+func nextLink(body string) string {
+	m := nextHref.FindStringSubmatch(body)
+	if m == nil {
+		return ""
+	}
+	return strings.ReplaceAll(m[1], "&amp;", "&")
+}
+
+// A fragment request answers only that part of the page, for the
+// refreshing script.
+func TestFragment(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	h := f.console(t, console.Config{})
+	code, body := get(t, h, "/?fragment=live")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "Live work by queue")
+	require.NotContains(t, body, "<html")
+	code, body = get(t, h, "/jobs/"+f.dead["acme"].String()+"?fragment=detail")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "Attempts")
+	require.NotContains(t, body, "<header")
+}
+
+// New refuses a config it cannot serve, naming the field.
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	for field, cfg := range map[string]console.Config{
+		"DB":       {},
+		"Actor":    {DB: f.pool, EnableActions: true},
+		"Schema":   {DB: f.pool, Schema: "bad schema"},
+		"BasePath": {DB: f.pool, BasePath: "console/"},
+		"Tenant":   {DB: f.pool, Tenant: "a\x00b"},
+		"CSRFKey":  {DB: f.pool, CSRFKey: []byte("short")},
+		"Queues":   {DB: f.pool, Queues: []string{"no spaces"}},
+	} {
+		_, err := console.New(cfg)
+		require.ErrorIs(t, err, console.ErrInvalidConfig, field)
+		require.Contains(t, err.Error(), field, field)
+	}
+}
+
+// Mounted under a base path, links and cookies stay under it.
+func TestBasePath(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	h := f.console(t, console.Config{BasePath: "/ops/console", EnableActions: true, Actor: func(*http.Request) string { return "ops" }})
+	mux := http.NewServeMux()
+	mux.Handle("/ops/console/", h)
+	mux.Handle("/ops/console", h)
+	code, body := get(t, mux, "/ops/console/jobs")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `href="/ops/console/jobs/`)
+	require.Contains(t, body, `href="/ops/console/static/console.css"`)
+	code, _ = get(t, mux, "/ops/console/static/console.js")
+	require.Equal(t, http.StatusOK, code)
+	code, _ = get(t, mux, "/ops/console")
+	require.Equal(t, http.StatusMovedPermanently, code)
+}

@@ -1,0 +1,119 @@
+// Package console is llmq's operator web console: an http.Handler that a
+// host mounts behind its own authentication, serving server-rendered pages
+// (html/template, one small embedded script and stylesheet, no build step)
+// about the jobs, tenants, dead letters and provider pools of one llmq
+// schema.
+//
+//	h, err := console.New(console.Config{
+//		DB:       pool,                // *pgxpool.Pool on the llmq schema's database
+//		BasePath: "/ops/console",
+//		// Actions are off unless asked for, and need to know who acts:
+//		EnableActions: true,
+//		Actor: func(r *http.Request) string { return currentUser(r).Email },
+//	})
+//	mux.Handle("/ops/console/", requireOperator(h))
+//
+// `llmq console -addr 127.0.0.1:8080` serves it against DATABASE_URL and
+// -schema, like the other commands (-tenant, -actions, -actor, -refresh).
+//
+// # Pages
+//
+//   - Overview: live work by queue (runnable, scheduled, running, oldest
+//     runnable job), jobs finished per minute over the last hour by
+//     terminal state (an inline SVG chart), the outbox's unpublished
+//     backlog and publication lag, the workers holding live leases, the
+//     holders of admission permits, and the outbox relay's and the
+//     retention service's leases.
+//   - Tenants: per queue and tenant, the backlog, running jobs against the
+//     cap, the weight, the oldest runnable job and the jobs accepted (and
+//     finished) in the last hour.
+//   - Jobs: filtered by queue, kind, tenant, state and creation time, newest
+//     first, with cursor pagination. A job's page shows its attempt
+//     timeline (outcome, class, fence, worker, duration, tokens, uncertain),
+//     its outbox events, its result or error, and its replay lineage.
+//   - Dead letters and review: FAILED_TERMINAL and REVIEW_REQUIRED jobs,
+//     most recently finished first; a job's page offers the replay.
+//   - Admission: each provider pool's buckets, in-flight permits, cooldown
+//     and limits (editable with actions on), and usage and cost per tenant
+//     per day over two weeks (a chart, ten tenants a page).
+//
+// Pages refresh their live parts without a reload: the script polls the
+// page's own URL with ?fragment=NAME every Config.RefreshInterval (5s)
+// while the tab is visible and swaps the part in.
+//
+// # Guarantees
+//
+//   - Read-only by default. Without Config.EnableActions every write
+//     endpoint answers 403 and no page carries a form that writes. With it,
+//     the console writes only through the packages' public APIs:
+//     jobs.Store.Replay and admission.Postgres.SetPool.
+//   - Tenant scoping. With Config.Tenant set, every statement the console
+//     runs is restricted to that tenant (its jobs through the tenant's own
+//     key ranges, its usage rows, its tenant_queues rows): another tenant's
+//     job is "not found" (404) exactly like a job that does not exist, a
+//     filter naming another tenant is refused (403), and replaying another
+//     tenant's job finds nothing. Shared infrastructure, which carries other
+//     tenants' activity (provider pools' live state, workers, relays, the
+//     outbox), is not shown, and pools cannot be changed. Without Tenant the
+//     console is an operator's: every tenant's data.
+//   - CSRF protection. Every action is a POST carrying a token that is the
+//     HMAC (Config.CSRFKey, random per process by default) of a random,
+//     HttpOnly, SameSite=Strict cookie the console set; a missing or
+//     mismatched token or cookie, a request the browser labels cross-site
+//     (Sec-Fetch-Site) or an Origin of another host is refused with 403
+//     before anything is read or written. Pages are sent with a
+//     Content-Security-Policy allowing only the console's own script and
+//     stylesheet, X-Frame-Options DENY and Cache-Control no-store.
+//   - Actions are recorded with who and why. Who is Config.Actor(r), the
+//     name the host's authentication established; an action without one is
+//     refused (403). A replay needs a reason; both are stored on the new job
+//     (replayed_by, replay_reason) by jobs.Store.Replay, which leaves the
+//     dead job unchanged and is idempotent per job: a repeated submission
+//     (a double click, a retried request) returns the first replay, and only
+//     ticking "again" makes another. A pool change is logged (Config.Logger)
+//     with the actor and the new limits; the pool row keeps no history.
+//   - Bad input is refused with 400 and a message naming the field (state,
+//     queue, kind, tenant, from, to, limit, before, at, id, fragment,
+//     reason, rpm, ...), before any statement runs with it.
+//   - Bounded cost. Every page answers from index reads whose size does not
+//     grow with history: counts stop at Config.CountCap (shown as "10,000+"),
+//     listings read at most Config.ScanLimit rows per request and then offer
+//     to continue from where they stopped, and nothing counts a whole table.
+//     queries.sql gives each statement's index reasoning; a plan test checks
+//     that no generic plan scans jobs, job_keys, job_attempts, the outbox or
+//     the usage ledger whole. Measured with 1,000,000 jobs (BenchmarkPages),
+//     every page answers well within 150 ms of server time.
+//
+// # Tests
+//
+// The handler tests run against PostgreSQL (a schema per test). The
+// browser tests drive Debian's chromium headless through chromedp: every
+// page loads without a console error (CSP violations included) and
+// refreshes its live parts, a filter and a replay work through the forms,
+// and each page's screenshot is written to the test's temp dir or to
+// $LLMQ_CONSOLE_SCREENSHOTS. Chromium is a test dependency like
+// PostgreSQL: scripts/services (make test's first step) installs it when
+// missing, and without it the browser tests fail saying how to get it
+// (LLMQ_CHROMIUM names another binary; LLMQ_SKIP_BROWSER=1 skips them on
+// purpose, saying so).
+//
+// # Decisions
+//
+//   - Listings are ordered by job id (UUIDv7, so by acceptance time), and the
+//     time filter is an id range: the primary key and job_keys' (tenant, id)
+//     serve every filter, with the scan limit keeping rare filters cheap.
+//     Dead letters and reviews are ordered by finish time through
+//     jobs_finished_idx; one tenant's walk its keys instead.
+//   - A job's events are found in the outbox's primary-key range between
+//     its creation and its end (event ids are UUIDv7), because the outbox
+//     deliberately has no index on aggregate_id. Published events are pruned
+//     after their retention, so old jobs show none.
+//   - A tenant-scoped chart counts the tenant's jobs accepted in the last two
+//     hours (at most 20,000), read through its keys, rather than visiting
+//     every tenant's finished jobs.
+//   - The overview's oldest runnable age per queue comes from the same
+//     bounded index scan as the runnable count: exact while the count is
+//     under Config.CountCap, and shown as a bound ("≥") past it. The
+//     tenants page gives each (queue, tenant)'s exact age from the first
+//     index entry of each priority in use, bounded by its fifty rows.
+package console

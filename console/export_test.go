@@ -1,0 +1,22 @@
+package console
+
+// QueryForTest returns the rendered statement name of a handler built by
+// New, for the plan tests.
+func QueryForTest(h any, name string) string { return handler(h).q.Must(name) }
+
+func handler(h any) *Handler {
+	hh, ok := h.(*Handler)
+	if !ok {
+		panic("console: not a console handler")
+	}
+	return hh
+}
+
+// QueryNamesForTest lists the statements of queries.sql.
+func QueryNamesForTest(h any) []string {
+	var names []string
+	for name := range handler(h).q {
+		names = append(names, name)
+	}
+	return names
+}

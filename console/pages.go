@@ -1,0 +1,512 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/llmq/llmq/admission"
+	"github.com/llmq/llmq/jobs"
+)
+
+type overviewData struct {
+	Queues   []queueRow
+	Minutes  []minuteCounts
+	Chart    barChart
+	Finished struct{ Succeeded, Failed, Reviewed int64 }
+	Outbox   outboxLag
+	Runners  []runner
+	Permits  []permitHolder
+	Services []serviceLease
+	System   bool // the infrastructure panels are shown (not tenant-scoped)
+}
+
+func (h *Handler) overview(ctx context.Context, _ *http.Request, v *view) error {
+	v.Title = "Overview"
+	d := &overviewData{System: h.cfg.Tenant == ""}
+	v.Data = d
+	names, err := h.queueNames(ctx)
+	if err != nil {
+		return err
+	}
+	if d.Queues, err = h.queueCounts(ctx, names); err != nil {
+		return err
+	}
+	if d.Minutes, err = h.finishedPerMinute(ctx, v.Now); err != nil {
+		return err
+	}
+	for _, m := range d.Minutes {
+		d.Finished.Succeeded += m.Succeeded
+		d.Finished.Failed += m.Failed
+		d.Finished.Reviewed += m.Reviewed
+	}
+	d.Chart = minuteChart(d.Minutes)
+	if !d.System {
+		return nil
+	}
+	if d.Outbox, err = h.outboxLag(ctx); err != nil {
+		return err
+	}
+	if d.Runners, err = h.runners(ctx); err != nil {
+		return err
+	}
+	if d.Permits, err = h.permitHolders(ctx); err != nil {
+		return err
+	}
+	d.Services, err = h.serviceLeases(ctx)
+	return err
+}
+
+type tenantsData struct {
+	Rows      []tenantRow
+	Filter    string
+	NextQuery template.URL
+}
+
+func (h *Handler) tenants(ctx context.Context, r *http.Request, v *view) error {
+	v.Title = "Tenants"
+	q := r.URL.Query()
+	d := &tenantsData{Filter: q.Get("tenant")}
+	v.Data = d
+	f, err := h.parseFilter(url.Values{"tenant": {d.Filter}})
+	if err != nil {
+		return err
+	}
+	rows, err := h.tenantRows(ctx, f.Tenant, q.Get("after_queue"), q.Get("after_tenant"), DefaultPageSize+1)
+	if err != nil {
+		return err
+	}
+	if len(rows) > DefaultPageSize {
+		rows = rows[:DefaultPageSize]
+		last := rows[len(rows)-1]
+		d.NextQuery = template.URL(url.Values{"tenant": {d.Filter}, "after_queue": {last.Queue}, "after_tenant": {last.Tenant}}.Encode()) // #nosec G203 -- built by url.Values.Encode
+	}
+	d.Rows = rows
+	return nil
+}
+
+type listData struct {
+	Filter     jobFilter
+	Jobs       []jobSummary
+	NextQuery  template.URL // the next page's query string; "" on the last
+	Window     bool         // the page ended at the scan limit, not at a full page
+	ScanLimitN int64
+	Path       string // the page's path under the base, for its links
+	States     []jobs.State
+	Queues     []string
+}
+
+func (h *Handler) jobList(ctx context.Context, r *http.Request, v *view) error {
+	v.Title = "Jobs"
+	f, err := h.parseFilter(r.URL.Query())
+	d := &listData{Filter: f, ScanLimitN: int64(h.cfg.ScanLimit), Path: "jobs", States: jobs.States()}
+	v.Data = d
+	if err != nil {
+		return err
+	}
+	if d.Queues, err = h.queueNames(ctx); err != nil {
+		return err
+	}
+	return h.listByID(ctx, r, f, f.States, d)
+}
+
+// listByID fills d with a page of jobs newest first (by id, so by
+// acceptance), filtered by f and states, from the "before" cursor of r;
+// extra pairs go into the next page's query.
+func (h *Handler) listByID(ctx context.Context, r *http.Request, f jobFilter, states []string, d *listData, extra ...string) error {
+	before := maxUUID
+	var err error
+	if s := r.URL.Query().Get("before"); s != "" {
+		if before, err = parseID("before", s); err != nil {
+			return err
+		}
+	}
+	if !f.To.IsZero() {
+		if to := uuidAt(f.To); bytesLess(to, before) {
+			before = to
+		}
+	}
+	after := uuid.Nil
+	if !f.From.IsZero() {
+		after = uuidAt(f.From)
+	}
+	if states == nil {
+		states = []string{}
+	}
+	var page []jobSummary
+	if f.Tenant != "" {
+		page, err = h.summaries(ctx, "listing jobs", "ListTenantJobs", states, f.Kind, f.Queue, before, after, h.cfg.ScanLimit, f.Limit+1, f.Tenant)
+	} else {
+		page, err = h.summaries(ctx, "listing jobs", "ListJobs", states, f.Kind, f.Queue, before, after, h.cfg.ScanLimit, f.Limit+1)
+	}
+	if err != nil {
+		return err
+	}
+	if len(page) > f.Limit {
+		d.Jobs = page[:f.Limit]
+		d.NextQuery = f.query(append(extra, "before", page[f.Limit-1].ID.String())...)
+		return nil
+	}
+	d.Jobs = page
+	end, ok, err := h.scanEnd(ctx, f, before, after)
+	if err != nil || !ok {
+		return err
+	}
+	d.Window = true
+	d.NextQuery = f.query(append(extra, "before", end.String())...)
+	return nil
+}
+
+// scanEnd returns the last id of a listing's scan window, or false when
+// the window reached the end of the range.
+func (h *Handler) scanEnd(ctx context.Context, f jobFilter, before, after uuid.UUID) (uuid.UUID, bool, error) {
+	query, args := h.q.Must("ListScanEnd"), []any{before, after, h.cfg.ScanLimit}
+	if f.Tenant != "" {
+		query, args = h.q.Must("ListTenantScanEnd"), append(args, f.Tenant)
+	}
+	var id uuid.UUID
+	err := h.cfg.DB.QueryRow(ctx, query, args...).Scan((*[16]byte)(&id))
+	if isNoRows(err) {
+		return uuid.Nil, false, nil
+	}
+	if err != nil {
+		return uuid.Nil, false, fmt.Errorf("console: listing jobs: %w", err)
+	}
+	return id, true, nil
+}
+
+func bytesLess(a, b uuid.UUID) bool {
+	return slices.Compare(a[:], b[:]) < 0
+}
+
+type deadData struct {
+	listData
+	State        string
+	ByAcceptance bool // ordered by acceptance (one tenant's), not by finish
+}
+
+var (
+	farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+	farPast   = time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+func (h *Handler) deadList(ctx context.Context, r *http.Request, v *view) error {
+	v.Title = "Dead letters and review"
+	q := r.URL.Query()
+	f, err := h.parseFilter(q)
+	d := &deadData{listData: listData{Filter: f, ScanLimitN: int64(h.cfg.ScanLimit), Path: "dead"}, State: string(jobs.StateFailedTerminal)}
+	v.Data = d
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(f.States) > 1 || (len(f.States) == 1 && f.States[0] != string(jobs.StateFailedTerminal) && f.States[0] != string(jobs.StateReviewRequired)):
+		return badInput("state", "use FAILED_TERMINAL or REVIEW_REQUIRED")
+	case len(f.States) == 1:
+		d.State = f.States[0]
+	}
+	d.Filter.States = nil
+	if f.Tenant != "" {
+		// One tenant's: walk its keys newest first (job_keys), not every
+		// tenant's finished jobs, whose entries would each cost a heap visit
+		// to find the tenant. The order is then by acceptance.
+		d.ByAcceptance = true
+		f.States = nil
+		return h.listByID(ctx, r, f, []string{d.State}, &d.listData, "state", d.State)
+	}
+	at, before := farFuture, maxUUID
+	if s := q.Get("at"); s != "" {
+		if at, err = time.Parse(time.RFC3339Nano, s); err != nil {
+			return badInput("at", "is not a cursor this page wrote")
+		}
+		if before, err = parseID("before", q.Get("before")); err != nil {
+			return err
+		}
+	}
+	if !f.To.IsZero() && f.To.Before(at) {
+		at, before = f.To, uuid.Nil
+	}
+	from := farPast
+	if !f.From.IsZero() {
+		from = f.From
+	}
+	page, err := h.summaries(ctx, "listing "+d.State, "ListFinished", d.State, at, before, h.cfg.ScanLimit, f.Tenant, f.Queue, f.Kind, from, f.Limit+1)
+	if err != nil {
+		return err
+	}
+	if len(page) > f.Limit {
+		last := page[f.Limit-1]
+		d.Jobs = page[:f.Limit]
+		d.NextQuery = d.Filter.query("state", d.State, "at", last.FinishedAt.Format(time.RFC3339Nano), "before", last.ID.String())
+		return nil
+	}
+	d.Jobs = page
+	var (
+		endAt time.Time
+		endID uuid.UUID
+	)
+	err = h.cfg.DB.QueryRow(ctx, h.q.Must("FinishedScanEnd"), d.State, at, before, h.cfg.ScanLimit, from).Scan(&endAt, (*[16]byte)(&endID))
+	if isNoRows(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("console: listing %s: %w", d.State, err)
+	}
+	d.Window = true
+	d.NextQuery = d.Filter.query("state", d.State, "at", endAt.Format(time.RFC3339Nano), "before", endID.String())
+	return nil
+}
+
+type jobData struct {
+	Job         *jobs.Job
+	Attempts    []attemptView
+	Events      []event
+	Ancestors   []jobSummary
+	Children    []jobSummary
+	TimelineEnd time.Time
+	Replayable  bool
+	ResultJSON  string
+	PayloadJSON string
+}
+
+// attemptView is an attempt with its duration, for the timeline.
+type attemptView struct {
+	jobs.Attempt
+	Duration time.Duration
+	Live     bool
+	Bar      timelineBar
+}
+
+func (h *Handler) findJob(ctx context.Context, id uuid.UUID) (*jobs.Job, error) {
+	if h.cfg.Tenant != "" {
+		return h.store.Get(ctx, h.cfg.DB, h.cfg.Tenant, id)
+	}
+	return h.store.Lookup(ctx, h.cfg.DB, id)
+}
+
+func (h *Handler) jobPage(ctx context.Context, r *http.Request, v *view) error {
+	v.Title = "Job"
+	id, err := parseID("id", r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	job, err := h.findJob(ctx, id)
+	if err != nil {
+		return err
+	}
+	d := &jobData{Job: job, ResultJSON: indentJSON(job.Result), PayloadJSON: indentJSON(job.Payload)}
+	v.Data = d
+	v.Title = "Job " + job.ID.String()
+	d.Replayable = job.State == jobs.StateFailedTerminal || job.State == jobs.StateReviewRequired || job.State == jobs.StateCancelled
+	attempts, err := h.store.Attempts(ctx, h.cfg.DB, job.Tenant, job.ID)
+	if err != nil {
+		return err
+	}
+	d.Attempts = timeline(attempts, v.Now)
+	for _, a := range d.Attempts {
+		if end := a.StartedAt.Add(a.Duration); end.After(d.TimelineEnd) {
+			d.TimelineEnd = end
+		}
+	}
+	if d.Events, err = h.jobEvents(ctx, job); err != nil {
+		return err
+	}
+	if d.Ancestors, err = h.summaries(ctx, "replay lineage", "ReplayAncestors", job.ID, job.Tenant); err != nil {
+		return err
+	}
+	d.Children, err = h.summaries(ctx, "replay lineage", "ReplayChildren", job.ID, job.Tenant)
+	return err
+}
+
+func (h *Handler) replay(w http.ResponseWriter, r *http.Request, actor string) error {
+	id, err := parseID("id", r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	reason := r.PostFormValue("reason")
+	if reason == "" {
+		return badInput("reason", "is required: say why the job runs again (it is recorded with the replay)")
+	}
+	again := r.PostFormValue("again") == "on"
+	job, err := h.findJob(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	res, err := h.store.Replay(r.Context(), h.cfg.DB, jobs.ReplayParams{Tenant: job.Tenant, JobID: id, By: actor, Reason: reason, Again: again})
+	if err != nil {
+		return err
+	}
+	flash := "replayed"
+	if res.Existing {
+		flash = "replayed-before"
+	}
+	h.cfg.Logger.InfoContext(r.Context(), "console: replay", "actor", actor, "job", id, "tenant", job.Tenant,
+		"replay", res.Job.ID, "existing", res.Existing, "again", again, "reason", reason)
+	target := h.cfg.BasePath + "/jobs/" + res.Job.ID.String() + "?" + url.Values{"flash": {flash}}.Encode()
+	http.Redirect(w, r, target, http.StatusSeeOther)
+	return nil
+}
+
+type poolsData struct {
+	Pools  []admission.PoolState
+	Usage  []usageDay
+	Chart  barChart
+	Legend []legendEntry
+	Totals []usageTotal
+	System bool
+	Days   int
+	// Metric is what the chart stacks: "cost", or "tokens" when no pool
+	// has prices; ChartMax is its highest day, written out.
+	Metric   string
+	ChartMax string
+	// NextTenants is the last tenant of this page when more follow.
+	NextTenants string
+	NextQuery   template.URL
+}
+
+// cutUsagePage keeps the first usageTenants tenants of rows read with one
+// more, and names the last kept tenant when there are more.
+func cutUsagePage(rows []usageDay) ([]usageDay, string) {
+	seen := 0
+	for i, u := range rows {
+		if i == 0 || rows[i-1].Tenant != u.Tenant {
+			seen++
+		}
+		if seen > usageTenants {
+			return rows[:i], rows[i-1].Tenant
+		}
+	}
+	return rows, ""
+}
+
+// usageTotal is one tenant's usage over the chart's days.
+type usageTotal struct {
+	Tenant                          string
+	Attempts, Uncertain             int64
+	InputTokens, OutputTokens, Cost int64
+}
+
+const usageDays = 14
+
+func (h *Handler) poolsPage(ctx context.Context, r *http.Request, v *view) error {
+	v.Title = "Admission pools"
+	d := &poolsData{System: h.cfg.Tenant == "", Days: usageDays}
+	v.Data = d
+	var err error
+	if d.System {
+		if d.Pools, err = h.limiter.Pools(ctx); err != nil {
+			return err
+		}
+	}
+	to := v.Now.UTC()
+	from := to.AddDate(0, 0, -(usageDays - 1))
+	after := r.URL.Query().Get("after")
+	if len(after) > 200 {
+		return badInput("after", "is not a cursor this page wrote")
+	}
+	if d.Usage, err = h.usageByDay(ctx, after, from, to); err != nil {
+		return err
+	}
+	if d.Usage, d.NextTenants = cutUsagePage(d.Usage); d.NextTenants != "" {
+		d.NextQuery = template.URL(url.Values{"after": {d.NextTenants}}.Encode()) // #nosec G203 -- url.Values.Encode escapes
+	}
+	d.Totals = usageTotals(d.Usage)
+	var cost int64
+	for _, t := range d.Totals {
+		cost += t.Cost
+	}
+	// Without prices the ledger records no cost: chart the tokens instead.
+	d.Metric = "cost"
+	value, format := func(u usageDay) int64 { return u.Cost }, formatMicro
+	if cost == 0 {
+		d.Metric = "tokens"
+		value, format = func(u usageDay) int64 { return u.InputTokens + u.OutputTokens }, formatCount
+	}
+	d.Chart, d.Legend = usageChart(d.Usage, from, usageDays, value, format)
+	d.ChartMax = format(d.Chart.Max)
+	return nil
+}
+
+func usageTotals(days []usageDay) []usageTotal {
+	var out []usageTotal
+	for _, u := range days {
+		if len(out) == 0 || out[len(out)-1].Tenant != u.Tenant {
+			out = append(out, usageTotal{Tenant: u.Tenant})
+		}
+		t := &out[len(out)-1]
+		t.Attempts += u.Attempts
+		t.Uncertain += u.Uncertain
+		t.InputTokens += u.InputTokens
+		t.OutputTokens += u.OutputTokens
+		t.Cost += u.Cost
+	}
+	return out
+}
+
+func (h *Handler) setPool(w http.ResponseWriter, r *http.Request, actor string) error {
+	if h.cfg.Tenant != "" {
+		return &httpError{status: http.StatusForbidden, msg: "pools are shared by every tenant: a tenant's console cannot change them"}
+	}
+	name := r.PathValue("name")
+	pools, err := h.limiter.Pools(r.Context())
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(pools, func(p admission.PoolState) bool { return p.Name == name })
+	if i < 0 {
+		return &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("no pool named %q", truncate(60, name))}
+	}
+	p, err := poolFromForm(r, pools[i].Pool)
+	if err != nil {
+		return err
+	}
+	if err := h.limiter.SetPool(r.Context(), p); err != nil {
+		return err
+	}
+	h.cfg.Logger.InfoContext(r.Context(), "console: pool limits changed", "actor", actor, "pool", name,
+		"rpm", p.RPM, "tpm", p.TPM, "max_in_flight", p.MaxInFlight, "request_burst", p.RequestBurst, "token_burst", p.TokenBurst,
+		"input_price", p.InputPrice, "output_price", p.OutputPrice)
+	target := h.cfg.BasePath + "/pools?" + url.Values{"flash": {"pool-updated"}}.Encode()
+	http.Redirect(w, r, target, http.StatusSeeOther)
+	return nil
+}
+
+type intField struct {
+	field string
+	dst   *int64
+}
+
+// poolFromForm reads a pool's limits from the edit form; a field left
+// empty keeps the pool's current value.
+func poolFromForm(r *http.Request, p admission.Pool) (admission.Pool, error) {
+	rpm, inFlight, reqBurst := int64(p.RPM), int64(p.MaxInFlight), int64(p.RequestBurst)
+	ints := []intField{
+		{"rpm", &rpm}, {"tpm", &p.TPM}, {"max_in_flight", &inFlight}, {"request_burst", &reqBurst},
+		{"token_burst", &p.TokenBurst}, {"input_price", &p.InputPrice}, {"output_price", &p.OutputPrice},
+	}
+	for _, f := range ints {
+		s := r.PostFormValue(f.field)
+		if s == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 || n > 1<<40 {
+			return p, badInput(f.field, fmt.Sprintf("%q is not a whole number from 0 to %d", truncate(20, s), int64(1)<<40))
+		}
+		*f.dst = n
+	}
+	if rpm > 1<<31-1 || inFlight > 1<<31-1 || reqBurst > 1<<31-1 {
+		return p, badInput("rpm", "rpm, max_in_flight and request_burst must fit in 32 bits")
+	}
+	p.RPM, p.MaxInFlight, p.RequestBurst = int(rpm), int(inFlight), int(reqBurst)
+	p.ChargeReserved = r.PostFormValue("charge_reserved") == "on"
+	p.RefundUncertain = r.PostFormValue("refund_uncertain") == "on"
+	return p, nil
+}

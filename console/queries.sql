@@ -1,0 +1,394 @@
+-- The console's reads that the packages' public APIs lack. Every statement
+-- here must answer in milliseconds however many jobs the schema holds: each
+-- reads through an index, counts stop at a cap (a LIMIT inside the count,
+-- shown as "cap+"), and listings read at most a bounded window of index
+-- entries per request (a scan limit), handing out a cursor to continue. No
+-- statement counts a whole table. $-parameters named "tenant" are '' for
+-- every tenant; a tenant-scoped console always passes its tenant.
+
+-- name: Queues
+-- The queues that have had work, from tenant_queues (one row per queue and
+-- tenant). A loose index scan of its primary key (queue, tenant): one
+-- index probe per distinct queue, however many tenants each has.
+WITH RECURSIVE q AS (
+    (SELECT queue FROM /*schema*/tenant_queues ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT t.queue FROM /*schema*/tenant_queues AS t WHERE t.queue > q.queue ORDER BY t.queue LIMIT 1)
+    FROM q
+    WHERE q.queue IS NOT NULL
+)
+SELECT queue FROM q WHERE queue IS NOT NULL LIMIT 200;
+
+-- name: TenantQueues
+-- The queues one tenant has had work in. tenant_queues has no index led by
+-- tenant; it holds one small row per (queue, tenant), so this reads the
+-- table, whose size follows queues × tenants, never jobs.
+SELECT queue FROM /*schema*/tenant_queues WHERE tenant = $1 ORDER BY queue LIMIT 200;
+
+-- name: QueueCounts
+-- Per queue ($1): runnable, scheduled and running jobs, each counted up to
+-- $2 (a LIMIT inside the count), and the earliest eligibility time among
+-- the runnable entries counted. The waiting counts read
+-- jobs_tenant_claim_idx (queue, tenant, priority, available_at, id;
+-- partial on the waiting states) index-only, the running count
+-- jobs_running_tenant_idx (queue, tenant; partial on RUNNING): at most $2
+-- index entries each. The earliest time comes from the same scan as the
+-- runnable count, so it costs nothing more: it is the queue's oldest
+-- runnable job when the count stayed under $2 (every runnable entry was
+-- read), and otherwise a bound (the oldest is at least that old), which
+-- the page says. Exact per-tenant ages are on the tenants page.
+SELECT q.queue, r.n, r.oldest,
+    (SELECT count(*) FROM (
+        SELECT 1 FROM /*schema*/jobs AS j
+        WHERE j.queue = q.queue AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at > now()
+        LIMIT $2) AS c),
+    (SELECT count(*) FROM (
+        SELECT 1 FROM /*schema*/jobs AS j
+        WHERE j.queue = q.queue AND j.state = 'RUNNING'
+        LIMIT $2) AS c)
+FROM unnest($1::text[]) AS q (queue)
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n, min(c.available_at) AS oldest FROM (
+        SELECT j.available_at FROM /*schema*/jobs AS j
+        WHERE j.queue = q.queue AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at <= now()
+        LIMIT $2) AS c
+) AS r
+ORDER BY q.queue;
+
+-- name: QueueCountsTenant
+-- QueueCounts for one tenant ($3): every count is an equality range of
+-- (queue, tenant) in the same indexes.
+SELECT q.queue, r.n, r.oldest,
+    (SELECT count(*) FROM (
+        SELECT 1 FROM /*schema*/jobs AS j
+        WHERE j.queue = q.queue AND j.tenant = $3::text
+            AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at > now()
+        LIMIT $2) AS c),
+    (SELECT count(*) FROM (
+        SELECT 1 FROM /*schema*/jobs AS j
+        WHERE j.queue = q.queue AND j.tenant = $3::text AND j.state = 'RUNNING'
+        LIMIT $2) AS c)
+FROM unnest($1::text[]) AS q (queue)
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n, min(c.available_at) AS oldest FROM (
+        SELECT j.available_at FROM /*schema*/jobs AS j
+        WHERE j.queue = q.queue AND j.tenant = $3::text
+            AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at <= now()
+        LIMIT $2) AS c
+) AS r
+ORDER BY q.queue;
+
+-- name: FinishedPerMinute
+-- Jobs finished per minute and terminal state over the last $1 minutes,
+-- each count stopping at $2. Reads jobs_finished_idx (state, finished_at;
+-- partial on finished jobs): one range per (minute, state), at most $2
+-- entries each, index-only where the visibility map allows.
+SELECT m.minute, s.state,
+    (SELECT count(*) FROM (
+        SELECT 1 FROM /*schema*/jobs AS j
+        WHERE j.state = s.state AND j.finished_at IS NOT NULL
+            AND j.finished_at >= m.minute AND j.finished_at < m.minute + interval '1 minute'
+        LIMIT $2) AS c)
+FROM generate_series(date_trunc('minute', now()) - ($1::int - 1) * interval '1 minute',
+        date_trunc('minute', now()), interval '1 minute') AS m (minute)
+CROSS JOIN unnest(ARRAY['SUCCEEDED', 'FAILED_TERMINAL', 'REVIEW_REQUIRED']) AS s (state)
+ORDER BY 1, 2;
+
+-- name: FinishedPerMinuteTenant
+-- FinishedPerMinute for one tenant ($2), without visiting other tenants'
+-- jobs: the tenant's jobs accepted since $3 (a UUIDv7 bound on job_keys'
+-- primary key (tenant, id), newest first, at most $4 of them), each read
+-- through jobs' primary key, counted by the minute they finished in the
+-- last $1 minutes. A job accepted before $3 that finished in the window is
+-- not counted: the page says the chart covers recent acceptances.
+SELECT date_trunc('minute', j.finished_at), j.state, count(*)
+FROM (
+    SELECT k.id FROM /*schema*/job_keys AS k
+    WHERE k.tenant = $2::text AND k.id >= $3::uuid
+    ORDER BY k.id DESC
+    LIMIT $4
+) AS k
+JOIN /*schema*/jobs AS j ON j.id = k.id
+WHERE j.finished_at >= date_trunc('minute', now()) - ($1::int - 1) * interval '1 minute'
+    AND j.state IN ('SUCCEEDED', 'FAILED_TERMINAL', 'REVIEW_REQUIRED')
+GROUP BY 1, 2
+ORDER BY 1, 2;
+
+-- name: OutboxLag
+-- The unpublished backlog, counted up to $1 through outbox_pending_idx
+-- (seq; partial on unpublished events), and the age of its oldest event:
+-- the first entry of the same index.
+SELECT
+    (SELECT count(*) FROM (SELECT 1 FROM /*schema*/outbox WHERE published_at IS NULL LIMIT $1) AS c),
+    coalesce(extract(epoch FROM now() - (
+        SELECT created_at FROM /*schema*/outbox WHERE published_at IS NULL ORDER BY seq LIMIT 1)), 0)::float8;
+
+-- name: Runners
+-- Workers holding live leases: RUNNING jobs whose lease has not expired,
+-- grouped by holder. Reads jobs_lease_expiry_idx (lease_until; partial on
+-- RUNNING) from now on, at most $1 entries: running jobs are bounded by the
+-- workers' slots, not by the backlog.
+SELECT lease_owner, count(*), max(attempted_at), max(lease_until)
+FROM (
+    SELECT lease_owner, attempted_at, lease_until
+    FROM /*schema*/jobs
+    WHERE state = 'RUNNING' AND lease_until > now()
+    LIMIT $1
+) AS r
+GROUP BY lease_owner
+ORDER BY lease_owner;
+
+-- name: PermitHolders
+-- Live admission permits by holder and pool. admission_permits holds only
+-- unreleased permits (a pool's in-flight calls), so it stays small.
+SELECT holder, pool, count(*), max(expires_at)
+FROM /*schema*/admission_permits
+WHERE expires_at > now()
+GROUP BY holder, pool
+ORDER BY holder, pool
+LIMIT 500;
+
+-- name: ServiceLeases
+-- The outbox relays' leader lease and the retention service's lease: one
+-- row each.
+-- A released lease holds '-infinity', which reads as NULL here.
+SELECT 'outbox relay', holder, epoch, CASE WHEN isfinite(lease_until) THEN lease_until END, acquired_at, lease_until > now()
+FROM /*schema*/outbox_relay_lease
+UNION ALL
+SELECT 'retention', holder, NULL, CASE WHEN isfinite(lease_until) THEN lease_until END, acquired_at, lease_until > now()
+FROM /*schema*/retention_lease;
+
+-- name: TenantRows
+-- A page of (queue, tenant) rows from tenant_queues in key order after
+-- ($2, $3), $4 rows, with the limits that apply (the tenant's own, else the
+-- defaults' row ''), the waiting and running counts (each up to $5, read as
+-- in QueueCounts), the oldest runnable job, and the jobs accepted since $6
+-- (a UUIDv7 lower bound: job_keys' primary key (tenant, id) read
+-- index-only, up to $5) and how many of the latest $7 of those finished
+-- (a primary-key probe of jobs per key): the last two per tenant, over all
+-- its queues, since job_keys does not hold the queue. $1 narrows it to one
+-- tenant.
+SELECT tq.queue, tq.tenant, tq.idle,
+    coalesce(own.weight, d.weight, 1), coalesce(own.max_running, d.max_running, 0), own.tenant IS NOT NULL,
+    (SELECT count(*) FROM (
+        SELECT 1 FROM /*schema*/jobs AS j
+        WHERE j.queue = tq.queue AND j.tenant = tq.tenant
+            AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at <= now()
+        LIMIT $5) AS c),
+    (SELECT count(*) FROM (
+        SELECT 1 FROM /*schema*/jobs AS j
+        WHERE j.queue = tq.queue AND j.tenant = tq.tenant
+            AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at > now()
+        LIMIT $5) AS c),
+    (SELECT count(*) FROM (
+        SELECT 1 FROM /*schema*/jobs AS j
+        WHERE j.queue = tq.queue AND j.tenant = tq.tenant AND j.state = 'RUNNING'
+        LIMIT $5) AS c),
+    -- The oldest runnable job: within one (queue, tenant, priority) prefix
+    -- of jobs_tenant_claim_idx the first entry has the lowest available_at,
+    -- so a loose index scan over the priorities the tenant has waiting work
+    -- in (one probe per priority present, plus one) finds it exactly,
+    -- whatever the tenant's backlog.
+    (WITH RECURSIVE pr (priority, available_at) AS (
+            (SELECT j.priority, j.available_at FROM /*schema*/jobs AS j
+                WHERE j.queue = tq.queue AND j.tenant = tq.tenant AND j.state IN ('READY', 'RETRY_SCHEDULED')
+                ORDER BY j.priority, j.available_at LIMIT 1)
+            UNION ALL
+            SELECT n.priority, n.available_at FROM pr CROSS JOIN LATERAL (
+                SELECT j.priority, j.available_at FROM /*schema*/jobs AS j
+                WHERE j.queue = tq.queue AND j.tenant = tq.tenant AND j.state IN ('READY', 'RETRY_SCHEDULED')
+                    AND j.priority > pr.priority
+                ORDER BY j.priority, j.available_at LIMIT 1) AS n)
+        SELECT min(available_at) FILTER (WHERE available_at <= now()) FROM pr),
+    (SELECT count(*) FROM (
+        SELECT 1 FROM /*schema*/job_keys AS k
+        WHERE k.tenant = tq.tenant AND k.id >= $6::uuid
+        LIMIT $5) AS c),
+    (SELECT count(*) FROM (
+        SELECT 1 FROM (
+            SELECT k.id FROM /*schema*/job_keys AS k
+            WHERE k.tenant = tq.tenant AND k.id >= $6::uuid
+            ORDER BY k.id DESC
+            LIMIT $7) AS k
+        JOIN /*schema*/jobs AS j ON j.id = k.id
+        WHERE j.finished_at IS NOT NULL) AS c)
+FROM /*schema*/tenant_queues AS tq
+LEFT JOIN /*schema*/tenant_limits AS own ON own.tenant = tq.tenant
+LEFT JOIN /*schema*/tenant_limits AS d ON d.tenant = ''
+WHERE ($1::text = '' OR tq.tenant = $1::text)
+    AND (tq.queue, tq.tenant) > ($2::text, $3::text)
+ORDER BY tq.queue, tq.tenant
+LIMIT $4;
+
+-- fragment: summary_columns
+-- What a listing shows of a job; scanned by scanSummary in this order.
+id, tenant, kind, queue, priority, state, attempt, max_attempts, created_at, finished_at,
+error_class, last_error, replay_of
+
+-- name: ListJobs
+-- Every tenant's jobs newest first, filtered by states ($1), kind ($2) and
+-- queue ($3), below the cursor id $4 and at or above id $5 (UUIDv7 ids
+-- order by creation time, so the time filter is an id range). The inner
+-- query walks jobs' primary key backwards and stops after $6 rows, the
+-- scan limit: a filter matching few jobs costs at most $6 rows, not the
+-- table. The outer LIMIT ($7) stops as soon as the page is full; the inner
+-- query's order is kept, so no sort runs. When the page comes back short,
+-- ListScanEnd tells where the window ended, to continue from there.
+SELECT /*summary_columns j*/
+FROM (
+    SELECT * FROM /*schema*/jobs
+    WHERE id < $4::uuid AND id >= $5::uuid
+    ORDER BY id DESC
+    LIMIT $6
+) AS j
+WHERE (cardinality($1::text[]) = 0 OR j.state = ANY ($1::text[]))
+    AND ($2::text = '' OR j.kind = $2::text)
+    AND ($3::text = '' OR j.queue = $3::text)
+ORDER BY j.id DESC
+LIMIT $7;
+
+-- name: ListScanEnd
+-- The last id of ListJobs' scan window (the $3-th id below $1 and at or
+-- above $2), read index-only from jobs' primary key; none when the window
+-- reached the end.
+SELECT id FROM /*schema*/jobs
+WHERE id < $1::uuid AND id >= $2::uuid
+ORDER BY id DESC
+OFFSET $3 - 1
+LIMIT 1;
+
+-- name: ListTenantJobs
+-- ListJobs for one tenant ($8): the window walks job_keys' primary key
+-- (tenant, id) backwards, index-only, and each job is read through jobs'
+-- primary key (a LATERAL, so the window's order is kept and the outer
+-- LIMIT stops the probes).
+SELECT /*summary_columns j*/
+FROM (
+    SELECT k.id FROM /*schema*/job_keys AS k
+    WHERE k.tenant = $8::text AND k.id < $4::uuid AND k.id >= $5::uuid
+    ORDER BY k.id DESC
+    LIMIT $6
+) AS k
+CROSS JOIN LATERAL (SELECT * FROM /*schema*/jobs AS jj WHERE jj.id = k.id) AS j
+WHERE (cardinality($1::text[]) = 0 OR j.state = ANY ($1::text[]))
+    AND ($2::text = '' OR j.kind = $2::text)
+    AND ($3::text = '' OR j.queue = $3::text)
+ORDER BY k.id DESC
+LIMIT $7;
+
+-- name: ListTenantScanEnd
+-- ListScanEnd for ListTenantJobs' window ($4 is the tenant).
+SELECT id FROM /*schema*/job_keys
+WHERE tenant = $4::text AND id < $1::uuid AND id >= $2::uuid
+ORDER BY id DESC
+OFFSET $3 - 1
+LIMIT 1;
+
+-- name: ListFinished
+-- Jobs in the terminal state $1 (the dead letters, or the jobs awaiting
+-- review), most recently finished first, before the cursor ($2, $3) in
+-- (finished_at, id) order. The window walks jobs_finished_idx (state,
+-- finished_at) backwards from $2 and stops after $4 entries; a batch of
+-- completions shares one finished_at, which the id breaks (an incremental
+-- sort over the few equal entries). Filters: tenant $5, queue $6, kind $7,
+-- finished at or after $8; the page is $9 rows.
+SELECT /*summary_columns j*/
+FROM (
+    SELECT * FROM /*schema*/jobs
+    WHERE state = $1::text AND finished_at IS NOT NULL
+        AND finished_at <= $2::timestamptz AND finished_at >= $8::timestamptz
+        AND (finished_at < $2::timestamptz OR id < $3::uuid)
+    ORDER BY finished_at DESC, id DESC
+    LIMIT $4
+) AS j
+WHERE ($5::text = '' OR j.tenant = $5::text)
+    AND ($6::text = '' OR j.queue = $6::text)
+    AND ($7::text = '' OR j.kind = $7::text)
+ORDER BY j.finished_at DESC, j.id DESC
+LIMIT $9;
+
+-- name: FinishedScanEnd
+-- The last entry of ListFinished's window, to continue from.
+SELECT finished_at, id FROM /*schema*/jobs
+WHERE state = $1::text AND finished_at IS NOT NULL
+    AND finished_at <= $2::timestamptz AND finished_at >= $5::timestamptz
+    AND (finished_at < $2::timestamptz OR id < $3::uuid)
+ORDER BY finished_at DESC, id DESC
+OFFSET $4 - 1
+LIMIT 1;
+
+-- name: JobEvents
+-- A job's outbox events. The outbox has no index on aggregate_id (by
+-- design, see outbox/queries.sql); its event ids are UUIDv7, written when
+-- the event is, so the job's events lie in the primary-key range from just
+-- before the job was created ($2) to just after it finished ($3). The
+-- range is read in order and stops after $4 events, whatever else was
+-- written meanwhile.
+SELECT event_id, event_type, topic, created_at, published_at, attempts, coalesce(last_error, '')
+FROM (
+    SELECT * FROM /*schema*/outbox
+    WHERE event_id >= $2::uuid AND event_id <= $3::uuid
+    ORDER BY event_id
+    LIMIT $4
+) AS o
+WHERE aggregate_id = $1::uuid
+ORDER BY seq
+LIMIT 100;
+
+-- name: ReplayAncestors
+-- The jobs a job was replayed from, nearest first: a primary-key probe per
+-- step, at most 20 steps, never across tenants.
+WITH RECURSIVE up AS (
+    SELECT j.replay_of AS id, 1 AS depth
+    FROM /*schema*/jobs AS j
+    WHERE j.id = $1::uuid AND j.tenant = $2::text
+    UNION ALL
+    SELECT j.replay_of, up.depth + 1
+    FROM up
+    JOIN /*schema*/jobs AS j ON j.id = up.id AND j.tenant = $2::text
+    WHERE up.depth < 20
+)
+SELECT /*summary_columns j*/
+FROM up
+JOIN /*schema*/jobs AS j ON j.id = up.id AND j.tenant = $2::text
+ORDER BY up.depth;
+
+-- name: ReplayChildren
+-- The jobs replayed from a job, oldest first, through jobs_replay_of_idx
+-- (replay_of; partial on replays).
+SELECT /*summary_columns j*/
+FROM /*schema*/jobs AS j
+WHERE j.replay_of = $1::uuid AND j.tenant = $2::text
+ORDER BY j.id
+LIMIT 50;
+
+-- name: UsageByDay
+-- The usage ledger per tenant and UTC day from $2 to $3, for a page of $4
+-- tenants after $1 in name order. The ledger's key is (tenant, day, pool,
+-- shard): a loose index scan finds each next tenant with one probe, and
+-- each tenant's days are a range of that key, so a page reads its tenants'
+-- rows only, however many tenants the ledger holds.
+WITH RECURSIVE t AS (
+    (SELECT tenant FROM /*schema*/admission_usage WHERE tenant > $1::text ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT u.tenant FROM /*schema*/admission_usage AS u
+            WHERE u.tenant > t.tenant ORDER BY u.tenant LIMIT 1)
+    FROM t
+    WHERE t.tenant IS NOT NULL
+),
+tenants AS (SELECT tenant FROM t WHERE tenant IS NOT NULL LIMIT $4)
+SELECT t.tenant, u.day, sum(u.attempts)::bigint, sum(u.uncertain_attempts)::bigint,
+    sum(u.input_tokens)::bigint, sum(u.output_tokens)::bigint, sum(u.cost)::bigint
+FROM tenants AS t
+JOIN /*schema*/admission_usage AS u ON u.tenant = t.tenant AND u.day >= $2::date AND u.day <= $3::date
+GROUP BY t.tenant, u.day
+ORDER BY t.tenant, u.day;
+
+-- name: UsageByDayTenant
+-- UsageByDay for one tenant ($1): a range of the ledger's key.
+SELECT u.tenant, u.day, sum(u.attempts)::bigint, sum(u.uncertain_attempts)::bigint,
+    sum(u.input_tokens)::bigint, sum(u.output_tokens)::bigint, sum(u.cost)::bigint
+FROM /*schema*/admission_usage AS u
+WHERE u.tenant = $1::text AND u.day >= $2::date AND u.day <= $3::date
+GROUP BY u.tenant, u.day
+ORDER BY u.day;

@@ -1,0 +1,381 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/jobs"
+)
+
+// jobSummary is a job as listings show it.
+type jobSummary struct {
+	ID          uuid.UUID
+	Tenant      string
+	Kind        string
+	Queue       string
+	Priority    int
+	State       jobs.State
+	Attempt     int
+	MaxAttempts int
+	CreatedAt   time.Time
+	FinishedAt  time.Time
+	ErrorClass  string
+	LastError   string
+	ReplayOf    uuid.UUID
+}
+
+func scanSummary(row pgx.CollectableRow) (jobSummary, error) {
+	var (
+		s                   jobSummary
+		priority            int16
+		state               string
+		finished            *time.Time
+		errClass, lastError *string
+		replayOf            pgtype.UUID
+	)
+	err := row.Scan((*[16]byte)(&s.ID), &s.Tenant, &s.Kind, &s.Queue, &priority, &state, &s.Attempt, &s.MaxAttempts,
+		&s.CreatedAt, &finished, &errClass, &lastError, &replayOf)
+	s.Priority, s.State = int(priority), jobs.State(state)
+	s.FinishedAt, s.ErrorClass, s.LastError = dbsql.Deref(finished), dbsql.Deref(errClass), truncate(300, dbsql.Deref(lastError))
+	if replayOf.Valid {
+		s.ReplayOf = replayOf.Bytes
+	}
+	return s, err
+}
+
+func (h *Handler) summaries(ctx context.Context, op, name string, args ...any) ([]jobSummary, error) {
+	rows, err := h.cfg.DB.Query(ctx, h.q.Must(name), args...)
+	if err != nil {
+		return nil, fmt.Errorf("console: %s: %w", op, err)
+	}
+	out, err := pgx.CollectRows(rows, scanSummary)
+	if err != nil {
+		return nil, fmt.Errorf("console: %s: %w", op, err)
+	}
+	return out, nil
+}
+
+// queueRow is one queue's live work.
+type queueRow struct {
+	Queue                        string
+	Runnable, Scheduled, Running count
+	OldestRunnable               time.Time
+}
+
+// queueNames returns the queues to show: those that have had work (the
+// scoped tenant's only, when scoped) and Config.Queues.
+func (h *Handler) queueNames(ctx context.Context) ([]string, error) {
+	query, args := h.q.Must("Queues"), []any{}
+	if h.cfg.Tenant != "" {
+		query, args = h.q.Must("TenantQueues"), []any{h.cfg.Tenant}
+	}
+	rows, err := h.cfg.DB.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("console: listing queues: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("console: listing queues: %w", err)
+	}
+	seen := map[string]bool{}
+	for _, n := range names {
+		seen[n] = true
+	}
+	for _, q := range h.cfg.Queues {
+		if !seen[q] {
+			names = append(names, q)
+		}
+	}
+	return names, nil
+}
+
+func (h *Handler) queueCounts(ctx context.Context, queues []string) ([]queueRow, error) {
+	capN := int64(h.cfg.CountCap)
+	query, args := h.q.Must("QueueCounts"), []any{queues, h.cfg.CountCap}
+	if h.cfg.Tenant != "" {
+		query, args = h.q.Must("QueueCountsTenant"), append(args, h.cfg.Tenant)
+	}
+	rows, err := h.cfg.DB.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("console: counting queues: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (queueRow, error) {
+		q := queueRow{Runnable: count{Cap: capN}, Scheduled: count{Cap: capN}, Running: count{Cap: capN}}
+		var oldest *time.Time
+		err := row.Scan(&q.Queue, &q.Runnable.N, &oldest, &q.Scheduled.N, &q.Running.N)
+		q.OldestRunnable = dbsql.Deref(oldest)
+		return q, err
+	})
+}
+
+// minuteCounts is one minute of the finished-jobs chart.
+type minuteCounts struct {
+	Minute                      time.Time
+	Succeeded, Failed, Reviewed int64
+}
+
+const chartMinutes = 60
+
+// chartCap bounds each (minute, state) count of the chart.
+const chartCap = 5000
+
+// tenantChartJobs bounds the jobs a tenant-scoped chart reads.
+const tenantChartJobs = 20_000
+
+func (h *Handler) finishedPerMinute(ctx context.Context, now time.Time) ([]minuteCounts, error) {
+	query, args := h.q.Must("FinishedPerMinute"), []any{chartMinutes, chartCap}
+	if h.cfg.Tenant != "" {
+		// Jobs accepted up to an hour before the chart's window.
+		since := uuidAt(now.Add(-2 * chartMinutes * time.Minute))
+		query, args = h.q.Must("FinishedPerMinuteTenant"), []any{chartMinutes, h.cfg.Tenant, since, tenantChartJobs}
+	}
+	rows, err := h.cfg.DB.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("console: finished per minute: %w", err)
+	}
+	defer rows.Close()
+	out := make([]minuteCounts, chartMinutes)
+	first := now.UTC().Truncate(time.Minute).Add(-(chartMinutes - 1) * time.Minute)
+	for i := range out {
+		out[i].Minute = first.Add(time.Duration(i) * time.Minute)
+	}
+	for rows.Next() {
+		var (
+			minute time.Time
+			state  string
+			n      int64
+		)
+		if err := rows.Scan(&minute, &state, &n); err != nil {
+			return nil, fmt.Errorf("console: finished per minute: %w", err)
+		}
+		i := int(minute.Sub(first) / time.Minute)
+		if i < 0 || i >= len(out) {
+			continue // the database's clock and ours disagree by a minute
+		}
+		m := &out[i]
+		switch jobs.State(state) {
+		case jobs.StateSucceeded:
+			m.Succeeded += n
+		case jobs.StateFailedTerminal:
+			m.Failed += n
+		case jobs.StateReviewRequired:
+			m.Reviewed += n
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("console: finished per minute: %w", err)
+	}
+	return out, nil
+}
+
+// outboxLag is the unpublished backlog.
+type outboxLag struct {
+	Pending count
+	Oldest  time.Duration
+}
+
+func (h *Handler) outboxLag(ctx context.Context) (outboxLag, error) {
+	l := outboxLag{Pending: count{Cap: int64(h.cfg.CountCap)}}
+	var oldest float64
+	if err := h.cfg.DB.QueryRow(ctx, h.q.Must("OutboxLag"), h.cfg.CountCap).Scan(&l.Pending.N, &oldest); err != nil {
+		return l, fmt.Errorf("console: outbox lag: %w", err)
+	}
+	l.Oldest = time.Duration(oldest * float64(time.Second))
+	return l, nil
+}
+
+// runner is a worker holding live leases.
+type runner struct {
+	Worker     string
+	Leases     int64
+	LastClaim  time.Time
+	LeaseUntil time.Time
+}
+
+// permitHolder is a holder of live admission permits in one pool.
+type permitHolder struct {
+	Holder, Pool string
+	Permits      int64
+	ExpiresAt    time.Time
+}
+
+// serviceLease is a singleton service's lease (outbox relay, retention).
+type serviceLease struct {
+	Service    string
+	Holder     string
+	Epoch      int64
+	LeaseUntil time.Time
+	AcquiredAt time.Time
+	Live       bool
+}
+
+func (h *Handler) runners(ctx context.Context) ([]runner, error) {
+	rows, err := h.cfg.DB.Query(ctx, h.q.Must("Runners"), h.cfg.CountCap)
+	if err != nil {
+		return nil, fmt.Errorf("console: runners: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (runner, error) {
+		var (
+			r     runner
+			owner *string
+			last  *time.Time
+		)
+		err := row.Scan(&owner, &r.Leases, &last, &r.LeaseUntil)
+		r.Worker, r.LastClaim = dbsql.Deref(owner), dbsql.Deref(last)
+		return r, err
+	})
+}
+
+func (h *Handler) permitHolders(ctx context.Context) ([]permitHolder, error) {
+	rows, err := h.cfg.DB.Query(ctx, h.q.Must("PermitHolders"))
+	if err != nil {
+		return nil, fmt.Errorf("console: permit holders: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (permitHolder, error) {
+		var p permitHolder
+		err := row.Scan(&p.Holder, &p.Pool, &p.Permits, &p.ExpiresAt)
+		return p, err
+	})
+}
+
+func (h *Handler) serviceLeases(ctx context.Context) ([]serviceLease, error) {
+	rows, err := h.cfg.DB.Query(ctx, h.q.Must("ServiceLeases"))
+	if err != nil {
+		return nil, fmt.Errorf("console: service leases: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (serviceLease, error) {
+		var (
+			s               serviceLease
+			holder          *string
+			epoch           *int64
+			until, acquired *time.Time
+		)
+		err := row.Scan(&s.Service, &holder, &epoch, &until, &acquired, &s.Live)
+		s.Holder, s.Epoch, s.LeaseUntil, s.AcquiredAt = dbsql.Deref(holder), dbsql.Deref(epoch), dbsql.Deref(until), dbsql.Deref(acquired)
+		return s, err
+	})
+}
+
+// tenantRow is one (queue, tenant) of the tenants page.
+type tenantRow struct {
+	Queue, Tenant                string
+	Idle                         bool
+	Weight, MaxRunning           int
+	OwnLimits                    bool
+	Runnable, Scheduled, Running count
+	OldestRunnable               time.Time
+	AcceptedHour, FinishedHour   count
+}
+
+// finishedProbeCap bounds the jobs probed for the tenants page's finished
+// count.
+const finishedProbeCap = 1000
+
+func (h *Handler) tenantRows(ctx context.Context, tenant, afterQueue, afterTenant string, limit int) ([]tenantRow, error) {
+	capN := int64(h.cfg.CountCap)
+	since := uuidAt(time.Now().Add(-time.Hour))
+	rows, err := h.cfg.DB.Query(ctx, h.q.Must("TenantRows"), tenant, afterQueue, afterTenant, limit, h.cfg.CountCap, since, finishedProbeCap)
+	if err != nil {
+		return nil, fmt.Errorf("console: tenants: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (tenantRow, error) {
+		t := tenantRow{Runnable: count{Cap: capN}, Scheduled: count{Cap: capN}, Running: count{Cap: capN},
+			AcceptedHour: count{Cap: capN}, FinishedHour: count{Cap: finishedProbeCap}}
+		var oldest *time.Time
+		err := row.Scan(&t.Queue, &t.Tenant, &t.Idle, &t.Weight, &t.MaxRunning, &t.OwnLimits,
+			&t.Runnable.N, &t.Scheduled.N, &t.Running.N, &oldest, &t.AcceptedHour.N, &t.FinishedHour.N)
+		t.OldestRunnable = dbsql.Deref(oldest)
+		return t, err
+	})
+}
+
+// event is one of a job's outbox events.
+type event struct {
+	ID          uuid.UUID
+	Type, Topic string
+	CreatedAt   time.Time
+	PublishedAt time.Time
+	Attempts    int
+	LastError   string
+}
+
+// eventScanLimit bounds the outbox entries read to find a job's events.
+const eventScanLimit = 50_000
+
+func (h *Handler) jobEvents(ctx context.Context, j *jobs.Job) ([]event, error) {
+	end := j.FinishedAt
+	if end.IsZero() {
+		end = time.Now()
+	}
+	// A minute either side covers clock skew between the hosts that
+	// generate event ids and the database's clock.
+	lo, hi := uuidAt(j.CreatedAt.Add(-time.Minute)), uuidAt(end.Add(time.Minute))
+	rows, err := h.cfg.DB.Query(ctx, h.q.Must("JobEvents"), j.ID, lo, hi, eventScanLimit)
+	if err != nil {
+		return nil, fmt.Errorf("console: events of %s: %w", j.ID, err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (event, error) {
+		var (
+			e         event
+			published *time.Time
+		)
+		err := row.Scan((*[16]byte)(&e.ID), &e.Type, &e.Topic, &e.CreatedAt, &published, &e.Attempts, &e.LastError)
+		e.PublishedAt = dbsql.Deref(published)
+		return e, err
+	})
+}
+
+// usageDay is one tenant's usage on one day.
+type usageDay struct {
+	Tenant                          string
+	Day                             time.Time
+	Attempts, Uncertain             int64
+	InputTokens, OutputTokens, Cost int64
+}
+
+// usageTenants is the number of tenants per page of the usage chart.
+const usageTenants = 10
+
+// usageByDay reads a page of tenants' usage: those after the tenant named
+// after, or the scoped tenant's.
+func (h *Handler) usageByDay(ctx context.Context, after string, from, to time.Time) ([]usageDay, error) {
+	query, args := h.q.Must("UsageByDay"), []any{after, from, to, usageTenants + 1}
+	if h.cfg.Tenant != "" {
+		query, args = h.q.Must("UsageByDayTenant"), []any{h.cfg.Tenant, from, to}
+	}
+	rows, err := h.cfg.DB.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("console: usage: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (usageDay, error) {
+		var u usageDay
+		err := row.Scan(&u.Tenant, &u.Day, &u.Attempts, &u.Uncertain, &u.InputTokens, &u.OutputTokens, &u.Cost)
+		return u, err
+	})
+}
+
+// uuidAt is the smallest UUIDv7 of the millisecond t: ids compare as
+// bytes, and a UUIDv7 starts with its big-endian millisecond timestamp,
+// so jobs created at or after t have ids at or above it.
+func uuidAt(t time.Time) uuid.UUID {
+	var u uuid.UUID
+	ms := t.UnixMilli()
+	if ms < 0 {
+		ms = 0
+	}
+	for i := range 6 {
+		u[i] = byte(ms >> (8 * (5 - i)))
+	}
+	u[6] = 0x70
+	u[8] = 0x80
+	return u
+}
+
+// maxUUID is above every id.
+var maxUUID = uuid.UUID{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}

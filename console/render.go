@@ -1,0 +1,276 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/llmq/llmq/internal/validate"
+	"github.com/llmq/llmq/jobs"
+)
+
+// httpError is a refusal with its status and a message for people; for bad
+// input the message starts with the field's name.
+type httpError struct {
+	status int
+	msg    string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+// badInput is a 400 naming field.
+func badInput(field, problem string) error {
+	return &httpError{status: http.StatusBadRequest, msg: field + ": " + problem}
+}
+
+// view is what every page template receives.
+type view struct {
+	Title    string
+	Nav      string // the page's nav entry
+	Base     string // Config.BasePath
+	Tenant   string // the scoped tenant; "" for every tenant
+	Actions  bool
+	CSRF     string
+	Refresh  int // milliseconds; 0 for none
+	Now      time.Time
+	Flash    string
+	Data     any
+	ErrorMsg string
+	Status   int
+}
+
+// loader builds a page's data, or an error (an *httpError for refusals).
+type loader func(ctx context.Context, r *http.Request, v *view) error
+
+// page serves a GET page: the whole page, or with ?fragment=NAME only the
+// template NAME of the page, which the page script polls for refreshes.
+func (h *Handler) page(name string, load loader) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v := h.newView(w, r, name)
+		if err := load(r.Context(), r, v); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		tmpl := "layout"
+		if f := r.URL.Query().Get("fragment"); f != "" {
+			if !fragmentName.MatchString(f) || h.pages[name].Lookup("fragment-"+f) == nil {
+				h.fail(w, r, badInput("fragment", fmt.Sprintf("%q is not a part of this page", f)))
+				return
+			}
+			tmpl = "fragment-" + f
+		}
+		h.render(w, r, name, tmpl, http.StatusOK, v)
+	}
+}
+
+// flashes are the messages an action's redirect can show.
+var flashes = map[string]string{
+	"replayed":        "Replayed as a new job.",
+	"replayed-before": "This job was replayed before: here is that replay (tick \"again\" for another).",
+	"pool-updated":    "Pool limits updated.",
+}
+
+var fragmentName = regexp.MustCompile(`^[a-z]{1,30}$`)
+
+func (h *Handler) newView(w http.ResponseWriter, r *http.Request, nav string) *view {
+	v := &view{Nav: nav, Base: h.cfg.BasePath, Tenant: h.cfg.Tenant, Actions: h.cfg.EnableActions, Now: time.Now()}
+	if h.cfg.RefreshInterval > 0 {
+		v.Refresh = int(h.cfg.RefreshInterval.Milliseconds())
+	}
+	if h.cfg.EnableActions {
+		v.CSRF = h.csrfToken(w, r)
+	}
+	// The flash names one of the console's own messages, so a link from
+	// elsewhere cannot put words on the page.
+	v.Flash = flashes[r.URL.Query().Get("flash")]
+	return v
+}
+
+func (h *Handler) render(w http.ResponseWriter, r *http.Request, page, tmpl string, status int, v *view) {
+	var buf bytes.Buffer
+	if err := h.pages[page].ExecuteTemplate(&buf, tmpl, v); err != nil {
+		h.cfg.Logger.ErrorContext(r.Context(), "console: rendering a page", "page", page, "err", err)
+		http.Error(w, "console: the page could not be rendered", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = buf.WriteTo(w)
+}
+
+// fail answers an error: its own status and message for an *httpError or
+// a validation error of the packages, 404 for a job not found, else 500
+// (the cause is logged, not shown).
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status, msg := classify(err)
+	if status >= 500 {
+		h.cfg.Logger.ErrorContext(r.Context(), "console: serving a request", "path", r.URL.Path, "err", err)
+	}
+	if r.URL.Query().Get("fragment") != "" {
+		// The refreshing script keeps the part it has and marks it stale.
+		http.Error(w, msg, status)
+		return
+	}
+	v := &view{Nav: "error", Base: h.cfg.BasePath, Tenant: h.cfg.Tenant, Now: time.Now(), ErrorMsg: msg, Status: status,
+		Title: http.StatusText(status)}
+	h.render(w, r, "error", "layout", status, v)
+}
+
+func classify(err error) (int, string) {
+	var he *httpError
+	var ve *validate.Error // jobs' and admission's ValidationError
+	switch {
+	case errors.As(err, &he):
+		return he.status, he.msg
+	case errors.As(err, &ve):
+		return http.StatusBadRequest, ve.Field + ": " + ve.Problem
+	case errors.Is(err, jobs.ErrNotReplayable):
+		return http.StatusConflict, "this job cannot be replayed: " + err.Error()
+	case errors.Is(err, jobs.ErrNotFound):
+		return http.StatusNotFound, "no such job"
+	case errors.Is(err, context.Canceled):
+		return 499, "request cancelled"
+	}
+	return http.StatusInternalServerError, "console: the database could not answer; see the server log"
+}
+
+func parsePages() (map[string]*template.Template, error) {
+	base, err := template.New("base").Funcs(funcs).ParseFS(assets, "templates/layout.html")
+	if err != nil {
+		return nil, fmt.Errorf("console: templates: %w", err)
+	}
+	pages := map[string]*template.Template{}
+	for _, name := range []string{"overview", "tenants", "jobs", "job", "dead", "pools", "error"} {
+		t, err := base.Clone()
+		if err == nil {
+			t, err = t.ParseFS(assets, "templates/"+name+".html")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("console: template %s: %w", name, err)
+		}
+		pages[name] = t
+	}
+	return pages, nil
+}
+
+var funcs = template.FuncMap{
+	"num":    formatCount,
+	"capped": formatCapped,
+	"ago":    ago,
+	"dur":    formatDuration,
+	"ts":     timestamp,
+	"short":  shortID,
+	"trunc":  truncate,
+	"micro":  formatMicro,
+	"lower":  strings.ToLower,
+	"mul":    func(a, b int) int { return a * b },
+	"add":    func(a, b int) int { return a + b },
+	"int64":  func(n int) int64 { return int64(n) },
+	"rows": func(base string, jobs []jobSummary) any {
+		return struct {
+			Base string
+			Jobs []jobSummary
+		}{base, jobs}
+	},
+	"join": strings.Join,
+	"contains": func(list []string, s string) bool {
+		for _, x := range list {
+			if x == s {
+				return true
+			}
+		}
+		return false
+	},
+}
+
+// formatCount writes n with thousands separators.
+func formatCount(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// count is a count that stops at a cap.
+type count struct {
+	N   int64
+	Cap int64
+}
+
+func formatCapped(c count) string {
+	if c.Cap > 0 && c.N >= c.Cap {
+		return formatCount(c.Cap) + "+"
+	}
+	return formatCount(c.N)
+}
+
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := now.Sub(t)
+	if d < 0 {
+		return "in " + formatDuration(-d)
+	}
+	return formatDuration(d) + " ago"
+}
+
+func formatDuration(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "-"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	case d < 48*time.Hour:
+		return d.Round(time.Minute).String()
+	default:
+		return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
+	}
+}
+
+func timestamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
+
+func shortID(s fmt.Stringer) string {
+	v := s.String()
+	if len(v) > 13 {
+		return v[:8] + "…" + v[len(v)-4:]
+	}
+	return v
+}
+
+func truncate(n int, s string) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
+}
+
+// formatMicro writes micro-units as a currency amount with two decimals.
+func formatMicro(v int64) string {
+	return fmt.Sprintf("%.2f", float64(v)/1e6)
+}
