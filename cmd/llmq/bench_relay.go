@@ -587,11 +587,16 @@ func benchRelayWorker(ctx context.Context, c *common, o benchOptions, schema str
 	cfg.ConnConfig.RuntimeParams["application_name"] = relayAppName(schema, index)
 	// A pod's pool serves other components too; this one serves only the
 	// relay, so it keeps no idle connection, and what pg_stat_activity
-	// shows is what the relay uses.
+	// shows is what the relay uses. (A pod's pool would keep one, and
+	// Postgres's connection limit would not hold 100 relays' idle ones on
+	// a shared test server.) The pool's health check closes idle
+	// connections; it runs twice a second, not more often: in a standby,
+	// which does nothing else but check the lease every few seconds, a
+	// 100ms health check was four fifths of its CPU.
 	cfg.MaxConns = relayBudgetActive
 	cfg.MinConns = 0
-	cfg.MaxConnIdleTime = 200 * time.Millisecond
-	cfg.HealthCheckPeriod = 100 * time.Millisecond
+	cfg.MaxConnIdleTime = 100 * time.Millisecond
+	cfg.HealthCheckPeriod = 500 * time.Millisecond
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
