@@ -281,6 +281,7 @@ func (f relayFleet) run(ctx context.Context, out io.Writer) (float64, error) {
 	if cpuAfter != nil {
 		line += relayCPU(cpuBefore, cpuAfter, active, drained.Sub(released))
 	}
+	line += fmt.Sprintf(" timed=from the takeover to the last event published, all %d relays started and standing by", b.o.workers)
 	fmt.Fprintln(out, line)
 	return seconds, nil
 }

@@ -129,6 +129,10 @@ func TestBenchRelayFleet(t *testing.T) {
 	require.LessOrEqual(t, active, relayBudgetActive)
 	require.LessOrEqual(t, standby, relayBudgetStandby)
 	require.Contains(t, stderr, `msg="llmq: outbox relay active"`, "the hand-over is logged")
+	require.Contains(t, out, "timed=from the takeover to the last event published, all 3 relays started and standing by")
+	if _, err := os.Stat("/proc/self/stat"); err == nil {
+		require.Regexp(t, `cpu_s: active_relay=[0-9.]+ standby_relays=[0-9.]+ \([0-9.]+% of a core over [0-9.]+s\)`, out)
+	}
 }
 
 // A process's CPU time is read from its /proc stat line, whose command
