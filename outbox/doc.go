@@ -67,10 +67,11 @@
 // outbox publish as fast as one, and hold the connections of one plus
 // nothing per standby. The active relay renews the lease every third of
 // RelayConfig.LeaderLease (default 10s); a standby reads the lease row
-// every RelayConfig.StandbyPoll (default LeaderLease/2, jittered) and takes
-// the lease over once it is free: released by a relay whose Run ended
-// (taken at the next check), or not renewed for LeaderLease (the holder
-// died, froze, or lost the database). A relay that cannot renew for a whole
+// when the lease it last saw would expire without a renewal, but at most
+// every RelayConfig.StandbyPoll and at least every half of it (default
+// LeaderLease/2; jittered), and takes the lease over once it is free:
+// released by a relay whose Run ended (taken at the next check), or not
+// renewed for LeaderLease (the holder died, froze, or lost the database). A relay that cannot renew for a whole
 // lease stands down by itself. Relay.Active and the
 // llmq.outbox.relay.active gauge say which relay is publishing.
 //
@@ -120,8 +121,8 @@
 // and the lease renewal beside them, so at most two pool connections at
 // once, plus one while the backlog gauges are read (MeterProvider only):
 // at most four connections in all, usually two. A standby holds no
-// connection: it borrows one pool connection for one statement per
-// StandbyPoll (two, in one transaction, when the lease is free), and
+// connection: it borrows one pool connection for one statement per check
+// (two, in one transaction, when the lease is free), and
 // neither listens nor prunes nor reads the gauges. Whether an idle pool
 // connection stays open between uses is the pool's setting
 // (pgxpool.Config.MaxConnIdleTime).

@@ -316,3 +316,26 @@ func TestNewRelayRejectsBadConfig(t *testing.T) {
 	_, err = f.store.NewRelay(f.db.Pool, pub, outbox.RelayConfig{LeaderLease: time.Second, StandbyPoll: time.Second})
 	require.NoError(t, err, "a standby may check once per lease")
 }
+
+// A standby waits until the lease it saw would expire, within half of
+// StandbyPoll and all of it, shortened by up to an eighth at random.
+func TestStandbyWaitsUntilTheLeaseCouldExpire(t *testing.T) {
+	t.Parallel()
+	f := setupRelay(t)
+	r, err := f.store.NewRelay(f.db.Pool, memory.New(memory.Config{}).Publisher(), outbox.RelayConfig{StandbyPoll: 4 * time.Second})
+	require.NoError(t, err)
+	for _, c := range []struct{ expiresIn, want time.Duration }{
+		{3 * time.Second, 3 * time.Second}, // until the expiry
+		{time.Second, 2 * time.Second},     // at least half of StandbyPoll
+		{0, 2 * time.Second},               // unknown or free: half of StandbyPoll
+		{time.Hour, 4 * time.Second},       // at most StandbyPoll
+		{4 * time.Second, 4 * time.Second}, // the edge
+		{2500 * time.Millisecond, 2500 * time.Millisecond},
+	} {
+		for range 100 {
+			wait := outbox.StandbyWait(r, c.expiresIn)
+			require.LessOrEqual(t, wait, c.want, "expires in %v", c.expiresIn)
+			require.GreaterOrEqual(t, wait, c.want-c.want/8, "expires in %v", c.expiresIn)
+		}
+	}
+}

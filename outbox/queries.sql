@@ -135,9 +135,15 @@ WHERE o.event_id = v.event_id
 
 -- name: LeaseFree
 -- A standby's check: whether the leader lease is free (released, or not
--- renewed in time). A read of the one row: no lock, no write, so standbys
--- cost the active relay nothing.
-SELECT lease_until < now() FROM /*schema*/outbox_relay_lease;
+-- renewed in time), and else in how many milliseconds it expires unless
+-- renewed (by the database's clock, so the relays' clocks do not matter).
+-- A read of the one row: no lock, no write, so standbys cost the active
+-- relay nothing.
+-- (A released lease's lease_until is -infinity, which no interval
+-- arithmetic takes, hence the CASE.)
+SELECT lease_until < now(),
+    CASE WHEN lease_until > now() AND lease_until < 'infinity' THEN extract(epoch FROM lease_until - now()) * 1000 ELSE 0 END::float8
+FROM /*schema*/outbox_relay_lease;
 
 -- name: AcquireLease
 -- Takes the lease for relay $1, for $2 ms, if it is free, with the next

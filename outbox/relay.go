@@ -69,8 +69,10 @@ type RelayConfig struct {
 	// a standby takes over within LeaderLease + StandbyPoll, at most twice
 	// LeaderLease. Default 10s, at least 100ms.
 	LeaderLease time.Duration
-	// StandbyPoll is how often a standby relay checks whether the lease is
-	// free (each wait is jittered between half of it and all of it). At
+	// StandbyPoll is the longest a standby relay waits between checks of
+	// whether the lease is free. A standby waits until the lease it saw
+	// would expire without a renewal, but at least half of StandbyPoll
+	// and at most all of it, shortened by up to an eighth at random. At
 	// most LeaderLease. Default LeaderLease/2.
 	StandbyPoll time.Duration
 	// Logger receives operational messages, each with a "relay" attribute

@@ -42,6 +42,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	standingBy := false
 	for {
 		l, err := r.tryAcquire(ctx)
+		wait := r.standbyWait(l.expiresIn)
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -59,7 +60,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			standingBy = true
 			r.cfg.Logger.Debug("llmq: outbox relay standing by; another relay holds the leader lease", "check_every", r.cfg.StandbyPoll)
 		}
-		if !retry.Sleep(ctx, r.standbyWait()) {
+		if !retry.Sleep(ctx, wait) {
 			return nil
 		}
 	}
@@ -73,19 +74,27 @@ func (r *Relay) idleTimeoutMS() int64 { return max(r.cfg.LeaderLease.Millisecond
 // whether this relay is the one publishing.
 func (r *Relay) Active() bool { return r.active.Load() }
 
-// standbyWait is one wait between a standby's checks: jittered, so that
-// relays started together do not check together, and never longer than
-// StandbyPoll.
-func (r *Relay) standbyWait() time.Duration {
-	half := r.cfg.StandbyPoll / 2
-	return half + rand.N(half+1)
+// standbyWait is one wait between a standby's checks. A lease held by
+// another relay cannot be taken before it expires, so the standby waits
+// until then (expiresIn, read at its check), but never longer than
+// StandbyPoll, which also bounds how late a released lease is noticed, and
+// never less than half of it. The wait is shortened by up to an eighth at
+// random, so relays started together do not keep checking together.
+// Against an always-random wait in [StandbyPoll/2, StandbyPoll], a
+// standby beside a healthy relay checks about a fifth less often; the
+// failover bound (LeaderLease + StandbyPoll) is unchanged.
+func (r *Relay) standbyWait(expiresIn time.Duration) time.Duration {
+	poll := r.cfg.StandbyPoll
+	wait := min(max(expiresIn, poll/2), poll)
+	return wait - rand.N(wait/8+1)
 }
 
-// leaderLease is a lease this relay acquired.
+// leaderLease is a lease this relay acquired, or what its check saw.
 type leaderLease struct {
-	epoch    int64 // 0: not acquired
-	previous string
-	released int64 // claims of the previous holder released
+	epoch     int64 // 0: not acquired
+	previous  string
+	released  int64         // claims of the previous holder released
+	expiresIn time.Duration // not acquired: when the holder's lease expires unless renewed (0: unknown or now)
 }
 
 // tryAcquire takes the leader lease if it is free. A standby's check is
@@ -96,11 +105,15 @@ func (r *Relay) tryAcquire(ctx context.Context) (leaderLease, error) {
 	var l leaderLease
 	checkCtx, cancel := context.WithTimeout(ctx, r.cfg.LeaderLease)
 	defer cancel()
-	var free bool
-	if err := r.pool.QueryRow(checkCtx, r.store.sql.leaseFree).Scan(&free); err != nil {
+	var (
+		free      bool
+		expiresMS float64
+	)
+	if err := r.pool.QueryRow(checkCtx, r.store.sql.leaseFree).Scan(&free, &expiresMS); err != nil {
 		return l, fmt.Errorf("outbox: reading the leader lease: %w", err)
 	}
 	if !free {
+		l.expiresIn = time.Duration(min(expiresMS, float64(time.Hour/time.Millisecond))) * time.Millisecond
 		return l, nil
 	}
 	err := dbsql.WithTx(checkCtx, r.pool, func(tx pgx.Tx) error {

@@ -42,8 +42,9 @@ type benchOptions struct {
 	broker     string // relay: memory, rabbitmq or kafka; ingress: memory or rabbitmq
 	amqpURL    string
 	window     int
-	arrivals   float64 // admission: offered acquires per second over all processes; 0 is a closed loop
-	history    int     // drain: finished jobs written up front (bench_history.go)
+	arrivals   float64       // admission: offered acquires per second over all processes; 0 is a closed loop
+	hold       time.Duration // admission: how long each acquirer holds its permit, modelling the provider call
+	history    int           // drain: finished jobs written up front (bench_history.go)
 }
 
 const benchKind = "bench.noop"
@@ -69,6 +70,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.amqpURL, "amqp-url", os.Getenv("AMQP_URL"), "rabbitmq: the broker (default $AMQP_URL, else amqp://guest:guest@127.0.0.1:5672/)")
 	fs.IntVar(&o.window, "window", 0, "rabbitmq: unconfirmed publishes in flight (0: the publisher's default)")
 	fs.Float64Var(&o.arrivals, "arrivals", 0, "admission: acquires per second offered over all processes, each timed from its scheduled arrival (0: a closed loop, each acquirer acquiring again as soon as it released)")
+	fs.DurationVar(&o.hold, "hold", 0, "admission: how long each acquirer holds its permit before releasing it, modelling the provider call (0: released at once)")
 	addHistoryFlag(fs, &o)
 	if err := parse(fs, args); err != nil {
 		return err

@@ -68,8 +68,8 @@ func runBenchAdmission(ctx context.Context, c *common, o benchOptions, stdout, s
 	if schema := os.Getenv(benchAdmissionChild); schema != "" {
 		return benchAdmissionWorker(ctx, c, o, schema, os.Stdin, stdout)
 	}
-	if o.jobs < 1 || o.workers < 1 || o.producers < 1 || o.arrivals < 0 {
-		return fmt.Errorf("%w: -jobs, -workers and -producers must be positive, -arrivals not negative", errUsage)
+	if o.jobs < 1 || o.workers < 1 || o.producers < 1 || o.arrivals < 0 || o.hold < 0 {
+		return fmt.Errorf("%w: -jobs, -workers and -producers must be positive, -arrivals and -hold not negative", errUsage)
 	}
 	pool, err := pgxpool.New(ctx, c.databaseURL)
 	if err != nil {
@@ -92,7 +92,7 @@ func runBenchAdmission(ctx context.Context, c *common, o benchOptions, stdout, s
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "llmq bench: mode=admission processes=%d workers=%d grants=%d schema=%s\n", o.producers, o.workers, o.jobs, schema)
+	fmt.Fprintf(stderr, "llmq bench: mode=admission processes=%d workers=%d grants=%d load=%q schema=%s\n", o.producers, o.workers, o.jobs, admissionLoad(o), schema)
 
 	children := make([]benchChild, o.producers)
 	defer func() {
@@ -110,7 +110,7 @@ func runBenchAdmission(ctx context.Context, c *common, o benchOptions, stdout, s
 		}
 		cmd := exec.CommandContext(ctx, self, "bench", "-mode", "admission", "-database-url", c.databaseURL,
 			"-jobs", strconv.Itoa(max(share, 1)), "-workers", strconv.Itoa(o.workers),
-			"-arrivals", strconv.FormatFloat(o.arrivals/float64(o.producers), 'f', -1, 64))
+			"-arrivals", strconv.FormatFloat(o.arrivals/float64(o.producers), 'f', -1, 64), "-hold", o.hold.String())
 		cmd.Env = append(os.Environ(), benchAdmissionChild+"="+schema, fmt.Sprintf("PGAPPNAME=%s-%d", benchAdmissionApp, i))
 		tail := &tailBuffer{max: 4096}
 		cmd.Stderr = io.MultiWriter(stderr, tail)
@@ -147,16 +147,69 @@ func runBenchAdmission(ctx context.Context, c *common, o benchOptions, stdout, s
 	}
 	stopSampling()
 	peak := <-peaks
+	for i := range children {
+		// Their connections' statistics reach pg_stat_user_tables when
+		// they close.
+		if err := children[i].cmd.Wait(); err != nil {
+			return fmt.Errorf("bench process %d: %w; its last output:\n%s", i, err, children[i].stderr.String())
+		}
+		children[i].cmd = nil
+	}
 	inFlight, permits, err := l.Counts(ctx, benchAdmissionPool.Name)
 	if err != nil {
 		return err
 	}
-	return reportAdmission(c, o, shares, peak, inFlight, permits, stdout, stderr)
+	writes, err := poolRowWrites(ctx, pool, schema)
+	if err != nil {
+		return err
+	}
+	return reportAdmission(c, o, shares, peak, admissionTotals{inFlight: inFlight, permits: permits, poolWrites: writes}, stdout, stderr)
+}
+
+// admissionLoad says which load a run's latency is for.
+func admissionLoad(o benchOptions) string {
+	load := fmt.Sprintf("closed loop: %d acquirers, each acquiring again as soon as it released", o.producers*o.workers)
+	if o.arrivals > 0 {
+		load = fmt.Sprintf("open loop: %.0f acquires/s offered, timed from their scheduled arrival", o.arrivals)
+	}
+	if o.hold > 0 {
+		load += fmt.Sprintf(", each permit held %v", o.hold)
+	}
+	return load
+}
+
+// admissionTotals is what the parent reads from the database after a run.
+type admissionTotals struct {
+	inFlight, permits int
+	poolWrites        int64 // updates of the bench pool's row during the run (and the warm-up)
+}
+
+// poolRowWrites reads how many times the bench pool's row was updated:
+// every grant cycle writes it once or twice (releases, then grants), so
+// the seconds per write is the row lock's service time when it is the
+// bottleneck. The bench processes' statistics are flushed when their
+// connections close; it waits until the count stops moving.
+func poolRowWrites(ctx context.Context, pool *pgxpool.Pool, schema string) (int64, error) {
+	var last int64 = -1
+	for range 20 {
+		var n int64
+		if err := pool.QueryRow(ctx, `SELECT n_tup_upd FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'admission_pools'`, schema).Scan(&n); err != nil {
+			return 0, fmt.Errorf("reading the pool row's writes: %w", err)
+		}
+		if n == last {
+			return n, nil
+		}
+		last = n
+		if !sleepUntil(ctx, time.Now().Add(100*time.Millisecond)) {
+			return 0, ctx.Err()
+		}
+	}
+	return last, nil
 }
 
 // reportAdmission prints the run's figures: totals, latency, how evenly
 // the processes were served, and connections.
-func reportAdmission(c *common, o benchOptions, shares []admissionShare, peak connectionPeak, inFlight, permits int, stdout, stderr io.Writer) error {
+func reportAdmission(c *common, o benchOptions, shares []admissionShare, peak connectionPeak, totals admissionTotals, stdout, stderr io.Writer) error {
 	var all admissionShare
 	firstDone := time.Time{}
 	for _, s := range shares {
@@ -195,16 +248,34 @@ func reportAdmission(c *common, o benchOptions, shares []admissionShare, peak co
 	mean := float64(sum) / float64(len(shares))
 	seconds := all.End.Sub(all.Start).Seconds()
 	slices.Sort(all.AcquireMS)
+	grantsPerS := float64(all.Grants) / seconds
+	// Little's law: in a closed loop every acquirer is always acquiring,
+	// holding or releasing, so the mean of one such round is acquirers
+	// divided by throughput, whatever the limiter does.
+	littleMS := 0.0
+	if o.arrivals == 0 && grantsPerS > 0 {
+		littleMS = float64(o.producers*o.workers) / grantsPerS * 1000
+	}
+	lockWaitShare := 0.0
+	if peak.samples > 0 {
+		lockWaitShare = float64(peak.lockWaits) / float64(peak.samples)
+	}
+	msPerWrite := 0.0
+	if totals.poolWrites > 0 {
+		msPerWrite = seconds * 1000 / float64(totals.poolWrites)
+	}
 	result := map[string]any{
-		"processes": o.producers, "workers": o.workers, "arrivals_per_s": o.arrivals, "grants": all.Grants, "denials": all.Denials,
+		"processes": o.producers, "workers": o.workers, "arrivals_per_s": o.arrivals, "hold_ms": o.hold.Seconds() * 1000,
+		"load": admissionLoad(o), "grants": all.Grants, "denials": all.Denials,
 		"unavailable": all.Unavailable,
-		"seconds":     seconds, "grants_per_s": float64(all.Grants) / seconds,
+		"seconds":     seconds, "grants_per_s": grantsPerS, "closed_loop_round_ms": littleMS,
 		"acquire_p50_ms": percentile(all.AcquireMS, 0.50), "acquire_p99_ms": percentile(all.AcquireMS, 0.99),
 		"acquire_max_ms":     percentile(all.AcquireMS, 1),
 		"process_grants_min": minGrants, "process_grants_mean": mean,
 		"peak_conns_per_process": peak.perProcess, "peak_conns_total": peak.total,
 		"conn_budget_per_process": admission.DefaultMaxConns,
-		"in_flight_after":         inFlight, "permits_after": permits,
+		"pool_row_writes":         totals.poolWrites, "ms_per_pool_row_write": msPerWrite, "lock_wait_share": lockWaitShare,
+		"in_flight_after": totals.inFlight, "permits_after": totals.permits,
 	}
 	if all.Unavailable > 0 {
 		fmt.Fprintf(stderr, "llmq bench: %d acquires were told the limiter is unavailable; the first: %s\n", all.Unavailable, all.FirstError)
@@ -215,10 +286,13 @@ func reportAdmission(c *common, o benchOptions, shares []admissionShare, peak co
 	if c.json {
 		return json.NewEncoder(stdout).Encode(result)
 	}
-	fmt.Fprintf(stdout, "llmq admission processes=%d workers=%d arrivals_per_s=%.0f grants=%d seconds=%.3f grants_per_s=%.0f acquire_p50_ms=%.2f acquire_p99_ms=%.2f acquire_max_ms=%.2f "+
-		"unavailable=%d process_grants_min=%d process_grants_mean=%.0f peak_conns_per_process=%d peak_conns_total=%d conn_budget_per_process=%d in_flight_after=%d permits_after=%d\n",
-		o.producers, o.workers, o.arrivals, all.Grants, seconds, result["grants_per_s"], result["acquire_p50_ms"], result["acquire_p99_ms"], result["acquire_max_ms"],
-		all.Unavailable, minGrants, mean, peak.perProcess, peak.total, admission.DefaultMaxConns, inFlight, permits)
+	fmt.Fprintf(stdout, "llmq admission load=%q\n", admissionLoad(o))
+	fmt.Fprintf(stdout, "llmq admission processes=%d workers=%d arrivals_per_s=%.0f hold_ms=%.0f grants=%d seconds=%.3f grants_per_s=%.0f acquire_p50_ms=%.2f acquire_p99_ms=%.2f acquire_max_ms=%.2f "+
+		"unavailable=%d process_grants_min=%d process_grants_mean=%.0f peak_conns_per_process=%d peak_conns_total=%d conn_budget_per_process=%d "+
+		"closed_loop_round_ms=%.1f pool_row_writes=%d ms_per_pool_row_write=%.3f lock_wait_share=%.2f in_flight_after=%d permits_after=%d\n",
+		o.producers, o.workers, o.arrivals, o.hold.Seconds()*1000, all.Grants, seconds, grantsPerS, result["acquire_p50_ms"], result["acquire_p99_ms"], result["acquire_max_ms"],
+		all.Unavailable, minGrants, mean, peak.perProcess, peak.total, admission.DefaultMaxConns,
+		littleMS, totals.poolWrites, msPerWrite, lockWaitShare, totals.inFlight, totals.permits)
 	return nil
 }
 
@@ -226,6 +300,8 @@ func reportAdmission(c *common, o benchOptions, shares []admissionShare, peak co
 type connectionPeak struct {
 	perProcess int // the most any one process held
 	total      int // the most all of them held together
+	samples    int // connections seen, over all samples
+	lockWaits  int // of them, waiting for a lock (the pool row's, in this bench)
 	err        error
 }
 
@@ -239,10 +315,11 @@ func sampleConnections(ctx context.Context, pool *pgxpool.Pool) <-chan connectio
 		tick := time.NewTicker(20 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			var most, total int
-			err := pool.QueryRow(ctx, `SELECT coalesce(max(n), 0), coalesce(sum(n), 0) FROM (
-				SELECT count(*) AS n FROM pg_stat_activity WHERE application_name LIKE $1 || '-%' GROUP BY application_name) AS a`,
-				benchAdmissionApp).Scan(&most, &total)
+			var most, total, waiting int
+			err := pool.QueryRow(ctx, `SELECT coalesce(max(n), 0), coalesce(sum(n), 0), coalesce(sum(w), 0) FROM (
+				SELECT count(*) AS n, count(*) FILTER (WHERE wait_event_type = 'Lock') AS w
+				FROM pg_stat_activity WHERE application_name LIKE $1 || '-%' GROUP BY application_name) AS a`,
+				benchAdmissionApp).Scan(&most, &total, &waiting)
 			if ctx.Err() != nil {
 				out <- p
 				return
@@ -251,6 +328,7 @@ func sampleConnections(ctx context.Context, pool *pgxpool.Pool) <-chan connectio
 				p.err = err
 			}
 			p.perProcess, p.total = max(p.perProcess, most), max(p.total, total)
+			p.samples, p.lockWaits = p.samples+total, p.lockWaits+waiting
 			select {
 			case <-ctx.Done():
 				out <- p
@@ -328,6 +406,9 @@ func benchAdmissionWorker(ctx context.Context, c *common, o benchOptions, schema
 				}
 				p, err := l.Acquire(ctx, admission.Request{Pool: benchAdmissionPool.Name, Tenant: "bench", Tokens: 500})
 				granted := time.Now()
+				if err == nil && o.hold > 0 && !sleepUntil(ctx, granted.Add(o.hold)) {
+					err = ctx.Err()
+				}
 				if err == nil {
 					if err = p.Release(ctx, admission.Outcome{Result: admission.Answered, InputTokens: 300}); err != nil {
 						err = fmt.Errorf("releasing: %w", err)

@@ -25,14 +25,19 @@ func TestBenchAdmissionWorker(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		arrivals float64
-	}{{"closed loop", 0}, {"open loop", 500}} {
+		hold     time.Duration
+	}{{"closed loop", 0, 0}, {"open loop", 500, 0}, {"held permits", 0, 5 * time.Millisecond}} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			share := runBenchAdmissionWorker(t, benchOptions{jobs: 50, workers: 2, arrivals: c.arrivals})
+			share := runBenchAdmissionWorker(t, benchOptions{jobs: 50, workers: 2, arrivals: c.arrivals, hold: c.hold})
 			if c.arrivals > 0 {
 				// 50 arrivals 2ms apart: the last is scheduled 98ms after
 				// the first, so the share cannot end sooner.
 				require.GreaterOrEqual(t, share.End.Sub(share.Start), 98*time.Millisecond)
+			}
+			if c.hold > 0 {
+				// 25 permits per acquirer, one after another, each held 5ms.
+				require.GreaterOrEqual(t, share.End.Sub(share.Start), 25*c.hold)
 			}
 		})
 	}
@@ -104,7 +109,7 @@ func TestBenchAdmissionReport(t *testing.T) {
 	}
 	var out, errOut bytes.Buffer
 	err := reportAdmission(&common{json: true}, benchOptions{producers: 2, workers: 1}, shares,
-		connectionPeak{perProcess: 1, total: 2}, 0, 0, &out, &errOut)
+		connectionPeak{perProcess: 1, total: 2, samples: 10, lockWaits: 4}, admissionTotals{poolWrites: 6}, &out, &errOut)
 	require.NoError(t, err)
 	var r map[string]any
 	require.NoError(t, json.Unmarshal(out.Bytes(), &r))
@@ -112,5 +117,19 @@ func TestBenchAdmissionReport(t *testing.T) {
 	require.InDelta(t, 2.5, r["process_grants_mean"], 0)
 	require.InDelta(t, 8, r["grants"], 0)
 	require.InDelta(t, 1, r["peak_conns_per_process"], 0)
+	require.InDelta(t, 0.4, r["lock_wait_share"], 1e-9)
+	require.InDelta(t, 2, r["ms_per_pool_row_write"], 1e-9, "12ms over 6 writes")
+	require.InDelta(t, 3, r["closed_loop_round_ms"], 1e-9, "2 acquirers at 8 grants in 12ms: 3ms a round")
+	require.Contains(t, r["load"], "closed loop: 2 acquirers")
 	require.Empty(t, errOut.String())
+}
+
+// The load a run's latency is for is stated: closed or open loop, and the
+// hold time when there is one.
+func TestBenchAdmissionLoad(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "closed loop: 1600 acquirers, each acquiring again as soon as it released",
+		admissionLoad(benchOptions{producers: 16, workers: 100}))
+	require.Equal(t, "open loop: 4000 acquires/s offered, timed from their scheduled arrival, each permit held 1s",
+		admissionLoad(benchOptions{producers: 16, workers: 100, arrivals: 4000, hold: time.Second}))
 }

@@ -98,6 +98,13 @@ func (b *bench) relay(ctx context.Context, c *common, stdout io.Writer) (float64
 	}()
 	fleet := relayFleet{
 		b: b, kind: "processes",
+		cpu: func() []time.Duration {
+			out := make([]time.Duration, len(procs))
+			for i, p := range procs {
+				out[i] = p.cpu()
+			}
+			return out
+		},
 		start: func(ctx context.Context) error {
 			procs = make([]*relayProcess, b.o.workers)
 			slots := make(chan struct{}, benchRelayStarting)
@@ -199,6 +206,9 @@ type relayFleet struct {
 	// stop stops every relay and returns the messages their brokers
 	// confirmed (-1: not counted there).
 	stop func() (confirmed int, err error)
+	// cpu returns the CPU time each relay's process has used so far (nil:
+	// the relays are goroutines of this process; negative: not readable).
+	cpu func() []time.Duration
 }
 
 func (f relayFleet) run(ctx context.Context, out io.Writer) (float64, error) {
@@ -214,12 +224,21 @@ func (f relayFleet) run(ctx context.Context, out io.Writer) (float64, error) {
 		_, stopErr := f.stop()
 		return 0, errors.Join(fmt.Errorf("llmq bench: starting the relays: %w", err), stopErr)
 	}
+	var cpuBefore []time.Duration
+	if f.cpu != nil {
+		cpuBefore = f.cpu()
+	}
 	released := time.Now()
 	if _, err := b.pool.Exec(ctx, "UPDATE "+lease+" SET lease_until = '-infinity' WHERE holder = $1", benchGateHolder); err != nil {
 		return 0, err
 	}
 	fmt.Fprintf(b.progress, "llmq bench: %d relays standing by; lease freed, relaying %d events\n", b.o.workers, b.o.jobs)
 	waitErr := f.waitDrained(ctx)
+	drained := time.Now()
+	var cpuAfter []time.Duration
+	if f.cpu != nil {
+		cpuAfter = f.cpu()
+	}
 	// Read before the relays stop: a stopping active relay hands the lease
 	// to a standby still running, and that one's connections are no part
 	// of the run.
@@ -259,8 +278,32 @@ func (f relayFleet) run(ctx context.Context, out io.Writer) (float64, error) {
 	} else {
 		line += " peak_connections: not sampled (the relays share this process's pool)"
 	}
+	if cpuAfter != nil {
+		line += relayCPU(cpuBefore, cpuAfter, active, drained.Sub(released))
+	}
+	line += fmt.Sprintf(" timed=from the takeover to the last event published, all %d relays started and standing by", b.o.workers)
 	fmt.Fprintln(out, line)
 	return seconds, nil
+}
+
+// relayCPU describes the CPU the relay processes used from the lease's
+// release to the drained backlog (a window slightly longer than the timed
+// one, which starts at the takeover): the active relay's, and the
+// standbys' together, also as a share of the window (100% = one core).
+func relayCPU(before, after []time.Duration, active int, window time.Duration) string {
+	var activeCPU, standbys time.Duration
+	for i := range after {
+		if before[i] < 0 || after[i] < 0 {
+			return " cpu: not readable (no /proc)"
+		}
+		if i == active {
+			activeCPU = after[i] - before[i]
+		} else {
+			standbys += after[i] - before[i]
+		}
+	}
+	return fmt.Sprintf(" cpu_s: active_relay=%.2f standby_relays=%.2f (%.1f%% of a core over %.1fs)",
+		activeCPU.Seconds(), standbys.Seconds(), 100*standbys.Seconds()/window.Seconds(), window.Seconds())
 }
 
 // waitDrained waits until no event is unpublished, reporting progress; it
@@ -453,6 +496,41 @@ func (p *relayProcess) stop() (relayShare, error) {
 	return share, nil
 }
 
+// cpu returns the CPU time (user and system) the process has used, from
+// /proc; negative when that cannot be read.
+func (p *relayProcess) cpu() time.Duration {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return -1
+	}
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/stat")
+	if err != nil {
+		return -1
+	}
+	return procCPU(string(stat))
+}
+
+// procCPU reads utime and stime (fields 14 and 15, in clock ticks) from a
+// /proc/<pid>/stat line, or -1 when it is not one; the ticks are taken
+// as 1/100s, Linux's USER_HZ. The command name (field 2) may hold spaces,
+// so fields are counted after its closing parenthesis.
+func procCPU(stat string) time.Duration {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return -1
+	}
+	fields := strings.Fields(stat[i+1:])
+	if len(fields) < 13 {
+		return -1
+	}
+	// 40 bits of ticks are 348 years of CPU: more is not a stat line.
+	utime, err1 := strconv.ParseUint(fields[11], 10, 40)
+	stime, err2 := strconv.ParseUint(fields[12], 10, 40)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
 func (p *relayProcess) kill() {
 	if p.cmd != nil && p.cmd.Process != nil {
 		_ = p.cmd.Process.Kill()
@@ -510,11 +588,16 @@ func benchRelayWorker(ctx context.Context, c *common, o benchOptions, schema str
 	cfg.ConnConfig.RuntimeParams["application_name"] = relayAppName(schema, index)
 	// A pod's pool serves other components too; this one serves only the
 	// relay, so it keeps no idle connection, and what pg_stat_activity
-	// shows is what the relay uses.
+	// shows is what the relay uses. (A pod's pool would keep one, and
+	// Postgres's connection limit would not hold 100 relays' idle ones on
+	// a shared test server.) The pool's health check closes idle
+	// connections; it runs twice a second, not more often: in a standby,
+	// which does nothing else but check the lease every few seconds, a
+	// 100ms health check was four fifths of its CPU.
 	cfg.MaxConns = relayBudgetActive
 	cfg.MinConns = 0
-	cfg.MaxConnIdleTime = 200 * time.Millisecond
-	cfg.HealthCheckPeriod = 100 * time.Millisecond
+	cfg.MaxConnIdleTime = 100 * time.Millisecond
+	cfg.HealthCheckPeriod = 500 * time.Millisecond
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err

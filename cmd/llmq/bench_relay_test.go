@@ -129,4 +129,34 @@ func TestBenchRelayFleet(t *testing.T) {
 	require.LessOrEqual(t, active, relayBudgetActive)
 	require.LessOrEqual(t, standby, relayBudgetStandby)
 	require.Contains(t, stderr, `msg="llmq: outbox relay active"`, "the hand-over is logged")
+	require.Contains(t, out, "timed=from the takeover to the last event published, all 3 relays started and standing by")
+	if _, err := os.Stat("/proc/self/stat"); err == nil {
+		require.Regexp(t, `cpu_s: active_relay=[0-9.]+ standby_relays=[0-9.]+ \([0-9.]+% of a core over [0-9.]+s\)`, out)
+	}
+}
+
+// A process's CPU time is read from its /proc stat line, whose command
+// name may hold spaces and parentheses.
+func TestProcCPU(t *testing.T) {
+	t.Parallel()
+	line := "4242 (llmq (bench) x) S 1 4242 4242 0 -1 4194560 1000 0 0 0 150 25 0 0 20 0 8 0 100 0 0"
+	require.Equal(t, 1750*time.Millisecond, procCPU(line))
+	require.Negative(t, procCPU("4242 (llmq) S 1"), "too few fields")
+	require.Negative(t, procCPU("no parenthesis"))
+	require.Negative(t, procCPU("1 (x) S 1 1 1 0 -1 0 0 0 0 0 -150 25 0"), "negative ticks")
+	own, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		t.Logf("no /proc here (%v): only the parser is checked", err)
+		return
+	}
+	require.Positive(t, procCPU(string(own)), "this test process has used some CPU")
+}
+
+func FuzzProcCPU(f *testing.F) {
+	f.Add("4242 (llmq) S 1 4242 4242 0 -1 4194560 1000 0 0 0 150 25 0 0 20 0 8 0 100 0 0")
+	f.Add("1 ()) R")
+	f.Fuzz(func(t *testing.T, stat string) {
+		// Never a negative time but -1, and no overflow.
+		require.GreaterOrEqual(t, procCPU(stat), time.Duration(-1))
+	})
 }

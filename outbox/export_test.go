@@ -1,0 +1,7 @@
+package outbox
+
+import "time"
+
+// StandbyWait is one wait of a standby of r that saw the leader lease
+// expire in expiresIn.
+func StandbyWait(r *Relay, expiresIn time.Duration) time.Duration { return r.standbyWait(expiresIn) }
