@@ -407,9 +407,9 @@ WHERE j.id = ANY ($3::uuid[])
 RETURNING j.id, j.cancel_requested_at IS NOT NULL;
 
 -- name: ListLeases
--- The RUNNING jobs of queue $2 leased to worker $1, read through one of the
--- partial indexes on RUNNING jobs: the cost is the number of jobs running,
--- in every runner, not the table. A runner reads this only after a claim
+-- The RUNNING jobs of queue $2 leased to worker $1, read through
+-- jobs_running_tenant_idx, the partial index on RUNNING jobs: the cost is
+-- the number of jobs running, in every runner, not the table. A runner reads this only after a claim
 -- failed, to find jobs a claim leased to it whose reply it never received.
 SELECT
     /*job_columns*/
@@ -427,8 +427,8 @@ WHERE queue = $2 AND state = 'RUNNING' AND lease_owner = $1;
 -- caller records the ones that changed nothing with MarkStaleAttempts.
 --
 -- The WHERE deliberately says "fence" and not also "state = 'RUNNING'": that
--- clause would let the planner drive the join from jobs_lease_expiry_idx
--- (every RUNNING job) instead of probing the primary key once per
+-- clause would let the planner drive the join from an index on RUNNING
+-- jobs (every RUNNING job) instead of probing the primary key once per
 -- completion, and generic plans did, at a cost growing with concurrency.
 -- "id = ANY" gives it the primary-key probe.
 --
@@ -632,8 +632,12 @@ SELECT id, fence FROM hung;
 
 -- name: ReapExpiredLeases
 -- Takes back up to $1 jobs whose lease expired (their worker stopped
--- heartbeating), oldest expiry first via jobs_lease_expiry_idx, skipping rows
--- another reaper or a late completion holds. Each becomes RETRY_SCHEDULED
+-- heartbeating), oldest expiry first, skipping rows another reaper or a
+-- late completion holds. The running jobs are read through
+-- jobs_running_tenant_idx and their lease_until from the heap: no index
+-- holds lease_until, so that a heartbeat, which only moves it, can be a
+-- heap-only update. The cost is the number of jobs running, in every
+-- runner, per pass of the reaper. Each becomes RETRY_SCHEDULED
 -- with a bumped fence, so the lost worker can no longer complete it, and a
 -- full-jitter backoff (per-kind policies in $4..$6, default $2/$3 ms) — or
 -- FAILED_TERMINAL when its attempts are used up or the next attempt plus the
@@ -898,17 +902,28 @@ LIMIT $1;
 -- Per queue and tenant with unfinished work: jobs eligible now, jobs
 -- waiting for their time, running jobs and the oldest eligible job's age,
 -- with the weight and cap that apply (the tenant's own, else the defaults'
--- row ''). Reads the unfinished jobs only (jobs_pending_tenant_idx's
--- predicate), so its cost follows the backlog, not the history.
-WITH backlog AS (
-    SELECT queue, tenant,
-        count(*) FILTER (WHERE state IN ('READY', 'RETRY_SCHEDULED') AND available_at <= now()) AS runnable,
-        count(*) FILTER (WHERE state IN ('READY', 'RETRY_SCHEDULED') AND available_at > now()) AS scheduled,
-        count(*) FILTER (WHERE state = 'RUNNING') AS running,
-        coalesce(extract(epoch FROM now() - min(available_at)
-            FILTER (WHERE state IN ('READY', 'RETRY_SCHEDULED') AND available_at <= now())), 0)::float8 AS oldest
+-- row ''). Reads the unfinished jobs only, the waiting ones through
+-- jobs_tenant_claim_idx and the running ones through
+-- jobs_running_tenant_idx (each branch's state test is exactly one
+-- index's predicate, which lets the planner use it), so its cost follows
+-- the backlog, not the history.
+WITH unfinished AS (
+    SELECT queue, tenant, available_at, false AS running
     FROM /*schema*/jobs
-    WHERE state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')
+    WHERE state IN ('READY', 'RETRY_SCHEDULED')
+    UNION ALL
+    SELECT queue, tenant, NULL, true
+    FROM /*schema*/jobs
+    WHERE state = 'RUNNING'
+),
+backlog AS (
+    SELECT queue, tenant,
+        count(*) FILTER (WHERE NOT running AND available_at <= now()) AS runnable,
+        count(*) FILTER (WHERE NOT running AND available_at > now()) AS scheduled,
+        count(*) FILTER (WHERE running) AS running,
+        coalesce(extract(epoch FROM now() - min(available_at)
+            FILTER (WHERE NOT running AND available_at <= now())), 0)::float8 AS oldest
+    FROM unfinished
     GROUP BY queue, tenant
 )
 SELECT b.queue, b.tenant, b.runnable, b.scheduled, b.running, b.oldest,
@@ -922,15 +937,23 @@ ORDER BY b.queue, b.tenant;
 -- Per queue and kind with unfinished work: jobs eligible now, jobs waiting
 -- for their time, running jobs and the oldest eligible job's age. A kind
 -- that no runner serves shows as runnable work that only ages. Reads the
--- unfinished jobs only, like TenantBacklogs.
+-- unfinished jobs only, through the same two indexes as TenantBacklogs.
+WITH unfinished AS (
+    SELECT queue, kind, available_at, false AS running
+    FROM /*schema*/jobs
+    WHERE state IN ('READY', 'RETRY_SCHEDULED')
+    UNION ALL
+    SELECT queue, kind, NULL, true
+    FROM /*schema*/jobs
+    WHERE state = 'RUNNING'
+)
 SELECT queue, kind,
-    count(*) FILTER (WHERE state IN ('READY', 'RETRY_SCHEDULED') AND available_at <= now()),
-    count(*) FILTER (WHERE state IN ('READY', 'RETRY_SCHEDULED') AND available_at > now()),
-    count(*) FILTER (WHERE state = 'RUNNING'),
+    count(*) FILTER (WHERE NOT running AND available_at <= now()),
+    count(*) FILTER (WHERE NOT running AND available_at > now()),
+    count(*) FILTER (WHERE running),
     coalesce(extract(epoch FROM now() - min(available_at)
-        FILTER (WHERE state IN ('READY', 'RETRY_SCHEDULED') AND available_at <= now())), 0)::float8
-FROM /*schema*/jobs
-WHERE state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')
+        FILTER (WHERE NOT running AND available_at <= now())), 0)::float8
+FROM unfinished
 GROUP BY queue, kind
 ORDER BY queue, kind;
 

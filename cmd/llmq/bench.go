@@ -110,6 +110,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if o.mode == "drain" || o.mode == "e2e" {
 		b.wal = newWALMeter(ctx, pool, schema, b.progress)
 		b.wal.perRelation = o.walDetail
+		defer b.wal.close()
 	}
 	b.store, err = jobs.NewStore(jobs.Config{Schema: schema, NotifyInterval: o.notifyEach})
 	if err != nil {

@@ -31,6 +31,11 @@ type walMeter struct {
 	// perRelation adds a line per relation to each phase's figures
 	// (-wal-detail).
 	perRelation bool
+	// slot holds the session of a temporary replication slot that keeps
+	// the server from recycling the WAL the meter still has to read (a
+	// busy server's checkpoints otherwise remove it during a long phase).
+	// The slot goes with the session, however the bench ends.
+	slot *pgxpool.Conn
 }
 
 // newWALMeter prepares a meter. pg_walinspect is created in the bench's
@@ -40,8 +45,38 @@ func newWALMeter(ctx context.Context, pool *pgxpool.Pool, schema string, stderr 
 	m := &walMeter{pool: pool, schema: schema}
 	if err := m.findInspect(ctx); err != nil {
 		fmt.Fprintf(stderr, "llmq bench: pg_walinspect unavailable (%v); printing WAL totals only\n", err)
+		return m
+	}
+	if err := m.holdWAL(ctx); err != nil {
+		fmt.Fprintf(stderr, "llmq bench: no temporary replication slot (%v): a checkpoint may recycle WAL before it is read\n", err)
 	}
 	return m
+}
+
+// holdWAL creates a temporary physical replication slot reserving WAL from
+// now on, on a session of its own.
+func (m *walMeter) holdWAL(ctx context.Context) error {
+	conn, err := m.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = conn.Exec(ctx, "SELECT pg_create_physical_replication_slot($1, true, true)", m.schema)
+	if err != nil {
+		conn.Release()
+		return err
+	}
+	m.slot = conn
+	return nil
+}
+
+// close drops the slot, closing its session (a temporary slot cannot
+// outlive it).
+func (m *walMeter) close() {
+	if m == nil || m.slot == nil {
+		return
+	}
+	_ = m.slot.Hijack().Close(context.Background())
+	m.slot = nil
 }
 
 // findInspect finds pg_walinspect, or creates it in the bench's schema.
