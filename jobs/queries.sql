@@ -20,6 +20,9 @@ cancel_requested_at, created_at, updated_at, finished_at, trace_parent
 -- (job_keys says why keys live apart from jobs.) $18 is the W3C
 -- traceparent of the accepting span (NULL outside a trace): stored on each
 -- job for its attempts' spans, and sent as the requested event's header.
+-- $19 are the kinds whose jobs write no lifecycle events
+-- (Config.KindsWithoutEvents): their jobs are stored with events = false,
+-- which every later transition reads, and get no requested event.
 WITH input AS (
     SELECT *
     FROM unnest(
@@ -43,16 +46,18 @@ job AS (
     INSERT INTO /*schema*/jobs (
         id, tenant, kind, queue, priority,
         idempotency_key, request_hash, payload, group_key, max_attempts,
-        available_at, deadline_at, estimated_tokens, trace_parent
+        available_at, deadline_at, estimated_tokens, trace_parent, events
     )
     SELECT
         i.id, i.tenant, i.kind, i.queue, i.priority,
         i.idempotency_key, i.request_hash, i.payload::jsonb, i.group_key, i.max_attempts,
-        coalesce(i.available_at, now()), i.deadline_at, i.estimated_tokens, $18::text
+        coalesce(i.available_at, now()), i.deadline_at, i.estimated_tokens, $18::text,
+        NOT (i.kind = ANY ($19::text[]))
     FROM input AS i
     JOIN keyed ON keyed.id = i.id
     RETURNING
-        /*job_columns*/
+        /*job_columns*/,
+        events
 ),
 event AS (
     INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload, headers)
@@ -62,6 +67,7 @@ event AS (
             'state', job.state, 'state_version', job.state_version, 'attempt', job.attempt),
         CASE WHEN $18::text IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('traceparent', $18::text) END
     FROM job JOIN input ON input.id = job.id
+    WHERE job.events
 ),
 -- Makes the jobs' tenants active in their queues (see tenant_queues). Only a
 -- tenant not already active is written: the NOT EXISTS probe keeps the
@@ -149,7 +155,8 @@ WITH changed AS (
         AND (state IN ('READY', 'RETRY_SCHEDULED')
             OR (state = 'RUNNING' AND cancel_requested_at IS NULL))
     RETURNING
-        /*job_columns*/
+        /*job_columns*/,
+        events
 ),
 event AS (
     INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload)
@@ -158,7 +165,7 @@ event AS (
             'job_id', id, 'tenant', tenant, 'kind', kind, 'queue', queue,
             'state', state, 'state_version', state_version, 'attempt', attempt)
     FROM changed
-    WHERE state = 'CANCELLED'
+    WHERE state = 'CANCELLED' AND events
 )
 SELECT
     /*job_columns*/
@@ -496,7 +503,8 @@ WITH updated AS (
         AND j.fence = i.fence
     RETURNING
         /*job_columns j*/,
-        i.outcome AS reported, i.error AS reported_error, i.uncertain, i.input_tokens, i.output_tokens, i.event_id
+        i.outcome AS reported, i.error AS reported_error, i.uncertain, i.input_tokens, i.output_tokens, i.event_id,
+        j.events
 ),
 attempt AS (
     INSERT INTO /*schema*/job_attempts (
@@ -537,8 +545,9 @@ event AS (
     FROM updated
     -- A failed attempt's retry is news to whoever watches the job; a release
     -- at shutdown or a snooze is the runner's own business and stays quiet.
-    WHERE state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'FAILED_TERMINAL', 'CANCELLED')
-        OR (state = 'RETRY_SCHEDULED' AND reported = 'retry')
+    WHERE events
+        AND (state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'FAILED_TERMINAL', 'CANCELLED')
+            OR (state = 'RETRY_SCHEDULED' AND reported = 'retry'))
 ),
 -- A finished attempt frees a slot under its tenant's cap and may unblock
 -- the next job of its group: an idle tenant becomes active again. Only idle
@@ -705,7 +714,7 @@ reaped AS (
     FROM decided AS d
     WHERE j.id = d.id
     RETURNING j.id, j.tenant, j.kind, j.queue, j.state, j.state_version, j.attempt, j.fence,
-        j.lease_owner, j.attempted_at, j.available_at, j.error_class, j.last_error
+        j.lease_owner, j.attempted_at, j.available_at, j.error_class, j.last_error, j.events
 ),
 attempt AS (
     INSERT INTO /*schema*/job_attempts (
@@ -730,7 +739,7 @@ event AS (
             'state', r.state, 'state_version', r.state_version, 'attempt', r.attempt,
             'error_class', r.error_class)
     FROM reaped AS r
-    WHERE r.state = 'FAILED_TERMINAL'
+    WHERE r.state = 'FAILED_TERMINAL' AND r.events
 )
 SELECT count(*) FILTER (WHERE state = 'RETRY_SCHEDULED'), count(*) FILTER (WHERE state = 'FAILED_TERMINAL')
 FROM reaped;
@@ -758,7 +767,7 @@ failed AS (
         updated_at    = now()
     FROM due
     WHERE j.id = due.id
-    RETURNING j.id, j.tenant, j.kind, j.queue, j.state, j.state_version, j.attempt, j.error_class
+    RETURNING j.id, j.tenant, j.kind, j.queue, j.state, j.state_version, j.attempt, j.error_class, j.events
 ),
 event AS (
     INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload)
@@ -768,6 +777,7 @@ event AS (
             'state', f.state, 'state_version', f.state_version, 'attempt', f.attempt,
             'error_class', f.error_class)
     FROM failed AS f
+    WHERE f.events
 )
 SELECT count(*) FROM failed;
 
@@ -783,7 +793,9 @@ SELECT count(*) FROM failed;
 -- job_keys_idempotency_idx). A NULL key never conflicts. Its tenant is not
 -- made active here: if the tenant is idle, the runners' idle-tenant sweep
 -- brings it back within a poll interval, which is soon enough for an
--- operator's replay.
+-- operator's replay. A replay is a new acceptance: whether it writes
+-- events follows this store's Config.KindsWithoutEvents ($11), not the
+-- source job's.
 WITH source AS (
     SELECT *
     FROM /*schema*/jobs
@@ -799,14 +811,15 @@ keyed AS (
 job AS (
     INSERT INTO /*schema*/jobs (
         id, tenant, kind, queue, priority, payload, group_key, max_attempts,
-        deadline_at, estimated_tokens, replay_of, replayed_by, replay_reason
+        deadline_at, estimated_tokens, replay_of, replayed_by, replay_reason, events
     )
     SELECT $3, tenant, kind, queue, priority, payload, group_key, max_attempts,
-        $4, estimated_tokens, id, $5, $6
+        $4, estimated_tokens, id, $5, $6, NOT (kind = ANY ($11::text[]))
     FROM source
     WHERE EXISTS (SELECT FROM keyed)
     RETURNING
-        /*job_columns*/
+        /*job_columns*/,
+        events
 ),
 event AS (
     INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload)
@@ -816,6 +829,7 @@ event AS (
             'state', job.state, 'state_version', job.state_version, 'attempt', job.attempt,
             'replay_of', job.replay_of)
     FROM job
+    WHERE job.events
 )
 SELECT
     /*job_columns*/
