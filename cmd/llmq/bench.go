@@ -110,7 +110,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if o.mode == "drain" || o.mode == "e2e" {
 		b.wal = newWALMeter(ctx, pool, schema, b.progress)
 		b.wal.perRelation = o.walDetail
-		defer b.wal.close()
+		defer b.wal.close(ctx)
 	}
 	b.store, err = jobs.NewStore(jobs.Config{Schema: schema, NotifyInterval: o.notifyEach})
 	if err != nil {
@@ -329,12 +329,12 @@ func (b *bench) drain(ctx context.Context) (float64, error) {
 	return elapsed, b.printWAL(ctx, "run", b.o.backlog, whole)
 }
 
-func (b *bench) printWAL(ctx context.Context, phase string, jobs int, from walMark) error {
+func (b *bench) printWAL(ctx context.Context, phase string, n int, from walMark) error {
 	p, err := b.wal.measure(ctx, from, b.progress)
 	if err != nil {
 		return err
 	}
-	p.print(b.out, phase, jobs)
+	p.print(b.out, phase, n)
 	return nil
 }
 

@@ -71,11 +71,11 @@ func (m *walMeter) holdWAL(ctx context.Context) error {
 
 // close drops the slot, closing its session (a temporary slot cannot
 // outlive it).
-func (m *walMeter) close() {
+func (m *walMeter) close(ctx context.Context) {
 	if m == nil || m.slot == nil {
 		return
 	}
-	_ = m.slot.Hijack().Close(context.Background())
+	_ = m.slot.Hijack().Close(context.WithoutCancel(ctx))
 	m.slot = nil
 }
 

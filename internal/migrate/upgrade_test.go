@@ -151,6 +151,9 @@ func TestUpgradeKeepsEverything(t *testing.T) {
 		runningExpired: {jobs.AttemptLeaseExpired, jobs.AttemptSucceeded},
 		runningLive:    {jobs.AttemptSucceeded},
 		succeeded:      {jobs.AttemptSucceeded},
+		failed:         {jobs.AttemptFailed},
+		review:         {jobs.AttemptReviewRequired},
+		cancelled:      nil,
 	} {
 		j, err := store.Lookup(ctx, db.Pool, id)
 		require.NoError(t, err)
