@@ -35,11 +35,22 @@ WITH input AS (
         available_at, deadline_at, estimated_tokens, event_id
     )
 ),
+-- Keyless jobs' rows cannot conflict and are inserted plainly: ON CONFLICT
+-- makes every row a speculative insertion, which logs a second WAL record
+-- per row to confirm it.
 keyed AS (
     INSERT INTO /*schema*/job_keys (tenant, id, idempotency_key)
     SELECT tenant, id, idempotency_key
     FROM input
+    WHERE idempotency_key IS NOT NULL
     ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id
+),
+keyless AS (
+    INSERT INTO /*schema*/job_keys (tenant, id)
+    SELECT tenant, id
+    FROM input
+    WHERE idempotency_key IS NULL
     RETURNING id
 ),
 job AS (
@@ -54,7 +65,7 @@ job AS (
         coalesce(i.available_at, now()), i.deadline_at, i.estimated_tokens, $18::text,
         NOT (i.kind = ANY ($19::text[]))
     FROM input AS i
-    JOIN keyed ON keyed.id = i.id
+    WHERE i.id IN (SELECT id FROM keyed UNION ALL SELECT id FROM keyless)
     RETURNING
         /*job_columns*/,
         events
