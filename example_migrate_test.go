@@ -41,5 +41,7 @@ func ExampleMigrate() {
 	// applied 0010_inbox_quarantine_raw
 	// applied 0011_outbox_relay_lease
 	// applied 0012_retention
+	// applied 0013_jobs_fewer_indexes
+	// applied 0014_job_events_flag
 	// all applied: true
 }

@@ -26,25 +26,35 @@ FROM (SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))) AS lock
 LEFT JOIN /*schema*/admission_tenant_quotas AS q ON q.tenant = $2;
 
 -- name: CountPendingTenant
--- The tenant's pending jobs (including those just inserted), their payload
--- bytes and estimated tokens, reading at most $2 jobs (the job quota + 1;
--- -1 for no limit) through jobs_pending_tenant_idx; and today's spend from
--- the usage ledger.
+-- The tenant's pending (waiting or running) jobs (including those just
+-- inserted), their payload bytes and estimated tokens, reading at most $2
+-- jobs (the job quota + 1; -1 for no limit); and today's spend from the
+-- usage ledger. The waiting jobs are read through jobs_tenant_claim_idx and
+-- the running ones through jobs_running_tenant_idx, both leading with the
+-- tenant: each branch's state test is exactly its index's predicate.
 SELECT count(*), coalesce(sum(octet_length(p.payload::text)), 0)::bigint, coalesce(sum(p.estimated_tokens), 0)::bigint,
     (SELECT coalesce(sum(cost), 0)::bigint FROM /*schema*/admission_usage
      WHERE tenant = $1 AND day = (now() AT TIME ZONE 'UTC')::date)
 FROM (
     SELECT payload, estimated_tokens
     FROM /*schema*/jobs
-    WHERE tenant = $1 AND state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')
+    WHERE tenant = $1 AND state IN ('READY', 'RETRY_SCHEDULED')
+    UNION ALL
+    SELECT payload, estimated_tokens
+    FROM /*schema*/jobs
+    WHERE tenant = $1 AND state = 'RUNNING'
     LIMIT CASE WHEN $2::bigint < 0 THEN NULL ELSE $2::bigint END
 ) AS p;
 
 -- name: CountPendingSystem
--- Pending jobs of every tenant, counting at most $1 (the bound + 1).
+-- Pending jobs of every tenant, counting at most $1 (the bound + 1),
+-- through the same two indexes.
 SELECT count(*) FROM (
     SELECT 1 FROM /*schema*/jobs
-    WHERE state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')
+    WHERE state IN ('READY', 'RETRY_SCHEDULED')
+    UNION ALL
+    SELECT 1 FROM /*schema*/jobs
+    WHERE state = 'RUNNING'
     LIMIT $1
 ) AS p;
 

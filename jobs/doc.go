@@ -20,6 +20,13 @@
 //
 //   - Acceptance is atomic: a job exists if and only if its requested event
 //     exists, in the same commit as the caller's own writes.
+//   - Lifecycle events can be turned off per kind (Config.KindsWithoutEvents),
+//     for hosts that run no relay: such a job writes no outbox row at all,
+//     in any transition, whichever process makes it (the choice is made when
+//     the job is accepted and kept on its row), so nothing waits unpublished
+//     and nothing is reported as relay lag. Every other kind keeps all its
+//     events, and everything else (state, fences, attempts, idempotency) is
+//     the same.
 //   - Idempotency per tenant: the same (tenant, idempotency key, request
 //     hash) always yields the same job, however many callers race (the
 //     unique index decides, not a read-then-write); EnqueueResult.Existing

@@ -24,6 +24,14 @@ func (s *PostgresStore) QueryForTest(name string) string {
 		return s.sql.markHung
 	case "UnservedKinds":
 		return s.sql.unservedKinds
+	case "ReapExpiredLeases":
+		return s.sql.reap
+	case "FailExpiredDeadlines":
+		return s.sql.failDeadlines
+	case "TenantBacklogs":
+		return s.ops.tenantBacklogs
+	case "KindBacklogs":
+		return s.ops.kindBacklogs
 	}
 	panic("unknown statement " + name)
 }

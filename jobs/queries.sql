@@ -20,6 +20,9 @@ cancel_requested_at, created_at, updated_at, finished_at, trace_parent
 -- (job_keys says why keys live apart from jobs.) $18 is the W3C
 -- traceparent of the accepting span (NULL outside a trace): stored on each
 -- job for its attempts' spans, and sent as the requested event's header.
+-- $19 are the kinds whose jobs write no lifecycle events
+-- (Config.KindsWithoutEvents): their jobs are stored with events = false,
+-- which every later transition reads, and get no requested event.
 WITH input AS (
     SELECT *
     FROM unnest(
@@ -32,27 +35,40 @@ WITH input AS (
         available_at, deadline_at, estimated_tokens, event_id
     )
 ),
+-- Keyless jobs' rows cannot conflict and are inserted plainly: ON CONFLICT
+-- makes every row a speculative insertion, which logs a second WAL record
+-- per row to confirm it.
 keyed AS (
     INSERT INTO /*schema*/job_keys (tenant, id, idempotency_key)
     SELECT tenant, id, idempotency_key
     FROM input
+    WHERE idempotency_key IS NOT NULL
     ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id
+),
+keyless AS (
+    INSERT INTO /*schema*/job_keys (tenant, id)
+    SELECT tenant, id
+    FROM input
+    WHERE idempotency_key IS NULL
     RETURNING id
 ),
 job AS (
     INSERT INTO /*schema*/jobs (
         id, tenant, kind, queue, priority,
         idempotency_key, request_hash, payload, group_key, max_attempts,
-        available_at, deadline_at, estimated_tokens, trace_parent
+        available_at, deadline_at, estimated_tokens, trace_parent, events
     )
     SELECT
         i.id, i.tenant, i.kind, i.queue, i.priority,
         i.idempotency_key, i.request_hash, i.payload::jsonb, i.group_key, i.max_attempts,
-        coalesce(i.available_at, now()), i.deadline_at, i.estimated_tokens, $18::text
+        coalesce(i.available_at, now()), i.deadline_at, i.estimated_tokens, $18::text,
+        NOT (i.kind = ANY ($19::text[]))
     FROM input AS i
-    JOIN keyed ON keyed.id = i.id
+    WHERE i.id IN (SELECT id FROM keyed UNION ALL SELECT id FROM keyless)
     RETURNING
-        /*job_columns*/
+        /*job_columns*/,
+        events
 ),
 event AS (
     INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload, headers)
@@ -62,6 +78,7 @@ event AS (
             'state', job.state, 'state_version', job.state_version, 'attempt', job.attempt),
         CASE WHEN $18::text IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('traceparent', $18::text) END
     FROM job JOIN input ON input.id = job.id
+    WHERE job.events
 ),
 -- Makes the jobs' tenants active in their queues (see tenant_queues). Only a
 -- tenant not already active is written: the NOT EXISTS probe keeps the
@@ -149,7 +166,8 @@ WITH changed AS (
         AND (state IN ('READY', 'RETRY_SCHEDULED')
             OR (state = 'RUNNING' AND cancel_requested_at IS NULL))
     RETURNING
-        /*job_columns*/
+        /*job_columns*/,
+        events
 ),
 event AS (
     INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload)
@@ -158,7 +176,7 @@ event AS (
             'job_id', id, 'tenant', tenant, 'kind', kind, 'queue', queue,
             'state', state, 'state_version', state_version, 'attempt', attempt)
     FROM changed
-    WHERE state = 'CANCELLED'
+    WHERE state = 'CANCELLED' AND events
 )
 SELECT
     /*job_columns*/
@@ -431,9 +449,9 @@ WHERE j.id = ANY ($3::uuid[])
 RETURNING j.id, j.cancel_requested_at IS NOT NULL;
 
 -- name: ListLeases
--- The RUNNING jobs of queue $2 leased to worker $1, read through one of the
--- partial indexes on RUNNING jobs: the cost is the number of jobs running,
--- in every runner, not the table. A runner reads this only after a claim
+-- The RUNNING jobs of queue $2 leased to worker $1, read through
+-- jobs_running_tenant_idx, the partial index on RUNNING jobs: the cost is
+-- the number of jobs running, in every runner, not the table. A runner reads this only after a claim
 -- failed, to find jobs a claim leased to it whose reply it never received.
 SELECT
     /*job_columns*/
@@ -451,8 +469,8 @@ WHERE queue = $2 AND state = 'RUNNING' AND lease_owner = $1;
 -- caller records the ones that changed nothing with MarkStaleAttempts.
 --
 -- The WHERE deliberately says "fence" and not also "state = 'RUNNING'": that
--- clause would let the planner drive the join from jobs_lease_expiry_idx
--- (every RUNNING job) instead of probing the primary key once per
+-- clause would let the planner drive the join from an index on RUNNING
+-- jobs (every RUNNING job) instead of probing the primary key once per
 -- completion, and generic plans did, at a cost growing with concurrency.
 -- "id = ANY" gives it the primary-key probe.
 --
@@ -520,7 +538,8 @@ WITH updated AS (
         AND j.fence = i.fence
     RETURNING
         /*job_columns j*/,
-        i.outcome AS reported, i.error AS reported_error, i.uncertain, i.input_tokens, i.output_tokens, i.event_id
+        i.outcome AS reported, i.error AS reported_error, i.uncertain, i.input_tokens, i.output_tokens, i.event_id,
+        j.events
 ),
 attempt AS (
     INSERT INTO /*schema*/job_attempts (
@@ -561,8 +580,9 @@ event AS (
     FROM updated
     -- A failed attempt's retry is news to whoever watches the job; a release
     -- at shutdown or a snooze is the runner's own business and stays quiet.
-    WHERE state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'FAILED_TERMINAL', 'CANCELLED')
-        OR (state = 'RETRY_SCHEDULED' AND reported = 'retry')
+    WHERE events
+        AND (state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'FAILED_TERMINAL', 'CANCELLED')
+            OR (state = 'RETRY_SCHEDULED' AND reported = 'retry'))
 ),
 -- A finished attempt frees a slot under its tenant's cap and may unblock
 -- the next job of its group: an idle tenant becomes active again. Only idle
@@ -656,8 +676,12 @@ SELECT id, fence FROM hung;
 
 -- name: ReapExpiredLeases
 -- Takes back up to $1 jobs whose lease expired (their worker stopped
--- heartbeating), oldest expiry first via jobs_lease_expiry_idx, skipping rows
--- another reaper or a late completion holds. Each becomes RETRY_SCHEDULED
+-- heartbeating), oldest expiry first, skipping rows another reaper or a
+-- late completion holds. The running jobs are read through
+-- jobs_running_tenant_idx and their lease_until from the heap: no index
+-- holds lease_until, so that a heartbeat, which only moves it, can be a
+-- heap-only update. The cost is the number of jobs running, in every
+-- runner, per pass of the reaper. Each becomes RETRY_SCHEDULED
 -- with a bumped fence, so the lost worker can no longer complete it, and a
 -- full-jitter backoff (per-kind policies in $4..$6, default $2/$3 ms) — or
 -- FAILED_TERMINAL when its attempts are used up or the next attempt plus the
@@ -725,7 +749,7 @@ reaped AS (
     FROM decided AS d
     WHERE j.id = d.id
     RETURNING j.id, j.tenant, j.kind, j.queue, j.state, j.state_version, j.attempt, j.fence,
-        j.lease_owner, j.attempted_at, j.available_at, j.error_class, j.last_error
+        j.lease_owner, j.attempted_at, j.available_at, j.error_class, j.last_error, j.events
 ),
 attempt AS (
     INSERT INTO /*schema*/job_attempts (
@@ -750,7 +774,7 @@ event AS (
             'state', r.state, 'state_version', r.state_version, 'attempt', r.attempt,
             'error_class', r.error_class)
     FROM reaped AS r
-    WHERE r.state = 'FAILED_TERMINAL'
+    WHERE r.state = 'FAILED_TERMINAL' AND r.events
 )
 SELECT count(*) FILTER (WHERE state = 'RETRY_SCHEDULED'), count(*) FILTER (WHERE state = 'FAILED_TERMINAL')
 FROM reaped;
@@ -778,7 +802,7 @@ failed AS (
         updated_at    = now()
     FROM due
     WHERE j.id = due.id
-    RETURNING j.id, j.tenant, j.kind, j.queue, j.state, j.state_version, j.attempt, j.error_class
+    RETURNING j.id, j.tenant, j.kind, j.queue, j.state, j.state_version, j.attempt, j.error_class, j.events
 ),
 event AS (
     INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload)
@@ -788,6 +812,7 @@ event AS (
             'state', f.state, 'state_version', f.state_version, 'attempt', f.attempt,
             'error_class', f.error_class)
     FROM failed AS f
+    WHERE f.events
 )
 SELECT count(*) FROM failed;
 
@@ -803,7 +828,9 @@ SELECT count(*) FROM failed;
 -- job_keys_idempotency_idx). A NULL key never conflicts. Its tenant is not
 -- made active here: if the tenant is idle, the runners' idle-tenant sweep
 -- brings it back within a poll interval, which is soon enough for an
--- operator's replay.
+-- operator's replay. A replay is a new acceptance: whether it writes
+-- events follows this store's Config.KindsWithoutEvents ($11), not the
+-- source job's.
 WITH source AS (
     SELECT *
     FROM /*schema*/jobs
@@ -819,14 +846,15 @@ keyed AS (
 job AS (
     INSERT INTO /*schema*/jobs (
         id, tenant, kind, queue, priority, payload, group_key, max_attempts,
-        deadline_at, estimated_tokens, replay_of, replayed_by, replay_reason
+        deadline_at, estimated_tokens, replay_of, replayed_by, replay_reason, events
     )
     SELECT $3, tenant, kind, queue, priority, payload, group_key, max_attempts,
-        $4, estimated_tokens, id, $5, $6
+        $4, estimated_tokens, id, $5, $6, NOT (kind = ANY ($11::text[]))
     FROM source
     WHERE EXISTS (SELECT FROM keyed)
     RETURNING
-        /*job_columns*/
+        /*job_columns*/,
+        events
 ),
 event AS (
     INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload)
@@ -836,6 +864,7 @@ event AS (
             'state', job.state, 'state_version', job.state_version, 'attempt', job.attempt,
             'replay_of', job.replay_of)
     FROM job
+    WHERE job.events
 )
 SELECT
     /*job_columns*/
@@ -922,17 +951,28 @@ LIMIT $1;
 -- Per queue and tenant with unfinished work: jobs eligible now, jobs
 -- waiting for their time, running jobs and the oldest eligible job's age,
 -- with the weight and cap that apply (the tenant's own, else the defaults'
--- row ''). Reads the unfinished jobs only (jobs_pending_tenant_idx's
--- predicate), so its cost follows the backlog, not the history.
-WITH backlog AS (
-    SELECT queue, tenant,
-        count(*) FILTER (WHERE state IN ('READY', 'RETRY_SCHEDULED') AND available_at <= now()) AS runnable,
-        count(*) FILTER (WHERE state IN ('READY', 'RETRY_SCHEDULED') AND available_at > now()) AS scheduled,
-        count(*) FILTER (WHERE state = 'RUNNING') AS running,
-        coalesce(extract(epoch FROM now() - min(available_at)
-            FILTER (WHERE state IN ('READY', 'RETRY_SCHEDULED') AND available_at <= now())), 0)::float8 AS oldest
+-- row ''). Reads the unfinished jobs only, the waiting ones through
+-- jobs_tenant_claim_idx and the running ones through
+-- jobs_running_tenant_idx (each branch's state test is exactly one
+-- index's predicate, which lets the planner use it), so its cost follows
+-- the backlog, not the history.
+WITH unfinished AS (
+    SELECT queue, tenant, available_at, false AS running
     FROM /*schema*/jobs
-    WHERE state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')
+    WHERE state IN ('READY', 'RETRY_SCHEDULED')
+    UNION ALL
+    SELECT queue, tenant, NULL, true
+    FROM /*schema*/jobs
+    WHERE state = 'RUNNING'
+),
+backlog AS (
+    SELECT queue, tenant,
+        count(*) FILTER (WHERE NOT running AND available_at <= now()) AS runnable,
+        count(*) FILTER (WHERE NOT running AND available_at > now()) AS scheduled,
+        count(*) FILTER (WHERE running) AS running,
+        coalesce(extract(epoch FROM now() - min(available_at)
+            FILTER (WHERE NOT running AND available_at <= now())), 0)::float8 AS oldest
+    FROM unfinished
     GROUP BY queue, tenant
 )
 SELECT b.queue, b.tenant, b.runnable, b.scheduled, b.running, b.oldest,
@@ -946,15 +986,23 @@ ORDER BY b.queue, b.tenant;
 -- Per queue and kind with unfinished work: jobs eligible now, jobs waiting
 -- for their time, running jobs and the oldest eligible job's age. A kind
 -- that no runner serves shows as runnable work that only ages. Reads the
--- unfinished jobs only, like TenantBacklogs.
+-- unfinished jobs only, through the same two indexes as TenantBacklogs.
+WITH unfinished AS (
+    SELECT queue, kind, available_at, false AS running
+    FROM /*schema*/jobs
+    WHERE state IN ('READY', 'RETRY_SCHEDULED')
+    UNION ALL
+    SELECT queue, kind, NULL, true
+    FROM /*schema*/jobs
+    WHERE state = 'RUNNING'
+)
 SELECT queue, kind,
-    count(*) FILTER (WHERE state IN ('READY', 'RETRY_SCHEDULED') AND available_at <= now()),
-    count(*) FILTER (WHERE state IN ('READY', 'RETRY_SCHEDULED') AND available_at > now()),
-    count(*) FILTER (WHERE state = 'RUNNING'),
+    count(*) FILTER (WHERE NOT running AND available_at <= now()),
+    count(*) FILTER (WHERE NOT running AND available_at > now()),
+    count(*) FILTER (WHERE running),
     coalesce(extract(epoch FROM now() - min(available_at)
-        FILTER (WHERE state IN ('READY', 'RETRY_SCHEDULED') AND available_at <= now())), 0)::float8
-FROM /*schema*/jobs
-WHERE state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')
+        FILTER (WHERE NOT running AND available_at <= now())), 0)::float8
+FROM unfinished
 GROUP BY queue, kind
 ORDER BY queue, kind;
 

@@ -154,6 +154,23 @@ type Config struct {
 	// DisableNotify stops Enqueue from sending NOTIFYs at all, for hosts
 	// whose runners poll or are woken by a broker.
 	DisableNotify bool
+	// KindsWithoutEvents are job kinds whose jobs write no lifecycle events
+	// (requested, retry_scheduled, completed, review_required,
+	// dead_lettered, cancelled) to the outbox: for hosts that run no relay,
+	// or kinds nobody watches, so that no event rows pile up unpublished
+	// (which llmq stats would rightly report as relay lag). Default: none,
+	// every kind writes its events.
+	//
+	// It is decided once per job, when this store accepts it (Enqueue,
+	// EnqueueMany, Kind.Enqueue) or replays it, and recorded on the job
+	// row: every later transition of that job honours it, whichever
+	// process's store makes the transition (a runner, a reaper, an
+	// operator's cancel), so a job's events are all written or none are.
+	// Changing the setting affects jobs accepted afterwards; jobs accepted
+	// before keep theirs. Nothing else changes: state, attempts, results,
+	// fences and idempotency work the same, and job state stays readable
+	// with Get, List and the attempts history.
+	KindsWithoutEvents []string
 	// OnAccept, when set, runs inside every Enqueue and EnqueueMany
 	// transaction after the jobs are inserted, with the jobs that call
 	// created (not those found by idempotency key). An error rolls the
@@ -217,6 +234,14 @@ func NewStore(cfg Config) (*PostgresStore, error) {
 		return nil, fmt.Errorf("jobs: ClaimIdleTimeout is %s; use 0 for the default or a positive duration", cfg.ClaimIdleTimeout)
 	}
 	cfg.ClaimIdleTimeout = cmp.Or(cfg.ClaimIdleTimeout, DefaultClaimIdleTimeout)
+	for _, k := range cfg.KindsWithoutEvents {
+		if !validName(k, MaxKindLen) {
+			return nil, fmt.Errorf("jobs: KindsWithoutEvents: kind %q: use letters, digits, '.', '_' and '-', at most %d bytes", k, MaxKindLen)
+		}
+	}
+	// Never NULL: "kind = ANY (NULL)" is NULL, and NOT NULL would store no
+	// flag at all.
+	cfg.KindsWithoutEvents = append([]string{}, cfg.KindsWithoutEvents...)
 	s := &PostgresStore{
 		cfg:     cfg,
 		queues:  queues,
@@ -387,7 +412,7 @@ func (s *PostgresStore) insert(ctx context.Context, db DBTX, b *insertBatch) ([]
 		b.keys, b.hashes, b.payloads, b.groupKeys, b.maxAttempts,
 		b.availableAt, b.deadlineAt, b.estimatedTokens, b.eventIDs,
 		s.cfg.EventTopic, s.channel, s.notify.queues(b.queues, time.Now()),
-		dbsql.NullIfZero(telemetry.TraceParent(ctx)))
+		dbsql.NullIfZero(telemetry.TraceParent(ctx)), s.cfg.KindsWithoutEvents)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: enqueue: %w", s.migrated(err))
 	}

@@ -509,7 +509,7 @@ func (s *PostgresStore) Replay(ctx context.Context, db DBTX, p ReplayParams) (Re
 		k := replayKey(p.JobID)
 		key = &k
 	}
-	rows, err := db.Query(ctx, s.sql.replay, p.Tenant, p.JobID, id, dbsql.NullIfZero(p.DeadlineAt), p.By, p.Reason, eventID, s.cfg.EventTopic, channel, key)
+	rows, err := db.Query(ctx, s.sql.replay, p.Tenant, p.JobID, id, dbsql.NullIfZero(p.DeadlineAt), p.By, p.Reason, eventID, s.cfg.EventTopic, channel, key, s.cfg.KindsWithoutEvents)
 	if err != nil {
 		return ReplayResult{}, fmt.Errorf("jobs: replay %s: %w", p.JobID, err)
 	}

@@ -370,3 +370,34 @@ func TestReplayIsIdempotent(t *testing.T) {
 	_, err = f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k", IdempotencyKey: "\x1freplay " + res.Job.ID.String()})
 	require.ErrorIs(t, err, jobs.ErrInvalidParams)
 }
+
+// A heartbeat only moves lease_until, which no index holds, and the jobs
+// table leaves room on its pages: the update is heap-only, writing no index
+// entry (each running job heartbeats every interval, so this is most of
+// what a long job writes). Counted by PostgreSQL for the transaction.
+func TestHeartbeatIsHeapOnly(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	_, err := f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k"})
+	require.NoError(t, err)
+	j := f.claim(t, "w")
+
+	// The counts are the session's not yet reported to the statistics
+	// (earlier transactions' too), so the heartbeat's are the difference.
+	tx, err := f.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	counts := func() (updated, hot int64) {
+		require.NoError(t, tx.QueryRow(ctx, `SELECT coalesce(sum(n_tup_upd), 0), coalesce(sum(n_tup_hot_upd), 0)
+			FROM pg_stat_xact_user_tables WHERE schemaname = $1 AND relname = 'jobs'`, f.schema).Scan(&updated, &hot))
+		return updated, hot
+	}
+	updated0, hot0 := counts()
+	res, err := f.store.Heartbeat(ctx, tx, "w", time.Minute, []jobs.Lease{{JobID: j.ID, Fence: j.Fence}})
+	require.NoError(t, err)
+	require.True(t, res.Kept[j.ID])
+	updated, hot := counts()
+	require.Equal(t, int64(1), updated-updated0)
+	require.Equal(t, int64(1), hot-hot0, "the heartbeat is a heap-only update")
+}

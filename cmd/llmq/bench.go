@@ -42,6 +42,7 @@ type benchOptions struct {
 	broker     string // relay: memory, rabbitmq or kafka; ingress: memory or rabbitmq
 	amqpURL    string
 	window     int
+	walDetail  bool
 	arrivals   float64       // admission: offered acquires per second over all processes; 0 is a closed loop
 	hold       time.Duration // admission: how long each acquirer holds its permit, modelling the provider call
 	history    int           // drain: finished jobs written up front (bench_history.go)
@@ -64,6 +65,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&o.notifyEach, "notify-interval", 0, "jobs.Config.NotifyInterval of the producers' store (0: its default, 5ms; negative: NOTIFY on every enqueue)")
 	fs.IntVar(&o.tenants, "tenants", 1, "drain: tenants the backlog is spread over, round robin (fair claiming shares claims among them)")
 	fs.IntVar(&o.backlog, "backlog", 0, "drain: jobs queued up front (0: -jobs); the bench times the first -jobs of them")
+	fs.BoolVar(&o.walDetail, "wal-detail", false, "drain, e2e: also print each relation's share of every phase's WAL (needs pg_walinspect)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the throwaway schema instead of dropping it")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file")
 	fs.StringVar(&o.broker, "broker", "memory", "relay: memory, rabbitmq, or kafka (in-process kfake unless KAFKA_BROKERS is set); ingress: memory or rabbitmq")
@@ -108,7 +110,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer drop()
-	b := &bench{o: o, pool: pool, schema: schema, progress: &lockedWriter{w: stderr}, started: map[uuid.UUID]time.Time{}}
+	b := &bench{o: o, pool: pool, schema: schema, out: stdout, progress: &lockedWriter{w: stderr}, started: map[uuid.UUID]time.Time{}}
+	if o.mode == "drain" || o.mode == "e2e" {
+		b.wal = newWALMeter(ctx, pool, schema, b.progress)
+		b.wal.perRelation = o.walDetail
+		defer b.wal.close(ctx)
+	}
 	b.store, err = jobs.NewStore(jobs.Config{Schema: schema, NotifyInterval: o.notifyEach})
 	if err != nil {
 		return err
@@ -194,6 +201,8 @@ type bench struct {
 	pool     *pgxpool.Pool
 	store    *jobs.PostgresStore
 	schema   string
+	out      io.Writer // the phases' WAL lines
+	wal      *walMeter // drain and e2e
 	progress io.Writer
 	recorded atomic.Int64 // outcomes durably recorded
 
@@ -276,35 +285,36 @@ func (b *bench) waitDone(ctx context.Context) error {
 	return nil
 }
 
+// drain enqueues the backlog, vacuums, then times a runner working down
+// the first -jobs of it. It prints the WAL written per job by each phase
+// (insert, vacuum, drain) and by the whole run; the run's figure is per job
+// of the backlog, so it is the cost of a job's whole life when -backlog is
+// -jobs (the default).
 func (b *bench) drain(ctx context.Context) (float64, error) {
 	if err := b.fillHistory(ctx); err != nil {
 		return 0, err
 	}
-	const batch = 5000
-	lastReport := time.Now()
-	for done := 0; done < b.o.backlog; done += batch {
-		n := min(batch, b.o.backlog-done)
-		params := make([]jobs.EnqueueParams, n)
-		for i := range params {
-			params[i] = jobs.EnqueueParams{Tenant: b.tenant(done + i), Kind: benchKind}
-		}
-		if _, err := b.store.EnqueueMany(ctx, b.pool, params); err != nil {
-			return 0, err
-		}
-		if time.Since(lastReport) >= time.Second {
-			lastReport = time.Now()
-			fmt.Fprintf(b.progress, "llmq bench: %d of %d jobs enqueued\n", done+n, b.o.backlog)
-		}
+	whole, err := b.wal.mark(ctx)
+	if err != nil {
+		return 0, err
 	}
-	if _, err := b.pool.Exec(ctx, "VACUUM ANALYZE "+b.schema+".tenant_queues"); err != nil {
+	if err := b.wal.phase(ctx, b.out, b.progress, "insert", b.o.backlog, func() error { return b.enqueueBacklog(ctx) }); err != nil {
 		return 0, err
 	}
 	// Start from a vacuumed, analysed table, as a long-running system with
 	// autovacuum would be (some machines run with autovacuum off).
-	if _, err := b.pool.Exec(ctx, "VACUUM ANALYZE "+b.schema+".jobs"); err != nil {
+	err = b.wal.phase(ctx, b.out, b.progress, "vacuum", b.o.backlog, func() error {
+		_, err := b.pool.Exec(ctx, "VACUUM ANALYZE "+b.schema+".tenant_queues, "+b.schema+".jobs")
+		return err
+	})
+	if err != nil {
 		return 0, err
 	}
 	fmt.Fprintf(b.progress, "llmq bench: %d jobs of %d tenants enqueued; draining %d\n", b.o.backlog, b.o.tenants, b.o.jobs)
+	from, err := b.wal.mark(ctx)
+	if err != nil {
+		return 0, err
+	}
 	start := time.Now()
 	stop, err := b.startRunner(ctx, b.claimBatch(500))
 	if err != nil {
@@ -315,10 +325,55 @@ func (b *bench) drain(ctx context.Context) (float64, error) {
 	if stopErr := stop(); err == nil {
 		err = stopErr
 	}
-	return elapsed, err
+	if err != nil {
+		return 0, err
+	}
+	// Per job completed: the runner may finish a few beyond -jobs before it
+	// stops.
+	if err := b.printWAL(ctx, "drain", int(b.recorded.Load()), from); err != nil {
+		return 0, err
+	}
+	return elapsed, b.printWAL(ctx, "run", b.o.backlog, whole)
 }
 
+func (b *bench) printWAL(ctx context.Context, phase string, n int, from walMark) error {
+	p, err := b.wal.measure(ctx, from, b.progress)
+	if err != nil {
+		return err
+	}
+	p.print(b.out, phase, n)
+	return nil
+}
+
+// enqueueBacklog enqueues -backlog jobs in batches of 5,000, one batch per
+// transaction, spread over -tenants.
+func (b *bench) enqueueBacklog(ctx context.Context) error {
+	const batch = 5000
+	lastReport := time.Now()
+	for done := 0; done < b.o.backlog; done += batch {
+		n := min(batch, b.o.backlog-done)
+		params := make([]jobs.EnqueueParams, n)
+		for i := range params {
+			params[i] = jobs.EnqueueParams{Tenant: b.tenant(done + i), Kind: benchKind}
+		}
+		if _, err := b.store.EnqueueMany(ctx, b.pool, params); err != nil {
+			return err
+		}
+		if time.Since(lastReport) >= time.Second {
+			lastReport = time.Now()
+			fmt.Fprintf(b.progress, "llmq bench: %d of %d jobs enqueued\n", done+n, b.o.backlog)
+		}
+	}
+	return nil
+}
+
+// e2e times producers enqueueing one job per transaction while a runner
+// works them off, and prints the WAL written per job by the whole run.
 func (b *bench) e2e(ctx context.Context) (float64, error) {
+	from, err := b.wal.mark(ctx)
+	if err != nil {
+		return 0, err
+	}
 	stop, err := b.startRunner(ctx, b.claimBatch(100))
 	if err != nil {
 		return 0, err
@@ -348,7 +403,10 @@ func (b *bench) e2e(ctx context.Context) (float64, error) {
 	if stopErr := stop(); err == nil {
 		err = stopErr
 	}
-	return elapsed, err
+	if err != nil {
+		return 0, err
+	}
+	return elapsed, b.printWAL(ctx, "run", b.o.jobs, from)
 }
 
 // latency enqueues at a fixed rate, independent of completions, and reports
