@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/llmq/llmq/internal/validate"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // Limits on identifiers.
@@ -19,7 +20,7 @@ const (
 )
 
 var (
-	// ErrInvalid is matched (errors.Is) by every *ValidationError of this
+	// ErrInvalid is matched (errors.Is) by every *llmqtype.ValidationError of this
 	// package: the input was refused before anything was written.
 	ErrInvalid = errors.New("admission: invalid input")
 	// ErrWait is matched by a *WaitError: the pool cannot grant now; try
@@ -39,12 +40,8 @@ var (
 	ErrReleased = errors.New("admission: permit already released")
 )
 
-// ValidationError names the field that was wrong and why; its Kind is
-// ErrInvalid.
-type ValidationError = validate.Error
-
 func invalid(field, problem string) error {
-	return &ValidationError{Kind: ErrInvalid, Field: field, Problem: problem}
+	return &llmqtype.ValidationError{Kind: ErrInvalid, Field: field, Problem: problem}
 }
 
 // Reason says which dimension denied an acquire.
@@ -189,7 +186,7 @@ func (o Outcome) used() int64 { return o.InputTokens + o.OutputTokens }
 // Limiter admits provider calls. Acquire either grants every dimension of
 // the request at once and returns a Permit, or takes nothing and returns a
 // *WaitError (errors.Is ErrWait), a *NeverAdmissibleError, ErrUnknownPool,
-// a *ValidationError or ErrUnavailable.
+// a *llmqtype.ValidationError or ErrUnavailable.
 //
 // Cooldown and LowerRemaining carry what a provider said back to every
 // holder of the pool: a cooldown only extends, and remaining budgets only

@@ -12,6 +12,7 @@ import (
 
 	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/internal/dbtest"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // limiter is what both implementations offer, so each contract test runs
@@ -185,7 +186,7 @@ func TestAcquireRefusals(t *testing.T) {
 
 			for _, bad := range []admission.Request{{}, {Pool: "p", Tokens: -1}, {Pool: "p\x00"}} {
 				_, err = l.Acquire(ctx, bad)
-				var v *admission.ValidationError
+				var v *llmqtype.ValidationError
 				require.ErrorAs(t, err, &v)
 				require.ErrorIs(t, err, admission.ErrInvalid)
 			}

@@ -59,7 +59,7 @@
 //     more than MaxMessageIDLen bytes), a null body (a Kafka tombstone), a
 //     header key or value that is not valid UTF-8 or contains NUL, an id
 //     reused with another payload, and a handler error that is
-//     ErrMalformed or a *ValidationError.
+//     ErrMalformed or a *llmqtype.ValidationError.
 //   - Only failures known to be transient are retried without limit:
 //     ErrTransient (wrap a handler's error with Transient), the database
 //     unreachable or shutting down, serialization failures, deadlocks,

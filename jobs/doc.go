@@ -31,7 +31,7 @@
 //     one statement per batch, for finished jobs only (the retention
 //     package runs it); once a job is pruned its key accepts a new job.
 //   - Bad input is refused before anything is written, with a
-//     *ValidationError naming the field (errors.Is ErrInvalidParams, and
+//     *llmqtype.ValidationError naming the field (errors.Is ErrInvalidParams, and
 //     ErrUnknownQueue or ErrPayloadTooLarge where they apply). A refused or
 //     conflicting call leaves the caller's transaction usable.
 //   - EnqueueMany is all or nothing: a savepoint inside the caller's

@@ -15,6 +15,7 @@ import (
 
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/telemetry"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 //go:embed queries.sql
@@ -327,9 +328,9 @@ type insertBatch struct {
 func (s *PostgresStore) prepare(params []EnqueueParams) (*insertBatch, error) {
 	switch {
 	case len(params) == 0:
-		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "params", Problem: "the batch is empty"}
+		return nil, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "params", Problem: "the batch is empty"}
 	case len(params) > MaxBatch:
-		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "params",
+		return nil, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "params",
 			Problem: fmt.Sprintf("the batch has %d jobs, more than the limit of %d", len(params), MaxBatch)}
 	}
 	now := time.Now()
@@ -346,7 +347,7 @@ func (s *PostgresStore) prepare(params []EnqueueParams) (*insertBatch, error) {
 		p, err := s.normalize(params[i], now)
 		if err != nil {
 			if len(params) > 1 {
-				var fe *ValidationError
+				var fe *llmqtype.ValidationError
 				if errors.As(err, &fe) {
 					fe.Field = fmt.Sprintf("params[%d].%s", i, fe.Field)
 				}
@@ -478,7 +479,7 @@ func (s *PostgresStore) Get(ctx context.Context, db DBTX, tenant string, id uuid
 // List implements Store.
 func (s *PostgresStore) List(ctx context.Context, db DBTX, params ListParams) (*ListResult, error) {
 	if p := checkText(params.Tenant, true, MaxTenantLen); p != "" {
-		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "Tenant", Problem: p}
+		return nil, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "Tenant", Problem: p}
 	}
 	page, err := newListPage(params.States, params.Limit, params.Cursor, "List")
 	if err != nil {
@@ -499,7 +500,7 @@ type listPage struct {
 // the method whose cursor is expected.
 func newListPage(states []State, limit int, cursor, by string) (listPage, error) {
 	fail := func(field, problem string) error {
-		return &ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}
+		return &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}
 	}
 	page := listPage{states: make([]string, 0, len(states)), limit: cmp.Or(limit, defaultListLimit)}
 	for _, st := range states {

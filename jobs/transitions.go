@@ -14,6 +14,7 @@ import (
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/retry"
 	"github.com/llmq/llmq/internal/validate"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // ErrLeaseLost is returned for a completion whose fence no longer matches:
@@ -223,17 +224,17 @@ type HungAttempt struct {
 func (s *PostgresStore) checkClaim(p ClaimParams) error {
 	switch {
 	case !s.queues[p.Queue]:
-		return &ValidationError{Kind: ErrInvalidParams, Field: "Queue", Problem: fmt.Sprintf("%q is not one of the configured queues %q", p.Queue, s.cfg.Queues), Cause: ErrUnknownQueue}
+		return &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "Queue", Problem: fmt.Sprintf("%q is not one of the configured queues %q", p.Queue, s.cfg.Queues), Cause: ErrUnknownQueue}
 	case len(p.Kinds) == 0:
-		return &ValidationError{Kind: ErrInvalidParams, Field: "Kinds", Problem: "must name at least one kind"}
+		return &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "Kinds", Problem: "must name at least one kind"}
 	case p.Worker == "":
-		return &ValidationError{Kind: ErrInvalidParams, Field: "Worker", Problem: "must not be empty"}
+		return &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "Worker", Problem: "must not be empty"}
 	case p.Limit < 1 || p.Limit > MaxBatch:
-		return &ValidationError{Kind: ErrInvalidParams, Field: "Limit", Problem: fmt.Sprintf("is %d; use 1 to %d", p.Limit, MaxBatch)}
+		return &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "Limit", Problem: fmt.Sprintf("is %d; use 1 to %d", p.Limit, MaxBatch)}
 	case p.LeaseDuration < time.Second:
-		return &ValidationError{Kind: ErrInvalidParams, Field: "LeaseDuration", Problem: fmt.Sprintf("is %s; use at least 1s", p.LeaseDuration)}
+		return &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "LeaseDuration", Problem: fmt.Sprintf("is %s; use at least 1s", p.LeaseDuration)}
 	case p.LowPriorityShare < 0 || p.LowPriorityShare > 1:
-		return &ValidationError{Kind: ErrInvalidParams, Field: "LowPriorityShare", Problem: fmt.Sprintf("is %g; use 0 to 1", p.LowPriorityShare)}
+		return &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "LowPriorityShare", Problem: fmt.Sprintf("is %g; use 0 to 1", p.LowPriorityShare)}
 	}
 	return nil
 }
@@ -275,10 +276,10 @@ func (s *PostgresStore) Heartbeat(ctx context.Context, db DBTX, worker string, l
 // Leases implements Store.
 func (s *PostgresStore) Leases(ctx context.Context, db DBTX, worker, queue string) ([]*Job, error) {
 	if worker == "" {
-		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "worker", Problem: "must not be empty"}
+		return nil, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "worker", Problem: "must not be empty"}
 	}
 	if queue == "" {
-		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "queue", Problem: "must not be empty"}
+		return nil, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "queue", Problem: "must not be empty"}
 	}
 	rows, err := db.Query(ctx, s.sql.leases, worker, queue)
 	if err != nil {
@@ -311,14 +312,14 @@ func (s *PostgresStore) Complete(ctx context.Context, db DBTX, completions []Com
 	)
 	for i, c := range completions {
 		if err := c.Validate(); err != nil {
-			var fe *ValidationError
+			var fe *llmqtype.ValidationError
 			if errors.As(err, &fe) {
 				fe.Field = fmt.Sprintf("completions[%d].%s", i, fe.Field)
 			}
 			return nil, err
 		}
 		if seen[c.JobID] {
-			return nil, &ValidationError{Kind: ErrInvalidParams, Field: fmt.Sprintf("completions[%d].JobID", i), Problem: "appears twice in one batch"}
+			return nil, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: fmt.Sprintf("completions[%d].JobID", i), Problem: "appears twice in one batch"}
 		}
 		seen[c.JobID] = true
 		id, err := uuid.NewV7()
@@ -385,7 +386,7 @@ func (s *PostgresStore) markStale(ctx context.Context, db DBTX, stale []Completi
 	return nil
 }
 
-// Validate reports, as a *ValidationError, what in c the store would
+// Validate reports, as a *llmqtype.ValidationError, what in c the store would
 // refuse: an unknown outcome, an attempt number out of range, no worker, a
 // negative duration, or a Result that is not JSON PostgreSQL's jsonb can
 // hold. Complete refuses a batch holding such a completion before writing
@@ -395,7 +396,7 @@ func (s *PostgresStore) markStale(ctx context.Context, db DBTX, stale []Completi
 // UTF-8, NUL bytes).
 func (c Completion) Validate() error {
 	fail := func(field, problem string) error {
-		return &ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}
+		return &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}
 	}
 	switch c.Outcome {
 	case OutcomeSucceeded, OutcomeReviewRequired, OutcomeRetry, OutcomeFailed, OutcomeCancelled, OutcomeReleased, OutcomeSnoozed:
@@ -481,7 +482,7 @@ func (s *PostgresStore) Reap(ctx context.Context, db DBTX, p ReapParams) (ReapRe
 // ReplayParams.Again skips the key and always creates a new job.
 func (s *PostgresStore) Replay(ctx context.Context, db DBTX, p ReplayParams) (ReplayResult, error) {
 	fail := func(field, problem string) error {
-		return &ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}
+		return &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}
 	}
 	if problem := checkText(p.By, true, MaxTenantLen); problem != "" {
 		return ReplayResult{}, fail("By", problem)
@@ -563,7 +564,7 @@ func (s *PostgresStore) MarkHung(ctx context.Context, db DBTX, worker string, hu
 		return nil, nil
 	}
 	if worker == "" {
-		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "worker", Problem: "must not be empty"}
+		return nil, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "worker", Problem: "must not be empty"}
 	}
 	ids := make([][16]byte, len(hung)) // binary-encoded by pgx, unlike uuid.UUID
 	fences := make([]int64, len(hung))

@@ -18,6 +18,7 @@ import (
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/telemetry"
 	"github.com/llmq/llmq/internal/validate"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // DefaultMaxReceiveBytes bounds a received body when ReceiverConfig says
@@ -85,7 +86,7 @@ type Receiver struct {
 // NewReceiver validates cfg once.
 func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
 	invalid := func(field, problem string) error {
-		return &ValidationError{Kind: ErrInvalidConfig, Field: field, Problem: problem}
+		return &llmqtype.ValidationError{Kind: ErrInvalidConfig, Field: field, Problem: problem}
 	}
 	switch {
 	case cfg.Verifier == nil:

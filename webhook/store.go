@@ -17,6 +17,7 @@ import (
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/validate"
 	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/llmqtype"
 	"github.com/llmq/llmq/outbox"
 )
 
@@ -61,10 +62,10 @@ func Backoff() jobs.BackoffPolicy {
 
 // Errors callers branch on.
 var (
-	// ErrInvalidEndpoint is matched by every *ValidationError about
+	// ErrInvalidEndpoint is matched by every *llmqtype.ValidationError about
 	// endpoint parameters.
 	ErrInvalidEndpoint = errors.New("webhook: invalid endpoint")
-	// ErrInvalidEvent is matched by every *ValidationError about an event.
+	// ErrInvalidEvent is matched by every *llmqtype.ValidationError about an event.
 	ErrInvalidEvent = errors.New("webhook: invalid event")
 	// ErrNotFound is returned for an endpoint or delivery that does not
 	// exist for the tenant asking, including another tenant's.
@@ -236,7 +237,7 @@ func NewStore(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("webhook: %w", err)
 	}
 	invalid := func(field, problem string) error {
-		return &ValidationError{Kind: ErrInvalidConfig, Field: field, Problem: problem}
+		return &llmqtype.ValidationError{Kind: ErrInvalidConfig, Field: field, Problem: problem}
 	}
 	switch {
 	case cfg.Jobs == nil:
@@ -296,13 +297,13 @@ func (s *Store) allowed(a netip.Addr) bool {
 
 func (s *Store) validateEndpoint(p *EndpointParams) error {
 	invalid := func(field, problem string) error {
-		return &ValidationError{Kind: ErrInvalidEndpoint, Field: field, Problem: problem}
+		return &llmqtype.ValidationError{Kind: ErrInvalidEndpoint, Field: field, Problem: problem}
 	}
 	if pr := validate.Text(p.Tenant, true, jobs.MaxTenantLen); pr != "" {
 		return invalid("Tenant", pr)
 	}
 	if _, err := checkURL(p.URL, s.cfg.AllowHTTP, s.allowed); err != nil {
-		return &ValidationError{Kind: ErrInvalidEndpoint, Field: "URL", Problem: err.Error(), Cause: err}
+		return &llmqtype.ValidationError{Kind: ErrInvalidEndpoint, Field: "URL", Problem: err.Error(), Cause: err}
 	}
 	if len(p.EventTypes) == 0 || len(p.EventTypes) > MaxEventTypes {
 		return invalid("EventTypes", fmt.Sprintf("has %d types; want 1 to %d", len(p.EventTypes), MaxEventTypes))
@@ -396,7 +397,7 @@ func (s *Store) openKey(endpoint uuid.UUID, keyID string, stored []byte, sealed 
 // a Sealer; it is safe to run again, and alongside dispatchers.
 func (s *Store) SealSecrets(ctx context.Context, db DBTX) (int64, error) {
 	if s.cfg.Sealer == nil {
-		return 0, &ValidationError{Kind: ErrInvalidConfig, Field: "Sealer", Problem: "is required to seal secrets"}
+		return 0, &llmqtype.ValidationError{Kind: ErrInvalidConfig, Field: "Sealer", Problem: "is required to seal secrets"}
 	}
 	const batch = 1000
 	var total int64
@@ -446,7 +447,7 @@ func (s *Store) SealSecrets(ctx context.Context, db DBTX) (int64, error) {
 // key, secret included.
 func (s *Store) RotateSecret(ctx context.Context, db DBTX, tenant string, id uuid.UUID, overlap time.Duration) (Key, error) {
 	if overlap < 0 {
-		return Key{}, &ValidationError{Kind: ErrInvalidEndpoint, Field: "overlap", Problem: "must not be negative"}
+		return Key{}, &llmqtype.ValidationError{Kind: ErrInvalidEndpoint, Field: "overlap", Problem: "must not be negative"}
 	}
 	key := Key{ID: newKeyID(), Secret: NewSecret()}
 	err := dbsql.WithTx(ctx, db, func(tx pgx.Tx) error {
@@ -618,7 +619,7 @@ type envelope struct {
 
 func (s *Store) validateEvent(tenant string, ev *Event) ([]byte, error) {
 	invalid := func(field, problem string) error {
-		return &ValidationError{Kind: ErrInvalidEvent, Field: field, Problem: problem}
+		return &llmqtype.ValidationError{Kind: ErrInvalidEvent, Field: field, Problem: problem}
 	}
 	if pr := validate.Text(tenant, true, jobs.MaxTenantLen); pr != "" {
 		return nil, invalid("tenant", pr)
@@ -681,7 +682,7 @@ func (s *Store) Attempts(ctx context.Context, db DBTX, tenant string, deliveryID
 // deliveries it deleted. Several pruners may run at once.
 func (s *Store) Prune(ctx context.Context, db DBTX, limit int) (int64, error) {
 	if limit < 0 {
-		return 0, &ValidationError{Kind: ErrInvalidConfig, Field: "limit", Problem: "must not be negative"}
+		return 0, &llmqtype.ValidationError{Kind: ErrInvalidConfig, Field: "limit", Problem: "must not be negative"}
 	}
 	tag, err := db.Exec(ctx, s.sql.pruneDeliveries, s.cfg.Retention.Milliseconds(), cmp.Or(limit, DefaultPruneBatch))
 	if err != nil {
