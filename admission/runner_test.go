@@ -21,6 +21,7 @@ import (
 	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // runnerConfig runs "extract" jobs under admission from pool, calling
@@ -37,7 +38,7 @@ func runnerConfig(l admission.Limiter, pool, provider, worker string) lease.Conf
 		PollInterval:      100 * time.Millisecond,
 		ReapInterval:      100 * time.Millisecond,
 		ShutdownGrace:     2 * time.Second,
-		Retry:             jobs.BackoffPolicy{Base: 10 * time.Millisecond, Cap: 20 * time.Millisecond},
+		Retry:             llmqtype.BackoffPolicy{Base: 10 * time.Millisecond, Cap: 20 * time.Millisecond},
 		DeadlineMargin:    time.Second,
 		Admission: &lease.Admission{
 			Limiter: l,

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/llmq/llmq/internal/dbsql"
-	"github.com/llmq/llmq/internal/retry"
 	"github.com/llmq/llmq/internal/validate"
 	"github.com/llmq/llmq/llmqtype"
 )
@@ -167,18 +166,12 @@ type ReapParams struct {
 	Limit int
 	// Backoff is the default full-jitter policy for jobs taken back, and
 	// BackoffByKind overrides it per kind.
-	Backoff       BackoffPolicy
-	BackoffByKind map[string]BackoffPolicy
+	Backoff       llmqtype.BackoffPolicy
+	BackoffByKind map[string]llmqtype.BackoffPolicy
 	// DeadlineMargin is the time the next attempt needs; a job with less
 	// than that left before its deadline fails instead of retrying.
 	DeadlineMargin time.Duration
 }
-
-// BackoffPolicy is full-jitter exponential backoff: the delay after the
-// n-th failed attempt is U(0, min(Cap, Base·2^(n-1))); zero fields mean a
-// Base of 2s and a Cap of 60s. Next raises a draw to a provider's
-// Retry-After.
-type BackoffPolicy = retry.Policy
 
 // ReapResult counts what one reaper pass did.
 type ReapResult struct {

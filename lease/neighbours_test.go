@@ -21,6 +21,7 @@ import (
 	"github.com/llmq/llmq/internal/telemetry/telemetrytest"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // barrier holds every handler until n of them have started, so that their
@@ -222,7 +223,7 @@ func TestHungHandlerIsTakenOver(t *testing.T) {
 		AttemptTimeout: time.Second,
 		PollInterval:   50 * time.Millisecond,
 		ShutdownGrace:  time.Second,
-		Retry:          jobs.BackoffPolicy{Base: time.Millisecond, Cap: time.Millisecond},
+		Retry:          llmqtype.BackoffPolicy{Base: time.Millisecond, Cap: time.Millisecond},
 		MeterProvider:  m.Provider,
 		WorkerID:       "A",
 		Logger:         slog.New(slog.DiscardHandler),

@@ -18,6 +18,7 @@ import (
 	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 type fixture struct {
@@ -45,7 +46,7 @@ func fastConfig(handlers map[string]lease.Handler) lease.Config {
 		PollInterval:      100 * time.Millisecond,
 		ReapInterval:      100 * time.Millisecond,
 		ShutdownGrace:     2 * time.Second,
-		Retry:             jobs.BackoffPolicy{Base: 10 * time.Millisecond, Cap: 20 * time.Millisecond},
+		Retry:             llmqtype.BackoffPolicy{Base: 10 * time.Millisecond, Cap: 20 * time.Millisecond},
 		DeadlineMargin:    time.Second,
 	}
 }
@@ -122,7 +123,7 @@ func TestNewRunnerRejectsBadConfig(t *testing.T) {
 		"an attempt must end before":                 {Handlers: ok, AttemptTimeout: 2 * time.Minute},
 		"MaxWorkers is -1":                           {Handlers: ok, Queues: map[string]lease.QueueConfig{"default": {MaxWorkers: -1}}},
 		"LeaseDuration is 500ms":                     {Handlers: ok, LeaseDuration: 500 * time.Millisecond},
-		"Retry":                                      {Handlers: ok, Retry: jobs.BackoffPolicy{Base: -time.Second}},
+		"Retry":                                      {Handlers: ok, Retry: llmqtype.BackoffPolicy{Base: -time.Second}},
 		"PollInterval is -1s":                        {Handlers: ok, PollInterval: -time.Second},
 	}
 	for want, cfg := range tests {

@@ -15,6 +15,7 @@ import (
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // Test defaults WorkUntilIdle applies to a zero lease.Config field.
@@ -37,8 +38,8 @@ const (
 // a runner error, or queues still busy after IdleTimeout, fail the test.
 func WorkUntilIdle(ctx context.Context, t testing.TB, db *DB, store jobs.Store, cfg lease.Config) {
 	t.Helper()
-	if cfg.Retry == (jobs.BackoffPolicy{}) {
-		cfg.Retry = jobs.BackoffPolicy{Base: TestRetryBase, Cap: TestRetryCap}
+	if cfg.Retry == (llmqtype.BackoffPolicy{}) {
+		cfg.Retry = llmqtype.BackoffPolicy{Base: TestRetryBase, Cap: TestRetryCap}
 	}
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = TestPollInterval

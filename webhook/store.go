@@ -56,8 +56,8 @@ func DefaultSchedule() []time.Duration {
 // Backoff is the lease runner's retry policy for Kind: no jitter of its own,
 // so that the delay a Dispatcher asks for (the schedule, raised to a
 // Retry-After) is the delay. Set lease.Config.RetryByKind[webhook.Kind] to it.
-func Backoff() jobs.BackoffPolicy {
-	return jobs.BackoffPolicy{Base: time.Nanosecond, Cap: time.Nanosecond}
+func Backoff() llmqtype.BackoffPolicy {
+	return llmqtype.BackoffPolicy{Base: time.Nanosecond, Cap: time.Nanosecond}
 }
 
 // Errors callers branch on.
