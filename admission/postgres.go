@@ -18,15 +18,16 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 //go:embed queries.sql
 var queriesSQL string
 
-// DBTX is what the limiter runs its statements on; pass a *pgxpool.Pool.
+// DBTX (llmqtype.DBTX: Begin, Exec, Query, QueryRow) is what the limiter runs its statements on; pass a *pgxpool.Pool.
 // Each statement commits on its own: never pass a transaction, whose row
 // locks would hold the pool row until it commits.
-type DBTX = dbsql.DBTX
+type DBTX = llmqtype.DBTX
 
 // ledgerShards is how many rows share one tenant's, pool's and day's
 // usage (see migration 0005).

@@ -25,10 +25,10 @@ import (
 //go:embed queries.sql
 var queriesSQL string
 
-// DBTX is the caller's transaction or connection: *pgxpool.Pool, *pgx.Conn
+// DBTX (llmqtype.DBTX: Begin, Exec, Query, QueryRow) is the caller's transaction or connection: *pgxpool.Pool, *pgx.Conn
 // and pgx.Tx all satisfy it. Accept belongs in the transaction that does
 // the message's work.
-type DBTX = dbsql.DBTX
+type DBTX = llmqtype.DBTX
 
 // Result says whether a message is new.
 type Result int

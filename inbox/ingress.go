@@ -146,8 +146,8 @@ type Ingress struct {
 }
 
 // NewIngress validates cfg and returns an ingress reading from consumer
-// into db (a pool).
-func (s *Store) NewIngress(db dbsql.Beginner, consumer broker.Consumer, cfg IngressConfig) (*Ingress, error) {
+// into db (a *pgxpool.Pool; each batch runs in a transaction of its own).
+func (s *Store) NewIngress(db DBTX, consumer broker.Consumer, cfg IngressConfig) (*Ingress, error) {
 	switch {
 	case db == nil || consumer == nil:
 		return nil, errors.New("inbox: NewIngress needs a database and a consumer")

@@ -21,10 +21,10 @@ import (
 //go:embed queries.sql
 var queriesSQL string
 
-// DBTX is the caller's transaction or connection: *pgxpool.Pool, *pgx.Conn
+// DBTX (llmqtype.DBTX: Begin, Exec, Query, QueryRow) is the caller's transaction or connection: *pgxpool.Pool, *pgx.Conn
 // and pgx.Tx all satisfy it. Pass a transaction to make a store call part of
 // the caller's own unit of work; pass a pool to run it on its own.
-type DBTX = dbsql.DBTX
+type DBTX = llmqtype.DBTX
 
 // Store is the job store. Every method runs on the DBTX it is given and
 // never opens connections of its own.

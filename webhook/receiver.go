@@ -44,8 +44,9 @@ type ReceiverConfig struct {
 	Verifier *Verifier
 	// Inbox deduplicates delivery ids. Required.
 	Inbox *inbox.Store
-	// DB begins the transaction of each delivery (a pool). Required.
-	DB dbsql.Beginner
+	// DB begins the transaction of each delivery (a *pgxpool.Pool).
+	// Required.
+	DB DBTX
 	// Consumer names this receiver in the inbox. Required.
 	Consumer string
 	// Handle does the work. Required.

@@ -24,9 +24,9 @@ import (
 //go:embed queries.sql
 var queriesSQL string
 
-// DBTX is the caller's transaction or connection: *pgxpool.Pool, *pgx.Conn and
+// DBTX (llmqtype.DBTX: Begin, Exec, Query, QueryRow) is the caller's transaction or connection: *pgxpool.Pool, *pgx.Conn and
 // pgx.Tx all satisfy it.
-type DBTX = dbsql.DBTX
+type DBTX = llmqtype.DBTX
 
 // Kind is the job kind of deliveries; register a Dispatcher for it.
 const Kind = "webhook.deliver"
