@@ -195,6 +195,14 @@
 //     stays tenant-scoped. UnservedKinds reads across tenants too, for the
 //     runners' warning about jobs of kinds they have no handler for.
 //
+// # What a host calls and what a runner needs
+//
+// PostgresStore implements two interfaces. Store is the host's: Enqueue,
+// EnqueueMany, Get, List, Cancel, Stats, Attempts and Replay. RunnerStore
+// is what lease.NewRunner needs: Claim, Heartbeat, Complete, MarkHung,
+// Reap, Leases, WakeIdleTenants and Channel. A host passes its
+// PostgresStore to lease.NewRunner and never calls the runner's methods.
+//
 // # The typed layer
 //
 // A Kind[A, R] names a kind once, with its arguments' and its result's Go

@@ -26,8 +26,10 @@ var queriesSQL string
 // the caller's own unit of work; pass a pool to run it on its own.
 type DBTX = llmqtype.DBTX
 
-// Store is the job store. Every method runs on the DBTX it is given and
-// never opens connections of its own.
+// Store is what a host service calls: accept jobs, read them, cancel and
+// replay them. Every method runs on the DBTX it is given and never opens
+// connections of its own. PostgresStore implements it, and RunnerStore, the
+// runner's side, which a host does not call.
 type Store interface {
 	// Enqueue accepts one job and writes its "<kind>.requested" outbox event
 	// in the same statement. See EnqueueParams for idempotency.
@@ -51,10 +53,14 @@ type Store interface {
 	// A second replay of the same job returns the first one's job unless
 	// params.Again asks for another.
 	Replay(ctx context.Context, db DBTX, params ReplayParams) (ReplayResult, error)
+}
 
-	// The runner's side: claims, heartbeats and fenced completions, and the
-	// reaper that takes back expired leases.
-
+// RunnerStore is the runner's side of the job store: claims, heartbeats and
+// fenced completions, and the reaper that takes back expired leases.
+// lease.NewRunner takes it; a host passes its PostgresStore and never calls
+// these methods itself. Like Store, every method runs on the DBTX it is
+// given.
+type RunnerStore interface {
 	// Claim leases up to params.Limit eligible jobs of one queue, shared
 	// fairly among its tenants.
 	Claim(ctx context.Context, db DBTX, params ClaimParams) ([]*Job, error)
@@ -76,6 +82,9 @@ type Store interface {
 	MarkHung(ctx context.Context, db DBTX, worker string, hung []HungAttempt) ([]Lease, error)
 	// Reap takes back expired leases and fails jobs past their deadline.
 	Reap(ctx context.Context, db DBTX, params ReapParams) (ReapResult, error)
+	// Attempts is Store.Attempts: the runner reads a job's history to count
+	// the attempts that ended in invalid output.
+	Attempts(ctx context.Context, db DBTX, tenant string, id uuid.UUID) ([]Attempt, error)
 	// Channel is the NOTIFY channel Enqueue signals on.
 	Channel() string
 }
@@ -182,7 +191,10 @@ type PostgresStore struct {
 	ops operatorSQL
 }
 
-var _ Store = (*PostgresStore)(nil)
+var (
+	_ Store       = (*PostgresStore)(nil)
+	_ RunnerStore = (*PostgresStore)(nil)
+)
 
 // NewStore validates cfg once and prepares the store's SQL for its schema.
 func NewStore(cfg Config) (*PostgresStore, error) {

@@ -378,7 +378,7 @@ func (r *Runner) renew(ctx context.Context, live []*attempt, leases []jobs.Lease
 }
 
 // abandon records attempts whose handlers still run past AttemptTimeout
-// and HungGrace as hung (jobs.Store.MarkHung): their leases are no longer
+// and HungGrace as hung (jobs.RunnerStore.MarkHung): their leases are no longer
 // renewed, their jobs' fences move on, and once the leases expire the
 // reaper hands the jobs to whichever runner claims them next. The
 // handlers' goroutines keep their slots until they return. An attempt

@@ -100,7 +100,7 @@ type Config struct {
 	// HungGrace is how long a handler may keep running after its context
 	// was cancelled at AttemptTimeout. An attempt still running then is
 	// hung: the runner stops renewing its lease and records the attempt as
-	// hung and uncertain (jobs.Store.MarkHung); once the lease has expired
+	// hung and uncertain (jobs.RunnerStore.MarkHung); once the lease has expired
 	// any runner's reaper takes the job back and it is retried under a new
 	// fence, and whatever the hung handler returns later is recorded as
 	// stale. The hung handler's goroutine keeps its worker slot until it

@@ -57,7 +57,7 @@ func (f *fixture) start(cfg lease.Config) (*lease.Runner, func() error) {
 	return f.startWith(f.store, cfg)
 }
 
-func (f *fixture) startWith(store jobs.Store, cfg lease.Config) (*lease.Runner, func() error) {
+func (f *fixture) startWith(store jobs.RunnerStore, cfg lease.Config) (*lease.Runner, func() error) {
 	f.t.Helper()
 	r, err := lease.NewRunner(f.pool, store, cfg)
 	require.NoError(f.t, err)
@@ -300,7 +300,7 @@ func TestInvalidOutputBudgetCountsOnlyInvalidAnswers(t *testing.T) {
 // GC pause or a network partition would. Everything else reaches the real
 // store.
 type pausingStore struct {
-	jobs.Store
+	jobs.RunnerStore
 	paused atomic.Bool
 }
 
@@ -308,7 +308,7 @@ func (s *pausingStore) Heartbeat(ctx context.Context, db jobs.DBTX, worker strin
 	if s.paused.Load() {
 		return jobs.HeartbeatResult{}, errors.New("paused")
 	}
-	return s.Store.Heartbeat(ctx, db, worker, d, leases)
+	return s.RunnerStore.Heartbeat(ctx, db, worker, d, leases)
 }
 
 // Runner A stalls past its lease while its handler holds the job; runner B
@@ -318,7 +318,7 @@ func TestStalledRunnerCannotOverwrite(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	aStarted, aRelease := make(chan struct{}), make(chan struct{})
-	stalled := &pausingStore{Store: f.store}
+	stalled := &pausingStore{RunnerStore: f.store}
 	cfgA := fastConfig(map[string]lease.Handler{"k": lease.HandlerFunc(func(context.Context, *jobs.Job) (json.RawMessage, error) {
 		close(aStarted)
 		<-aRelease // stalled: ignores its context
@@ -484,13 +484,13 @@ func TestGracefulShutdown(t *testing.T) {
 // cancelOnClaim cancels the runner's context as its first successful claim
 // returns: shutdown begins while the claimed jobs are in the runner's hands.
 type cancelOnClaim struct {
-	jobs.Store
+	jobs.RunnerStore
 	cancel context.CancelFunc
 	once   sync.Once
 }
 
 func (s *cancelOnClaim) Claim(ctx context.Context, db jobs.DBTX, p jobs.ClaimParams) ([]*jobs.Job, error) {
-	claimed, err := s.Store.Claim(ctx, db, p)
+	claimed, err := s.RunnerStore.Claim(ctx, db, p)
 	if len(claimed) > 0 {
 		s.once.Do(s.cancel)
 	}
@@ -511,7 +511,7 @@ func TestShutdownDuringAClaim(t *testing.T) {
 	cfg.LeaseDuration, cfg.HeartbeatInterval = time.Minute, 10*time.Second
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	r, err := lease.NewRunner(f.pool, &cancelOnClaim{Store: f.store, cancel: cancel}, cfg)
+	r, err := lease.NewRunner(f.pool, &cancelOnClaim{RunnerStore: f.store, cancel: cancel}, cfg)
 	require.NoError(t, err)
 	require.NoError(t, r.Run(ctx))
 

@@ -36,7 +36,7 @@ const (
 // values (backoff of 1–20 ms, polls every 10 ms) instead of the runner's
 // production defaults. The runner is stopped before WorkUntilIdle returns;
 // a runner error, or queues still busy after IdleTimeout, fail the test.
-func WorkUntilIdle(ctx context.Context, t testing.TB, db *DB, store jobs.Store, cfg lease.Config) {
+func WorkUntilIdle(ctx context.Context, t testing.TB, db *DB, store jobs.RunnerStore, cfg lease.Config) {
 	t.Helper()
 	if cfg.Retry == (llmqtype.BackoffPolicy{}) {
 		cfg.Retry = llmqtype.BackoffPolicy{Base: TestRetryBase, Cap: TestRetryCap}

@@ -59,7 +59,7 @@ type Env struct {
 
 	requests atomic.Int64
 	db       *dbtest.DB
-	store    jobs.Store
+	store    *jobs.PostgresStore
 }
 
 // New starts a fake provider with cfg (1ms mean latency unless cfg says
