@@ -357,7 +357,7 @@ func (s PoolState) denial(req Request, inFlightRetry time.Duration) error {
 
 // release settles p in its pool's next cycle, together with the other
 // releases and grants queued for that pool in this process.
-func (l *Postgres) release(ctx context.Context, p *Permit, o Outcome) error {
+func (l *Postgres) release(ctx context.Context, p *Permit, o CallOutcome) error {
 	w := &releaseWaiter{permit: p, outcome: o, done: make(chan error, 1)}
 	l.enqueue(ctx, p.Pool, nil, w)
 	if err := l.waitRelease(ctx, p.Pool, w); err != nil {

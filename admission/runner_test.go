@@ -345,7 +345,7 @@ func TestRunnerAdmissionConfig(t *testing.T) {
 }
 
 // How an attempt ends decides how its permit is settled: an error marked
-// NotSent refunds everything; an error after the call may have been sent
+// CallNotSent refunds everything; an error after the call may have been sent
 // spends the request and marks the attempt uncertain; an answer refunds
 // the unused tokens.
 func TestRunnerSettlesPermitsByOutcome(t *testing.T) {
@@ -416,7 +416,7 @@ func TestRunnerDoesNotClaimForAFullPool(t *testing.T) {
 	time.Sleep(time.Second) // the claim that must not happen would happen in this second
 	require.Zero(t, f.job(ids[0]).Attempt, "no lease was taken while the pool was full")
 
-	require.NoError(t, held.Release(t.Context(), admission.Outcome{Result: admission.NotSent}))
+	require.NoError(t, held.Release(t.Context(), admission.CallOutcome{Result: admission.CallNotSent}))
 	f.awaitAll(ids, 10*time.Second)
 	j := f.job(ids[0])
 	require.Equal(t, jobs.StateSucceeded, j.State)
