@@ -25,18 +25,20 @@ var ErrLeaseLost = errors.New("jobs: lease lost")
 // that SUCCEEDED (a success is never replayed by accident).
 var ErrNotReplayable = errors.New("jobs: job cannot be replayed")
 
-// Outcome is what an attempt reports when it ends.
-type Outcome string
+// CompletionOutcome is what a runner reports, in a Completion, when an
+// attempt ends; it decides the job's next state. (AttemptOutcome is what
+// is then recorded on the attempt's row.)
+type CompletionOutcome string
 
 // The outcomes a worker reports.
 const (
-	OutcomeSucceeded      Outcome = "succeeded"       // → SUCCEEDED with Result
-	OutcomeReviewRequired Outcome = "review_required" // → REVIEW_REQUIRED with Result and Error as the reason
-	OutcomeRetry          Outcome = "retry"           // → RETRY_SCHEDULED after RetryDelay, or FAILED_TERMINAL when attempts or time ran out
-	OutcomeFailed         Outcome = "failed"          // → FAILED_TERMINAL (dead-lettered)
-	OutcomeCancelled      Outcome = "cancelled"       // → CANCELLED, honouring a cancellation request
-	OutcomeReleased       Outcome = "released"        // → RETRY_SCHEDULED at once: the worker is shutting down
-	OutcomeSnoozed        Outcome = "snoozed"         // → RETRY_SCHEDULED after RetryDelay, the attempt not counted against MaxAttempts
+	OutcomeSucceeded      CompletionOutcome = "succeeded"       // → SUCCEEDED with Result
+	OutcomeReviewRequired CompletionOutcome = "review_required" // → REVIEW_REQUIRED with Result and Error as the reason
+	OutcomeRetry          CompletionOutcome = "retry"           // → RETRY_SCHEDULED after RetryDelay, or FAILED_TERMINAL when attempts or time ran out
+	OutcomeFailed         CompletionOutcome = "failed"          // → FAILED_TERMINAL (dead-lettered)
+	OutcomeCancelled      CompletionOutcome = "cancelled"       // → CANCELLED, honouring a cancellation request
+	OutcomeReleased       CompletionOutcome = "released"        // → RETRY_SCHEDULED at once: the worker is shutting down
+	OutcomeSnoozed        CompletionOutcome = "snoozed"         // → RETRY_SCHEDULED after RetryDelay, the attempt not counted against MaxAttempts
 )
 
 // AttemptOutcome is how an attempt ended, as recorded on its row.
@@ -122,7 +124,7 @@ type Completion struct {
 	Attempt int
 	// Worker is the lease holder reporting the outcome.
 	Worker  string
-	Outcome Outcome
+	Outcome CompletionOutcome
 	// Result is the job's result (succeeded, review required): small, or a
 	// reference to where the result lives.
 	Result json.RawMessage
