@@ -13,7 +13,7 @@
 //
 // Guarantees:
 //   - Of any number of concurrent or repeated deliveries of one message id
-//     to one consumer, exactly one is New; the unique key decides, not a
+//     to one consumer, exactly one is NewMessage; the unique key decides, not a
 //     read-then-write.
 //   - The inbox row and the caller's work commit or roll back together: if
 //     the work fails and the transaction rolls back, no row remains and the

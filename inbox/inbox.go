@@ -34,9 +34,9 @@ type DBTX = llmqtype.DBTX
 type Result int
 
 const (
-	// New means the message is recorded: do its work in the same
+	// NewMessage means the message is recorded: do its work in the same
 	// transaction.
-	New Result = iota + 1
+	NewMessage Result = iota + 1
 	// Duplicate means the message was accepted before with the same
 	// payload: do nothing (and acknowledge the delivery).
 	Duplicate
@@ -44,7 +44,7 @@ const (
 
 func (r Result) String() string {
 	switch r {
-	case New:
+	case NewMessage:
 		return "new"
 	case Duplicate:
 		return "duplicate"
@@ -116,7 +116,7 @@ func Digest(body []byte) string {
 }
 
 // Accept records msg for consumer in tx, unless it was accepted before. It
-// returns New (do the work in tx), Duplicate (do nothing), or
+// returns NewMessage (do the work in tx), Duplicate (do nothing), or
 // ErrDigestMismatch after writing a quarantine row in tx. A message without
 // an id is a *llmqtype.ValidationError; quarantine it with Quarantine instead.
 func (s *Store) Accept(ctx context.Context, tx DBTX, consumer string, msg broker.Message, source broker.Source) (Result, error) {
@@ -131,7 +131,7 @@ func (s *Store) Accept(ctx context.Context, tx DBTX, consumer string, msg broker
 	err := tx.QueryRow(ctx, s.sql.insert, consumer, msg.ID, digest, source).Scan(&inserted)
 	switch {
 	case err == nil:
-		return New, nil
+		return NewMessage, nil
 	case !errors.Is(err, pgx.ErrNoRows):
 		return 0, fmt.Errorf("inbox: accepting %s for %s: %w", msg.ID, consumer, err)
 	}

@@ -557,7 +557,7 @@ func (s *Store) acceptMany(ctx context.Context, tx pgx.Tx, consumer string, batc
 		existing := recorded[msg.ID]
 		switch {
 		case isNew[msg.ID]:
-			out[i].result = New
+			out[i].result = NewMessage
 			delete(isNew, msg.ID) // a second copy in this batch is a duplicate
 		case existing == Digest(msg.Body):
 			out[i].result = Duplicate

@@ -205,7 +205,7 @@ func TestRelayCrashAfterConfirmRepublishes(t *testing.T) {
 		require.NoError(t, err)
 		results = append(results, r)
 	}
-	require.Equal(t, []inbox.Result{inbox.New, inbox.Duplicate}, results, "accepted once")
+	require.Equal(t, []inbox.Result{inbox.NewMessage, inbox.Duplicate}, results, "accepted once")
 }
 
 // A publisher that fails 30 % of messages: nothing is lost, failures are
