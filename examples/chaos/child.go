@@ -26,9 +26,9 @@ import (
 	"github.com/llmq/llmq/broker/kafka"
 	"github.com/llmq/llmq/broker/memory"
 	"github.com/llmq/llmq/broker/rabbitmq"
+	"github.com/llmq/llmq/examples/internal/sqlfile"
 	"github.com/llmq/llmq/examples/invoice"
 	"github.com/llmq/llmq/inbox"
-	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/llmqtype"
 	"github.com/llmq/llmq/outbox"
 )
@@ -210,7 +210,7 @@ func runSignals(ctx context.Context, cc childConfig, armed *atomic.Bool, stdout,
 		return err
 	}
 	defer pool.Close()
-	_, q, err := dbsql.Prepare(cc.Schema, queriesSQL)
+	q, err := sqlfile.Load(cc.Schema, queriesSQL)
 	if err != nil {
 		return err
 	}

@@ -19,7 +19,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmq/llmq/admission"
-	"github.com/llmq/llmq/internal/retry"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
 	"github.com/llmq/llmq/llmqtype"
@@ -282,9 +281,22 @@ func (e *extractor) supplierAfterCall(ctx context.Context, tenant, name string) 
 		if err == nil || ctx.Err() != nil {
 			return sup, err
 		}
-		if !retry.Sleep(ctx, policy.Delay(attempt, nil)) {
+		if !sleep(ctx, policy.Delay(attempt, nil)) {
 			return nil, fmt.Errorf("reading supplier master data after a paid answer: %w", err)
 		}
+	}
+}
+
+// sleep waits for d or until ctx ends, and reports whether the full wait
+// passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

@@ -135,7 +135,7 @@ func TestPaidAnswerSurvivesALostLookup(t *testing.T) {
 	var calls atomic.Int32
 	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
-		_, err := blocker.Exec(r.Context(), "LOCK TABLE "+pgx.Identifier{f.svc.schema.Name(), "invoice_suppliers"}.Sanitize()+" IN ACCESS EXCLUSIVE MODE")
+		_, err := blocker.Exec(r.Context(), "LOCK TABLE "+pgx.Identifier{f.svc.cfg.Schema, "invoice_suppliers"}.Sanitize()+" IN ACCESS EXCLUSIVE MODE")
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
