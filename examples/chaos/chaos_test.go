@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/examples/fakeprovider"
-	"github.com/llmq/llmq/internal/dbtest"
+	"github.com/llmq/llmq/llmqtest"
 )
 
 // The test binary re-executes itself as the run's child processes.
@@ -37,7 +37,7 @@ func setup(t *testing.T, broker string) Config {
 	return Config{
 		Duration: 15 * time.Second, Rate: 3, Workers: 2, PerWorker: 3, Broker: broker,
 		DuplicateRate: 0.25, FaultEvery: time.Hour, Drain: 40 * time.Second,
-		DatabaseURL: dbtest.URL(), AMQPURL: os.Getenv("AMQP_URL"), Out: t.Output(),
+		DatabaseURL: llmqtest.URL(), AMQPURL: os.Getenv("AMQP_URL"), Out: t.Output(),
 		Command: func(string) *exec.Cmd {
 			return exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$") //nolint:gosec // the test binary, re-executed
 		},

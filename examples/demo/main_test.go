@@ -7,15 +7,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmq/llmq/internal/dbtest"
+	"github.com/llmq/llmq/llmqtest"
 )
 
 // The demo runs to the end with its invariants holding, on a smaller batch.
 func TestDemoRuns(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Setup(t, dbtest.Options{MaxConns: 20, Unmigrated: true})
+	db := llmqtest.NewDB(t, llmqtest.Options{MaxConns: 20})
 	require.NoError(t, run(t.Context(), options{
-		DatabaseURL: dbtest.URL(), Schema: db.Schema, Invoices: 30, Small: 4,
+		DatabaseURL: llmqtest.URL(), Schema: db.Schema, Invoices: 30, Small: 4,
 		Scale: 300, RPM: 3000, Workers: 8, Outage: 2 * time.Second, Timeout: 60 * time.Second, Broker: "memory",
 	}))
 }
@@ -23,13 +23,13 @@ func TestDemoRuns(t *testing.T) {
 // With RabbitMQ carrying the job events.
 func TestDemoRunsWithRabbitMQ(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Setup(t, dbtest.Options{MaxConns: 20, Unmigrated: true})
+	db := llmqtest.NewDB(t, llmqtest.Options{MaxConns: 20})
 	amqpURL := os.Getenv("AMQP_URL")
 	if amqpURL == "" {
 		amqpURL = "amqp://guest:guest@127.0.0.1:5672/"
 	}
 	require.NoError(t, run(t.Context(), options{
-		DatabaseURL: dbtest.URL(), Schema: db.Schema, Invoices: 10, Small: 6,
+		DatabaseURL: llmqtest.URL(), Schema: db.Schema, Invoices: 10, Small: 6,
 		Scale: 300, RPM: 3000, Workers: 8, Outage: time.Second, Timeout: 60 * time.Second,
 		Broker: "rabbitmq", AMQPURL: amqpURL,
 	}))
@@ -39,9 +39,9 @@ func TestDemoRunsWithRabbitMQ(t *testing.T) {
 // job events and waking the workers.
 func TestDemoRunsWithKafka(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Setup(t, dbtest.Options{MaxConns: 20, Unmigrated: true})
+	db := llmqtest.NewDB(t, llmqtest.Options{MaxConns: 20})
 	require.NoError(t, run(t.Context(), options{
-		DatabaseURL: dbtest.URL(), Schema: db.Schema, Invoices: 10, Small: 6,
+		DatabaseURL: llmqtest.URL(), Schema: db.Schema, Invoices: 10, Small: 6,
 		Scale: 300, RPM: 3000, Workers: 8, Outage: time.Second, Timeout: 60 * time.Second,
 		Broker: "kafka",
 	}))

@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/llmqtest"
 )
 
 type workerFixture struct {
@@ -23,7 +23,7 @@ type workerFixture struct {
 
 func setupWorker(t *testing.T) *workerFixture {
 	t.Helper()
-	db := dbtest.Setup(t)
+	db := llmqtest.NewDB(t)
 	svc, err := New(db.Pool, Config{Schema: db.Schema, Auth: NewAuth(nil)})
 	require.NoError(t, err)
 	require.NoError(t, svc.Migrate(t.Context()))
