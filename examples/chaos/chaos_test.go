@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/llmq/llmq/examples/fakeprovider"
 	"github.com/llmq/llmq/llmqtest"
@@ -27,7 +28,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	// Every goroutine the tests start (servers, runners, relays, streams)
+	// must end with them.
+	goleak.VerifyTestMain(m)
 }
 
 // setup returns the reduced configuration CI runs: two worker processes,

@@ -6,9 +6,16 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/llmq/llmq/llmqtest"
 )
+
+// TestMain fails the tests if any goroutine the stack started (runners,
+// relays, ingresses, dispatchers, servers) outlives them.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
 
 // The demo runs to the end with its invariants holding, on a smaller batch.
 func TestDemoRuns(t *testing.T) {
