@@ -181,7 +181,8 @@ type Attempt struct {
 
 // Config configures a Store.
 type Config struct {
-	// Schema holds the llmq tables. Default "llmq".
+	// Schema holds the llmq tables. Default "llmq". It must be the job
+	// store's (Jobs), or NewStore refuses it.
 	Schema string
 	// Jobs is the job store deliveries are enqueued in. Required.
 	Jobs *jobs.PostgresStore
@@ -244,6 +245,8 @@ func NewStore(cfg Config) (*Store, error) {
 		return nil, invalid("Jobs", "is required")
 	case cfg.Outbox == nil:
 		return nil, invalid("Outbox", "is required")
+	case cfg.Jobs.Config().Schema != schema.Name():
+		return nil, invalid("Schema", fmt.Sprintf("is %q but the job store's is %q: give every llmq component the Schema that llmq.Migrate migrated", schema.Name(), cfg.Jobs.Config().Schema))
 	case cfg.MaxBodyBytes < 0:
 		return nil, invalid("MaxBodyBytes", "must not be negative")
 	case len(cfg.Schedule) > jobs.MaxMaxAttempts:
