@@ -24,9 +24,11 @@ import (
 //go:embed queries.sql
 var queriesSQL string
 
-// DBTX (llmqtype.DBTX: Begin, Exec, Query, QueryRow) is what the limiter runs its statements on; pass a *pgxpool.Pool.
+// DBTX is what the limiter runs its statements on; pass a *pgxpool.Pool.
 // Each statement commits on its own: never pass a transaction, whose row
-// locks would hold the pool row until it commits.
+// locks would hold the pool row until it commits. It is llmqtype.DBTX
+// (Begin, Exec, Query and QueryRow), the one definition every llmq package
+// shares.
 type DBTX = llmqtype.DBTX
 
 // ledgerShards is how many rows share one tenant's, pool's and day's

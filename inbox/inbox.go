@@ -25,9 +25,10 @@ import (
 //go:embed queries.sql
 var queriesSQL string
 
-// DBTX (llmqtype.DBTX: Begin, Exec, Query, QueryRow) is the caller's transaction or connection: *pgxpool.Pool, *pgx.Conn
-// and pgx.Tx all satisfy it. Accept belongs in the transaction that does
-// the message's work.
+// DBTX is the caller's transaction or connection: *pgxpool.Pool, *pgx.Conn
+// and pgx.Tx all satisfy it. Accept belongs in the transaction that does the
+// message's work. It is llmqtype.DBTX (Begin, Exec, Query and QueryRow), the
+// one definition every llmq package shares.
 type DBTX = llmqtype.DBTX
 
 // Result says whether a message is new.

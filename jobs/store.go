@@ -21,9 +21,11 @@ import (
 //go:embed queries.sql
 var queriesSQL string
 
-// DBTX (llmqtype.DBTX: Begin, Exec, Query, QueryRow) is the caller's transaction or connection: *pgxpool.Pool, *pgx.Conn
+// DBTX is the caller's transaction or connection: *pgxpool.Pool, *pgx.Conn
 // and pgx.Tx all satisfy it. Pass a transaction to make a store call part of
-// the caller's own unit of work; pass a pool to run it on its own.
+// the caller's own unit of work; pass a pool to run it on its own. It is
+// llmqtype.DBTX (Begin, Exec, Query and QueryRow), the one definition every
+// llmq package shares.
 type DBTX = llmqtype.DBTX
 
 // Store is what a host service calls: accept jobs, read them, cancel and

@@ -24,9 +24,10 @@ import (
 //go:embed queries.sql
 var queriesSQL string
 
-// DBTX (llmqtype.DBTX: Begin, Exec, Query, QueryRow) is the caller's transaction or connection: *pgxpool.Pool, *pgx.Conn
+// DBTX is the caller's transaction or connection: *pgxpool.Pool, *pgx.Conn
 // and pgx.Tx all satisfy it. Pass the transaction that makes the change the
-// event describes.
+// event describes. It is llmqtype.DBTX (Begin, Exec, Query and QueryRow),
+// the one definition every llmq package shares.
 type DBTX = llmqtype.DBTX
 
 // ErrInvalidEvent is matched (errors.Is) by every *llmqtype.ValidationError of this

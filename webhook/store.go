@@ -24,8 +24,9 @@ import (
 //go:embed queries.sql
 var queriesSQL string
 
-// DBTX (llmqtype.DBTX: Begin, Exec, Query, QueryRow) is the caller's transaction or connection: *pgxpool.Pool, *pgx.Conn and
-// pgx.Tx all satisfy it.
+// DBTX is the caller's transaction or connection: *pgxpool.Pool, *pgx.Conn
+// and pgx.Tx all satisfy it. It is llmqtype.DBTX (Begin, Exec, Query and
+// QueryRow), the one definition every llmq package shares.
 type DBTX = llmqtype.DBTX
 
 // Kind is the job kind of deliveries; register a Dispatcher for it.
