@@ -31,7 +31,7 @@ func ExampleBackoffPolicy_Next() {
 // One errors.As target matches the field errors of every llmq package.
 func ExampleValidationError() {
 	errInvalid := errors.New("example: invalid input") // a package's sentinel
-	var err error = fmt.Errorf("enqueue: %w", &llmqtype.ValidationError{Kind: errInvalid, Field: "Tenant", Problem: "must not be empty"})
+	err := fmt.Errorf("enqueue: %w", &llmqtype.ValidationError{Kind: errInvalid, Field: "Tenant", Problem: "must not be empty"})
 
 	var verr *llmqtype.ValidationError
 	if errors.As(err, &verr) {
