@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"code.dny.dev/ssrf"
+
 	"github.com/llmq/llmq/llmqtype"
 )
 

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+
 	"github.com/llmq/llmq/llmqtype"
 )
 
