@@ -25,7 +25,6 @@ import (
 	"github.com/llmq/llmq/examples/internal/sample"
 	"github.com/llmq/llmq/examples/invoice"
 	"github.com/llmq/llmq/jobs"
-	"github.com/llmq/llmq/llmqtest"
 	"github.com/llmq/llmq/outbox"
 	"github.com/llmq/llmq/webhook"
 )
@@ -42,7 +41,7 @@ type fixture struct {
 // provider's 15s mean latency scaled down to 50ms.
 func setup(t *testing.T, cfg stackConfig) *fixture {
 	t.Helper()
-	db := llmqtest.NewDB(t, llmqtest.Options{MaxConns: 20})
+	db := freshSchema(t)
 	cfg.Schema = db.Schema
 	cfg.Scale = max(cfg.Scale, 300)
 	cfg.ProviderRPM = max(cfg.ProviderRPM, 6000)
