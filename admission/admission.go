@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/llmq/llmq/internal/validate"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // Limits on identifiers.
@@ -19,7 +20,7 @@ const (
 )
 
 var (
-	// ErrInvalid is matched (errors.Is) by every *ValidationError of this
+	// ErrInvalid is matched (errors.Is) by every *llmqtype.ValidationError of this
 	// package: the input was refused before anything was written.
 	ErrInvalid = errors.New("admission: invalid input")
 	// ErrWait is matched by a *WaitError: the pool cannot grant now; try
@@ -39,12 +40,8 @@ var (
 	ErrReleased = errors.New("admission: permit already released")
 )
 
-// ValidationError names the field that was wrong and why; its Kind is
-// ErrInvalid.
-type ValidationError = validate.Error
-
 func invalid(field, problem string) error {
-	return &ValidationError{Kind: ErrInvalid, Field: field, Problem: problem}
+	return &llmqtype.ValidationError{Kind: ErrInvalid, Field: field, Problem: problem}
 }
 
 // Reason says which dimension denied an acquire.
@@ -96,9 +93,9 @@ func (e *NeverAdmissibleError) Error() string {
 // Unwrap makes errors.Is(err, ErrNeverAdmissible) true.
 func (e *NeverAdmissibleError) Unwrap() error { return ErrNeverAdmissible }
 
-// RetryAfter reports how long err asks the caller to wait: a *WaitError's
+// WaitDuration reports how long err asks the caller to wait: a *WaitError's
 // RetryAfter, or false for any other error.
-func RetryAfter(err error) (time.Duration, bool) {
+func WaitDuration(err error) (time.Duration, bool) {
 	var w *WaitError
 	if errors.As(err, &w) {
 		return w.RetryAfter, true
@@ -133,63 +130,63 @@ func (r Request) Validate() error {
 	return nil
 }
 
-// Result says how far a call got, which decides what Release refunds.
-type Result int8
+// CallResult says how far a call got, which decides what Release refunds.
+type CallResult int8
 
 const (
-	// NotSent means the call never left this process. Everything is refunded.
-	NotSent Result = iota
-	// Answered means the provider answered (any status that proves it counted
+	// CallNotSent means the call never left this process. Everything is refunded.
+	CallNotSent CallResult = iota
+	// CallAnswered means the provider answered (any status that proves it counted
 	// the call, with usage). The request is spent; unused tokens are
 	// refunded unless the pool charges the reservation.
-	Answered
-	// Uncertain means the call was sent and may have been counted: a timeout,
+	CallAnswered
+	// CallUncertain means the call was sent and may have been counted: a timeout,
 	// a 5xx, a 429, a connection lost after sending. The request is spent;
 	// tokens are refunded only if the pool says so. Mark the attempt
 	// uncertain.
-	Uncertain
+	CallUncertain
 )
 
 // String names the result.
-func (r Result) String() string {
+func (r CallResult) String() string {
 	switch r {
-	case NotSent:
+	case CallNotSent:
 		return "not_sent"
-	case Answered:
+	case CallAnswered:
 		return "answered"
-	case Uncertain:
+	case CallUncertain:
 		return "uncertain"
 	}
-	return fmt.Sprintf("Result(%d)", r)
+	return fmt.Sprintf("CallResult(%d)", r)
 }
 
-// Outcome is what Release reconciles: how far the call got and the tokens
+// CallOutcome is what Release reconciles: how far the call got and the tokens
 // the provider reported for it.
-type Outcome struct {
-	Result       Result
+type CallOutcome struct {
+	Result       CallResult
 	InputTokens  int64
 	OutputTokens int64
 }
 
-func (o Outcome) validate() error {
+func (o CallOutcome) validate() error {
 	switch {
-	case o.Result < NotSent || o.Result > Uncertain:
-		return invalid("Result", fmt.Sprintf("is %d; use NotSent, Answered or Uncertain", o.Result))
+	case o.Result < CallNotSent || o.Result > CallUncertain:
+		return invalid("Result", fmt.Sprintf("is %d; use CallNotSent, CallAnswered or CallUncertain", o.Result))
 	case o.InputTokens < 0 || o.OutputTokens < 0:
 		return invalid("InputTokens/OutputTokens", "must not be negative")
-	case o.Result == NotSent && o.InputTokens+o.OutputTokens != 0:
+	case o.Result == CallNotSent && o.InputTokens+o.OutputTokens != 0:
 		return invalid("Result", "a call that was not sent used no tokens")
 	}
 	return nil
 }
 
 // used is the token count the provider charged.
-func (o Outcome) used() int64 { return o.InputTokens + o.OutputTokens }
+func (o CallOutcome) used() int64 { return o.InputTokens + o.OutputTokens }
 
 // Limiter admits provider calls. Acquire either grants every dimension of
 // the request at once and returns a Permit, or takes nothing and returns a
 // *WaitError (errors.Is ErrWait), a *NeverAdmissibleError, ErrUnknownPool,
-// a *ValidationError or ErrUnavailable.
+// a *llmqtype.ValidationError or ErrUnavailable.
 //
 // Cooldown and LowerRemaining carry what a provider said back to every
 // holder of the pool: a cooldown only extends, and remaining budgets only
@@ -213,7 +210,7 @@ type Remaining struct {
 }
 
 // releaseFunc settles a permit with its limiter.
-type releaseFunc func(ctx context.Context, p *Permit, o Outcome) error
+type releaseFunc func(ctx context.Context, p *Permit, o CallOutcome) error
 
 // Permit is a granted request. Release it exactly once, with how the call
 // went; a permit that is never released expires on its own (Postgres) or
@@ -234,12 +231,12 @@ type Permit struct {
 }
 
 // Release settles the permit: it frees the in-flight slot and refunds by
-// o and the pool's policy (see Result). A second Release returns
+// o and the pool's policy (see CallResult). A second Release returns
 // ErrReleased and changes nothing. With the Postgres limiter, a release
 // whose cycle fails (contention, a lost connection, an outage) is tried
 // again, also after ctx ends; an error from Release then says it failed
 // for good, or that ctx ended first, and the permit may expire instead.
-func (p *Permit) Release(ctx context.Context, o Outcome) error {
+func (p *Permit) Release(ctx context.Context, o CallOutcome) error {
 	if err := o.validate(); err != nil {
 		return err
 	}

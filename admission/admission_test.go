@@ -12,6 +12,7 @@ import (
 
 	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/internal/dbtest"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // limiter is what both implementations offer, so each contract test runs
@@ -69,18 +70,18 @@ func TestRefunds(t *testing.T) {
 		name            string
 		chargeReserved  bool
 		refundUncertain bool
-		outcome         admission.Outcome
+		outcome         admission.CallOutcome
 		wantRequests    float64 // request level after release, from 10
 		wantTokens      float64 // token level after release, from 1000 with 100 reserved
 	}{
-		{"never sent", false, false, admission.Outcome{Result: admission.NotSent}, 10, 1000},
-		{"answered", false, false, admission.Outcome{Result: admission.Answered, InputTokens: 20, OutputTokens: 10}, 9, 970},
-		{"answered, provider counts max_tokens", true, false, admission.Outcome{Result: admission.Answered, InputTokens: 20, OutputTokens: 10}, 9, 900},
-		{"answered, more than reserved", false, false, admission.Outcome{Result: admission.Answered, InputTokens: 100, OutputTokens: 50}, 9, 850},
-		{"timed out", false, false, admission.Outcome{Result: admission.Uncertain}, 9, 900},
-		{"5xx", false, false, admission.Outcome{Result: admission.Uncertain}, 9, 900},
-		{"429", false, false, admission.Outcome{Result: admission.Uncertain}, 9, 900},
-		{"timed out, pool refunds uncertain calls", false, true, admission.Outcome{Result: admission.Uncertain}, 9, 1000},
+		{"never sent", false, false, admission.CallOutcome{Result: admission.CallNotSent}, 10, 1000},
+		{"answered", false, false, admission.CallOutcome{Result: admission.CallAnswered, InputTokens: 20, OutputTokens: 10}, 9, 970},
+		{"answered, provider counts max_tokens", true, false, admission.CallOutcome{Result: admission.CallAnswered, InputTokens: 20, OutputTokens: 10}, 9, 900},
+		{"answered, more than reserved", false, false, admission.CallOutcome{Result: admission.CallAnswered, InputTokens: 100, OutputTokens: 50}, 9, 850},
+		{"timed out", false, false, admission.CallOutcome{Result: admission.CallUncertain}, 9, 900},
+		{"5xx", false, false, admission.CallOutcome{Result: admission.CallUncertain}, 9, 900},
+		{"429", false, false, admission.CallOutcome{Result: admission.CallUncertain}, 9, 900},
+		{"timed out, pool refunds uncertain calls", false, true, admission.CallOutcome{Result: admission.CallUncertain}, 9, 1000},
 	} {
 		pool := slow(fmt.Sprintf("refund-%d", len(tc.name)))
 		pool.Name = "refund " + tc.name
@@ -144,12 +145,12 @@ func TestAcquireAllOrNothing(t *testing.T) {
 
 			// A slot is free but the token bucket (200 left) is not: still
 			// nothing is taken, and the wait is the tokens' refill time.
-			require.NoError(t, p1.Release(ctx, admission.Outcome{Result: admission.Uncertain}))
+			require.NoError(t, p1.Release(ctx, admission.CallOutcome{Result: admission.CallUncertain}))
 			_, err = l.Acquire(ctx, req)
 			require.ErrorAs(t, err, &wait)
 			require.Equal(t, admission.ReasonTokens, wait.Reason)
 			require.InDelta(t, (400-200)*10*time.Second.Seconds(), wait.RetryAfter.Seconds(), 15, "200 tokens at 0.1 per second")
-			d, ok := admission.RetryAfter(err)
+			d, ok := admission.WaitDuration(err)
 			require.True(t, ok)
 			require.Equal(t, wait.RetryAfter, d)
 
@@ -157,7 +158,7 @@ func TestAcquireAllOrNothing(t *testing.T) {
 			// minute at 1 RPM.
 			p3, err := l.Acquire(ctx, admission.Request{Pool: "tight", Tokens: 1})
 			require.NoError(t, err)
-			require.NoError(t, p3.Release(ctx, admission.Outcome{Result: admission.Answered, InputTokens: 1}))
+			require.NoError(t, p3.Release(ctx, admission.CallOutcome{Result: admission.CallAnswered, InputTokens: 1}))
 			_, err = l.Acquire(ctx, admission.Request{Pool: "tight", Tokens: 1})
 			require.ErrorAs(t, err, &wait)
 			require.Equal(t, admission.ReasonRequests, wait.Reason)
@@ -185,16 +186,16 @@ func TestAcquireRefusals(t *testing.T) {
 
 			for _, bad := range []admission.Request{{}, {Pool: "p", Tokens: -1}, {Pool: "p\x00"}} {
 				_, err = l.Acquire(ctx, bad)
-				var v *admission.ValidationError
+				var v *llmqtype.ValidationError
 				require.ErrorAs(t, err, &v)
 				require.ErrorIs(t, err, admission.ErrInvalid)
 			}
 			p, err := l.Acquire(ctx, admission.Request{Pool: "p"})
 			require.NoError(t, err)
-			require.ErrorIs(t, p.Release(ctx, admission.Outcome{Result: admission.NotSent, InputTokens: 3}), admission.ErrInvalid,
+			require.ErrorIs(t, p.Release(ctx, admission.CallOutcome{Result: admission.CallNotSent, InputTokens: 3}), admission.ErrInvalid,
 				"a call that was never sent used no tokens")
-			require.ErrorIs(t, p.Release(ctx, admission.Outcome{Result: 7}), admission.ErrInvalid)
-			require.NoError(t, p.Release(ctx, admission.Outcome{}), "a refused release does not use up the permit")
+			require.ErrorIs(t, p.Release(ctx, admission.CallOutcome{Result: 7}), admission.ErrInvalid)
+			require.NoError(t, p.Release(ctx, admission.CallOutcome{}), "a refused release does not use up the permit")
 		})
 	}
 	for _, bad := range []admission.Pool{
@@ -311,7 +312,7 @@ func TestPermitExpires(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, inFlight)
 	require.Equal(t, 1, permits)
-	require.NoError(t, p.Release(t.Context(), admission.Outcome{Result: admission.Answered}))
+	require.NoError(t, p.Release(t.Context(), admission.CallOutcome{Result: admission.CallAnswered}))
 	inFlight, permits, err = f.pg.Counts(t.Context(), "ttl")
 	require.NoError(t, err)
 	require.Zero(t, inFlight)

@@ -40,7 +40,7 @@ func benchAcquireRelease(b *testing.B, l limiter) {
 				b.Error(err)
 				return
 			}
-			if err := p.Release(b.Context(), admission.Outcome{Result: admission.Answered, InputTokens: 300}); err != nil {
+			if err := p.Release(b.Context(), admission.CallOutcome{Result: admission.CallAnswered, InputTokens: 300}); err != nil {
 				b.Error(err)
 				return
 			}

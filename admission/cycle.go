@@ -62,7 +62,7 @@ type acquireVerdict struct {
 // release nobody waits for (a permit whose acquirer left).
 type releaseWaiter struct {
 	permit   *Permit
-	outcome  Outcome
+	outcome  CallOutcome
 	done     chan error
 	taken    bool // in a cycle, or queued again after one: no longer withdrawn
 	attempts int  // cycles it failed in
@@ -198,7 +198,7 @@ func (l *Postgres) waitRelease(ctx context.Context, pool string, w *releaseWaite
 // waiting: it takes nothing.
 func (l *Postgres) giveBack(ctx context.Context, p *Permit) {
 	if p.released.CompareAndSwap(false, true) {
-		l.enqueue(context.WithoutCancel(ctx), p.Pool, nil, &releaseWaiter{permit: p, outcome: Outcome{Result: NotSent}})
+		l.enqueue(context.WithoutCancel(ctx), p.Pool, nil, &releaseWaiter{permit: p, outcome: CallOutcome{Result: CallNotSent}})
 	}
 }
 

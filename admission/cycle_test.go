@@ -53,7 +53,7 @@ func acquireLoop(ctx context.Context, l *admission.Postgres, pool, provider stri
 					grants.Add(1)
 					err = callUnder(context.WithoutCancel(ctx), p, provider)
 				case errors.Is(err, admission.ErrWait):
-					d, _ := admission.RetryAfter(err)
+					d, _ := admission.WaitDuration(err)
 					select { // sleeping out the limiter's own wait
 					case <-ctx.Done():
 					case <-time.After(max(d, time.Millisecond)):
@@ -97,18 +97,18 @@ func callUnder(ctx context.Context, p *admission.Permit, provider string) error 
 	req.Header.Set("X-Granted-At", p.Acquired.Format(time.RFC3339Nano))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return errors.Join(err, p.Release(ctx, admission.Outcome{Result: admission.Uncertain}))
+		return errors.Join(err, p.Release(ctx, admission.CallOutcome{Result: admission.CallUncertain}))
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
-		return errors.Join(fmt.Errorf("provider: %s", resp.Status), err, p.Release(ctx, admission.Outcome{Result: admission.Uncertain}))
+		return errors.Join(fmt.Errorf("provider: %s", resp.Status), err, p.Release(ctx, admission.CallOutcome{Result: admission.CallUncertain}))
 	}
 	var out struct{ Usage int64 }
 	if err := json.Unmarshal(body, &out); err != nil {
 		return err
 	}
-	return p.Release(ctx, admission.Outcome{Result: admission.Answered, InputTokens: out.Usage})
+	return p.Release(ctx, admission.CallOutcome{Result: admission.CallAnswered, InputTokens: out.Usage})
 }
 
 // runAcquirers is a child process of TestFleetOfWaitersStaysWithinLimits:
@@ -339,7 +339,7 @@ func TestCancelledWaiterTakesNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.InDelta(t, 9, s.RequestLevel, 0.1, "one request unit spent: the served waiter's")
 	require.InDelta(t, 900, s.TokenLevel, 1)
-	require.NoError(t, r.permit.Release(t.Context(), admission.Outcome{Result: admission.NotSent}))
+	require.NoError(t, r.permit.Release(t.Context(), admission.CallOutcome{Result: admission.CallNotSent}))
 }
 
 // A cycle whose transaction fails grants nothing to anyone in its group;
@@ -445,7 +445,7 @@ func TestTerminatedCycleLosesNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.InDelta(t, 10, s.RequestLevel, 0.1, "each waiter charged once")
 	for _, p := range permits {
-		require.NoError(t, p.Release(t.Context(), admission.Outcome{Result: admission.Answered, InputTokens: 10}))
+		require.NoError(t, p.Release(t.Context(), admission.CallOutcome{Result: admission.CallAnswered, InputTokens: 10}))
 	}
 	inFlight, rows, err = l.Counts(t.Context(), "terminated")
 	require.NoError(t, err)
@@ -476,7 +476,7 @@ func TestLockWaitIsContentionNotOutage(t *testing.T) {
 	unlock()
 	p, err := l.Acquire(t.Context(), admission.Request{Pool: "busy"})
 	require.NoError(t, err)
-	require.NoError(t, p.Release(t.Context(), admission.Outcome{}))
+	require.NoError(t, p.Release(t.Context(), admission.CallOutcome{}))
 }
 
 // Within a cycle, first come, first served: a request that would fit is
@@ -571,7 +571,7 @@ func TestReleaseUnderContentionIsTriedAgain(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			released := make(chan error, 1)
-			go func() { released <- p.Release(ctx, admission.Outcome{Result: admission.Answered}) }()
+			go func() { released <- p.Release(ctx, admission.CallOutcome{Result: admission.CallAnswered}) }()
 			require.Eventually(t, func() bool {
 				return slices.Contains(logs.messages(),
 					"WARN admission: a release cycle waited past the lock timeout for the pool row; its releases are tried again")
@@ -589,7 +589,7 @@ func TestReleaseUnderContentionIsTriedAgain(t *testing.T) {
 			require.NoError(t, err)
 			require.Zero(t, inFlight, "the permit's slot is held until it expires")
 			require.Zero(t, permits)
-			require.ErrorIs(t, p.Release(t.Context(), admission.Outcome{}), admission.ErrReleased)
+			require.ErrorIs(t, p.Release(t.Context(), admission.CallOutcome{}), admission.ErrReleased)
 		})
 	}
 }
@@ -613,5 +613,5 @@ func TestReadyCountsExpiredPermitsAsFree(t *testing.T) {
 		"a slot held by an expired permit counts as taken")
 	p, err := l.Acquire(t.Context(), admission.Request{Pool: "one"})
 	require.NoError(t, err, "the acquire reaps the expired permit")
-	require.NoError(t, p.Release(t.Context(), admission.Outcome{Result: admission.NotSent}))
+	require.NoError(t, p.Release(t.Context(), admission.CallOutcome{Result: admission.CallNotSent}))
 }

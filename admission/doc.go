@@ -13,12 +13,12 @@
 // token burst is a *NeverAdmissibleError, since no wait would admit it.
 // Permit.Release reconciles the reservation with what happened:
 //
-//   - NotSent: the call never left the process; everything is refunded.
-//   - Answered: the request unit is spent; the reservation minus the tokens
+//   - CallNotSent: the call never left the process; everything is refunded.
+//   - CallAnswered: the request unit is spent; the reservation minus the tokens
 //     the provider reported is refunded (a negative refund, when the
 //     provider used more, is a debt that delays later grants). A pool with
 //     ChargeReserved, for providers that count max_tokens, refunds nothing.
-//   - Uncertain: sent, then a timeout, a 5xx, a 429 or a lost connection.
+//   - CallUncertain: sent, then a timeout, a 5xx, a 429 or a lost connection.
 //     The request unit is spent and, unless the pool has RefundUncertain,
 //     the whole reservation too; the caller marks its attempt uncertain.
 //
@@ -199,7 +199,7 @@
 //
 //   - Buckets are token buckets: any window of w seconds holds at most
 //     RPM/60·w + RequestBurst grants (by the grant times in
-//     Permit.Acquired), plus one for each NotSent release, which gives its
+//     Permit.Acquired), plus one for each CallNotSent release, which gives its
 //     unit back. RequestBurst
 //     defaults to one second of RPM; TokenBurst to TPM/10, which is also
 //     the largest request a pool admits.

@@ -46,7 +46,7 @@ func ExamplePostgres() {
 	fmt.Println("larger than the burst:", errors.Is(err, admission.ErrNeverAdmissible))
 
 	// The provider answered and reported 1,200 tokens: 2,800 come back.
-	if err := permit.Release(ctx, admission.Outcome{Result: admission.Answered, InputTokens: 1000, OutputTokens: 200}); err != nil {
+	if err := permit.Release(ctx, admission.CallOutcome{Result: admission.CallAnswered, InputTokens: 1000, OutputTokens: 200}); err != nil {
 		panic(err)
 	}
 	state, err := limiter.State(ctx, "openai-gpt")
@@ -78,7 +78,7 @@ func ExampleObserve() {
 	}
 	fmt.Println("cooldown:", signal.Cooldown)
 	_, err = limiter.Acquire(ctx, admission.Request{Pool: "anthropic", Tokens: 100})
-	if d, ok := admission.RetryAfter(err); ok {
+	if d, ok := admission.WaitDuration(err); ok {
 		fmt.Println("acquire waits about:", d.Round(time.Second))
 	}
 	// Output:

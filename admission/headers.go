@@ -26,7 +26,7 @@ type Signal struct {
 // x-ratelimit-reset-{requests,tokens} as Go durations ("6m0s", "1s",
 // "20ms"); Anthropic's anthropic-ratelimit-{requests,tokens}-remaining with
 // -reset as RFC 3339 times. Malformed or negative values are ignored; waits
-// are clamped to retry.MaxRetryAfter. When both vendors' headers appear,
+// are clamped to llmqtype.MaxRetryAfter (24h). When both vendors' headers appear,
 // the lower remaining budget wins.
 func ParseSignal(status int, h http.Header, now time.Time) Signal {
 	var s Signal
@@ -89,7 +89,7 @@ func parseCount(v string) (int64, bool) {
 
 // parseGoDuration reads OpenAI's reset header, a Go duration string
 // ("6m0s", "1s", "20ms", "1m30.5s"), refusing signs and clamping to
-// retry.MaxRetryAfter.
+// llmqtype.MaxRetryAfter.
 func parseGoDuration(v string) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" || len(v) > 64 || v[0] == '-' || v[0] == '+' {

@@ -115,7 +115,7 @@ func (l *Local) Acquire(_ context.Context, req Request) (*Permit, error) {
 	return &Permit{ID: uuid.Must(uuid.NewV7()), Pool: req.Pool, Tenant: req.Tenant, Tokens: req.Tokens, Acquired: now, release: l.release}, nil
 }
 
-func (l *Local) release(_ context.Context, permit *Permit, o Outcome) error {
+func (l *Local) release(_ context.Context, permit *Permit, o CallOutcome) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p, ok := l.pools[permit.Pool]
@@ -126,11 +126,11 @@ func (l *Local) release(_ context.Context, permit *Permit, o Outcome) error {
 	p.inFlight--
 	var refund int64
 	switch {
-	case o.Result == NotSent:
+	case o.Result == CallNotSent:
 		p.requests.ReserveN(now, -1)
 		refund = permit.Tokens
-	case o.Result == Answered && !p.cfg.ChargeReserved,
-		o.Result == Uncertain && p.cfg.RefundUncertain:
+	case o.Result == CallAnswered && !p.cfg.ChargeReserved,
+		o.Result == CallUncertain && p.cfg.RefundUncertain:
 		refund = permit.Tokens - o.used()
 	}
 	switch {

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 //go:embed queries.sql
@@ -25,8 +26,10 @@ var queriesSQL string
 
 // DBTX is what the limiter runs its statements on; pass a *pgxpool.Pool.
 // Each statement commits on its own: never pass a transaction, whose row
-// locks would hold the pool row until it commits.
-type DBTX = dbsql.DBTX
+// locks would hold the pool row until it commits. It is llmqtype.DBTX
+// (Begin, Exec, Query and QueryRow), the one definition every llmq package
+// shares.
+type DBTX = llmqtype.DBTX
 
 // ledgerShards is how many rows share one tenant's, pool's and day's
 // usage (see migration 0005).
@@ -356,7 +359,7 @@ func (s PoolState) denial(req Request, inFlightRetry time.Duration) error {
 
 // release settles p in its pool's next cycle, together with the other
 // releases and grants queued for that pool in this process.
-func (l *Postgres) release(ctx context.Context, p *Permit, o Outcome) error {
+func (l *Postgres) release(ctx context.Context, p *Permit, o CallOutcome) error {
 	w := &releaseWaiter{permit: p, outcome: o, done: make(chan error, 1)}
 	l.enqueue(ctx, p.Pool, nil, w)
 	if err := l.waitRelease(ctx, p.Pool, w); err != nil {

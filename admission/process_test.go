@@ -359,7 +359,7 @@ func TestKilledHolderPermitExpires(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, inFlight, "the live holder's and ours")
 	require.Equal(t, permits, inFlight)
-	require.NoError(t, permit.Release(t.Context(), admission.Outcome{Result: admission.Answered}))
+	require.NoError(t, permit.Release(t.Context(), admission.CallOutcome{Result: admission.CallAnswered}))
 	inFlight, permits, err = f.pg.Counts(t.Context(), "held")
 	require.NoError(t, err)
 	require.Equal(t, 1, inFlight)

@@ -209,15 +209,15 @@ func TestUsageLedgerAndDailySpend(t *testing.T) {
 	ctx := t.Context()
 	require.NoError(t, f.pg.SetPool(ctx, admission.Pool{Name: "gpt", RPM: 600, TPM: 1e6, MaxInFlight: 10,
 		InputPrice: 2_500_000, OutputPrice: 10_000_000}))
-	release := func(tenant string, o admission.Outcome) {
+	release := func(tenant string, o admission.CallOutcome) {
 		p, err := f.pg.Acquire(ctx, admission.Request{Pool: "gpt", Tenant: tenant, Tokens: 2000})
 		require.NoError(t, err)
 		require.NoError(t, p.Release(ctx, o))
 	}
-	release("acme", admission.Outcome{Result: admission.Answered, InputTokens: 1000, OutputTokens: 500})
-	release("acme", admission.Outcome{Result: admission.Uncertain})
-	release("acme", admission.Outcome{Result: admission.NotSent})
-	release("", admission.Outcome{Result: admission.Answered, InputTokens: 1000})
+	release("acme", admission.CallOutcome{Result: admission.CallAnswered, InputTokens: 1000, OutputTokens: 500})
+	release("acme", admission.CallOutcome{Result: admission.CallUncertain})
+	release("acme", admission.CallOutcome{Result: admission.CallNotSent})
+	release("", admission.CallOutcome{Result: admission.CallAnswered, InputTokens: 1000})
 
 	usage, err := f.pg.Usage(ctx, "acme", time.Now(), time.Now())
 	require.NoError(t, err)
@@ -232,7 +232,7 @@ func TestUsageLedgerAndDailySpend(t *testing.T) {
 
 	_, err = f.enqueue(jobs.EnqueueParams{Tenant: "acme"})
 	require.NoError(t, err, "7,500 spent of 10,000")
-	release("acme", admission.Outcome{Result: admission.Answered, InputTokens: 1000})
+	release("acme", admission.CallOutcome{Result: admission.CallAnswered, InputTokens: 1000})
 	_, err = f.enqueue(jobs.EnqueueParams{Tenant: "acme"})
 	q := requireQuotaError(t, err, http.StatusTooManyRequests, "daily_cost")
 	require.Equal(t, int64(10_000), q.Current)

@@ -21,6 +21,7 @@ import (
 	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // runnerConfig runs "extract" jobs under admission from pool, calling
@@ -37,7 +38,7 @@ func runnerConfig(l admission.Limiter, pool, provider, worker string) lease.Conf
 		PollInterval:      100 * time.Millisecond,
 		ReapInterval:      100 * time.Millisecond,
 		ShutdownGrace:     2 * time.Second,
-		Retry:             jobs.BackoffPolicy{Base: 10 * time.Millisecond, Cap: 20 * time.Millisecond},
+		Retry:             llmqtype.BackoffPolicy{Base: 10 * time.Millisecond, Cap: 20 * time.Millisecond},
 		DeadlineMargin:    time.Second,
 		Admission: &lease.Admission{
 			Limiter: l,
@@ -344,7 +345,7 @@ func TestRunnerAdmissionConfig(t *testing.T) {
 }
 
 // How an attempt ends decides how its permit is settled: an error marked
-// NotSent refunds everything; an error after the call may have been sent
+// CallNotSent refunds everything; an error after the call may have been sent
 // spends the request and marks the attempt uncertain; an answer refunds
 // the unused tokens.
 func TestRunnerSettlesPermitsByOutcome(t *testing.T) {
@@ -415,7 +416,7 @@ func TestRunnerDoesNotClaimForAFullPool(t *testing.T) {
 	time.Sleep(time.Second) // the claim that must not happen would happen in this second
 	require.Zero(t, f.job(ids[0]).Attempt, "no lease was taken while the pool was full")
 
-	require.NoError(t, held.Release(t.Context(), admission.Outcome{Result: admission.NotSent}))
+	require.NoError(t, held.Release(t.Context(), admission.CallOutcome{Result: admission.CallNotSent}))
 	f.awaitAll(ids, 10*time.Second)
 	j := f.job(ids[0])
 	require.Equal(t, jobs.StateSucceeded, j.State)

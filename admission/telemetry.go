@@ -69,7 +69,7 @@ func (in *limiterInstruments) acquired(ctx context.Context, req Request, err err
 	}
 }
 
-func (in *limiterInstruments) released(ctx context.Context, p *Permit, o Outcome) {
+func (in *limiterInstruments) released(ctx context.Context, p *Permit, o CallOutcome) {
 	if used := o.used(); used > 0 && in.tokensUsed.Enabled(ctx) {
 		in.tokensUsed.Add(ctx, used, metric.WithAttributes(attribute.String("pool", p.Pool)))
 	}

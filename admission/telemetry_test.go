@@ -29,7 +29,7 @@ func TestLimiterMetrics(t *testing.T) {
 	var wait *admission.WaitError
 	require.ErrorAs(t, err, &wait)
 	require.Equal(t, admission.ReasonInFlight, wait.Reason)
-	require.NoError(t, permit.Release(ctx, admission.Outcome{Result: admission.Answered, InputTokens: 120, OutputTokens: 80}))
+	require.NoError(t, permit.Release(ctx, admission.CallOutcome{Result: admission.CallAnswered, InputTokens: 120, OutputTokens: 80}))
 	require.NoError(t, f.pg.Cooldown(ctx, "gpt", time.Minute))
 	_, err = f.pg.Acquire(ctx, admission.Request{Pool: "gpt", Tokens: 1})
 	require.ErrorAs(t, err, &wait)

@@ -116,7 +116,7 @@ func TestUnreachableFailsClosed(t *testing.T) {
 	require.NoError(t, err)
 	p.Cut()
 
-	require.Error(t, permit.Release(t.Context(), admission.Outcome{Result: admission.Answered}),
+	require.Error(t, permit.Release(t.Context(), admission.CallOutcome{Result: admission.CallAnswered}),
 		"a release that cannot reach the database says so; the permit expires instead")
 	deadline := time.Now().Add(time.Second)
 	for time.Now().Before(deadline) {
@@ -151,7 +151,7 @@ func TestUnreachableEmergencyAllowance(t *testing.T) {
 		l, p := f.proxiedLimiter(admission.Config{OnUnavailable: policy})
 		warm, err := l.Acquire(t.Context(), admission.Request{Pool: "p"})
 		require.NoError(t, err, "the first acquire reads the pool's limits")
-		require.NoError(t, warm.Release(t.Context(), admission.Outcome{}))
+		require.NoError(t, warm.Release(t.Context(), admission.CallOutcome{}))
 		p.Cut()
 		start := time.Now()
 		granted := 0
@@ -161,7 +161,7 @@ func TestUnreachableEmergencyAllowance(t *testing.T) {
 			if err == nil {
 				granted++
 				lastGrant = time.Now()
-				require.NoError(t, permit.Release(t.Context(), admission.Outcome{Result: admission.Answered, InputTokens: 10}))
+				require.NoError(t, permit.Release(t.Context(), admission.CallOutcome{Result: admission.CallAnswered, InputTokens: 10}))
 				continue
 			}
 			if time.Since(start) > policy.For+100*time.Millisecond {

@@ -15,6 +15,7 @@ import (
 	"github.com/llmq/llmq/broker"
 	"github.com/llmq/llmq/broker/memory"
 	"github.com/llmq/llmq/internal/dbtest"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // With no Logger configured, the ingress logs through slog.Default().
@@ -31,7 +32,7 @@ func TestIngressLogsThroughSlogDefaultWhenUnconfigured(t *testing.T) {
 
 // FuzzCheckMessage: a message checkMessage passes is accepted by Accept
 // and its headers fit a jsonb column (where handlers and trace exporters
-// put them); one it refuses gets a *ValidationError of ErrInvalidMessage.
+// put them); one it refuses gets a *llmqtype.ValidationError of ErrInvalidMessage.
 func FuzzCheckMessage(f *testing.F) {
 	f.Add("evt-1", []byte(`{}`), "traceparent", "00-abc", false)
 	f.Add("", []byte{}, "", "", false)
@@ -50,7 +51,7 @@ func FuzzCheckMessage(f *testing.F) {
 		msg := broker.Message{ID: id, Topic: "t", Body: body, Headers: map[string]string{hk: hv}}
 		problem := checkMessage(msg)
 		if problem != nil {
-			var invalid *ValidationError
+			var invalid *llmqtype.ValidationError
 			require.ErrorAs(t, problem, &invalid)
 			require.ErrorIs(t, problem, ErrInvalidMessage)
 			return
@@ -94,7 +95,7 @@ func TestFailureClassification(t *testing.T) {
 		{name: "plain error", err: errors.New("ERP says no")},
 		{name: "context deadline", err: context.DeadlineExceeded},
 		{name: "malformed", err: Malformed(errors.New("not JSON")), permanent: true},
-		{name: "validation error", err: fmt.Errorf("enqueue: %w", &ValidationError{Kind: errors.New("jobs: invalid"), Field: "Params", Problem: "bad"}), permanent: true},
+		{name: "validation error", err: fmt.Errorf("enqueue: %w", &llmqtype.ValidationError{Kind: errors.New("jobs: invalid"), Field: "Params", Problem: "bad"}), permanent: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -13,7 +13,7 @@
 //
 // Guarantees:
 //   - Of any number of concurrent or repeated deliveries of one message id
-//     to one consumer, exactly one is New; the unique key decides, not a
+//     to one consumer, exactly one is NewMessage; the unique key decides, not a
 //     read-then-write.
 //   - The inbox row and the caller's work commit or roll back together: if
 //     the work fails and the transaction rolls back, no row remains and the
@@ -59,7 +59,7 @@
 //     more than MaxMessageIDLen bytes), a null body (a Kafka tombstone), a
 //     header key or value that is not valid UTF-8 or contains NUL, an id
 //     reused with another payload, and a handler error that is
-//     ErrMalformed or a *ValidationError.
+//     ErrMalformed or a *llmqtype.ValidationError.
 //   - Only failures known to be transient are retried without limit:
 //     ErrTransient (wrap a handler's error with Transient), the database
 //     unreachable or shutting down, serialization failures, deadlocks,

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/llmq/llmq/broker"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // ErrTransient marks a handler error that is not the message's fault,
@@ -32,11 +33,11 @@ var ErrTooManyAttempts = errors.New("inbox: message failed too many times")
 var errHandlerPanicked = errors.New("inbox: the handler panicked")
 
 // permanent reports whether err means the message can never be accepted,
-// however often it is delivered: ErrMalformed, or a *ValidationError
+// however often it is delivered: ErrMalformed, or a *llmqtype.ValidationError
 // (llmq's typed bad-input error, such as one for a message the inbox
 // refuses or a job built from a bad payload).
 func permanent(err error) bool {
-	var invalid *ValidationError
+	var invalid *llmqtype.ValidationError
 	return errors.Is(err, ErrMalformed) || errors.As(err, &invalid)
 }
 

@@ -19,23 +19,25 @@ import (
 	"github.com/llmq/llmq/broker"
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/validate"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 //go:embed queries.sql
 var queriesSQL string
 
 // DBTX is the caller's transaction or connection: *pgxpool.Pool, *pgx.Conn
-// and pgx.Tx all satisfy it. Accept belongs in the transaction that does
-// the message's work.
-type DBTX = dbsql.DBTX
+// and pgx.Tx all satisfy it. Accept belongs in the transaction that does the
+// message's work. It is llmqtype.DBTX (Begin, Exec, Query and QueryRow), the
+// one definition every llmq package shares.
+type DBTX = llmqtype.DBTX
 
 // Result says whether a message is new.
 type Result int
 
 const (
-	// New means the message is recorded: do its work in the same
+	// NewMessage means the message is recorded: do its work in the same
 	// transaction.
-	New Result = iota + 1
+	NewMessage Result = iota + 1
 	// Duplicate means the message was accepted before with the same
 	// payload: do nothing (and acknowledge the delivery).
 	Duplicate
@@ -43,7 +45,7 @@ const (
 
 func (r Result) String() string {
 	switch r {
-	case New:
+	case NewMessage:
 		return "new"
 	case Duplicate:
 		return "duplicate"
@@ -55,12 +57,9 @@ var (
 	// ErrDigestMismatch reports a message that reused an accepted id with
 	// another payload. It was quarantined, not processed; alert on it.
 	ErrDigestMismatch = errors.New("inbox: message id reused with a different payload")
-	// ErrInvalidMessage is matched by every *ValidationError of this package.
+	// ErrInvalidMessage is matched by every *llmqtype.ValidationError of this package.
 	ErrInvalidMessage = errors.New("inbox: invalid message")
 )
-
-// ValidationError names what was wrong with a message or parameter.
-type ValidationError = validate.Error
 
 // Limits and defaults.
 const (
@@ -118,22 +117,22 @@ func Digest(body []byte) string {
 }
 
 // Accept records msg for consumer in tx, unless it was accepted before. It
-// returns New (do the work in tx), Duplicate (do nothing), or
+// returns NewMessage (do the work in tx), Duplicate (do nothing), or
 // ErrDigestMismatch after writing a quarantine row in tx. A message without
-// an id is a *ValidationError; quarantine it with Quarantine instead.
+// an id is a *llmqtype.ValidationError; quarantine it with Quarantine instead.
 func (s *Store) Accept(ctx context.Context, tx DBTX, consumer string, msg broker.Message, source broker.Source) (Result, error) {
 	if p := validate.Text(consumer, true, MaxConsumerLen); p != "" {
-		return 0, &ValidationError{Kind: ErrInvalidMessage, Field: "consumer", Problem: p}
+		return 0, &llmqtype.ValidationError{Kind: ErrInvalidMessage, Field: "consumer", Problem: p}
 	}
 	if p := validate.Text(msg.ID, true, MaxMessageIDLen); p != "" {
-		return 0, &ValidationError{Kind: ErrInvalidMessage, Field: "Message.ID", Problem: p}
+		return 0, &llmqtype.ValidationError{Kind: ErrInvalidMessage, Field: "Message.ID", Problem: p}
 	}
 	digest := Digest(msg.Body)
 	var inserted bool
 	err := tx.QueryRow(ctx, s.sql.insert, consumer, msg.ID, digest, source).Scan(&inserted)
 	switch {
 	case err == nil:
-		return New, nil
+		return NewMessage, nil
 	case !errors.Is(err, pgx.ErrNoRows):
 		return 0, fmt.Errorf("inbox: accepting %s for %s: %w", msg.ID, consumer, err)
 	}
@@ -152,10 +151,10 @@ func (s *Store) Accept(ctx context.Context, tx DBTX, consumer string, msg broker
 // checkMessage returns why the ingress can never accept msg, whatever it
 // retries: no id or one Accept refuses, a null body, or a header that is
 // not valid UTF-8 or contains NUL (handlers pass headers on to text
-// columns and to trace propagation). It is a *ValidationError, or nil.
+// columns and to trace propagation). It is a *llmqtype.ValidationError, or nil.
 func checkMessage(msg broker.Message) error {
 	invalid := func(field, problem string) error {
-		return &ValidationError{Kind: ErrInvalidMessage, Field: field, Problem: problem}
+		return &llmqtype.ValidationError{Kind: ErrInvalidMessage, Field: field, Problem: problem}
 	}
 	if msg.ID == "" {
 		return invalid("Message.ID", "is missing: the message has no id")

@@ -43,7 +43,7 @@ var (
 )
 
 // Twenty deliveries of one message race, each in its own transaction: one
-// is New, every other is a Duplicate, and one row exists.
+// is NewMessage, every other is a Duplicate, and one row exists.
 func TestConcurrentDuplicatesAcceptOnce(t *testing.T) {
 	t.Parallel()
 	f := setup(t, 20)
@@ -67,7 +67,7 @@ func TestConcurrentDuplicatesAcceptOnce(t *testing.T) {
 	news := 0
 	for i := range deliveries {
 		require.NoError(t, errs[i])
-		if results[i] == inbox.New {
+		if results[i] == inbox.NewMessage {
 			news++
 		} else {
 			require.Equal(t, inbox.Duplicate, results[i])
@@ -79,7 +79,7 @@ func TestConcurrentDuplicatesAcceptOnce(t *testing.T) {
 	// Another consumer keeps its own record of the same message.
 	res, err := f.store.Accept(t.Context(), f.pool, "billing", order42, queue)
 	require.NoError(t, err)
-	require.Equal(t, inbox.New, res)
+	require.Equal(t, inbox.NewMessage, res)
 }
 
 func TestDigestMismatchIsQuarantined(t *testing.T) {
@@ -121,7 +121,7 @@ func TestRolledBackWorkLeavesNoRecord(t *testing.T) {
 	err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
 		res, err := f.store.Accept(ctx, tx, "erp", order42, queue)
 		require.NoError(t, err)
-		require.Equal(t, inbox.New, res)
+		require.Equal(t, inbox.NewMessage, res)
 		return workFailed
 	})
 	require.ErrorIs(t, err, workFailed)
@@ -129,7 +129,7 @@ func TestRolledBackWorkLeavesNoRecord(t *testing.T) {
 
 	res, err := f.store.Accept(ctx, f.pool, "erp", order42, queue)
 	require.NoError(t, err)
-	require.Equal(t, inbox.New, res, "the redelivery is processed")
+	require.Equal(t, inbox.NewMessage, res, "the redelivery is processed")
 }
 
 func TestAcceptRejectsBadInput(t *testing.T) {

@@ -33,7 +33,7 @@ func Malformed(err error) error { return fmt.Errorf("%w: %w", ErrMalformed, err)
 // Handler does a message's work in tx, the transaction that records the
 // message in the inbox. Returning an error rolls both back; the message is
 // then redelivered, unless the error is permanent (ErrMalformed, a
-// *ValidationError) or the message failed IngressConfig.MaxAttempts
+// *llmqtype.ValidationError) or the message failed IngressConfig.MaxAttempts
 // times. A panic counts as a failure.
 type Handler func(ctx context.Context, tx pgx.Tx, msg broker.Message) error
 
@@ -107,7 +107,7 @@ type IngressConfig struct {
 //     is not valid UTF-8 or contains NUL, or with an id accepted before
 //     with another payload (ErrDigestMismatch).
 //   - The handler returns a permanent error (ErrMalformed, any
-//     *ValidationError): quarantined and rejected.
+//     *llmqtype.ValidationError): quarantined and rejected.
 //   - The handler fails in a way known to be transient (ErrTransient, the
 //     database unreachable or shutting down, a serialization failure,
 //     deadlock or lock timeout, a network peer unreachable): rolled back
@@ -146,8 +146,8 @@ type Ingress struct {
 }
 
 // NewIngress validates cfg and returns an ingress reading from consumer
-// into db (a pool).
-func (s *Store) NewIngress(db dbsql.Beginner, consumer broker.Consumer, cfg IngressConfig) (*Ingress, error) {
+// into db (a *pgxpool.Pool; each batch runs in a transaction of its own).
+func (s *Store) NewIngress(db DBTX, consumer broker.Consumer, cfg IngressConfig) (*Ingress, error) {
 	switch {
 	case db == nil || consumer == nil:
 		return nil, errors.New("inbox: NewIngress needs a database and a consumer")
@@ -557,7 +557,7 @@ func (s *Store) acceptMany(ctx context.Context, tx pgx.Tx, consumer string, batc
 		existing := recorded[msg.ID]
 		switch {
 		case isNew[msg.ID]:
-			out[i].result = New
+			out[i].result = NewMessage
 			delete(isNew, msg.ID) // a second copy in this batch is a duplicate
 		case existing == Digest(msg.Body):
 			out[i].result = Duplicate

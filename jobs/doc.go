@@ -38,7 +38,7 @@
 //     one statement per batch, for finished jobs only (the retention
 //     package runs it); once a job is pruned its key accepts a new job.
 //   - Bad input is refused before anything is written, with a
-//     *ValidationError naming the field (errors.Is ErrInvalidParams, and
+//     *llmqtype.ValidationError naming the field (errors.Is ErrInvalidParams, and
 //     ErrUnknownQueue or ErrPayloadTooLarge where they apply). A refused or
 //     conflicting call leaves the caller's transaction usable.
 //   - EnqueueMany is all or nothing: a savepoint inside the caller's
@@ -201,6 +201,14 @@
 //     tenant never calls them; the Store interface, which servers use,
 //     stays tenant-scoped. UnservedKinds reads across tenants too, for the
 //     runners' warning about jobs of kinds they have no handler for.
+//
+// # What a host calls and what a runner needs
+//
+// PostgresStore implements two interfaces. Store is the host's: Enqueue,
+// EnqueueMany, Get, List, Cancel, Stats, Attempts and Replay. RunnerStore
+// is what lease.NewRunner needs: Claim, Heartbeat, Complete, MarkHung,
+// Reap, Leases, WakeIdleTenants and Channel. A host passes its
+// PostgresStore to lease.NewRunner and never calls the runner's methods.
 //
 // # The typed layer
 //

@@ -5,13 +5,13 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
-
-	"github.com/llmq/llmq/internal/validate"
 )
 
 var (
-	// ErrInvalidParams is matched (errors.Is) by every *ValidationError of
-	// this package: the input was refused before anything was written.
+	// ErrInvalidParams is matched (errors.Is) by every
+	// *llmqtype.ValidationError of this package: the input was refused
+	// before anything was written. Its Cause, when set, is ErrUnknownQueue
+	// or ErrPayloadTooLarge.
 	ErrInvalidParams = errors.New("jobs: invalid params")
 	// ErrUnknownQueue is matched when EnqueueParams.Queue is not one of
 	// Config.Queues.
@@ -30,11 +30,6 @@ var (
 	// terminal state other than CANCELLED; the job is returned unchanged.
 	ErrAlreadyFinished = errors.New("jobs: job already finished")
 )
-
-// ValidationError names the parameter that was wrong and why. Its Kind is
-// ErrInvalidParams; Cause, when set, is ErrUnknownQueue or
-// ErrPayloadTooLarge.
-type ValidationError = validate.Error
 
 // ConflictError reports an idempotency key that already belongs to a job
 // with a different request hash.

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // TenantLimits are a tenant's share of its queues, stored as data: a change
@@ -223,7 +224,7 @@ func (h *finishHeap) Pop() any {
 // it to a claim that came up short; see queries.sql.
 func (s *PostgresStore) WakeIdleTenants(ctx context.Context, db DBTX, queue string, idleFor time.Duration) (int64, error) {
 	if !s.queues[queue] {
-		return 0, &ValidationError{Kind: ErrInvalidParams, Field: "queue", Problem: fmt.Sprintf("%q is not one of the configured queues %q", queue, s.cfg.Queues), Cause: ErrUnknownQueue}
+		return 0, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "queue", Problem: fmt.Sprintf("%q is not one of the configured queues %q", queue, s.cfg.Queues), Cause: ErrUnknownQueue}
 	}
 	seconds := math.MaxInt32 * 1.0 // every idle tenant
 	if idleFor > 0 {
@@ -253,7 +254,7 @@ func (s *PostgresStore) SetTenantLimits(ctx context.Context, db DBTX, tenant str
 // again. The defaults (the empty tenant) cannot be deleted.
 func (s *PostgresStore) DeleteTenantLimits(ctx context.Context, db DBTX, tenant string) error {
 	if tenant == "" {
-		return &ValidationError{Kind: ErrInvalidParams, Field: "tenant", Problem: "must not be empty: the defaults can be changed, not deleted"}
+		return &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "tenant", Problem: "must not be empty: the defaults can be changed, not deleted"}
 	}
 	if _, err := db.Exec(ctx, s.sql.deleteTenantLimits, tenant); err != nil {
 		return fmt.Errorf("jobs: deleting limits of tenant %q: %w", tenant, err)
@@ -277,7 +278,7 @@ func (s *PostgresStore) TenantLimitsOf(ctx context.Context, db DBTX, tenant stri
 
 func checkTenantLimits(tenant string, l TenantLimits) error {
 	fail := func(field, problem string) error {
-		return &ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}
+		return &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}
 	}
 	if tenant != "" {
 		if problem := checkText(tenant, true, MaxTenantLen); problem != "" {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // ClassMalformedPayload is the class of a job whose payload a typed handler
@@ -45,7 +46,7 @@ func (e *MalformedPayloadError) Unwrap() error { return e.Err }
 type Kind[A, R any] struct{ name string }
 
 // NewKind names a kind. The name is checked where it is used (Enqueue
-// refuses a malformed one with a *ValidationError naming it), not here, so
+// refuses a malformed one with a *llmqtype.ValidationError naming it), not here, so
 // that a Kind can be a package-level value without a panic.
 func NewKind[A, R any](name string) Kind[A, R] { return Kind[A, R]{name: name} }
 
@@ -71,7 +72,7 @@ type EnqueueOptions struct {
 func (k Kind[A, R]) Params(tenant string, args A, opts EnqueueOptions) (EnqueueParams, error) {
 	payload, err := json.Marshal(args)
 	if err != nil {
-		return EnqueueParams{}, &ValidationError{Kind: ErrInvalidParams, Field: "Payload",
+		return EnqueueParams{}, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "Payload",
 			Problem: fmt.Sprintf("the arguments of kind %q do not encode to JSON: %v", k.name, err)}
 	}
 	return EnqueueParams{
@@ -114,7 +115,7 @@ func (k Kind[A, R]) Enqueue(ctx context.Context, store Store, db DBTX, tenant st
 func (k Kind[A, R]) Accept(ctx context.Context, store Store, db DBTX, tenant string, opts EnqueueOptions,
 	write func(ctx context.Context, tx pgx.Tx) (A, error)) (EnqueueResult, error) {
 	if opts.IdempotencyKey != "" && opts.RequestHash == "" {
-		return EnqueueResult{}, &ValidationError{Kind: ErrInvalidParams, Field: "RequestHash",
+		return EnqueueResult{}, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "RequestHash",
 			Problem: "is required with an IdempotencyKey in Accept: set it to jobs.RequestHash(the client's request), " +
 				"since a hash of the payload (which holds ids written in this transaction) differs on every retry"}
 	}

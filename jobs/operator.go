@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // Operator reads. An operator's tools (cmd/llmq) see every tenant; a server
@@ -51,7 +52,7 @@ func (s *PostgresStore) Lookup(ctx context.Context, db DBTX, id uuid.UUID) (*Job
 // an operator's query, not a hot path. A tenant's own are listed by List.
 func (s *PostgresStore) DeadLetters(ctx context.Context, db DBTX, limit int) ([]*Job, error) {
 	if limit < 1 || limit > MaxListLimit {
-		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "limit", Problem: fmt.Sprintf("is %d; use 1 to %d", limit, MaxListLimit)}
+		return nil, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "limit", Problem: fmt.Sprintf("is %d; use 1 to %d", limit, MaxListLimit)}
 	}
 	rows, err := db.Query(ctx, s.ops.deadLetters, limit)
 	if err != nil {
@@ -161,7 +162,7 @@ type UnservedKind struct {
 // queries.sql for its cost and what it cannot see).
 func (s *PostgresStore) UnservedKinds(ctx context.Context, db DBTX, queue string, kinds []string, waited time.Duration) ([]UnservedKind, error) {
 	if !s.queues[queue] {
-		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "queue", Problem: fmt.Sprintf("%q is not one of the configured queues %q", queue, s.cfg.Queues), Cause: ErrUnknownQueue}
+		return nil, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "queue", Problem: fmt.Sprintf("%q is not one of the configured queues %q", queue, s.cfg.Queues), Cause: ErrUnknownQueue}
 	}
 	rows, err := db.Query(ctx, s.sql.unservedKinds, queue, kinds, waited.Milliseconds())
 	if err != nil {

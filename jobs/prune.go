@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 //go:embed prune.sql
@@ -61,7 +62,7 @@ func (p *Pruner) PruneFinished(ctx context.Context, db DBTX, state State, olderT
 		return PruneResult{}, err
 	}
 	if limit < 1 || limit > MaxPruneBatch {
-		return PruneResult{}, &ValidationError{Kind: ErrInvalidParams, Field: "limit", Problem: fmt.Sprintf("is %d; use 1 to %d", limit, MaxPruneBatch)}
+		return PruneResult{}, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "limit", Problem: fmt.Sprintf("is %d; use 1 to %d", limit, MaxPruneBatch)}
 	}
 	var r PruneResult
 	if err := db.QueryRow(ctx, p.sql.prune, string(state), olderThan.Milliseconds(), limit).Scan(&r.Jobs, &r.Attempts, &r.Keys); err != nil {
@@ -170,10 +171,10 @@ func (p *Pruner) estimateFinished(ctx context.Context, db DBTX) ([]int64, error)
 
 func checkPrune(state State, olderThan time.Duration) error {
 	if !state.Terminal() {
-		return &ValidationError{Kind: ErrInvalidParams, Field: "state", Problem: fmt.Sprintf("is %q; only finished states are pruned", state)}
+		return &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "state", Problem: fmt.Sprintf("is %q; only finished states are pruned", state)}
 	}
 	if olderThan <= 0 {
-		return &ValidationError{Kind: ErrInvalidParams, Field: "olderThan", Problem: "must be positive"}
+		return &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "olderThan", Problem: "must be positive"}
 	}
 	return nil
 }

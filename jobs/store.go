@@ -15,6 +15,7 @@ import (
 
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/telemetry"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 //go:embed queries.sql
@@ -22,11 +23,15 @@ var queriesSQL string
 
 // DBTX is the caller's transaction or connection: *pgxpool.Pool, *pgx.Conn
 // and pgx.Tx all satisfy it. Pass a transaction to make a store call part of
-// the caller's own unit of work; pass a pool to run it on its own.
-type DBTX = dbsql.DBTX
+// the caller's own unit of work; pass a pool to run it on its own. It is
+// llmqtype.DBTX (Begin, Exec, Query and QueryRow), the one definition every
+// llmq package shares.
+type DBTX = llmqtype.DBTX
 
-// Store is the job store. Every method runs on the DBTX it is given and
-// never opens connections of its own.
+// Store is what a host service calls: accept jobs, read them, cancel and
+// replay them. Every method runs on the DBTX it is given and never opens
+// connections of its own. PostgresStore implements it, and RunnerStore, the
+// runner's side, which a host does not call.
 type Store interface {
 	// Enqueue accepts one job and writes its "<kind>.requested" outbox event
 	// in the same statement. See EnqueueParams for idempotency.
@@ -52,10 +57,14 @@ type Store interface {
 	// A second replay of the same job returns the first one's job unless
 	// params.Again asks for another.
 	Replay(ctx context.Context, db DBTX, params ReplayParams) (ReplayResult, error)
+}
 
-	// The runner's side: claims, heartbeats and fenced completions, and the
-	// reaper that takes back expired leases.
-
+// RunnerStore is the runner's side of the job store: claims, heartbeats and
+// fenced completions, and the reaper that takes back expired leases.
+// lease.NewRunner takes it; a host passes its PostgresStore and never calls
+// these methods itself. Like Store, every method runs on the DBTX it is
+// given.
+type RunnerStore interface {
 	// Claim leases up to params.Limit eligible jobs of one queue, shared
 	// fairly among its tenants.
 	Claim(ctx context.Context, db DBTX, params ClaimParams) ([]*Job, error)
@@ -77,6 +86,9 @@ type Store interface {
 	MarkHung(ctx context.Context, db DBTX, worker string, hung []HungAttempt) ([]Lease, error)
 	// Reap takes back expired leases and fails jobs past their deadline.
 	Reap(ctx context.Context, db DBTX, params ReapParams) (ReapResult, error)
+	// Attempts is Store.Attempts: the runner reads a job's history to count
+	// the attempts that ended in invalid output.
+	Attempts(ctx context.Context, db DBTX, tenant string, id uuid.UUID) ([]Attempt, error)
 	// Channel is the NOTIFY channel Enqueue signals on.
 	Channel() string
 }
@@ -200,7 +212,10 @@ type PostgresStore struct {
 	ops operatorSQL
 }
 
-var _ Store = (*PostgresStore)(nil)
+var (
+	_ Store       = (*PostgresStore)(nil)
+	_ RunnerStore = (*PostgresStore)(nil)
+)
 
 // NewStore validates cfg once and prepares the store's SQL for its schema.
 func NewStore(cfg Config) (*PostgresStore, error) {
@@ -354,9 +369,9 @@ type insertBatch struct {
 func (s *PostgresStore) prepare(params []EnqueueParams) (*insertBatch, error) {
 	switch {
 	case len(params) == 0:
-		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "params", Problem: "the batch is empty"}
+		return nil, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "params", Problem: "the batch is empty"}
 	case len(params) > MaxBatch:
-		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "params",
+		return nil, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "params",
 			Problem: fmt.Sprintf("the batch has %d jobs, more than the limit of %d", len(params), MaxBatch)}
 	}
 	now := time.Now()
@@ -373,7 +388,7 @@ func (s *PostgresStore) prepare(params []EnqueueParams) (*insertBatch, error) {
 		p, err := s.normalize(params[i], now)
 		if err != nil {
 			if len(params) > 1 {
-				var fe *ValidationError
+				var fe *llmqtype.ValidationError
 				if errors.As(err, &fe) {
 					fe.Field = fmt.Sprintf("params[%d].%s", i, fe.Field)
 				}
@@ -505,7 +520,7 @@ func (s *PostgresStore) Get(ctx context.Context, db DBTX, tenant string, id uuid
 // List implements Store.
 func (s *PostgresStore) List(ctx context.Context, db DBTX, params ListParams) (*ListResult, error) {
 	if p := checkText(params.Tenant, true, MaxTenantLen); p != "" {
-		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "Tenant", Problem: p}
+		return nil, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "Tenant", Problem: p}
 	}
 	page, err := newListPage(params.States, params.Limit, params.Cursor, "List")
 	if err != nil {
@@ -526,7 +541,7 @@ type listPage struct {
 // the method whose cursor is expected.
 func newListPage(states []State, limit int, cursor, by string) (listPage, error) {
 	fail := func(field, problem string) error {
-		return &ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}
+		return &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}
 	}
 	page := listPage{states: make([]string, 0, len(states)), limit: cmp.Or(limit, defaultListLimit)}
 	for _, st := range states {

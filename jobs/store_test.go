@@ -15,6 +15,7 @@ import (
 
 	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 type fixture struct {
@@ -406,7 +407,7 @@ func TestEnqueueRejectsBadInput(t *testing.T) {
 		tt.mutate(&p)
 		_, err := f.store.Enqueue(t.Context(), f.pool, p)
 		require.ErrorIs(t, err, jobs.ErrInvalidParams, tt.name)
-		var verr *jobs.ValidationError
+		var verr *llmqtype.ValidationError
 		require.ErrorAs(t, err, &verr, tt.name)
 		require.Equal(t, tt.field, verr.Field, tt.name)
 		require.Contains(t, err.Error(), tt.field, "%s: the message names the field", tt.name)

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/llmq/llmq/internal/dbsql"
-	"github.com/llmq/llmq/internal/retry"
 	"github.com/llmq/llmq/internal/validate"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // ErrLeaseLost is returned for a completion whose fence no longer matches:
@@ -25,18 +25,20 @@ var ErrLeaseLost = errors.New("jobs: lease lost")
 // that SUCCEEDED (a success is never replayed by accident).
 var ErrNotReplayable = errors.New("jobs: job cannot be replayed")
 
-// Outcome is what an attempt reports when it ends.
-type Outcome string
+// CompletionOutcome is what a runner reports, in a Completion, when an
+// attempt ends; it decides the job's next state. (AttemptOutcome is what
+// is then recorded on the attempt's row.)
+type CompletionOutcome string
 
 // The outcomes a worker reports.
 const (
-	OutcomeSucceeded      Outcome = "succeeded"       // → SUCCEEDED with Result
-	OutcomeReviewRequired Outcome = "review_required" // → REVIEW_REQUIRED with Result and Error as the reason
-	OutcomeRetry          Outcome = "retry"           // → RETRY_SCHEDULED after RetryDelay, or FAILED_TERMINAL when attempts or time ran out
-	OutcomeFailed         Outcome = "failed"          // → FAILED_TERMINAL (dead-lettered)
-	OutcomeCancelled      Outcome = "cancelled"       // → CANCELLED, honouring a cancellation request
-	OutcomeReleased       Outcome = "released"        // → RETRY_SCHEDULED at once: the worker is shutting down
-	OutcomeSnoozed        Outcome = "snoozed"         // → RETRY_SCHEDULED after RetryDelay, the attempt not counted against MaxAttempts
+	OutcomeSucceeded      CompletionOutcome = "succeeded"       // → SUCCEEDED with Result
+	OutcomeReviewRequired CompletionOutcome = "review_required" // → REVIEW_REQUIRED with Result and Error as the reason
+	OutcomeRetry          CompletionOutcome = "retry"           // → RETRY_SCHEDULED after RetryDelay, or FAILED_TERMINAL when attempts or time ran out
+	OutcomeFailed         CompletionOutcome = "failed"          // → FAILED_TERMINAL (dead-lettered)
+	OutcomeCancelled      CompletionOutcome = "cancelled"       // → CANCELLED, honouring a cancellation request
+	OutcomeReleased       CompletionOutcome = "released"        // → RETRY_SCHEDULED at once: the worker is shutting down
+	OutcomeSnoozed        CompletionOutcome = "snoozed"         // → RETRY_SCHEDULED after RetryDelay, the attempt not counted against MaxAttempts
 )
 
 // AttemptOutcome is how an attempt ended, as recorded on its row.
@@ -122,7 +124,7 @@ type Completion struct {
 	Attempt int
 	// Worker is the lease holder reporting the outcome.
 	Worker  string
-	Outcome Outcome
+	Outcome CompletionOutcome
 	// Result is the job's result (succeeded, review required): small, or a
 	// reference to where the result lives.
 	Result json.RawMessage
@@ -166,18 +168,12 @@ type ReapParams struct {
 	Limit int
 	// Backoff is the default full-jitter policy for jobs taken back, and
 	// BackoffByKind overrides it per kind.
-	Backoff       BackoffPolicy
-	BackoffByKind map[string]BackoffPolicy
+	Backoff       llmqtype.BackoffPolicy
+	BackoffByKind map[string]llmqtype.BackoffPolicy
 	// DeadlineMargin is the time the next attempt needs; a job with less
 	// than that left before its deadline fails instead of retrying.
 	DeadlineMargin time.Duration
 }
-
-// BackoffPolicy is full-jitter exponential backoff: the delay after the
-// n-th failed attempt is U(0, min(Cap, Base·2^(n-1))); zero fields mean a
-// Base of 2s and a Cap of 60s. Next raises a draw to a provider's
-// Retry-After.
-type BackoffPolicy = retry.Policy
 
 // ReapResult counts what one reaper pass did.
 type ReapResult struct {
@@ -223,17 +219,17 @@ type HungAttempt struct {
 func (s *PostgresStore) checkClaim(p ClaimParams) error {
 	switch {
 	case !s.queues[p.Queue]:
-		return &ValidationError{Kind: ErrInvalidParams, Field: "Queue", Problem: fmt.Sprintf("%q is not one of the configured queues %q", p.Queue, s.cfg.Queues), Cause: ErrUnknownQueue}
+		return &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "Queue", Problem: fmt.Sprintf("%q is not one of the configured queues %q", p.Queue, s.cfg.Queues), Cause: ErrUnknownQueue}
 	case len(p.Kinds) == 0:
-		return &ValidationError{Kind: ErrInvalidParams, Field: "Kinds", Problem: "must name at least one kind"}
+		return &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "Kinds", Problem: "must name at least one kind"}
 	case p.Worker == "":
-		return &ValidationError{Kind: ErrInvalidParams, Field: "Worker", Problem: "must not be empty"}
+		return &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "Worker", Problem: "must not be empty"}
 	case p.Limit < 1 || p.Limit > MaxBatch:
-		return &ValidationError{Kind: ErrInvalidParams, Field: "Limit", Problem: fmt.Sprintf("is %d; use 1 to %d", p.Limit, MaxBatch)}
+		return &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "Limit", Problem: fmt.Sprintf("is %d; use 1 to %d", p.Limit, MaxBatch)}
 	case p.LeaseDuration < time.Second:
-		return &ValidationError{Kind: ErrInvalidParams, Field: "LeaseDuration", Problem: fmt.Sprintf("is %s; use at least 1s", p.LeaseDuration)}
+		return &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "LeaseDuration", Problem: fmt.Sprintf("is %s; use at least 1s", p.LeaseDuration)}
 	case p.LowPriorityShare < 0 || p.LowPriorityShare > 1:
-		return &ValidationError{Kind: ErrInvalidParams, Field: "LowPriorityShare", Problem: fmt.Sprintf("is %g; use 0 to 1", p.LowPriorityShare)}
+		return &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "LowPriorityShare", Problem: fmt.Sprintf("is %g; use 0 to 1", p.LowPriorityShare)}
 	}
 	return nil
 }
@@ -275,10 +271,10 @@ func (s *PostgresStore) Heartbeat(ctx context.Context, db DBTX, worker string, l
 // Leases implements Store.
 func (s *PostgresStore) Leases(ctx context.Context, db DBTX, worker, queue string) ([]*Job, error) {
 	if worker == "" {
-		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "worker", Problem: "must not be empty"}
+		return nil, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "worker", Problem: "must not be empty"}
 	}
 	if queue == "" {
-		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "queue", Problem: "must not be empty"}
+		return nil, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "queue", Problem: "must not be empty"}
 	}
 	rows, err := db.Query(ctx, s.sql.leases, worker, queue)
 	if err != nil {
@@ -311,14 +307,14 @@ func (s *PostgresStore) Complete(ctx context.Context, db DBTX, completions []Com
 	)
 	for i, c := range completions {
 		if err := c.Validate(); err != nil {
-			var fe *ValidationError
+			var fe *llmqtype.ValidationError
 			if errors.As(err, &fe) {
 				fe.Field = fmt.Sprintf("completions[%d].%s", i, fe.Field)
 			}
 			return nil, err
 		}
 		if seen[c.JobID] {
-			return nil, &ValidationError{Kind: ErrInvalidParams, Field: fmt.Sprintf("completions[%d].JobID", i), Problem: "appears twice in one batch"}
+			return nil, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: fmt.Sprintf("completions[%d].JobID", i), Problem: "appears twice in one batch"}
 		}
 		seen[c.JobID] = true
 		id, err := uuid.NewV7()
@@ -385,7 +381,7 @@ func (s *PostgresStore) markStale(ctx context.Context, db DBTX, stale []Completi
 	return nil
 }
 
-// Validate reports, as a *ValidationError, what in c the store would
+// Validate reports, as a *llmqtype.ValidationError, what in c the store would
 // refuse: an unknown outcome, an attempt number out of range, no worker, a
 // negative duration, or a Result that is not JSON PostgreSQL's jsonb can
 // hold. Complete refuses a batch holding such a completion before writing
@@ -395,7 +391,7 @@ func (s *PostgresStore) markStale(ctx context.Context, db DBTX, stale []Completi
 // UTF-8, NUL bytes).
 func (c Completion) Validate() error {
 	fail := func(field, problem string) error {
-		return &ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}
+		return &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}
 	}
 	switch c.Outcome {
 	case OutcomeSucceeded, OutcomeReviewRequired, OutcomeRetry, OutcomeFailed, OutcomeCancelled, OutcomeReleased, OutcomeSnoozed:
@@ -481,7 +477,7 @@ func (s *PostgresStore) Reap(ctx context.Context, db DBTX, p ReapParams) (ReapRe
 // ReplayParams.Again skips the key and always creates a new job.
 func (s *PostgresStore) Replay(ctx context.Context, db DBTX, p ReplayParams) (ReplayResult, error) {
 	fail := func(field, problem string) error {
-		return &ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}
+		return &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}
 	}
 	if problem := checkText(p.By, true, MaxTenantLen); problem != "" {
 		return ReplayResult{}, fail("By", problem)
@@ -563,7 +559,7 @@ func (s *PostgresStore) MarkHung(ctx context.Context, db DBTX, worker string, hu
 		return nil, nil
 	}
 	if worker == "" {
-		return nil, &ValidationError{Kind: ErrInvalidParams, Field: "worker", Problem: "must not be empty"}
+		return nil, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "worker", Problem: "must not be empty"}
 	}
 	ids := make([][16]byte, len(hung)) // binary-encoded by pgx, unlike uuid.UUID
 	fences := make([]int64, len(hung))

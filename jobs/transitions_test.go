@@ -12,6 +12,7 @@ import (
 
 	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // claim claims one job of kind "k" from the default queue as worker.
@@ -58,7 +59,7 @@ func TestStaleCompletionCannotOverwrite(t *testing.T) {
 	require.Equal(t, res.Job.StateVersion+1, a.StateVersion, "the claim is a transition too")
 
 	f.expireLease(t, a.ID)
-	reaped, err := f.store.Reap(ctx, f.pool, jobs.ReapParams{Backoff: jobs.BackoffPolicy{Base: time.Millisecond, Cap: time.Millisecond}})
+	reaped, err := f.store.Reap(ctx, f.pool, jobs.ReapParams{Backoff: llmqtype.BackoffPolicy{Base: time.Millisecond, Cap: time.Millisecond}})
 	require.NoError(t, err)
 	require.Equal(t, 1, reaped.Rescheduled)
 	require.Eventually(t, func() bool {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/llmq/llmq/internal/validate"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
@@ -23,7 +24,7 @@ func checkText(s string, required bool, maxLen int) string {
 // defaults, so that what is written is exactly what was checked.
 func (s *PostgresStore) normalize(p EnqueueParams, now time.Time) (EnqueueParams, error) {
 	fail := func(field, problem string, cause error) (EnqueueParams, error) {
-		return p, &ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem, Cause: cause}
+		return p, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem, Cause: cause}
 	}
 	if problem := checkText(p.Tenant, true, MaxTenantLen); problem != "" {
 		return fail("Tenant", problem, nil)

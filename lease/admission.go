@@ -222,7 +222,7 @@ func (h *admitted) Work(ctx context.Context, job *jobs.Job) (json.RawMessage, er
 	// permit is settled: settle it regardless, within a bound of its own.
 	// An unreleased permit would expire on its own, so an error here only
 	// delays its slot.
-	release := func(o admission.Outcome) {
+	release := func(o admission.CallOutcome) {
 		settle, cancel := context.WithTimeout(context.WithoutCancel(ctx), admissionReleaseTimeout)
 		defer cancel()
 		_ = permit.Release(settle, o)
@@ -232,7 +232,7 @@ func (h *admitted) Work(ctx context.Context, job *jobs.Job) (json.RawMessage, er
 		if !returned {
 			// The handler panicked (the runner records it); its call may
 			// have been sent.
-			release(admission.Outcome{Result: admission.Uncertain})
+			release(admission.CallOutcome{Result: admission.CallUncertain})
 		}
 	}()
 	c := &call{limiter: h.a.Limiter, permit: permit, pool: req.Pool}
@@ -242,7 +242,7 @@ func (h *admitted) Work(ctx context.Context, job *jobs.Job) (json.RawMessage, er
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	outcome := h.outcome(ctx, c, err)
-	if outcome.Result == admission.Uncertain {
+	if outcome.Result == admission.CallUncertain {
 		RecordUsage(ctx, jobs.Usage{Uncertain: true})
 	}
 	release(outcome)
@@ -253,22 +253,22 @@ func (h *admitted) Work(ctx context.Context, job *jobs.Job) (json.RawMessage, er
 }
 
 // outcome is how far the attempt's call got.
-func (h *admitted) outcome(ctx context.Context, c *call, err error) admission.Outcome {
+func (h *admitted) outcome(ctx context.Context, c *call, err error) admission.CallOutcome {
 	usage := UsageOf(ctx)
-	answered := admission.Outcome{Result: admission.Answered, InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens}
+	answered := admission.CallOutcome{Result: admission.CallAnswered, InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens}
 	var notSent *notSentError
 	switch {
 	case c.responded && (c.status == http.StatusTooManyRequests || c.status >= 500):
-		return admission.Outcome{Result: admission.Uncertain}
+		return admission.CallOutcome{Result: admission.CallUncertain}
 	case c.responded:
 		return answered
 	case errors.As(err, &notSent):
-		return admission.Outcome{Result: admission.NotSent}
+		return admission.CallOutcome{Result: admission.CallNotSent}
 	case err == nil && !usage.Uncertain:
 		return answered
 	}
 	// An error without an answer: the call may have been sent and billed.
-	return admission.Outcome{Result: admission.Uncertain}
+	return admission.CallOutcome{Result: admission.CallUncertain}
 }
 
 // acquire takes the attempt's permit, waiting at most MaxWait; longer
@@ -297,7 +297,7 @@ func (h *admitted) acquireWithin(ctx context.Context, req admission.Request) (*a
 		if err == nil {
 			return permit, nil
 		}
-		wait, isWait := admission.RetryAfter(err)
+		wait, isWait := admission.WaitDuration(err)
 		switch {
 		case isWait && time.Until(deadline) >= wait:
 			if !retry.Sleep(ctx, wait) {

@@ -378,7 +378,7 @@ func (r *Runner) renew(ctx context.Context, live []*attempt, leases []jobs.Lease
 }
 
 // abandon records attempts whose handlers still run past AttemptTimeout
-// and HungGrace as hung (jobs.Store.MarkHung): their leases are no longer
+// and HungGrace as hung (jobs.RunnerStore.MarkHung): their leases are no longer
 // renewed, their jobs' fences move on, and once the leases expire the
 // reaper hands the jobs to whichever runner claims them next. The
 // handlers' goroutines keep their slots until they return. An attempt
@@ -561,7 +561,7 @@ func (r *Runner) warnUnservedKinds(ctx context.Context) {
 				continue
 			}
 			for _, k := range unserved {
-				r.cfg.Logger.Warn("llmq: runnable jobs of a kind this runner has no handler for are waiting; register a handler for it or route it to another queue",
+				r.cfg.Logger.Warn("llmq: runnable jobs of a kind this runner has no handler for are waiting; add a handler for the kind to lease.Config.Handlers (lease.Kinds(lease.Handle(kind, fn)) for a jobs.Kind), check the kind's spelling where it is enqueued, or enqueue it on a queue whose runners serve it",
 					"queue", queue, "kind", k.Kind, "jobs", k.Runnable, "oldest", k.OldestRunnableAge.Round(time.Second), "handlers", r.kinds)
 			}
 		}

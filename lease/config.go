@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // Defaults for a zero Config.
@@ -99,7 +100,7 @@ type Config struct {
 	// HungGrace is how long a handler may keep running after its context
 	// was cancelled at AttemptTimeout. An attempt still running then is
 	// hung: the runner stops renewing its lease and records the attempt as
-	// hung and uncertain (jobs.Store.MarkHung); once the lease has expired
+	// hung and uncertain (jobs.RunnerStore.MarkHung); once the lease has expired
 	// any runner's reaper takes the job back and it is retried under a new
 	// fence, and whatever the hung handler returns later is recorded as
 	// stale. The hung handler's goroutine keeps its worker slot until it
@@ -128,8 +129,8 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// Retry is the default backoff; RetryByKind overrides it per kind.
 	// Defaults: base 2s, cap 60s.
-	Retry       jobs.BackoffPolicy
-	RetryByKind map[string]jobs.BackoffPolicy
+	Retry       llmqtype.BackoffPolicy
+	RetryByKind map[string]llmqtype.BackoffPolicy
 	// DeadlineMargin is the time reserved for a retry's attempt: a retry
 	// that would start later than the deadline minus this margin is refused
 	// and the job fails with class "deadline". Default AttemptTimeout.
@@ -294,7 +295,7 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-func (c Config) retryPolicy(kind string) jobs.BackoffPolicy {
+func (c Config) retryPolicy(kind string) llmqtype.BackoffPolicy {
 	if p, ok := c.RetryByKind[kind]; ok {
 		return p.WithDefaults()
 	}

@@ -46,7 +46,7 @@
 //     HungGrace after AttemptTimeout cancelled its context is given up at
 //     the next heartbeat: its lease is no longer renewed, the job's fence
 //     moves on and the attempt's row says "hung" and uncertain (its call
-//     may have been billed) (jobs.Store.MarkHung). The lease expires at the
+//     may have been billed) (jobs.RunnerStore.MarkHung). The lease expires at the
 //     latest LeaseDuration after the attempt became hung; then any runner's
 //     reaper takes the job back (class "hung") and any runner retries it
 //     under a new fence: a job is taken over within AttemptTimeout +
@@ -70,7 +70,7 @@
 //     one running job per group key; QueueConfig.LowPriorityShare keeps a
 //     share for less urgent work. Every PollInterval the runner sweeps the
 //     queue's idle tenants back in when they have work that became eligible
-//     (jobs.Store.WakeIdleTenants).
+//     (jobs.RunnerStore.WakeIdleTenants).
 //   - Work is found without any signal: a runner LISTENs for the store's
 //     enqueue NOTIFY and polls every PollInterval as a fallback. Hosts whose
 //     job signals travel on a broker call Runner.Wake from their consumer
@@ -79,7 +79,7 @@
 //   - A claim whose commit reached Postgres but whose reply never reached
 //     the runner (a dropped connection, a timeout during the commit) does
 //     not strand its jobs: a third of LeaseDuration after a failed claim,
-//     the runner lists the queue's jobs leased to it (jobs.Store.Leases),
+//     the runner lists the queue's jobs leased to it (jobs.RunnerStore.Leases),
 //     and hands back at once those it is not running, as snoozed attempts
 //     that say so ("released unstarted"), their retry budget untouched.
 //     Leases whose outcome could not be recorded are left to the reaper,

@@ -11,6 +11,7 @@ import (
 	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // A runner with one handler. The handler's errors say how an attempt ended:
@@ -38,7 +39,7 @@ func ExampleRunner() {
 	})
 	runner, err := lease.NewRunner(pool, store, lease.Config{
 		Handlers: map[string]lease.Handler{"invoice.extract": extract},
-		Retry:    jobs.BackoffPolicy{Base: 10 * time.Millisecond, Cap: 100 * time.Millisecond},
+		Retry:    llmqtype.BackoffPolicy{Base: 10 * time.Millisecond, Cap: 100 * time.Millisecond},
 	})
 	if err != nil {
 		panic(err)

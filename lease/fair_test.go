@@ -24,7 +24,7 @@ import (
 // claimCounter numbers claims in the order they start, and remembers, for
 // each job, which claim took it.
 type claimCounter struct {
-	jobs.Store
+	jobs.RunnerStore
 	mu      sync.Mutex
 	claims  int
 	claimNo map[uuid.UUID]int
@@ -35,7 +35,7 @@ func (c *claimCounter) Claim(ctx context.Context, db jobs.DBTX, p jobs.ClaimPara
 	c.claims++
 	n := c.claims
 	c.mu.Unlock()
-	claimed, err := c.Store.Claim(ctx, db, p)
+	claimed, err := c.RunnerStore.Claim(ctx, db, p)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, j := range claimed {
@@ -80,7 +80,7 @@ func (f *fixture) enqueueMany(tenant string, n int, p jobs.EnqueueParams) []*job
 func TestSmallTenantIsServedPromptly(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	counter := &claimCounter{Store: f.store, claimNo: map[uuid.UUID]int{}}
+	counter := &claimCounter{RunnerStore: f.store, claimNo: map[uuid.UUID]int{}}
 	cfg := fastConfig(map[string]lease.Handler{"extract": lease.HandlerFunc(func(ctx context.Context, _ *jobs.Job) (json.RawMessage, error) {
 		select {
 		case <-time.After(50 * time.Millisecond):

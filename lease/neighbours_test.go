@@ -21,6 +21,7 @@ import (
 	"github.com/llmq/llmq/internal/telemetry/telemetrytest"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // barrier holds every handler until n of them have started, so that their
@@ -222,7 +223,7 @@ func TestHungHandlerIsTakenOver(t *testing.T) {
 		AttemptTimeout: time.Second,
 		PollInterval:   50 * time.Millisecond,
 		ShutdownGrace:  time.Second,
-		Retry:          jobs.BackoffPolicy{Base: time.Millisecond, Cap: time.Millisecond},
+		Retry:          llmqtype.BackoffPolicy{Base: time.Millisecond, Cap: time.Millisecond},
 		MeterProvider:  m.Provider,
 		WorkerID:       "A",
 		Logger:         slog.New(slog.DiscardHandler),
@@ -285,7 +286,8 @@ func TestHungHandlerIsTakenOver(t *testing.T) {
 }
 
 // Jobs of a kind no runner has a handler for do not wait unseen: the
-// runners serving their queue warn about them.
+// runners serving their queue warn about them, and say where the missing
+// handler goes.
 func TestUnservedKindsAreReported(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -304,7 +306,7 @@ func TestUnservedKindsAreReported(t *testing.T) {
 		for _, l := range logs.lines() {
 			msg, _ := l["msg"].(string)
 			if l["level"] == "WARN" && l["kind"] == "invoice.extract.v2" && l["jobs"] == float64(2) &&
-				strings.Contains(msg, "no handler") {
+				strings.Contains(msg, "no handler") && strings.Contains(msg, "lease.Config.Handlers") {
 				return true
 			}
 		}

@@ -47,7 +47,7 @@ const (
 // it with NewRunner and call Run.
 type Runner struct {
 	pool    *pgxpool.Pool
-	store   jobs.Store
+	store   jobs.RunnerStore
 	cfg     Config
 	kinds   []string
 	running atomic.Bool
@@ -121,7 +121,7 @@ func withConn[T any](ctx context.Context, r *Runner, fn func() (T, error)) (T, e
 
 // NewRunner validates cfg and returns a runner that claims through store
 // on pool. Nothing starts until Run.
-func NewRunner(pool *pgxpool.Pool, store jobs.Store, cfg Config) (*Runner, error) {
+func NewRunner(pool *pgxpool.Pool, store jobs.RunnerStore, cfg Config) (*Runner, error) {
 	if pool == nil || store == nil {
 		return nil, fmt.Errorf("%w: NewRunner needs a pool and a store", ErrInvalidConfig)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 type fixture struct {
@@ -45,7 +46,7 @@ func fastConfig(handlers map[string]lease.Handler) lease.Config {
 		PollInterval:      100 * time.Millisecond,
 		ReapInterval:      100 * time.Millisecond,
 		ShutdownGrace:     2 * time.Second,
-		Retry:             jobs.BackoffPolicy{Base: 10 * time.Millisecond, Cap: 20 * time.Millisecond},
+		Retry:             llmqtype.BackoffPolicy{Base: 10 * time.Millisecond, Cap: 20 * time.Millisecond},
 		DeadlineMargin:    time.Second,
 	}
 }
@@ -56,7 +57,7 @@ func (f *fixture) start(cfg lease.Config) (*lease.Runner, func() error) {
 	return f.startWith(f.store, cfg)
 }
 
-func (f *fixture) startWith(store jobs.Store, cfg lease.Config) (*lease.Runner, func() error) {
+func (f *fixture) startWith(store jobs.RunnerStore, cfg lease.Config) (*lease.Runner, func() error) {
 	f.t.Helper()
 	r, err := lease.NewRunner(f.pool, store, cfg)
 	require.NoError(f.t, err)
@@ -122,7 +123,7 @@ func TestNewRunnerRejectsBadConfig(t *testing.T) {
 		"an attempt must end before":                 {Handlers: ok, AttemptTimeout: 2 * time.Minute},
 		"MaxWorkers is -1":                           {Handlers: ok, Queues: map[string]lease.QueueConfig{"default": {MaxWorkers: -1}}},
 		"LeaseDuration is 500ms":                     {Handlers: ok, LeaseDuration: 500 * time.Millisecond},
-		"Retry":                                      {Handlers: ok, Retry: jobs.BackoffPolicy{Base: -time.Second}},
+		"Retry":                                      {Handlers: ok, Retry: llmqtype.BackoffPolicy{Base: -time.Second}},
 		"PollInterval is -1s":                        {Handlers: ok, PollInterval: -time.Second},
 	}
 	for want, cfg := range tests {
@@ -299,7 +300,7 @@ func TestInvalidOutputBudgetCountsOnlyInvalidAnswers(t *testing.T) {
 // GC pause or a network partition would. Everything else reaches the real
 // store.
 type pausingStore struct {
-	jobs.Store
+	jobs.RunnerStore
 	paused atomic.Bool
 }
 
@@ -307,7 +308,7 @@ func (s *pausingStore) Heartbeat(ctx context.Context, db jobs.DBTX, worker strin
 	if s.paused.Load() {
 		return jobs.HeartbeatResult{}, errors.New("paused")
 	}
-	return s.Store.Heartbeat(ctx, db, worker, d, leases)
+	return s.RunnerStore.Heartbeat(ctx, db, worker, d, leases)
 }
 
 // Runner A stalls past its lease while its handler holds the job; runner B
@@ -317,7 +318,7 @@ func TestStalledRunnerCannotOverwrite(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	aStarted, aRelease := make(chan struct{}), make(chan struct{})
-	stalled := &pausingStore{Store: f.store}
+	stalled := &pausingStore{RunnerStore: f.store}
 	cfgA := fastConfig(map[string]lease.Handler{"k": lease.HandlerFunc(func(context.Context, *jobs.Job) (json.RawMessage, error) {
 		close(aStarted)
 		<-aRelease // stalled: ignores its context
@@ -483,13 +484,13 @@ func TestGracefulShutdown(t *testing.T) {
 // cancelOnClaim cancels the runner's context as its first successful claim
 // returns: shutdown begins while the claimed jobs are in the runner's hands.
 type cancelOnClaim struct {
-	jobs.Store
+	jobs.RunnerStore
 	cancel context.CancelFunc
 	once   sync.Once
 }
 
 func (s *cancelOnClaim) Claim(ctx context.Context, db jobs.DBTX, p jobs.ClaimParams) ([]*jobs.Job, error) {
-	claimed, err := s.Store.Claim(ctx, db, p)
+	claimed, err := s.RunnerStore.Claim(ctx, db, p)
 	if len(claimed) > 0 {
 		s.once.Do(s.cancel)
 	}
@@ -510,7 +511,7 @@ func TestShutdownDuringAClaim(t *testing.T) {
 	cfg.LeaseDuration, cfg.HeartbeatInterval = time.Minute, 10*time.Second
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	r, err := lease.NewRunner(f.pool, &cancelOnClaim{Store: f.store, cancel: cancel}, cfg)
+	r, err := lease.NewRunner(f.pool, &cancelOnClaim{RunnerStore: f.store, cancel: cancel}, cfg)
 	require.NoError(t, err)
 	require.NoError(t, r.Run(ctx))
 

@@ -17,12 +17,12 @@ import (
 // reports a failure instead, as a claim does whose commit reached Postgres
 // but whose reply was lost with the connection.
 type lostReplyStore struct {
-	jobs.Store
+	jobs.RunnerStore
 	lose atomic.Bool
 }
 
 func (s *lostReplyStore) Claim(ctx context.Context, db jobs.DBTX, p jobs.ClaimParams) ([]*jobs.Job, error) {
-	claimed, err := s.Store.Claim(ctx, db, p)
+	claimed, err := s.RunnerStore.Claim(ctx, db, p)
 	if err == nil && len(claimed) > 0 && s.lose.CompareAndSwap(true, false) {
 		return nil, errors.New("injected: the connection closed before the claim's reply arrived")
 	}
@@ -48,7 +48,7 @@ func TestRunnerReleasesLeasesOfALostClaimReply(t *testing.T) {
 	// leases them all.
 	const n = 3
 	queued := f.enqueueMany("acme", n, jobs.EnqueueParams{Kind: "k"})
-	store := &lostReplyStore{Store: f.store}
+	store := &lostReplyStore{RunnerStore: f.store}
 	store.lose.Store(true)
 	f.startWith(store, cfg)
 

@@ -15,6 +15,7 @@ import (
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // Test defaults WorkUntilIdle applies to a zero lease.Config field.
@@ -35,10 +36,10 @@ const (
 // values (backoff of 1–20 ms, polls every 10 ms) instead of the runner's
 // production defaults. The runner is stopped before WorkUntilIdle returns;
 // a runner error, or queues still busy after IdleTimeout, fail the test.
-func WorkUntilIdle(ctx context.Context, t testing.TB, db *DB, store jobs.Store, cfg lease.Config) {
+func WorkUntilIdle(ctx context.Context, t testing.TB, db *DB, store jobs.RunnerStore, cfg lease.Config) {
 	t.Helper()
-	if cfg.Retry == (jobs.BackoffPolicy{}) {
-		cfg.Retry = jobs.BackoffPolicy{Base: TestRetryBase, Cap: TestRetryCap}
+	if cfg.Retry == (llmqtype.BackoffPolicy{}) {
+		cfg.Retry = llmqtype.BackoffPolicy{Base: TestRetryBase, Cap: TestRetryCap}
 	}
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = TestPollInterval

@@ -10,7 +10,7 @@
 //
 // Guarantees:
 //   - Write validates the whole event before it touches the database, and
-//     returns a *ValidationError naming the field otherwise; a rejected event
+//     returns a *llmqtype.ValidationError naming the field otherwise; a rejected event
 //     writes nothing and leaves the caller's transaction usable.
 //   - Events get time-ordered UUIDv7 IDs unless the caller supplies one; the
 //     ID is the broker message ID downstream, stable across republishing.

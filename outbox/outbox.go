@@ -18,6 +18,7 @@ import (
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/telemetry"
 	"github.com/llmq/llmq/internal/validate"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 //go:embed queries.sql
@@ -25,16 +26,13 @@ var queriesSQL string
 
 // DBTX is the caller's transaction or connection: *pgxpool.Pool, *pgx.Conn
 // and pgx.Tx all satisfy it. Pass the transaction that makes the change the
-// event describes.
-type DBTX = dbsql.DBTX
+// event describes. It is llmqtype.DBTX (Begin, Exec, Query and QueryRow),
+// the one definition every llmq package shares.
+type DBTX = llmqtype.DBTX
 
-// ErrInvalidEvent is matched (errors.Is) by every *ValidationError of this
+// ErrInvalidEvent is matched (errors.Is) by every *llmqtype.ValidationError of this
 // package.
 var ErrInvalidEvent = errors.New("outbox: invalid event")
-
-// ValidationError names the Event field that was wrong and why. Its Kind is
-// ErrInvalidEvent.
-type ValidationError = validate.Error
 
 // Limits on an event's parts. Payloads are signals with ids, not documents.
 const (
@@ -142,7 +140,7 @@ func (s *Store) Channel() string { return s.channel }
 
 // Write validates ev and inserts it on db, normally the transaction that
 // makes the change ev describes. It returns the event as stored, with its ID
-// filled in. Invalid events return a *ValidationError and write nothing.
+// filled in. Invalid events return a *llmqtype.ValidationError and write nothing.
 // When ctx holds a span and ev's headers carry no trace context, the span's
 // is added to them (Config.Propagator), so the event's consumers continue
 // the writer's trace.
@@ -223,7 +221,7 @@ func (s *Store) ListByAggregate(ctx context.Context, db DBTX, aggregateID uuid.U
 
 func (s *Store) validate(ev *Event) error {
 	fail := func(field, problem string) error {
-		return &ValidationError{Kind: ErrInvalidEvent, Field: field, Problem: problem}
+		return &llmqtype.ValidationError{Kind: ErrInvalidEvent, Field: field, Problem: problem}
 	}
 	if p := validate.Text(ev.Topic, true, MaxTopicLen); p != "" {
 		return fail("Topic", p)

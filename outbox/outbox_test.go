@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/internal/dbtest"
+	"github.com/llmq/llmq/llmqtype"
 	"github.com/llmq/llmq/outbox"
 )
 
@@ -124,7 +125,7 @@ func TestWriteRejectsBadEvents(t *testing.T) {
 		tt.mutate(&ev)
 		_, err := store.Write(t.Context(), pool, ev)
 		require.ErrorIs(t, err, outbox.ErrInvalidEvent, tt.name)
-		var verr *outbox.ValidationError
+		var verr *llmqtype.ValidationError
 		require.ErrorAs(t, err, &verr, tt.name)
 		require.Equal(t, tt.field, verr.Field, tt.name)
 	}

@@ -24,7 +24,7 @@ import (
 
 	"github.com/llmq/llmq/broker"
 	"github.com/llmq/llmq/internal/dbsql"
-	"github.com/llmq/llmq/internal/retry"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // Headers every relayed message carries besides the event's own.
@@ -33,10 +33,6 @@ const (
 	HeaderEventType   = "llmq-event-type"
 	HeaderAggregateID = "llmq-aggregate-id"
 )
-
-// BackoffPolicy is the full-jitter backoff of an event whose publication
-// failed.
-type BackoffPolicy = retry.Policy
 
 // RelayConfig configures a Relay. Zero values mean the documented defaults.
 type RelayConfig struct {
@@ -57,7 +53,7 @@ type RelayConfig struct {
 	PollInterval time.Duration
 	// Backoff delays an event after a failed publication. Default base 1s,
 	// cap 60s.
-	Backoff BackoffPolicy
+	Backoff llmqtype.BackoffPolicy
 	// Retention is how long published events stay before the pruner
 	// deletes them. Default 24h.
 	Retention time.Duration
@@ -149,7 +145,7 @@ func (s *Store) NewRelay(pool *pgxpool.Pool, pub broker.Publisher, cfg RelayConf
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, 100)
 	cfg.ClaimLease = cmp.Or(cfg.ClaimLease, 30*time.Second)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, 500*time.Millisecond)
-	cfg.Backoff = BackoffPolicy{Base: cmp.Or(cfg.Backoff.Base, time.Second), Cap: cmp.Or(cfg.Backoff.Cap, time.Minute)}
+	cfg.Backoff = llmqtype.BackoffPolicy{Base: cmp.Or(cfg.Backoff.Base, time.Second), Cap: cmp.Or(cfg.Backoff.Cap, time.Minute)}
 	cfg.Retention = cmp.Or(cfg.Retention, 24*time.Hour)
 	cfg.PruneInterval = cmp.Or(cfg.PruneInterval, time.Minute)
 	cfg.GaugeRefresh = cmp.Or(cfg.GaugeRefresh, defaultGaugeRefresh)

@@ -18,6 +18,7 @@ import (
 	"github.com/llmq/llmq/broker/memory"
 	"github.com/llmq/llmq/inbox"
 	"github.com/llmq/llmq/internal/dbtest"
+	"github.com/llmq/llmq/llmqtype"
 	"github.com/llmq/llmq/outbox"
 )
 
@@ -204,7 +205,7 @@ func TestRelayCrashAfterConfirmRepublishes(t *testing.T) {
 		require.NoError(t, err)
 		results = append(results, r)
 	}
-	require.Equal(t, []inbox.Result{inbox.New, inbox.Duplicate}, results, "accepted once")
+	require.Equal(t, []inbox.Result{inbox.NewMessage, inbox.Duplicate}, results, "accepted once")
 }
 
 // A publisher that fails 30 % of messages: nothing is lost, failures are
@@ -233,7 +234,7 @@ func TestRelayRetriesFailuresWithoutBlockingOthers(t *testing.T) {
 		require.NoError(t, err)
 	}
 	r, err := f.store.NewRelay(f.db.Pool, b.Publisher(), outbox.RelayConfig{
-		Backoff: outbox.BackoffPolicy{Base: 100 * time.Millisecond, Cap: 100 * time.Millisecond},
+		Backoff: llmqtype.BackoffPolicy{Base: 100 * time.Millisecond, Cap: 100 * time.Millisecond},
 	})
 	require.NoError(t, err)
 
@@ -315,7 +316,7 @@ func TestRelayKeepsKeyOrderThroughFailures(t *testing.T) {
 			}
 			r, err := f.store.NewRelay(f.db.Pool, b.Publisher(), outbox.RelayConfig{
 				BatchSize: tc.batch,
-				Backoff:   outbox.BackoffPolicy{Base: 5 * time.Millisecond, Cap: 10 * time.Millisecond},
+				Backoff:   llmqtype.BackoffPolicy{Base: 5 * time.Millisecond, Cap: 10 * time.Millisecond},
 			})
 			require.NoError(t, err)
 			require.Eventually(t, func() bool {

@@ -16,6 +16,7 @@ import (
 	"github.com/llmq/llmq/broker/memory"
 	"github.com/llmq/llmq/inbox"
 	"github.com/llmq/llmq/internal/telemetry/telemetrytest"
+	"github.com/llmq/llmq/llmqtype"
 	"github.com/llmq/llmq/outbox"
 )
 
@@ -107,7 +108,7 @@ func TestRelayBacklogGauges(t *testing.T) {
 	require.NoError(t, err)
 	// A publisher that never confirms keeps the backlog where it is.
 	refuse := publisherFunc(func(context.Context, []broker.Message) error { return context.DeadlineExceeded })
-	relay, stop := f.runRelay(t, refuse, outbox.RelayConfig{MeterProvider: m.Provider, Backoff: outbox.BackoffPolicy{Base: time.Hour, Cap: time.Hour}})
+	relay, stop := f.runRelay(t, refuse, outbox.RelayConfig{MeterProvider: m.Provider, Backoff: llmqtype.BackoffPolicy{Base: time.Hour, Cap: time.Hour}})
 
 	require.Eventually(t, func() bool {
 		n, _ := m.Collect(t).Int("llmq.outbox.events", attribute.String("result", "failed"))

@@ -69,7 +69,7 @@ func (f *fixture) enqueue(t *testing.T, key string) *jobs.Job {
 
 // finish claims every waiting job and completes each with outcome, so
 // each gets its attempt row and finish time the way a runner makes them.
-func (f *fixture) finish(t *testing.T, outcome jobs.Outcome) []*jobs.Job {
+func (f *fixture) finish(t *testing.T, outcome jobs.CompletionOutcome) []*jobs.Job {
 	t.Helper()
 	claimed, err := f.store.Claim(t.Context(), f.db.Pool, jobs.ClaimParams{Queue: "default", Kinds: []string{"k"}, Worker: "w", Limit: 1000, LeaseDuration: time.Minute})
 	require.NoError(t, err)

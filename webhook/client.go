@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"code.dny.dev/ssrf"
+
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // Client defaults.
@@ -99,14 +101,14 @@ type Client struct {
 // NewClient validates cfg once and builds the client.
 func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.AttemptTimeout < 0 {
-		return nil, &ValidationError{Kind: ErrInvalidConfig, Field: "AttemptTimeout", Problem: "must not be negative"}
+		return nil, &llmqtype.ValidationError{Kind: ErrInvalidConfig, Field: "AttemptTimeout", Problem: "must not be negative"}
 	}
 	if cfg.MaxResponseBytes < 0 {
-		return nil, &ValidationError{Kind: ErrInvalidConfig, Field: "MaxResponseBytes", Problem: "must not be negative"}
+		return nil, &llmqtype.ValidationError{Kind: ErrInvalidConfig, Field: "MaxResponseBytes", Problem: "must not be negative"}
 	}
 	for i, p := range cfg.Allow {
 		if !p.IsValid() {
-			return nil, &ValidationError{Kind: ErrInvalidConfig, Field: fmt.Sprintf("Allow[%d]", i), Problem: "is not a valid prefix"}
+			return nil, &llmqtype.ValidationError{Kind: ErrInvalidConfig, Field: fmt.Sprintf("Allow[%d]", i), Problem: "is not a valid prefix"}
 		}
 	}
 	cfg.AttemptTimeout = cmp.Or(cfg.AttemptTimeout, DefaultAttemptTimeout)

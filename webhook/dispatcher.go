@@ -21,6 +21,7 @@ import (
 	"github.com/llmq/llmq/internal/retry"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
+	"github.com/llmq/llmq/llmqtype"
 	"github.com/llmq/llmq/outbox"
 )
 
@@ -107,7 +108,7 @@ type Dispatcher struct {
 // recording through db (a pool).
 func (s *Store) NewDispatcher(db DBTX, cfg DispatcherConfig) (*Dispatcher, error) {
 	invalid := func(field, problem string) error {
-		return &ValidationError{Kind: ErrInvalidConfig, Field: field, Problem: problem}
+		return &llmqtype.ValidationError{Kind: ErrInvalidConfig, Field: field, Problem: problem}
 	}
 	switch {
 	case db == nil:

@@ -17,7 +17,7 @@
 //	runner, _ := lease.NewRunner(pool, jobStore, lease.Config{
 //		Handlers:    map[string]lease.Handler{webhook.Kind: dispatcher, "invoice.extract": extractor},
 //		Queues:      map[string]lease.QueueConfig{"default": {}, webhook.DefaultQueue: {}},
-//		RetryByKind: map[string]jobs.BackoffPolicy{webhook.Kind: webhook.Backoff()},
+//		RetryByKind: map[string]llmqtype.BackoffPolicy{webhook.Kind: webhook.Backoff()},
 //		OnSucceeded: func(ctx context.Context, tx pgx.Tx, job *jobs.Job) error {
 //			_, err := store.Enqueue(ctx, tx, job.Tenant, webhook.Event{ID: job.ID.String(), Type: job.Kind + ".completed", Payload: job.Result})
 //			return err

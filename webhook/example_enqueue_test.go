@@ -16,6 +16,7 @@ import (
 	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
+	"github.com/llmq/llmq/llmqtype"
 	"github.com/llmq/llmq/outbox"
 	"github.com/llmq/llmq/webhook"
 )
@@ -72,7 +73,7 @@ func ExampleStore_Enqueue() {
 			webhook.Kind: dispatcher,
 		},
 		Queues:      map[string]lease.QueueConfig{jobs.DefaultQueue: {}, webhook.DefaultQueue: {}},
-		RetryByKind: map[string]jobs.BackoffPolicy{webhook.Kind: webhook.Backoff()},
+		RetryByKind: map[string]llmqtype.BackoffPolicy{webhook.Kind: webhook.Backoff()},
 		OnSucceeded: func(ctx context.Context, tx pgx.Tx, job *jobs.Job) error {
 			if job.Kind != "invoice.extract" {
 				return nil

@@ -18,6 +18,7 @@ import (
 	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
+	"github.com/llmq/llmq/llmqtype"
 	"github.com/llmq/llmq/outbox"
 	"github.com/llmq/llmq/webhook"
 )
@@ -93,7 +94,7 @@ func runnerConfig(handlers map[string]lease.Handler) lease.Config {
 		PollInterval:      20 * time.Millisecond,
 		ReapInterval:      500 * time.Millisecond,
 		ShutdownGrace:     2 * time.Second,
-		RetryByKind:       map[string]jobs.BackoffPolicy{webhook.Kind: webhook.Backoff()},
+		RetryByKind:       map[string]llmqtype.BackoffPolicy{webhook.Kind: webhook.Backoff()},
 		DeadlineMargin:    time.Second,
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 //go:embed prune.sql
@@ -78,9 +79,9 @@ func (p *Pruner) Oldest(ctx context.Context, db DBTX) (time.Time, error) {
 func checkPrune(olderThan time.Duration, limit int) error {
 	switch {
 	case olderThan <= 0:
-		return &ValidationError{Kind: ErrInvalidConfig, Field: "olderThan", Problem: "must be positive"}
+		return &llmqtype.ValidationError{Kind: ErrInvalidConfig, Field: "olderThan", Problem: "must be positive"}
 	case limit < 1 || limit > MaxPruneBatch:
-		return &ValidationError{Kind: ErrInvalidConfig, Field: "limit", Problem: fmt.Sprintf("is %d; use 1 to %d", limit, MaxPruneBatch)}
+		return &llmqtype.ValidationError{Kind: ErrInvalidConfig, Field: "limit", Problem: fmt.Sprintf("is %d; use 1 to %d", limit, MaxPruneBatch)}
 	}
 	return nil
 }

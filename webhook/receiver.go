@@ -18,6 +18,7 @@ import (
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/telemetry"
 	"github.com/llmq/llmq/internal/validate"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // DefaultMaxReceiveBytes bounds a received body when ReceiverConfig says
@@ -43,8 +44,9 @@ type ReceiverConfig struct {
 	Verifier *Verifier
 	// Inbox deduplicates delivery ids. Required.
 	Inbox *inbox.Store
-	// DB begins the transaction of each delivery (a pool). Required.
-	DB dbsql.Beginner
+	// DB begins the transaction of each delivery (a *pgxpool.Pool).
+	// Required.
+	DB DBTX
 	// Consumer names this receiver in the inbox. Required.
 	Consumer string
 	// Handle does the work. Required.
@@ -85,7 +87,7 @@ type Receiver struct {
 // NewReceiver validates cfg once.
 func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
 	invalid := func(field, problem string) error {
-		return &ValidationError{Kind: ErrInvalidConfig, Field: field, Problem: problem}
+		return &llmqtype.ValidationError{Kind: ErrInvalidConfig, Field: field, Problem: problem}
 	}
 	switch {
 	case cfg.Verifier == nil:

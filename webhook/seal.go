@@ -6,6 +6,8 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // SecretSealer encrypts endpoint secrets before they are stored, and
@@ -37,7 +39,7 @@ type AESGCMSealer struct {
 // secrets in a dump or a replica only while the key is elsewhere.
 func NewAESGCMSealer(key []byte) (*AESGCMSealer, error) {
 	if len(key) != 32 {
-		return nil, &ValidationError{Kind: ErrInvalidConfig, Field: "key", Problem: fmt.Sprintf("is %d bytes; AES-256 needs 32", len(key))}
+		return nil, &llmqtype.ValidationError{Kind: ErrInvalidConfig, Field: "key", Problem: fmt.Sprintf("is %d bytes; AES-256 needs 32", len(key))}
 	}
 	block, err := aes.NewCipher(key)
 	if err != nil {

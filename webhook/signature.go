@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/llmq/llmq/internal/validate"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // The headers of a signed delivery. The first three are the Standard Webhooks
@@ -76,7 +77,7 @@ var (
 	// ErrNoMatchingSignature means no signature in the header was made by one of
 	// the verifier's keys over this exact body.
 	ErrNoMatchingSignature = errors.New("webhook: no matching signature")
-	// ErrInvalidKey is matched by every *ValidationError about a key or
+	// ErrInvalidKey is matched by every *llmqtype.ValidationError about a key or
 	// secret.
 	ErrInvalidKey = errors.New("webhook: invalid key")
 )
@@ -97,10 +98,10 @@ func (k Key) String() string { return "webhook.Key{ID: " + strconv.Quote(k.ID) +
 // Validate reports a key llmq cannot sign or verify with.
 func (k Key) Validate() error {
 	if p := keyIDProblem(k.ID); p != "" {
-		return &ValidationError{Kind: ErrInvalidKey, Field: "ID", Problem: p}
+		return &llmqtype.ValidationError{Kind: ErrInvalidKey, Field: "ID", Problem: p}
 	}
 	if n := len(k.Secret); n < MinSecretBytes || n > MaxSecretBytes {
-		return &ValidationError{Kind: ErrInvalidKey, Field: "Secret",
+		return &llmqtype.ValidationError{Kind: ErrInvalidKey, Field: "Secret",
 			Problem: fmt.Sprintf("is %d bytes; must be %d to %d", n, MinSecretBytes, MaxSecretBytes)}
 	}
 	return nil
@@ -128,10 +129,10 @@ func isIDRune(r rune) bool {
 func ParseSecret(s string) ([]byte, error) {
 	raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, SecretPrefix))
 	if err != nil {
-		return nil, &ValidationError{Kind: ErrInvalidKey, Field: "Secret", Problem: "is not base64 after the whsec_ prefix"}
+		return nil, &llmqtype.ValidationError{Kind: ErrInvalidKey, Field: "Secret", Problem: "is not base64 after the whsec_ prefix"}
 	}
 	if n := len(raw); n < MinSecretBytes || n > MaxSecretBytes {
-		return nil, &ValidationError{Kind: ErrInvalidKey, Field: "Secret",
+		return nil, &llmqtype.ValidationError{Kind: ErrInvalidKey, Field: "Secret",
 			Problem: fmt.Sprintf("decodes to %d bytes; must be %d to %d", n, MinSecretBytes, MaxSecretBytes)}
 	}
 	return raw, nil
@@ -215,7 +216,7 @@ type VerifierConfig struct {
 // NewVerifier validates cfg once.
 func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
 	if len(cfg.Keys) == 0 || len(cfg.Keys) > MaxSignatures {
-		return nil, &ValidationError{Kind: ErrInvalidConfig, Field: "Keys", Problem: fmt.Sprintf("has %d keys; want 1 to %d", len(cfg.Keys), MaxSignatures)}
+		return nil, &llmqtype.ValidationError{Kind: ErrInvalidConfig, Field: "Keys", Problem: fmt.Sprintf("has %d keys; want 1 to %d", len(cfg.Keys), MaxSignatures)}
 	}
 	for i, k := range cfg.Keys {
 		if err := k.Validate(); err != nil {
@@ -224,10 +225,10 @@ func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
 	}
 	scheme := cmp.Or(cfg.Scheme, SchemeStandard)
 	if !scheme.Valid() {
-		return nil, &ValidationError{Kind: ErrInvalidConfig, Field: "Scheme", Problem: fmt.Sprintf("%q is not a known scheme", cfg.Scheme)}
+		return nil, &llmqtype.ValidationError{Kind: ErrInvalidConfig, Field: "Scheme", Problem: fmt.Sprintf("%q is not a known scheme", cfg.Scheme)}
 	}
 	if cfg.Tolerance < 0 {
-		return nil, &ValidationError{Kind: ErrInvalidConfig, Field: "Tolerance", Problem: "must not be negative"}
+		return nil, &llmqtype.ValidationError{Kind: ErrInvalidConfig, Field: "Tolerance", Problem: "must not be negative"}
 	}
 	v := &Verifier{keys: cfg.Keys, scheme: scheme, tolerance: cmp.Or(cfg.Tolerance, DefaultTolerance), now: cfg.Now}
 	if v.now == nil {

@@ -17,15 +17,17 @@ import (
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/validate"
 	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/llmqtype"
 	"github.com/llmq/llmq/outbox"
 )
 
 //go:embed queries.sql
 var queriesSQL string
 
-// DBTX is the caller's transaction or connection: *pgxpool.Pool, *pgx.Conn and
-// pgx.Tx all satisfy it.
-type DBTX = dbsql.DBTX
+// DBTX is the caller's transaction or connection: *pgxpool.Pool, *pgx.Conn
+// and pgx.Tx all satisfy it. It is llmqtype.DBTX (Begin, Exec, Query and
+// QueryRow), the one definition every llmq package shares.
+type DBTX = llmqtype.DBTX
 
 // Kind is the job kind of deliveries; register a Dispatcher for it.
 const Kind = "webhook.deliver"
@@ -55,16 +57,16 @@ func DefaultSchedule() []time.Duration {
 // Backoff is the lease runner's retry policy for Kind: no jitter of its own,
 // so that the delay a Dispatcher asks for (the schedule, raised to a
 // Retry-After) is the delay. Set lease.Config.RetryByKind[webhook.Kind] to it.
-func Backoff() jobs.BackoffPolicy {
-	return jobs.BackoffPolicy{Base: time.Nanosecond, Cap: time.Nanosecond}
+func Backoff() llmqtype.BackoffPolicy {
+	return llmqtype.BackoffPolicy{Base: time.Nanosecond, Cap: time.Nanosecond}
 }
 
 // Errors callers branch on.
 var (
-	// ErrInvalidEndpoint is matched by every *ValidationError about
+	// ErrInvalidEndpoint is matched by every *llmqtype.ValidationError about
 	// endpoint parameters.
 	ErrInvalidEndpoint = errors.New("webhook: invalid endpoint")
-	// ErrInvalidEvent is matched by every *ValidationError about an event.
+	// ErrInvalidEvent is matched by every *llmqtype.ValidationError about an event.
 	ErrInvalidEvent = errors.New("webhook: invalid event")
 	// ErrNotFound is returned for an endpoint or delivery that does not
 	// exist for the tenant asking, including another tenant's.
@@ -180,7 +182,8 @@ type Attempt struct {
 
 // Config configures a Store.
 type Config struct {
-	// Schema holds the llmq tables. Default "llmq".
+	// Schema holds the llmq tables. Default "llmq". It must be the job
+	// store's (Jobs), or NewStore refuses it.
 	Schema string
 	// Jobs is the job store deliveries are enqueued in. Required.
 	Jobs *jobs.PostgresStore
@@ -236,13 +239,15 @@ func NewStore(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("webhook: %w", err)
 	}
 	invalid := func(field, problem string) error {
-		return &ValidationError{Kind: ErrInvalidConfig, Field: field, Problem: problem}
+		return &llmqtype.ValidationError{Kind: ErrInvalidConfig, Field: field, Problem: problem}
 	}
 	switch {
 	case cfg.Jobs == nil:
 		return nil, invalid("Jobs", "is required")
 	case cfg.Outbox == nil:
 		return nil, invalid("Outbox", "is required")
+	case cfg.Jobs.Config().Schema != schema.Name():
+		return nil, invalid("Schema", fmt.Sprintf("is %q but the job store's is %q: give every llmq component the Schema that llmq.Migrate migrated", schema.Name(), cfg.Jobs.Config().Schema))
 	case cfg.MaxBodyBytes < 0:
 		return nil, invalid("MaxBodyBytes", "must not be negative")
 	case len(cfg.Schedule) > jobs.MaxMaxAttempts:
@@ -296,13 +301,13 @@ func (s *Store) allowed(a netip.Addr) bool {
 
 func (s *Store) validateEndpoint(p *EndpointParams) error {
 	invalid := func(field, problem string) error {
-		return &ValidationError{Kind: ErrInvalidEndpoint, Field: field, Problem: problem}
+		return &llmqtype.ValidationError{Kind: ErrInvalidEndpoint, Field: field, Problem: problem}
 	}
 	if pr := validate.Text(p.Tenant, true, jobs.MaxTenantLen); pr != "" {
 		return invalid("Tenant", pr)
 	}
 	if _, err := checkURL(p.URL, s.cfg.AllowHTTP, s.allowed); err != nil {
-		return &ValidationError{Kind: ErrInvalidEndpoint, Field: "URL", Problem: err.Error(), Cause: err}
+		return &llmqtype.ValidationError{Kind: ErrInvalidEndpoint, Field: "URL", Problem: err.Error(), Cause: err}
 	}
 	if len(p.EventTypes) == 0 || len(p.EventTypes) > MaxEventTypes {
 		return invalid("EventTypes", fmt.Sprintf("has %d types; want 1 to %d", len(p.EventTypes), MaxEventTypes))
@@ -396,7 +401,7 @@ func (s *Store) openKey(endpoint uuid.UUID, keyID string, stored []byte, sealed 
 // a Sealer; it is safe to run again, and alongside dispatchers.
 func (s *Store) SealSecrets(ctx context.Context, db DBTX) (int64, error) {
 	if s.cfg.Sealer == nil {
-		return 0, &ValidationError{Kind: ErrInvalidConfig, Field: "Sealer", Problem: "is required to seal secrets"}
+		return 0, &llmqtype.ValidationError{Kind: ErrInvalidConfig, Field: "Sealer", Problem: "is required to seal secrets"}
 	}
 	const batch = 1000
 	var total int64
@@ -446,7 +451,7 @@ func (s *Store) SealSecrets(ctx context.Context, db DBTX) (int64, error) {
 // key, secret included.
 func (s *Store) RotateSecret(ctx context.Context, db DBTX, tenant string, id uuid.UUID, overlap time.Duration) (Key, error) {
 	if overlap < 0 {
-		return Key{}, &ValidationError{Kind: ErrInvalidEndpoint, Field: "overlap", Problem: "must not be negative"}
+		return Key{}, &llmqtype.ValidationError{Kind: ErrInvalidEndpoint, Field: "overlap", Problem: "must not be negative"}
 	}
 	key := Key{ID: newKeyID(), Secret: NewSecret()}
 	err := dbsql.WithTx(ctx, db, func(tx pgx.Tx) error {
@@ -618,7 +623,7 @@ type envelope struct {
 
 func (s *Store) validateEvent(tenant string, ev *Event) ([]byte, error) {
 	invalid := func(field, problem string) error {
-		return &ValidationError{Kind: ErrInvalidEvent, Field: field, Problem: problem}
+		return &llmqtype.ValidationError{Kind: ErrInvalidEvent, Field: field, Problem: problem}
 	}
 	if pr := validate.Text(tenant, true, jobs.MaxTenantLen); pr != "" {
 		return nil, invalid("tenant", pr)
@@ -681,7 +686,7 @@ func (s *Store) Attempts(ctx context.Context, db DBTX, tenant string, deliveryID
 // deliveries it deleted. Several pruners may run at once.
 func (s *Store) Prune(ctx context.Context, db DBTX, limit int) (int64, error) {
 	if limit < 0 {
-		return 0, &ValidationError{Kind: ErrInvalidConfig, Field: "limit", Problem: "must not be negative"}
+		return 0, &llmqtype.ValidationError{Kind: ErrInvalidConfig, Field: "limit", Problem: "must not be negative"}
 	}
 	tag, err := db.Exec(ctx, s.sql.pruneDeliveries, s.cfg.Retention.Milliseconds(), cmp.Or(limit, DefaultPruneBatch))
 	if err != nil {

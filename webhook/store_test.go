@@ -99,6 +99,12 @@ func TestRegisterRefusesBadEndpoints(t *testing.T) {
 	require.ErrorIs(t, err, webhook.ErrInvalidConfig)
 	_, err = webhook.NewStore(webhook.Config{Schema: f.schema, Outbox: f.outbox})
 	require.ErrorIs(t, err, webhook.ErrInvalidConfig)
+	// A schema other than the job store's is a configuration mistake; the
+	// error says which schemas and what to do.
+	_, err = webhook.NewStore(webhook.Config{Schema: "elsewhere", Jobs: f.jobs, Outbox: f.outbox})
+	require.ErrorIs(t, err, webhook.ErrInvalidConfig)
+	require.ErrorContains(t, err, `Schema: is "elsewhere" but the job store's is "`+f.schema+`"`)
+	require.ErrorContains(t, err, "give every llmq component the Schema")
 }
 
 func TestRotationSignsWithOldAndNewKeyDuringTheOverlap(t *testing.T) {

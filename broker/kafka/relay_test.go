@@ -17,6 +17,7 @@ import (
 	"github.com/llmq/llmq/broker"
 	"github.com/llmq/llmq/broker/kafka"
 	"github.com/llmq/llmq/internal/dbtest"
+	"github.com/llmq/llmq/llmqtype"
 	"github.com/llmq/llmq/outbox"
 )
 
@@ -90,7 +91,7 @@ func TestRelayRetriesInjectedProduceErrors(t *testing.T) {
 	// while later claims go on.
 	relay, err := store.NewRelay(db.Pool, pub, outbox.RelayConfig{
 		BatchSize: 50, PollInterval: 20 * time.Millisecond,
-		Backoff: outbox.BackoffPolicy{Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond},
+		Backoff: llmqtype.BackoffPolicy{Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond},
 	})
 	require.NoError(t, err)
 	ctx, stop := context.WithCancel(context.Background())

@@ -10,7 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/llmq/llmq/internal/retry"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // DefaultURL is the broker ConnConfig.URL defaults to: a local RabbitMQ
@@ -48,7 +48,7 @@ type ConnConfig struct {
 	Heartbeat time.Duration
 	// Reconnect is the full-jitter backoff between redials. Default base
 	// 100ms, cap 5s.
-	Reconnect retry.Policy
+	Reconnect llmqtype.BackoffPolicy
 	// Topology is declared on every (re)connection, before the connection
 	// is used. Optional.
 	Topology *Topology
@@ -68,7 +68,7 @@ func (c ConnConfig) withDefaults() (ConnConfig, error) {
 	c.Name = cmp.Or(c.Name, "llmq")
 	c.DialTimeout = cmp.Or(c.DialTimeout, 5*time.Second)
 	c.Heartbeat = cmp.Or(c.Heartbeat, 10*time.Second)
-	c.Reconnect = retry.Policy{Base: cmp.Or(c.Reconnect.Base, 100*time.Millisecond), Cap: cmp.Or(c.Reconnect.Cap, 5*time.Second)}
+	c.Reconnect = llmqtype.BackoffPolicy{Base: cmp.Or(c.Reconnect.Base, 100*time.Millisecond), Cap: cmp.Or(c.Reconnect.Cap, 5*time.Second)}
 	if err := c.Reconnect.Validate(); err != nil {
 		return c, fmt.Errorf("%w: Reconnect: %w", ErrInvalidConfig, err)
 	}

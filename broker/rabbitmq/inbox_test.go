@@ -19,6 +19,7 @@ import (
 	"github.com/llmq/llmq/broker/rabbitmq"
 	"github.com/llmq/llmq/inbox"
 	"github.com/llmq/llmq/internal/dbtest"
+	"github.com/llmq/llmq/llmqtype"
 	"github.com/llmq/llmq/outbox"
 )
 
@@ -114,7 +115,7 @@ func TestRelayAndIngressSurviveSeveredConnections(t *testing.T) {
 	pub := &severingPublisher{Publisher: p.publisher(t, true), proxy: p.proxy}
 	relay, err := p.outbox.NewRelay(p.pool, pub, outbox.RelayConfig{
 		BatchSize: 200, PollInterval: 20 * time.Millisecond,
-		Backoff: outbox.BackoffPolicy{Base: 20 * time.Millisecond, Cap: 200 * time.Millisecond},
+		Backoff: llmqtype.BackoffPolicy{Base: 20 * time.Millisecond, Cap: 200 * time.Millisecond},
 	})
 	require.NoError(t, err)
 	consumer := &countingConsumer{Consumer: p.consumer(t, true)}

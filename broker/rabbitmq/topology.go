@@ -67,7 +67,7 @@ func (q Queue) DeadLetterNames() (exchange, queue string) {
 	return cmp.Or(q.DeadLetterExchange, q.Name+".dlx"), cmp.Or(q.DeadLetterQueue, q.Name+".dlq")
 }
 
-// Validate reports the first thing wrong with t, as a *validate.Error
+// Validate reports the first thing wrong with t, as a *llmqtype.ValidationError
 // matching ErrInvalidConfig.
 func (t Topology) Validate() error {
 	fail := func(field, problem string) error {

@@ -410,7 +410,7 @@ func benchAdmissionWorker(ctx context.Context, c *common, o benchOptions, schema
 					err = ctx.Err()
 				}
 				if err == nil {
-					if err = p.Release(ctx, admission.Outcome{Result: admission.Answered, InputTokens: 300}); err != nil {
+					if err = p.Release(ctx, admission.CallOutcome{Result: admission.CallAnswered, InputTokens: 300}); err != nil {
 						err = fmt.Errorf("releasing: %w", err)
 					}
 				}
@@ -480,7 +480,7 @@ func warmAdmission(ctx context.Context, l *admission.Postgres) error {
 			wg.Go(func() {
 				p, err := l.Acquire(ctx, admission.Request{Pool: benchAdmissionPool.Name, Tenant: "bench"})
 				if err == nil {
-					err = p.Release(ctx, admission.Outcome{Result: admission.NotSent})
+					err = p.Release(ctx, admission.CallOutcome{Result: admission.CallNotSent})
 				}
 				mu.Lock()
 				fail = cmpErr(fail, err)

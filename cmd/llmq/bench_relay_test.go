@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/outbox"
@@ -27,7 +28,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(benchRelayChild) != "" {
 		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	// Every goroutine the tests start (servers, runners, relays, streams)
+	// must end with them.
+	goleak.VerifyTestMain(m)
 }
 
 // One relay process of the bench, run in-process: it stands by while the

@@ -85,6 +85,7 @@ import (
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/validate"
 	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 func main() {
@@ -216,7 +217,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // refusedInput reports whether err refuses what the command was given,
 // rather than telling what the database said or did: exit 2, not 1.
 func refusedInput(err error) bool {
-	if _, ok := errors.AsType[*jobs.ValidationError](err); ok {
+	if _, ok := errors.AsType[*llmqtype.ValidationError](err); ok {
 		return true // every llmq package's bad-input error is this type
 	}
 	for _, refused := range []error{errInvalidInput, llmq.ErrInvalidSchema, admission.ErrUnknownPool} {

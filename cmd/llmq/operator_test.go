@@ -460,7 +460,7 @@ func TestPoolsCommands(t *testing.T) {
 	require.Equal(t, admission.Pool{Name: "gpt-4o", RPM: 1200, TPM: 200_000, MaxInFlight: 4, RequestBurst: 20, TokenBurst: 4000,
 		InputPrice: 2_500_000, RefundUncertain: true}, state.Pool, "the burst set on purpose stays")
 	require.Equal(t, 1, state.InFlight, "the held permit still counts")
-	require.NoError(t, permit.Release(ctx, admission.Outcome{Result: admission.NotSent}))
+	require.NoError(t, permit.Release(ctx, admission.CallOutcome{Result: admission.CallNotSent}))
 
 	for _, bad := range []struct {
 		code     int

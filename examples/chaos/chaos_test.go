@@ -10,9 +10,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/llmq/llmq/examples/fakeprovider"
-	"github.com/llmq/llmq/internal/dbtest"
+	"github.com/llmq/llmq/llmqtest"
 )
 
 // The test binary re-executes itself as the run's child processes.
@@ -27,7 +28,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	// Every goroutine the tests start (servers, runners, relays, streams)
+	// must end with them.
+	goleak.VerifyTestMain(m)
 }
 
 // setup returns the reduced configuration CI runs: two worker processes,
@@ -37,7 +40,7 @@ func setup(t *testing.T, broker string) Config {
 	return Config{
 		Duration: 15 * time.Second, Rate: 3, Workers: 2, PerWorker: 3, Broker: broker,
 		DuplicateRate: 0.25, FaultEvery: time.Hour, Drain: 40 * time.Second,
-		DatabaseURL: dbtest.URL(), AMQPURL: os.Getenv("AMQP_URL"), Out: t.Output(),
+		DatabaseURL: llmqtest.URL(), AMQPURL: os.Getenv("AMQP_URL"), Out: t.Output(),
 		Command: func(string) *exec.Cmd {
 			return exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$") //nolint:gosec // the test binary, re-executed
 		},

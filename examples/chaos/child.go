@@ -26,11 +26,10 @@ import (
 	"github.com/llmq/llmq/broker/kafka"
 	"github.com/llmq/llmq/broker/memory"
 	"github.com/llmq/llmq/broker/rabbitmq"
+	"github.com/llmq/llmq/examples/internal/sqlfile"
 	"github.com/llmq/llmq/examples/invoice"
 	"github.com/llmq/llmq/inbox"
-	"github.com/llmq/llmq/internal/dbsql"
-	"github.com/llmq/llmq/internal/retry"
-	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/llmqtype"
 	"github.com/llmq/llmq/outbox"
 )
 
@@ -183,7 +182,7 @@ func runWorker(ctx context.Context, cc childConfig, stdout, stderr io.Writer) er
 		ProviderURL: cc.ProviderURL, APIKey: cc.APIKey, Pool: cc.Pool, WorkerID: cc.WorkerID, Workers: cc.Workers,
 		Limits:          admission.Pool{RPM: cc.RPM, TPM: cc.TPM, MaxInFlight: cc.MaxInFlight},
 		AttemptTimeout:  2 * time.Second,
-		Retry:           jobs.BackoffPolicy{Base: 100 * time.Millisecond, Cap: time.Second},
+		Retry:           llmqtype.BackoffPolicy{Base: 100 * time.Millisecond, Cap: time.Second},
 		WebhookTimeout:  time.Second,
 		BreakerCooldown: 500 * time.Millisecond,
 		PollInterval:    100 * time.Millisecond,
@@ -211,7 +210,7 @@ func runSignals(ctx context.Context, cc childConfig, armed *atomic.Bool, stdout,
 		return err
 	}
 	defer pool.Close()
-	_, q, err := dbsql.Prepare(cc.Schema, queriesSQL)
+	q, err := sqlfile.Load(cc.Schema, queriesSQL)
 	if err != nil {
 		return err
 	}
@@ -224,7 +223,7 @@ func runSignals(ctx context.Context, cc childConfig, armed *atomic.Bool, stdout,
 	defer b.close()
 	relay, err := svc.Outbox.NewRelay(pool, b.pub, outbox.RelayConfig{
 		PollInterval: 100 * time.Millisecond, ClaimLease: 2 * time.Second,
-		Backoff: outbox.BackoffPolicy{Base: 100 * time.Millisecond, Cap: time.Second}, Logger: logger,
+		Backoff: llmqtype.BackoffPolicy{Base: 100 * time.Millisecond, Cap: time.Second}, Logger: logger,
 	})
 	if err != nil {
 		return err
@@ -374,7 +373,7 @@ func openBroker(cc childConfig, topic string, logger *slog.Logger) (*signalBroke
 	case brokerRabbitMQ:
 		conn := rabbitmq.ConnConfig{
 			URL: cc.BrokerAddr, Heartbeat: time.Second, DialTimeout: time.Second,
-			Reconnect: retry.Policy{Base: 50 * time.Millisecond, Cap: 500 * time.Millisecond}, Logger: logger,
+			Reconnect: llmqtype.BackoffPolicy{Base: 50 * time.Millisecond, Cap: 500 * time.Millisecond}, Logger: logger,
 		}
 		conn.Name = "llmq-chaos-relay"
 		pub, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{ConnConfig: conn, Exchange: cc.Exchange, PublishTimeout: 5 * time.Second})

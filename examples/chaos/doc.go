@@ -122,7 +122,7 @@
 //     than the CI test may take. After a kill, once the process is gone,
 //     the controller does what a supervisor that saw the process die may
 //     do: it ends the dead worker's leases and permits now and runs one
-//     reaper pass (jobs.Store.Reap). A stall ends the paused worker's
+//     reaper pass (jobs.RunnerStore.Reap). A stall ends the paused worker's
 //     leases the same way, standing for the time it would have been
 //     paused. The lease-expiry path (fence bump, RETRY_SCHEDULED,
 //     lease_expired attempt, uncertain usage, stale completion) is the

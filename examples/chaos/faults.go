@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/llmqtype"
 	"github.com/llmq/llmq/webhook"
 )
 
@@ -191,8 +192,8 @@ func (c *controller) killWorker(ctx context.Context) (string, error) {
 		return "", err
 	}
 	reaped, err := c.svc.Jobs.Reap(ctx, c.pool, jobs.ReapParams{
-		Backoff:       jobs.BackoffPolicy{Base: 100 * time.Millisecond, Cap: time.Second},
-		BackoffByKind: map[string]jobs.BackoffPolicy{webhook.Kind: webhook.Backoff()},
+		Backoff:       llmqtype.BackoffPolicy{Base: 100 * time.Millisecond, Cap: time.Second},
+		BackoffByKind: map[string]llmqtype.BackoffPolicy{webhook.Kind: webhook.Backoff()},
 	})
 	if err != nil {
 		return "", err
@@ -269,8 +270,8 @@ func (c *controller) stallOnce(ctx context.Context) (string, bool, error) {
 		return "", false, err
 	}
 	if _, err := c.svc.Jobs.Reap(ctx, c.pool, jobs.ReapParams{
-		Backoff:       jobs.BackoffPolicy{Base: 100 * time.Millisecond, Cap: time.Second},
-		BackoffByKind: map[string]jobs.BackoffPolicy{webhook.Kind: webhook.Backoff()},
+		Backoff:       llmqtype.BackoffPolicy{Base: 100 * time.Millisecond, Cap: time.Second},
+		BackoffByKind: map[string]llmqtype.BackoffPolicy{webhook.Kind: webhook.Backoff()},
 	}); err != nil {
 		return "", false, err
 	}

@@ -38,8 +38,8 @@ import (
 	"github.com/llmq/llmq/examples/erp"
 	"github.com/llmq/llmq/examples/fakeprovider"
 	"github.com/llmq/llmq/examples/internal/sample"
+	"github.com/llmq/llmq/examples/internal/sqlfile"
 	"github.com/llmq/llmq/examples/invoice"
-	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/webhook"
 )
 
@@ -141,7 +141,7 @@ type controller struct {
 	cfg     Config
 	runID   string
 	schema  string
-	q       dbsql.Queries
+	q       sqlfile.Queries
 	pool    *pgxpool.Pool // the controller's own connections (never terminated)
 	api     *pgxpool.Pool
 	svc     *invoice.Service
@@ -237,7 +237,7 @@ func (c *controller) setup(ctx context.Context) error {
 	if c.logDir, err = os.MkdirTemp("", "llmq-chaos-"); err != nil {
 		return err
 	}
-	if _, c.q, err = dbsql.Prepare(c.schema, queriesSQL); err != nil {
+	if c.q, err = sqlfile.Load(c.schema, queriesSQL); err != nil {
 		return err
 	}
 	ctlURL, err := withAppName(c.cfg.DatabaseURL, "chaosctl-"+c.runID, 8)

@@ -19,11 +19,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/llmq/llmq/examples/internal/sample"
 	"github.com/llmq/llmq/examples/invoice"
-	"github.com/llmq/llmq/internal/dbtest"
-	"github.com/llmq/llmq/internal/telemetry/telemetrytest"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/outbox"
 	"github.com/llmq/llmq/webhook"
@@ -41,7 +41,7 @@ type fixture struct {
 // provider's 15s mean latency scaled down to 50ms.
 func setup(t *testing.T, cfg stackConfig) *fixture {
 	t.Helper()
-	db := dbtest.Setup(t, dbtest.Options{MaxConns: 20, Unmigrated: true})
+	db := freshSchema(t)
 	cfg.Schema = db.Schema
 	cfg.Scale = max(cfg.Scale, 300)
 	cfg.ProviderRPM = max(cfg.ProviderRPM, 6000)
@@ -622,8 +622,10 @@ func TestStreamHoldsBackAtGaps(t *testing.T) {
 // webhook delivery to the ERP join the same trace.
 func TestOneTraceFromRequestToERP(t *testing.T) {
 	t.Parallel()
-	traces := telemetrytest.NewTraces(t)
-	f := setup(t, stackConfig{Tracer: traces.Provider})
+	spans := tracetest.NewSpanRecorder()
+	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	t.Cleanup(func() { _ = tracer.Shutdown(context.Background()) })
+	f := setup(t, stackConfig{Tracer: tracer})
 	ctx := t.Context()
 	f.s.run(ctx)
 	doc := f.upload(f.big, "traced", sample.Invoice(suppliers[bigTenant][0], "TR-1", 1, plain))
@@ -641,8 +643,8 @@ func TestOneTraceFromRequestToERP(t *testing.T) {
 	require.Equal(t, jobs.StateSucceeded, f.waitTerminal(f.big, job.JobID.String()).State)
 
 	inTrace := func(name string) bool {
-		for _, s := range traces.Ended(name) {
-			if s.SpanContext().TraceID().String() == traceID {
+		for _, s := range spans.Ended() {
+			if s.Name() == name && s.SpanContext().TraceID().String() == traceID {
 				return true
 			}
 		}

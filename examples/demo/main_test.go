@@ -1,21 +1,33 @@
 package main
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
-	"github.com/llmq/llmq/internal/dbtest"
+	"github.com/llmq/llmq/llmqtest"
 )
+
+// TestMain fails the tests if any goroutine the stack started (runners,
+// relays, ingresses, dispatchers, servers) outlives them.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
 
 // The demo runs to the end with its invariants holding, on a smaller batch.
 func TestDemoRuns(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Setup(t, dbtest.Options{MaxConns: 20, Unmigrated: true})
+	db := freshSchema(t)
 	require.NoError(t, run(t.Context(), options{
-		DatabaseURL: dbtest.URL(), Schema: db.Schema, Invoices: 30, Small: 4,
+		DatabaseURL: llmqtest.URL(), Schema: db.Schema, Invoices: 30, Small: 4,
 		Scale: 300, RPM: 3000, Workers: 8, Outage: 2 * time.Second, Timeout: 60 * time.Second, Broker: "memory",
 	}))
 }
@@ -23,13 +35,13 @@ func TestDemoRuns(t *testing.T) {
 // With RabbitMQ carrying the job events.
 func TestDemoRunsWithRabbitMQ(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Setup(t, dbtest.Options{MaxConns: 20, Unmigrated: true})
+	db := freshSchema(t)
 	amqpURL := os.Getenv("AMQP_URL")
 	if amqpURL == "" {
 		amqpURL = "amqp://guest:guest@127.0.0.1:5672/"
 	}
 	require.NoError(t, run(t.Context(), options{
-		DatabaseURL: dbtest.URL(), Schema: db.Schema, Invoices: 10, Small: 6,
+		DatabaseURL: llmqtest.URL(), Schema: db.Schema, Invoices: 10, Small: 6,
 		Scale: 300, RPM: 3000, Workers: 8, Outage: time.Second, Timeout: 60 * time.Second,
 		Broker: "rabbitmq", AMQPURL: amqpURL,
 	}))
@@ -39,10 +51,41 @@ func TestDemoRunsWithRabbitMQ(t *testing.T) {
 // job events and waking the workers.
 func TestDemoRunsWithKafka(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Setup(t, dbtest.Options{MaxConns: 20, Unmigrated: true})
+	db := freshSchema(t)
 	require.NoError(t, run(t.Context(), options{
-		DatabaseURL: dbtest.URL(), Schema: db.Schema, Invoices: 10, Small: 6,
+		DatabaseURL: llmqtest.URL(), Schema: db.Schema, Invoices: 10, Small: 6,
 		Scale: 300, RPM: 3000, Workers: 8, Outage: time.Second, Timeout: 60 * time.Second,
 		Broker: "kafka",
 	}))
+}
+
+// testDB is a pool and a schema of the test's own.
+type testDB struct {
+	Pool   *pgxpool.Pool
+	Schema string
+}
+
+// freshSchema reserves a schema name never used before, which the demo
+// migrates itself, and drops it when the test ends. The demo's checks of
+// its event stream count from the first event sequence number, so they
+// need a new schema rather than one of llmqtest's reused ones, whose
+// sequences carry on.
+func freshSchema(t *testing.T) *testDB {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(llmqtest.URL())
+	require.NoError(t, err)
+	cfg.MaxConns = 20
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	suffix := make([]byte, 6)
+	_, _ = rand.Read(suffix)
+	db := &testDB{Pool: pool, Schema: "demo_" + hex.EncodeToString(suffix)}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{db.Schema}.Sanitize()+" CASCADE")
+		pool.Close()
+		require.NoError(t, err)
+	})
+	return db
 }

@@ -15,8 +15,8 @@ import (
 	"github.com/llmq/llmq/examples/fakeprovider"
 	"github.com/llmq/llmq/examples/internal/serve"
 	"github.com/llmq/llmq/examples/invoice"
-	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
+	"github.com/llmq/llmq/llmqtype"
 	"github.com/llmq/llmq/webhook"
 )
 
@@ -132,7 +132,7 @@ func startStack(ctx context.Context, pool *pgxpool.Pool, cfg stackConfig) (*stac
 		Limits:          admission.Pool{RPM: cfg.ProviderRPM, TPM: 1_800_000, MaxInFlight: cfg.Workers},
 		Workers:         cfg.Workers,
 		AttemptTimeout:  2 * time.Second,
-		Retry:           jobs.BackoffPolicy{Base: 100 * time.Millisecond, Cap: time.Second},
+		Retry:           llmqtype.BackoffPolicy{Base: 100 * time.Millisecond, Cap: time.Second},
 		WebhookTimeout:  time.Second,
 		BreakerCooldown: 500 * time.Millisecond,
 		PollInterval:    100 * time.Millisecond,

@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/llmq/llmq/examples/internal/sqlfile"
 	"github.com/llmq/llmq/inbox"
-	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/webhook"
 )
 
@@ -38,7 +38,7 @@ type Config struct {
 // POST /webhooks/{tenant}.
 type ERP struct {
 	pool  *pgxpool.Pool
-	q     dbsql.Queries
+	q     sqlfile.Queries
 	inbox *inbox.Store
 	mp    metric.MeterProvider
 
@@ -53,7 +53,7 @@ type ERP struct {
 // New builds an ERP on pool.
 func New(pool *pgxpool.Pool, cfg Config) (*ERP, error) {
 	cfg.Schema = cmp.Or(cfg.Schema, "erp")
-	_, q, err := dbsql.Prepare(cfg.Schema, queriesSQL)
+	q, err := sqlfile.Load(cfg.Schema, queriesSQL)
 	if err != nil {
 		return nil, err
 	}

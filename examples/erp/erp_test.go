@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/examples/erp"
-	"github.com/llmq/llmq/internal/dbtest"
+	"github.com/llmq/llmq/llmqtest"
 	"github.com/llmq/llmq/webhook"
 )
 
@@ -23,7 +23,7 @@ type fixture struct {
 
 func setup(t *testing.T) *fixture {
 	t.Helper()
-	db := dbtest.Setup(t)
+	db := llmqtest.NewDB(t)
 	e, err := erp.New(db.Pool, erp.Config{Schema: db.Schema})
 	require.NoError(t, err)
 	require.NoError(t, e.Migrate(t.Context()))

@@ -19,6 +19,7 @@ import (
 
 	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // Model is the model policy the service asks the provider for; it is part of
@@ -238,7 +239,7 @@ func (s *Service) createJob(w http.ResponseWriter, r *http.Request, _ string, c 
 	})
 	var quota *admission.QuotaError
 	var conflict *jobs.ConflictError
-	var bad *jobs.ValidationError
+	var bad *llmqtype.ValidationError
 	switch {
 	case errors.As(err, &conflict):
 		writeError(w, http.StatusConflict, "idempotency_conflict", "Idempotency-Key", "the key was used for a different request")

@@ -8,9 +8,11 @@ import (
 	"net/http/httptest"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/examples/invoice"
-	"github.com/llmq/llmq/internal/dbtest"
+	"github.com/llmq/llmq/llmqtest"
 )
 
 // Accepting an extraction: store the document version, then submit it under
@@ -19,8 +21,18 @@ import (
 func Example() {
 	ctx := context.Background()
 	const schema = "invoice_example_api"
-	pool, cleanup := dbtest.ForExample(ctx, schema) // a pool on DATABASE_URL and a fresh schema
-	defer cleanup()
+	pool, err := pgxpool.New(ctx, llmqtest.URL()) // DATABASE_URL, or the local default
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	dropSchema := func() { // a fresh schema, dropped again at the end
+		if _, err := pool.Exec(context.WithoutCancel(ctx), "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
+			panic(err)
+		}
+	}
+	dropSchema()
+	defer dropSchema()
 	if _, err := llmq.Migrate(ctx, pool, llmq.MigrateOptions{Schema: schema}); err != nil {
 		panic(err)
 	}

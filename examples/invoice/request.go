@@ -11,9 +11,9 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
-	"github.com/llmq/llmq/internal/validate"
 	"github.com/llmq/llmq/jobs"
 )
 
@@ -73,10 +73,25 @@ func checkIdempotencyKey(key string) *refusal {
 	if key == "" {
 		return &refusal{status: http.StatusBadRequest, code: "invalid", field: field, message: "required"}
 	}
-	if problem := validate.Text(key, true, jobs.MaxIdempotencyKeyLen); problem != "" {
+	if problem := textProblem(key, jobs.MaxIdempotencyKeyLen); problem != "" {
 		return invalid(field, problem)
 	}
 	return nil
+}
+
+// textProblem says what the job store would refuse in an identifier such
+// as an idempotency key, or "" when it would take it: more than maxLen
+// bytes, invalid UTF-8, or a control character.
+func textProblem(s string, maxLen int) string {
+	switch {
+	case len(s) > maxLen:
+		return fmt.Sprintf("is %d bytes, more than the limit of %d", len(s), maxLen)
+	case !utf8.ValidString(s):
+		return "is not valid UTF-8"
+	case strings.IndexFunc(s, unicode.IsControl) >= 0:
+		return "contains a control character"
+	}
+	return ""
 }
 
 // decodeCreateRequest reads the body of POST /extraction-jobs: exactly one

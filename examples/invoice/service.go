@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/llmq/llmq/admission"
-	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/examples/internal/sqlfile"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/outbox"
 	"github.com/llmq/llmq/webhook"
@@ -121,10 +121,9 @@ type Config struct {
 
 // Service holds the stores the API and the worker share.
 type Service struct {
-	cfg    Config
-	pool   *pgxpool.Pool
-	schema dbsql.Schema
-	q      dbsql.Queries
+	cfg  Config
+	pool *pgxpool.Pool
+	q    sqlfile.Queries
 
 	// accept is the job store the API enqueues through: its OnAccept hook
 	// enforces tenant quotas. Work is the store everything else uses
@@ -154,7 +153,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	schema, q, err := dbsql.Prepare(cfg.Schema, queriesSQL)
+	q, err := sqlfile.Load(cfg.Schema, queriesSQL)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +184,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, pool: pool, schema: schema, q: q, accept: accept, Jobs: work, Outbox: ob, Webhooks: wh, Quotas: quotas}, nil
+	return &Service{cfg: cfg, pool: pool, q: q, accept: accept, Jobs: work, Outbox: ob, Webhooks: wh, Quotas: quotas}, nil
 }
 
 // Migrate creates the service's own tables (llmq's come from llmq.Migrate).

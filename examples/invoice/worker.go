@@ -19,9 +19,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmq/llmq/admission"
-	"github.com/llmq/llmq/internal/retry"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
+	"github.com/llmq/llmq/llmqtype"
 	llmqopenai "github.com/llmq/llmq/provider/openai"
 	"github.com/llmq/llmq/webhook"
 )
@@ -56,7 +56,7 @@ type WorkerConfig struct {
 	// AttemptTimeout bounds one provider call. Default 45s.
 	AttemptTimeout time.Duration
 	// Retry is the backoff between extraction attempts. Default llmq's.
-	Retry jobs.BackoffPolicy
+	Retry llmqtype.BackoffPolicy
 	// WebhookTimeout bounds one delivery attempt. Default 5s.
 	WebhookTimeout time.Duration
 	// BreakerCooldown is how long an ERP endpoint's open breaker defers
@@ -163,7 +163,7 @@ func (s *Service) NewRunner(ctx context.Context, cfg WorkerConfig) (*lease.Runne
 		ShutdownGrace:         cfg.ShutdownGrace,
 		InvalidOutputAttempts: cmp.Or(cfg.InvalidOutputAttempts, 3),
 		Retry:                 cfg.Retry,
-		RetryByKind:           map[string]jobs.BackoffPolicy{webhook.Kind: webhook.Backoff()},
+		RetryByKind:           map[string]llmqtype.BackoffPolicy{webhook.Kind: webhook.Backoff()},
 		Logger:                cfg.Logger,
 		MeterProvider:         cfg.MeterProvider,
 		TracerProvider:        cfg.TracerProvider,
@@ -275,15 +275,28 @@ func (e *extractor) Work(ctx context.Context, job *jobs.Job) (json.RawMessage, e
 // for it again. The master data cannot be read before the call: the
 // supplier's name comes from the answer.
 func (e *extractor) supplierAfterCall(ctx context.Context, tenant, name string) (*Supplier, error) {
-	policy := retry.Policy{Base: 50 * time.Millisecond, Cap: time.Second}
+	policy := llmqtype.BackoffPolicy{Base: 50 * time.Millisecond, Cap: time.Second}
 	for attempt := 1; ; attempt++ {
 		sup, err := e.svc.supplier(ctx, tenant, name)
 		if err == nil || ctx.Err() != nil {
 			return sup, err
 		}
-		if !retry.Sleep(ctx, policy.Delay(attempt, nil)) {
+		if !sleep(ctx, policy.Delay(attempt, nil)) {
 			return nil, fmt.Errorf("reading supplier master data after a paid answer: %w", err)
 		}
+	}
+}
+
+// sleep waits for d or until ctx ends, and reports whether the full wait
+// passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

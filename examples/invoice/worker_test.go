@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/llmqtest"
 )
 
 type workerFixture struct {
@@ -23,7 +23,7 @@ type workerFixture struct {
 
 func setupWorker(t *testing.T) *workerFixture {
 	t.Helper()
-	db := dbtest.Setup(t)
+	db := llmqtest.NewDB(t)
 	svc, err := New(db.Pool, Config{Schema: db.Schema, Auth: NewAuth(nil)})
 	require.NoError(t, err)
 	require.NoError(t, svc.Migrate(t.Context()))
@@ -135,7 +135,7 @@ func TestPaidAnswerSurvivesALostLookup(t *testing.T) {
 	var calls atomic.Int32
 	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
-		_, err := blocker.Exec(r.Context(), "LOCK TABLE "+pgx.Identifier{f.svc.schema.Name(), "invoice_suppliers"}.Sanitize()+" IN ACCESS EXCLUSIVE MODE")
+		_, err := blocker.Exec(r.Context(), "LOCK TABLE "+pgx.Identifier{f.svc.cfg.Schema, "invoice_suppliers"}.Sanitize()+" IN ACCESS EXCLUSIVE MODE")
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return

@@ -7,24 +7,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/llmq/llmq/llmqtype"
 )
 
-// DBTX is what every llmq store method runs its SQL on: the caller's
-// transaction or connection. *pgxpool.Pool, *pgx.Conn and pgx.Tx all
-// satisfy it, so a host service can enqueue a job in the same transaction as
-// its own business write, or pass a pool to run a statement on its own.
-//
-// Begin is part of the seam for the few operations that need several
-// statements to be atomic: on a pool or connection it starts a transaction,
-// on a pgx.Tx it opens a savepoint, so an llmq failure can be rolled back
-// without aborting the caller's transaction.
-type DBTX interface {
-	Beginner
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+// DBTX is llmqtype.DBTX, defined there so that public packages can take it.
+type DBTX = llmqtype.DBTX
 
 // Beginner starts a transaction, or a savepoint within one.
 type Beginner interface {

@@ -1,5 +1,6 @@
 // Package retry holds llmq's retry arithmetic: full-jitter exponential
-// backoff and Retry-After parsing. One layer owns retries: llmq. Provider
+// backoff (Policy, defined as llmqtype.BackoffPolicy so that public packages
+// can take it) and Retry-After parsing. One layer owns retries: llmq. Provider
 // SDKs and HTTP clients underneath a job should be configured not to retry,
 // because nested retry loops multiply (three SDK attempts inside five job
 // attempts is fifteen calls) and hide the attempt count that backoff and

@@ -11,7 +11,7 @@ import (
 // provider's Retry-After when it asks for longer. A runner passes
 // math/rand/v2's Float64; this example pins the draw to the middle of the
 // range so that the output is fixed.
-func ExamplePolicy_Next() {
+func ExampleParseRetryAfter() {
 	policy := retry.Policy{} // Base 2s, Cap 60s
 	middle := func() float64 { return 0.5 }
 	now := time.Date(2015, 10, 21, 7, 28, 0, 0, time.UTC)

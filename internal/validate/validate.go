@@ -10,29 +10,13 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/llmq/llmq/llmqtype"
 )
 
-// Error says which input field was wrong and why. Kind is the package's
-// sentinel (for example jobs.ErrInvalidParams) and Cause an optional, more
-// specific one (for example jobs.ErrPayloadTooLarge); errors.Is matches both.
-type Error struct {
-	Kind    error
-	Field   string
-	Problem string
-	Cause   error
-}
-
-func (e *Error) Error() string {
-	return fmt.Sprintf("%v: %s: %s", e.Kind, e.Field, e.Problem)
-}
-
-// Unwrap exposes Kind and Cause to errors.Is and errors.As.
-func (e *Error) Unwrap() []error {
-	if e.Cause == nil {
-		return []error{e.Kind}
-	}
-	return []error{e.Kind, e.Cause}
-}
+// Error is llmqtype.ValidationError, the one field error every public
+// package returns.
+type Error = llmqtype.ValidationError
 
 // Text checks a required or optional identifier-like string: at most maxLen
 // bytes of valid UTF-8 without control characters. It returns the problem,

@@ -22,6 +22,7 @@ import (
 	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // The admission pool every attempt draws from, and what it reserves.
@@ -58,7 +59,7 @@ type Env struct {
 
 	requests atomic.Int64
 	db       *dbtest.DB
-	store    jobs.Store
+	store    *jobs.PostgresStore
 }
 
 // New starts a fake provider with cfg (1ms mean latency unless cfg says
@@ -110,7 +111,7 @@ func (e *Env) Attempt(t *testing.T, handler lease.HandlerFunc) jobs.Attempt {
 		Handlers:       map[string]lease.Handler{"call": handler},
 		AttemptTimeout: 10 * time.Second,
 		PollInterval:   50 * time.Millisecond,
-		Retry:          jobs.BackoffPolicy{Base: time.Minute, Cap: time.Minute},
+		Retry:          llmqtype.BackoffPolicy{Base: time.Minute, Cap: time.Minute},
 	}
 	if !e.Unadmitted {
 		cfg.Admission = &lease.Admission{

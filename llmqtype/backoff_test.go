@@ -1,4 +1,4 @@
-package retry_test
+package llmqtype_test
 
 import (
 	"math"
@@ -8,8 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmq/llmq/internal/retry"
-	"github.com/llmq/llmq/internal/validate"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 const maxDuration = time.Duration(math.MaxInt64)
@@ -18,37 +17,37 @@ func constant(r float64) func() float64 { return func() float64 { return r } }
 
 func TestWithDefaults(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, retry.Policy{Base: 2 * time.Second, Cap: time.Minute}, retry.Policy{}.WithDefaults())
-	require.Equal(t, retry.Policy{Base: time.Second, Cap: time.Minute}, retry.Policy{Base: time.Second}.WithDefaults())
-	require.Equal(t, retry.Policy{Base: 2 * time.Second, Cap: time.Hour}, retry.Policy{Cap: time.Hour}.WithDefaults())
-	require.Equal(t, retry.Policy{Base: -1, Cap: -1}, retry.Policy{Base: -1, Cap: -1}.WithDefaults(), "only zero means default")
+	require.Equal(t, llmqtype.BackoffPolicy{Base: 2 * time.Second, Cap: time.Minute}, llmqtype.BackoffPolicy{}.WithDefaults())
+	require.Equal(t, llmqtype.BackoffPolicy{Base: time.Second, Cap: time.Minute}, llmqtype.BackoffPolicy{Base: time.Second}.WithDefaults())
+	require.Equal(t, llmqtype.BackoffPolicy{Base: 2 * time.Second, Cap: time.Hour}, llmqtype.BackoffPolicy{Cap: time.Hour}.WithDefaults())
+	require.Equal(t, llmqtype.BackoffPolicy{Base: -1, Cap: -1}, llmqtype.BackoffPolicy{Base: -1, Cap: -1}.WithDefaults(), "only zero means default")
 }
 
 func TestCeiling(t *testing.T) {
 	t.Parallel()
-	custom := retry.Policy{Base: 100 * time.Millisecond, Cap: time.Second}
-	tiny := retry.Policy{Base: 1, Cap: maxDuration}
-	odd := retry.Policy{Base: 3, Cap: maxDuration}
+	custom := llmqtype.BackoffPolicy{Base: 100 * time.Millisecond, Cap: time.Second}
+	tiny := llmqtype.BackoffPolicy{Base: 1, Cap: maxDuration}
+	odd := llmqtype.BackoffPolicy{Base: 3, Cap: maxDuration}
 	for _, tc := range []struct {
-		policy  retry.Policy
+		policy  llmqtype.BackoffPolicy
 		attempt int
 		want    time.Duration
 	}{
-		{retry.Policy{}, 1, 2 * time.Second},
-		{retry.Policy{}, 2, 4 * time.Second},
-		{retry.Policy{}, 3, 8 * time.Second},
-		{retry.Policy{}, 4, 16 * time.Second},
-		{retry.Policy{}, 5, 32 * time.Second},
-		{retry.Policy{}, 6, time.Minute},
-		{retry.Policy{}, 7, time.Minute},
-		{retry.Policy{}, 8, time.Minute},
-		{retry.Policy{}, 0, 2 * time.Second},
-		{retry.Policy{}, -5, 2 * time.Second},
-		{retry.Policy{}, math.MinInt, 2 * time.Second},
-		{retry.Policy{}, 64, time.Minute},
-		{retry.Policy{}, 10_000, time.Minute},
-		{retry.Policy{}, 1 << 30, time.Minute},
-		{retry.Policy{}, math.MaxInt, time.Minute},
+		{llmqtype.BackoffPolicy{}, 1, 2 * time.Second},
+		{llmqtype.BackoffPolicy{}, 2, 4 * time.Second},
+		{llmqtype.BackoffPolicy{}, 3, 8 * time.Second},
+		{llmqtype.BackoffPolicy{}, 4, 16 * time.Second},
+		{llmqtype.BackoffPolicy{}, 5, 32 * time.Second},
+		{llmqtype.BackoffPolicy{}, 6, time.Minute},
+		{llmqtype.BackoffPolicy{}, 7, time.Minute},
+		{llmqtype.BackoffPolicy{}, 8, time.Minute},
+		{llmqtype.BackoffPolicy{}, 0, 2 * time.Second},
+		{llmqtype.BackoffPolicy{}, -5, 2 * time.Second},
+		{llmqtype.BackoffPolicy{}, math.MinInt, 2 * time.Second},
+		{llmqtype.BackoffPolicy{}, 64, time.Minute},
+		{llmqtype.BackoffPolicy{}, 10_000, time.Minute},
+		{llmqtype.BackoffPolicy{}, 1 << 30, time.Minute},
+		{llmqtype.BackoffPolicy{}, math.MaxInt, time.Minute},
 
 		{custom, 1, 100 * time.Millisecond},
 		{custom, 2, 200 * time.Millisecond},
@@ -69,14 +68,14 @@ func TestCeiling(t *testing.T) {
 		{odd, 63, maxDuration},
 		{odd, 1 << 30, maxDuration},
 
-		{retry.Policy{Base: time.Minute, Cap: time.Minute}, 1, time.Minute},
-		{retry.Policy{Base: time.Minute, Cap: time.Minute}, 1 << 30, time.Minute},
+		{llmqtype.BackoffPolicy{Base: time.Minute, Cap: time.Minute}, 1, time.Minute},
+		{llmqtype.BackoffPolicy{Base: time.Minute, Cap: time.Minute}, 1 << 30, time.Minute},
 
 		// Invalid policies (Validate refuses them) still give a ceiling that
 		// is never negative.
-		{retry.Policy{Base: 10 * time.Second, Cap: 5 * time.Second}, 1, 5 * time.Second},
-		{retry.Policy{Base: -time.Second}, 3, 0},
-		{retry.Policy{Cap: -time.Second}, 3, 0},
+		{llmqtype.BackoffPolicy{Base: 10 * time.Second, Cap: 5 * time.Second}, 1, 5 * time.Second},
+		{llmqtype.BackoffPolicy{Base: -time.Second}, 3, 0},
+		{llmqtype.BackoffPolicy{Cap: -time.Second}, 3, 0},
 	} {
 		require.Equal(t, tc.want, tc.policy.Ceiling(tc.attempt), "%+v attempt %d", tc.policy, tc.attempt)
 	}
@@ -85,7 +84,7 @@ func TestCeiling(t *testing.T) {
 func TestDelayStaysWithinCeiling(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2)) // seeded, so a failure reproduces
-	for _, p := range []retry.Policy{{}, {Base: time.Millisecond, Cap: time.Hour}} {
+	for _, p := range []llmqtype.BackoffPolicy{{}, {Base: time.Millisecond, Cap: time.Hour}} {
 		for attempt := 1; attempt <= 12; attempt++ {
 			ceiling := p.Ceiling(attempt)
 			for range 10_000 {
@@ -103,7 +102,7 @@ func TestDelayStaysWithinCeiling(t *testing.T) {
 func TestDelayIsSpread(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(3, 4))
-	var p retry.Policy
+	var p llmqtype.BackoffPolicy
 	const attempt, draws = 4, 10_000
 	ceiling := p.Ceiling(attempt)
 	require.Equal(t, 16*time.Second, ceiling)
@@ -123,7 +122,7 @@ func TestDelayIsSpread(t *testing.T) {
 
 func TestDelayEdges(t *testing.T) {
 	t.Parallel()
-	var p retry.Policy
+	var p llmqtype.BackoffPolicy
 	ceiling := p.Ceiling(1)
 	require.Equal(t, time.Duration(0), p.Delay(1, constant(0)))
 	d := p.Delay(1, constant(0.999999))
@@ -141,13 +140,13 @@ func TestDelayEdges(t *testing.T) {
 
 	// Near 2^63 float64 rounds the ceiling up; the draw must still stay
 	// below it and not wrap negative.
-	huge := retry.Policy{Base: 1, Cap: maxDuration}
+	huge := llmqtype.BackoffPolicy{Base: 1, Cap: maxDuration}
 	d = huge.Delay(64, constant(math.Nextafter(1, 0)))
 	require.Positive(t, d)
 	require.Less(t, d, maxDuration)
 
 	// An invalid policy never yields a negative delay.
-	require.Equal(t, time.Duration(0), retry.Policy{Base: -time.Second}.Delay(1, constant(0.5)))
+	require.Equal(t, time.Duration(0), llmqtype.BackoffPolicy{Base: -time.Second}.Delay(1, constant(0.5)))
 
 	// nil means math/rand/v2's Float64.
 	for range 100 {
@@ -159,15 +158,15 @@ func TestDelayEdges(t *testing.T) {
 
 func TestNext(t *testing.T) {
 	t.Parallel()
-	var p retry.Policy
+	var p llmqtype.BackoffPolicy
 	half := constant(0.5) // Delay(1) is 1s, Delay(3) is 4s
 	require.Equal(t, 5*time.Second, p.Next(1, 5*time.Second, half), "a longer Retry-After wins")
 	require.Equal(t, time.Second, p.Next(1, 500*time.Millisecond, half), "a shorter Retry-After does not lower the delay")
 	require.Equal(t, 4*time.Second, p.Next(3, 4*time.Second, half))
 	require.Equal(t, time.Second, p.Next(1, 0, half), "0 means no Retry-After")
 	require.Equal(t, time.Second, p.Next(1, -time.Hour, half), "negative means no Retry-After")
-	require.Equal(t, retry.MaxRetryAfter, p.Next(1, 100*365*24*time.Hour, half), "clamped")
-	require.Equal(t, retry.MaxRetryAfter, p.Next(1, maxDuration, half), "clamped")
+	require.Equal(t, llmqtype.MaxRetryAfter, p.Next(1, 100*365*24*time.Hour, half), "clamped")
+	require.Equal(t, llmqtype.MaxRetryAfter, p.Next(1, maxDuration, half), "clamped")
 
 	// The random function is drawn from once whether or not Retry-After
 	// wins, so a seeded sequence does not depend on the server.
@@ -180,7 +179,7 @@ func TestNext(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	t.Parallel()
-	for _, ok := range []retry.Policy{
+	for _, ok := range []llmqtype.BackoffPolicy{
 		{},
 		{Base: time.Second},
 		{Base: time.Minute}, // equal to the default Cap
@@ -191,22 +190,22 @@ func TestValidate(t *testing.T) {
 		require.NoError(t, ok.Validate(), "%+v", ok)
 	}
 	for _, tc := range []struct {
-		policy  retry.Policy
+		policy  llmqtype.BackoffPolicy
 		field   string
 		problem string
 	}{
-		{retry.Policy{Base: -time.Second}, "Base", "negative"},
-		{retry.Policy{Base: -time.Second, Cap: time.Minute}, "Base", "negative"},
-		{retry.Policy{Cap: -1}, "Cap", "negative"},
-		{retry.Policy{Base: 10 * time.Second, Cap: 5 * time.Second}, "Cap", "less than Base"},
-		{retry.Policy{Base: 90 * time.Second}, "Cap", "less than Base"}, // the default Cap is 60s
-		{retry.Policy{Cap: time.Second}, "Cap", "less than Base"},       // the default Base is 2s
+		{llmqtype.BackoffPolicy{Base: -time.Second}, "Base", "negative"},
+		{llmqtype.BackoffPolicy{Base: -time.Second, Cap: time.Minute}, "Base", "negative"},
+		{llmqtype.BackoffPolicy{Cap: -1}, "Cap", "negative"},
+		{llmqtype.BackoffPolicy{Base: 10 * time.Second, Cap: 5 * time.Second}, "Cap", "less than Base"},
+		{llmqtype.BackoffPolicy{Base: 90 * time.Second}, "Cap", "less than Base"}, // the default Cap is 60s
+		{llmqtype.BackoffPolicy{Cap: time.Second}, "Cap", "less than Base"},       // the default Base is 2s
 	} {
 		err := tc.policy.Validate()
-		require.ErrorIs(t, err, retry.ErrInvalidPolicy, "%+v", tc.policy)
+		require.ErrorIs(t, err, llmqtype.ErrInvalidBackoffPolicy, "%+v", tc.policy)
 		require.ErrorContains(t, err, tc.field+": ", "%+v", tc.policy)
 		require.ErrorContains(t, err, tc.problem, "%+v", tc.policy)
-		var verr *validate.Error
+		var verr *llmqtype.ValidationError
 		require.ErrorAs(t, err, &verr, "%+v", tc.policy)
 		require.Equal(t, tc.field, verr.Field)
 	}
