@@ -91,7 +91,7 @@ func (f *fixture) seed(t *testing.T) {
 	f.seedAdmission(t)
 }
 
-func completion(j *jobs.Job, o jobs.Outcome, class string, u jobs.Usage) jobs.Completion {
+func completion(j *jobs.Job, o jobs.CompletionOutcome, class string, u jobs.Usage) jobs.Completion {
 	c := jobs.Completion{Lease: jobs.Lease{JobID: j.ID, Fence: j.Fence}, Attempt: j.Attempt, Worker: "worker-a", Outcome: o, Usage: u}
 	switch o {
 	case jobs.OutcomeSucceeded:
@@ -116,7 +116,7 @@ func (f *fixture) seedAdmission(t *testing.T) {
 	for _, tenant := range []string{"acme", "globex"} {
 		p, err := lim.Acquire(ctx, admission.Request{Pool: "openai-gpt", Tenant: tenant, Tokens: 1000})
 		require.NoError(t, err)
-		require.NoError(t, p.Release(ctx, admission.Outcome{Result: admission.Answered, InputTokens: 800, OutputTokens: 150}))
+		require.NoError(t, p.Release(ctx, admission.CallOutcome{Result: admission.CallAnswered, InputTokens: 800, OutputTokens: 150}))
 	}
 	// A permit still held, and earlier days' usage as the ledger would
 	// hold it (Release writes only today's rows).

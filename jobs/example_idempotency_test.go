@@ -12,6 +12,7 @@ import (
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // Invoice is the argument of the examples' kind: it names the service's own
@@ -72,7 +73,7 @@ func ExampleKind_Accept() {
 
 	_, err = extractInvoice.Accept(ctx, store, pool, "acme", jobs.EnqueueOptions{IdempotencyKey: "upload-2"},
 		func(context.Context, pgx.Tx) (Invoice, error) { return Invoice{InvoiceID: uuid.New()}, nil })
-	var invalid *jobs.ValidationError
+	var invalid *llmqtype.ValidationError
 	fmt.Println("a key without a request hash is refused:", errors.As(err, &invalid) && invalid.Field == "RequestHash")
 	// Output:
 	// first request: existing false

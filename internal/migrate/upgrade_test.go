@@ -20,6 +20,7 @@ import (
 	"github.com/llmq/llmq/internal/migrate"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
+	"github.com/llmq/llmq/llmqtype"
 	"github.com/llmq/llmq/outbox"
 )
 
@@ -129,7 +130,7 @@ func TestUpgradeKeepsEverything(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, jobs.StateSucceeded, done[0].Job.State)
 	// The expired lease is taken back.
-	reaped, err := store.Reap(ctx, db.Pool, jobs.ReapParams{Backoff: jobs.BackoffPolicy{Base: time.Millisecond, Cap: time.Millisecond}})
+	reaped, err := store.Reap(ctx, db.Pool, jobs.ReapParams{Backoff: llmqtype.BackoffPolicy{Base: time.Millisecond, Cap: time.Millisecond}})
 	require.NoError(t, err)
 	require.Equal(t, 1, reaped.Rescheduled)
 
