@@ -27,7 +27,8 @@ func (f *fixture) eventsOf(t *testing.T, ids ...uuid.UUID) map[uuid.UUID][]strin
 // Jobs of a kind in Config.KindsWithoutEvents write no outbox row in any
 // transition (acceptance, retry, completion, cancel, reaper, deadline,
 // replay), even when a store without the setting makes the transition: the
-// decision is the accepting store's, recorded on the job. Other kinds keep
+// decision is the accepting store's, recorded on the job, and a replay
+// keeps it. Other kinds keep
 // every event, in the same batches.
 func TestKindsWithoutEventsWriteNoEvents(t *testing.T) {
 	t.Parallel()
@@ -133,6 +134,19 @@ func TestKindsWithoutEventsWriteNoEvents(t *testing.T) {
 	// A replay is a new acceptance, by the replaying store's setting.
 	for i, id := range reaped {
 		again, err := quietStore.Replay(ctx, f.pool, jobs.ReplayParams{Tenant: "acme", JobID: id, By: "ops", Reason: "test"})
+		require.NoError(t, err)
+		got = f.eventsOf(t, again.Job.ID)
+		if i == 0 {
+			require.Empty(t, got[again.Job.ID])
+		} else {
+			require.Equal(t, []string{"k.requested"}, got[again.Job.ID])
+		}
+	}
+
+	// An operator tool's store (llmq jobs replay, the console) knows
+	// nothing of the host's setting: its replay keeps the source job's.
+	for i, id := range late {
+		again, err := f.store.Replay(ctx, f.pool, jobs.ReplayParams{Tenant: "acme", JobID: id, By: "ops", Reason: "operator tool"})
 		require.NoError(t, err)
 		got = f.eventsOf(t, again.Job.ID)
 		if i == 0 {

@@ -195,7 +195,8 @@ WHERE tenant = $1 AND id = $2 AND NOT EXISTS (SELECT FROM changed);
 --     whose predicate is exactly those states, holds queue and available_at;
 --     the state comes from the heap, one visit per waiting job;
 --   - running jobs, exactly: an index-only scan of jobs_running_tenant_idx
---     (queue, tenant), partial on RUNNING;
+--     (tenant, queue), partial on RUNNING (the whole index: it holds only
+--     the running jobs);
 --   - finished jobs only within the last minute (StatsWindow): a range of
 --     jobs_finished_idx (state, finished_at) per finished state, one heap
 --     visit per job for its queue. A count of every finished job would read
@@ -828,9 +829,11 @@ SELECT count(*) FROM failed;
 -- job_keys_idempotency_idx). A NULL key never conflicts. Its tenant is not
 -- made active here: if the tenant is idle, the runners' idle-tenant sweep
 -- brings it back within a poll interval, which is soon enough for an
--- operator's replay. A replay is a new acceptance: whether it writes
--- events follows this store's Config.KindsWithoutEvents ($11), not the
--- source job's.
+-- operator's replay. The replay writes events only if the source job did
+-- and this store's Config.KindsWithoutEvents ($11) does not name the kind:
+-- operator tools (llmq jobs replay, the console) build a store without the
+-- host's configuration, and their replays must not start writing events
+-- that no relay of this host will publish.
 WITH source AS (
     SELECT *
     FROM /*schema*/jobs
@@ -849,7 +852,7 @@ job AS (
         deadline_at, estimated_tokens, replay_of, replayed_by, replay_reason, events
     )
     SELECT $3, tenant, kind, queue, priority, payload, group_key, max_attempts,
-        $4, estimated_tokens, id, $5, $6, NOT (kind = ANY ($11::text[]))
+        $4, estimated_tokens, id, $5, $6, events AND NOT (kind = ANY ($11::text[]))
     FROM source
     WHERE EXISTS (SELECT FROM keyed)
     RETURNING

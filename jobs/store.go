@@ -174,8 +174,10 @@ type Config struct {
 	// every kind writes its events.
 	//
 	// It is decided once per job, when this store accepts it (Enqueue,
-	// EnqueueMany, Kind.Enqueue) or replays it, and recorded on the job
-	// row: every later transition of that job honours it, whichever
+	// EnqueueMany, Kind.Enqueue), and recorded on the job row; a replay
+	// writes events only if its source job did and this store does not
+	// name the kind (operator tools build stores without the host's
+	// setting, and must not turn events back on): every later transition of that job honours it, whichever
 	// process's store makes the transition (a runner, a reaper, an
 	// operator's cancel), so a job's events are all written or none are.
 	// Changing the setting affects jobs accepted afterwards; jobs accepted

@@ -67,9 +67,10 @@
 // outbox publish as fast as one, and hold the connections of one plus
 // nothing per standby. The active relay renews the lease every third of
 // RelayConfig.LeaderLease (default 10s); a standby reads the lease row
-// when the lease it last saw would expire without a renewal, but at most
-// every RelayConfig.StandbyPoll and at least every half of it (default
-// LeaderLease/2; jittered), and takes the lease over once it is free:
+// when the lease it last saw would expire without a renewal, but never
+// waits longer than RelayConfig.StandbyPoll (default LeaderLease/2) nor,
+// with its jitter of up to an eighth, less than 7/16 of it between two
+// checks, and takes the lease over once it is free:
 // released by a relay whose Run ended (taken at the next check), or not
 // renewed for LeaderLease (the holder died, froze, or lost the database). A relay that cannot renew for a whole
 // lease stands down by itself. Relay.Active and the

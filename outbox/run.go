@@ -47,7 +47,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
-			r.cfg.Logger.Warn("llmq: outbox relay could not check the leader lease; trying again", "err", err, "retry_in", r.cfg.StandbyPoll)
+			r.cfg.Logger.Warn("llmq: outbox relay could not check the leader lease; trying again", "err", err, "retry_in", wait)
 		case l.epoch > 0:
 			standingBy = false
 			if err := r.lead(ctx, l); err != nil {

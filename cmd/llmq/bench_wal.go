@@ -34,8 +34,9 @@ type walMeter struct {
 	// slot holds the session of a temporary replication slot that keeps
 	// the server from recycling the WAL the meter still has to read (a
 	// busy server's checkpoints otherwise remove it during a long phase).
-	// The slot goes with the session, however the bench ends.
-	slot *pgxpool.Conn
+	// The slot goes with the session, however the bench ends. The session
+	// is its own connection, not one of the bench pool's.
+	slot *pgx.Conn
 }
 
 // newWALMeter prepares a meter. pg_walinspect is created in the bench's
@@ -54,15 +55,15 @@ func newWALMeter(ctx context.Context, pool *pgxpool.Pool, schema string, stderr 
 }
 
 // holdWAL creates a temporary physical replication slot reserving WAL from
-// now on, on a session of its own.
+// now on, on a connection of its own.
 func (m *walMeter) holdWAL(ctx context.Context) error {
-	conn, err := m.pool.Acquire(ctx)
+	conn, err := pgx.ConnectConfig(ctx, m.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return err
 	}
 	_, err = conn.Exec(ctx, "SELECT pg_create_physical_replication_slot($1, true, true)", m.schema)
 	if err != nil {
-		conn.Release()
+		_ = conn.Close(context.WithoutCancel(ctx))
 		return err
 	}
 	m.slot = conn
@@ -75,22 +76,51 @@ func (m *walMeter) close(ctx context.Context) {
 	if m == nil || m.slot == nil {
 		return
 	}
-	_ = m.slot.Hijack().Close(context.WithoutCancel(ctx))
+	_ = m.slot.Close(context.WithoutCancel(ctx))
 	m.slot = nil
 }
 
 // findInspect finds pg_walinspect, or creates it in the bench's schema.
+// An extension this role may not execute counts as unavailable.
 func (m *walMeter) findInspect(ctx context.Context) error {
-	err := m.pool.QueryRow(ctx, `SELECT n.nspname FROM pg_extension AS e JOIN pg_namespace AS n ON n.oid = e.extnamespace
-		WHERE e.extname = 'pg_walinspect'`).Scan(&m.inspect)
-	if err == nil {
-		return nil
+	if m.lookupInspect(ctx) == nil {
+		return m.checkInspect(ctx)
 	}
-	m.inspect = ""
 	if _, err := m.pool.Exec(ctx, "CREATE EXTENSION pg_walinspect SCHEMA "+pgx.Identifier{m.schema}.Sanitize()); err != nil {
+		// Another bench may have created it meanwhile (two create it at
+		// once: one of them fails).
+		if m.lookupInspect(ctx) == nil {
+			return m.checkInspect(ctx)
+		}
 		return err
 	}
 	m.inspect = m.schema
+	return nil
+}
+
+// lookupInspect sets m.inspect to the schema of an installed pg_walinspect.
+func (m *walMeter) lookupInspect(ctx context.Context) error {
+	err := m.pool.QueryRow(ctx, `SELECT n.nspname FROM pg_extension AS e JOIN pg_namespace AS n ON n.oid = e.extnamespace
+		WHERE e.extname = 'pg_walinspect'`).Scan(&m.inspect)
+	if err != nil {
+		m.inspect = ""
+	}
+	return err
+}
+
+// checkInspect refuses an installed pg_walinspect this role may not call
+// (its functions are for superusers and pg_read_server_files by default).
+func (m *walMeter) checkInspect(ctx context.Context) error {
+	var allowed bool
+	fn := pgx.Identifier{m.inspect}.Sanitize() + ".pg_get_wal_records_info(pg_lsn, pg_lsn)"
+	if err := m.pool.QueryRow(ctx, "SELECT has_function_privilege($1, 'EXECUTE')", fn).Scan(&allowed); err != nil {
+		m.inspect = ""
+		return err
+	}
+	if !allowed {
+		m.inspect = ""
+		return fmt.Errorf("this role may not execute %s", fn)
+	}
 	return nil
 }
 

@@ -37,22 +37,33 @@
 -- Half-filled pages: a claim, a completion and a heartbeat update the row
 -- on its own page when there is room, which costs less WAL than moving it
 -- to another page, and is what lets a heartbeat be heap-only. Only pages
--- written from now on are affected.
+-- written from now on are affected. The price is space: the fill factor
+-- applies to inserts too, so the pages of jobs that finish and are never
+-- updated again stay about half full, and history takes about twice the
+-- heap it took before (measured: 279 MB against 130 MB for 800,000 jobs).
+-- Retention (package retention) keeps history bounded; a reader that
+-- scans finished jobs (llmq jobs list with no filter) reads about twice
+-- the pages.
 --
--- The index builds lock jobs against writes while they run (a migration
--- runs in a transaction, so not CONCURRENTLY): on a large backlog, migrate
--- at a quiet time. Finished jobs are in none of these indexes, so the
--- builds read the table once each and write only the unfinished jobs'
--- entries.
+-- Locks: the new indexes are built first, under temporary names, each
+-- under a SHARE lock (writes to jobs wait, reads go on); only then are the
+-- old ones dropped (DROP INDEX takes an ACCESS EXCLUSIVE lock on jobs,
+-- held until the migration commits, a moment later) and the new ones
+-- renamed. A migration runs in a transaction, so not CONCURRENTLY: on a
+-- large backlog, migrate at a quiet time. Finished jobs are in none of
+-- these indexes, so each build reads the table once and writes only the
+-- unfinished jobs' entries.
 ALTER TABLE /*schema*/jobs SET (fillfactor = 50);
+
+CREATE INDEX jobs_tenant_claim_idx_0013 ON /*schema*/jobs (tenant, queue, priority, available_at, id)
+    WHERE state IN ('READY', 'RETRY_SCHEDULED');
+CREATE INDEX jobs_running_tenant_idx_0013 ON /*schema*/jobs (tenant, queue)
+    WHERE state = 'RUNNING';
 
 DROP INDEX /*schema*/jobs_lease_expiry_idx;
 DROP INDEX /*schema*/jobs_pending_tenant_idx;
-
 DROP INDEX /*schema*/jobs_tenant_claim_idx;
-CREATE INDEX jobs_tenant_claim_idx ON /*schema*/jobs (tenant, queue, priority, available_at, id)
-    WHERE state IN ('READY', 'RETRY_SCHEDULED');
-
 DROP INDEX /*schema*/jobs_running_tenant_idx;
-CREATE INDEX jobs_running_tenant_idx ON /*schema*/jobs (tenant, queue)
-    WHERE state = 'RUNNING';
+
+ALTER INDEX /*schema*/jobs_tenant_claim_idx_0013 RENAME TO jobs_tenant_claim_idx;
+ALTER INDEX /*schema*/jobs_running_tenant_idx_0013 RENAME TO jobs_running_tenant_idx;
