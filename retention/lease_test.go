@@ -204,3 +204,22 @@ func TestStatusUsesTheDatabaseClock(t *testing.T) {
 	require.False(t, st.Held)
 	require.Equal(t, "svc", st.Holder)
 }
+
+// A policy recorded by an earlier version reads with the defaults of the
+// fields it lacks even when a field it has is refused now (a
+// WebhookDeliveries below the floor), and that field reads as recorded.
+func TestStatusFillsAnOldRecordedPolicy(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	svc := f.service(t, retention.Config{ID: "svc"})
+	_, err := svc.PruneOnce(ctx)
+	require.NoError(t, err)
+	f.exec(t, `UPDATE %s.retention_lease SET policy = (policy - 'inbox_quarantine') || '{"webhook_deliveries": "12h0m0s"}'`)
+	st, err := svc.Status(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, st.Policy)
+	require.Equal(t, retention.DefaultInboxQuarantine, st.Policy.InboxQuarantine)
+	require.Equal(t, 12*time.Hour, st.Policy.WebhookDeliveries)
+	require.Equal(t, retention.DefaultSucceeded, st.Policy.Succeeded)
+}
