@@ -19,7 +19,8 @@
 // # Guarantees
 //
 //   - Acceptance is atomic: a job exists if and only if its requested event
-//     exists, in the same commit as the caller's own writes.
+//     exists (unless its kind writes no events, below), in the same commit
+//     as the caller's own writes.
 //   - Lifecycle events can be turned off per kind (Config.KindsWithoutEvents),
 //     for hosts that run no relay: such a job writes no outbox row at all,
 //     in any transition, whichever process makes it (the choice is made when

@@ -195,7 +195,7 @@ WHERE tenant = $1 AND id = $2 AND NOT EXISTS (SELECT FROM changed);
 --     whose predicate is exactly those states, holds queue and available_at;
 --     the state comes from the heap, one visit per waiting job;
 --   - running jobs, exactly: an index-only scan of jobs_running_tenant_idx
---     (queue, tenant), partial on RUNNING;
+--     (tenant, queue), partial on RUNNING;
 --   - finished jobs only within the last minute (StatsWindow): a range of
 --     jobs_finished_idx (state, finished_at) per finished state, one heap
 --     visit per job for its queue. A count of every finished job would read
