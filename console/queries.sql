@@ -29,10 +29,13 @@ SELECT queue FROM /*schema*/tenant_queues WHERE tenant = $1 ORDER BY queue LIMIT
 -- Per queue ($1): runnable, scheduled and running jobs, each counted up to
 -- $2 (a LIMIT inside the count), and the earliest eligibility time among
 -- the runnable entries counted. The waiting counts read
--- jobs_tenant_claim_idx (queue, tenant, priority, available_at, id;
+-- jobs_tenant_claim_idx (tenant, queue, priority, available_at, id;
 -- partial on the waiting states) index-only, the running count
--- jobs_running_tenant_idx (queue, tenant; partial on RUNNING): at most $2
--- index entries each. The earliest time comes from the same scan as the
+-- jobs_running_tenant_idx (tenant, queue; partial on RUNNING). Since
+-- migration 0013 both lead with the tenant, so a queue is not one range:
+-- each count reads the waiting (or running) entries of every queue until
+-- it has $2 of this one, at most the whole unfinished backlog and never
+-- the finished history. The earliest time comes from the same scan as the
 -- runnable count, so it costs nothing more: it is the queue's oldest
 -- runnable job when the count stayed under $2 (every runnable entry was
 -- read), and otherwise a bound (the oldest is at least that old), which
@@ -57,7 +60,7 @@ ORDER BY q.queue;
 
 -- name: QueueCountsTenant
 -- QueueCounts for one tenant ($3): every count is an equality range of
--- (queue, tenant) in the same indexes.
+-- (tenant, queue) in the same indexes.
 SELECT q.queue, r.n, r.oldest,
     (SELECT count(*) FROM (
         SELECT 1 FROM /*schema*/jobs AS j
@@ -125,8 +128,9 @@ SELECT
 
 -- name: Runners
 -- Workers holding live leases: RUNNING jobs whose lease has not expired,
--- grouped by holder. Reads jobs_lease_expiry_idx (lease_until; partial on
--- RUNNING) from now on, at most $1 entries: running jobs are bounded by the
+-- grouped by holder. Reads the RUNNING jobs through jobs_running_tenant_idx
+-- (partial on RUNNING) and filters their lease_until, which no index holds
+-- since migration 0013, keeping at most $1: running jobs are bounded by the
 -- workers' slots, not by the backlog.
 SELECT lease_owner, count(*), max(attempted_at), max(lease_until)
 FROM (
@@ -184,7 +188,7 @@ SELECT tq.queue, tq.tenant, tq.idle,
         SELECT 1 FROM /*schema*/jobs AS j
         WHERE j.queue = tq.queue AND j.tenant = tq.tenant AND j.state = 'RUNNING'
         LIMIT $5) AS c),
-    -- The oldest runnable job: within one (queue, tenant, priority) prefix
+    -- The oldest runnable job: within one (tenant, queue, priority) prefix
     -- of jobs_tenant_claim_idx the first entry has the lowest available_at,
     -- so a loose index scan over the priorities the tenant has waiting work
     -- in (one probe per priority present, plus one) finds it exactly,

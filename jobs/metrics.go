@@ -34,7 +34,8 @@ type QueueDepth struct {
 // Depth reads every queue's unfinished jobs through the claim and running
 // indexes, never the finished history (see QueueDepth in queries.sql). Its
 // cost grows with the number of unfinished jobs: an index-only scan of one
-// entry per job. Stats, which counts finished jobs too, reads every row.
+// entry per job. Stats also counts the jobs finished within StatsWindow,
+// through jobs_finished_idx, so its cost follows the recent rate too.
 // Queues of the store's Config with no unfinished job are reported with
 // zeros.
 func (s *PostgresStore) Depth(ctx context.Context, db DBTX) ([]QueueDepth, error) {

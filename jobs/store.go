@@ -143,12 +143,12 @@ type Config struct {
 	//
 	// Postgres serialises the commits of notifying transactions (each holds
 	// a database-wide lock until its commit record is flushed), so at high
-	// acceptance rates the NOTIFY, not the insert, sets the pace: see the
-	// README for measured figures. With an interval, an enqueue that sends
-	// no NOTIFY follows, within the interval, one from the same store that
-	// did; runners keep claiming for a while after each wake-up and poll as
-	// a fallback, so such a job waits at most a poll interval, and usually
-	// much less. A NOTIFY lost with a rolled-back transaction is covered the
+	// acceptance rates the NOTIFY, not the insert, sets the pace: see
+	// docs/performance.md for measured figures. With an interval, an
+	// enqueue that sends no NOTIFY follows, within the interval, one from
+	// the same store that did; runners keep claiming for a while after
+	// each wake-up and poll as a fallback, so such a job waits at most a
+	// poll interval, and usually much less. A NOTIFY lost with a rolled-back transaction is covered the
 	// same way. Measured with llmq bench (16 producers, one job per
 	// transaction): 1,700 jobs/s notifying on every enqueue, 3,000 with
 	// 5ms, and no change to pickup latency at 100 or 400 arrivals per

@@ -3,6 +3,7 @@ package retention_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -39,6 +40,8 @@ func TestTakeoverWaitsForTheBatchInFlight(t *testing.T) {
 		}
 	}
 	inFlight, release := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	releaseBatch := func() { releaseOnce.Do(func() { close(release) }) }
 	var first atomic.Bool
 	var renewedUntil time.Time // the lease as a's first batch renewed it, uncommitted
 	var readErr error
@@ -54,12 +57,24 @@ func TestTakeoverWaitsForTheBatchInFlight(t *testing.T) {
 		pass retention.Pass
 		err  error
 	}
-	aDone := make(chan result, 1)
+	aDone, aExited := make(chan result, 1), make(chan struct{})
 	go func() {
+		defer close(aExited)
 		pass, err := a.PruneOnce(ctx)
 		aDone <- result{pass, err}
 	}()
-	<-inFlight
+	// Should a require below fail, a's batch must still commit or roll
+	// back before the schema is dropped (cleanups run last first, so this
+	// one runs before setup's), or the drop waits on its open transaction.
+	t.Cleanup(func() {
+		releaseBatch()
+		<-aExited
+	})
+	select {
+	case <-inFlight:
+	case res := <-aDone:
+		require.FailNow(t, "a's pass ended before its first batch committed", "pass %+v, err %v", res.pass, res.err)
+	}
 	require.NoError(t, readErr)
 	// Wait until the lease a's batch renewed has lapsed by the database's
 	// clock, with that batch still uncommitted.
@@ -76,7 +91,7 @@ func TestTakeoverWaitsForTheBatchInFlight(t *testing.T) {
 	require.Less(t, time.Since(start), 5*time.Second, "the standby does not wait for the batch")
 	require.Equal(t, 300, f.count(t, "jobs"))
 
-	close(release)
+	releaseBatch()
 	res := <-aDone
 	require.ErrorIs(t, res.err, retention.ErrNotHolder, "a's next batch finds its lease lapsed")
 	require.Equal(t, 1, res.pass.Batches)
@@ -188,4 +203,23 @@ func TestStatusUsesTheDatabaseClock(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, st.Held)
 	require.Equal(t, "svc", st.Holder)
+}
+
+// A policy recorded by an earlier version reads with the defaults of the
+// fields it lacks even when a field it has is refused now (a
+// WebhookDeliveries below the floor), and that field reads as recorded.
+func TestStatusFillsAnOldRecordedPolicy(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	svc := f.service(t, retention.Config{ID: "svc"})
+	_, err := svc.PruneOnce(ctx)
+	require.NoError(t, err)
+	f.exec(t, `UPDATE %s.retention_lease SET policy = (policy - 'inbox_quarantine') || '{"webhook_deliveries": "12h0m0s"}'`)
+	st, err := svc.Status(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, st.Policy)
+	require.Equal(t, retention.DefaultInboxQuarantine, st.Policy.InboxQuarantine)
+	require.Equal(t, 12*time.Hour, st.Policy.WebhookDeliveries)
+	require.Equal(t, retention.DefaultSucceeded, st.Policy.Succeeded)
 }

@@ -103,11 +103,13 @@ type Policy struct {
 
 // withDefaults fills zero fields and validates the result.
 func (p Policy) withDefaults() (Policy, error) {
-	fields := []struct {
-		name string
-		v    *time.Duration
-		def  time.Duration
-	}{
+	p = p.filled()
+	return p, p.validate()
+}
+
+// fields lists the policy's retentions by name, with their defaults.
+func (p *Policy) fields() []policyField {
+	return []policyField{
 		{"Succeeded", &p.Succeeded, DefaultSucceeded},
 		{"ReviewRequired", &p.ReviewRequired, DefaultReviewRequired},
 		{"FailedTerminal", &p.FailedTerminal, DefaultFailedTerminal},
@@ -119,26 +121,47 @@ func (p Policy) withDefaults() (Policy, error) {
 		{"WebhookDeliveries", &p.WebhookDeliveries, DefaultWebhookDeliveries},
 		{"InboxQuarantine", &p.InboxQuarantine, DefaultInboxQuarantine},
 	}
-	for _, f := range fields {
-		switch {
-		case *f.v == 0:
+}
+
+type policyField struct {
+	name string
+	v    *time.Duration
+	def  time.Duration
+}
+
+// filled returns p with each zero field set to its default, whether or not
+// p is valid: a policy recorded by an earlier version (llmq stats, llmq
+// prune) reads with the defaults of the fields it did not have, even when
+// a field it had is refused now.
+func (p Policy) filled() Policy {
+	for _, f := range p.fields() {
+		if *f.v == 0 {
 			*f.v = f.def
+		}
+	}
+	return p
+}
+
+// validate checks a filled policy.
+func (p Policy) validate() error {
+	for _, f := range p.fields() {
+		switch {
 		case *f.v < 0 && *f.v != Never:
-			return p, invalid("Policy."+f.name, "is %s; use 0 for the default, a positive duration, or Never", *f.v)
+			return invalid("Policy."+f.name, "is %s; use 0 for the default, a positive duration, or Never", *f.v)
 		case *f.v > 100*365*24*time.Hour:
-			return p, invalid("Policy."+f.name, "is %s; use Never to keep rows forever", *f.v)
+			return invalid("Policy."+f.name, "is %s; use Never to keep rows forever", *f.v)
 		}
 	}
 	if p.IdempotencyWindow == Never {
-		return p, invalid("Policy.IdempotencyWindow", "is Never; give a duration, and set the job states to Never to keep jobs forever")
+		return invalid("Policy.IdempotencyWindow", "is Never; give a duration, and set the job states to Never to keep jobs forever")
 	}
 	if p.InboxRecords != Never && p.InboxRecords < inbox.MinRetention {
-		return p, invalid("Policy.InboxRecords", "is %s; use at least %s, to outlast the brokers' redeliveries", p.InboxRecords, inbox.MinRetention)
+		return invalid("Policy.InboxRecords", "is %s; use at least %s, to outlast the brokers' redeliveries", p.InboxRecords, inbox.MinRetention)
 	}
 	if floor := webhook.RetentionFloor(nil); p.WebhookDeliveries != Never && p.WebhookDeliveries < floor {
-		return p, invalid("Policy.WebhookDeliveries", "is %s; use at least %s, the default delivery schedule's span plus a day, or deliveries still being retried are deleted", p.WebhookDeliveries, floor)
+		return invalid("Policy.WebhookDeliveries", "is %s; use at least %s, the default delivery schedule's span plus a day, or deliveries still being retried are deleted", p.WebhookDeliveries, floor)
 	}
-	return p, nil
+	return nil
 }
 
 // Job returns how long finished jobs of state are kept: the state's

@@ -130,10 +130,10 @@ func (s *Service) Status(ctx context.Context) (Status, error) {
 			return st, fmt.Errorf("retention: reading the recorded policy: %w", err)
 		}
 		// A policy recorded before a field existed has it zero: its
-		// default applies.
-		if filled, err := st.Policy.withDefaults(); err == nil {
-			*st.Policy = filled
-		}
+		// default applies, even when another field is refused now (a
+		// WebhookDeliveries below the floor added since): it is shown as
+		// recorded, and New says what is wrong should it be used.
+		*st.Policy = st.Policy.filled()
 	}
 	if last != nil {
 		st.LastPass = &Pass{}

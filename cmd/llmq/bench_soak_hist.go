@@ -6,9 +6,10 @@ import (
 )
 
 // latencyHist is a fixed-size histogram of latencies, so a soak of any
-// length holds the same memory: buckets grow by 2 % from 10 µs to about
-// 20 minutes, and a percentile read from them is within 2 % of the exact
-// one.
+// length holds the same memory: buckets grow by 2 % from 10 µs, the top
+// one's upper bound is 10 µs × 1.02^999, about 65 minutes, and a
+// percentile read from them is within 2 % of the exact one up to there.
+// Longer latencies are counted in the top bucket and read as 65 minutes.
 type latencyHist struct {
 	counts [latencyBuckets]int64
 	n      int64
@@ -17,7 +18,7 @@ type latencyHist struct {
 const (
 	latencyMin     = 10 * time.Microsecond
 	latencyGrowth  = 1.02
-	latencyBuckets = 1000 // latencyMin × 1.02^1000 ≈ 20 minutes
+	latencyBuckets = 1000 // the top bucket's upper bound: latencyMin × 1.02^999 ≈ 65 minutes
 )
 
 func (h *latencyHist) add(d time.Duration) {

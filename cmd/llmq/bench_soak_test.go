@@ -55,3 +55,17 @@ func TestLatencyHistP99(t *testing.T) {
 	h.add(time.Hour) // beyond the last bucket: counted there
 	require.Equal(t, int64(100_001), h.n)
 }
+
+// The top bucket reaches about 65 minutes (10 µs × 1.02^999), as the
+// histogram's doc says: an hour reads within 2 %, and anything longer
+// reads as the top bucket's bound.
+func TestLatencyHistRange(t *testing.T) {
+	t.Parallel()
+	var h latencyHist
+	h.add(time.Hour)
+	require.InEpsilon(t, float64(time.Hour/time.Millisecond), h.p99ms(), 0.02)
+	var long latencyHist
+	long.add(3 * time.Hour)
+	top := time.Duration(long.p99ms() * float64(time.Millisecond))
+	require.InDelta(t, 65*time.Minute, top, float64(10*time.Second), "the top bucket's bound is %s", top)
+}

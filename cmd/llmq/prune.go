@@ -16,8 +16,9 @@ import (
 // retentionFlag is a flag holding a retention: a duration, whole days
 // ("7d"), or "never". Unset flags leave the policy's value alone.
 type retentionFlag struct {
-	target *time.Duration
-	set    bool
+	name, field string // the flag, and the Policy field it sets
+	target      *time.Duration
+	set         bool
 }
 
 func (r *retentionFlag) Set(s string) error {
@@ -47,21 +48,21 @@ type policyFlags struct {
 func addPolicyFlags(fs *flag.FlagSet) *policyFlags {
 	p := &policyFlags{}
 	for _, f := range []struct {
-		name, help string
-		target     *time.Duration
+		name, field, help string
+		target            *time.Duration
 	}{
-		{"succeeded", "keep SUCCEEDED jobs this long (default 1d)", &p.given.Succeeded},
-		{"review-required", "keep REVIEW_REQUIRED jobs this long (default 30d)", &p.given.ReviewRequired},
-		{"failed-terminal", "keep FAILED_TERMINAL jobs (dead letters) this long (default 30d)", &p.given.FailedTerminal},
-		{"cancelled", "keep CANCELLED jobs this long (default 7d)", &p.given.Cancelled},
-		{"idempotency-window", "keep every finished job, and its key, at least this long (default 1d)", &p.given.IdempotencyWindow},
-		{"published-events", "keep published outbox events this long (default 1d)", &p.given.PublishedEvents},
-		{"unrelayed-events", "keep unpublished events this long on a host with no relay (default never)", &p.given.UnrelayedEvents},
-		{"inbox-records", "remember inbox message ids this long (default 7d, at least 1h)", &p.given.InboxRecords},
-		{"webhook-deliveries", "keep webhook deliveries this long (default 30d, at least the delivery schedule's span plus a day)", &p.given.WebhookDeliveries},
-		{"inbox-quarantine", "keep quarantined inbox messages this long (default 30d)", &p.given.InboxQuarantine},
+		{"succeeded", "Succeeded", "keep SUCCEEDED jobs this long (default 1d)", &p.given.Succeeded},
+		{"review-required", "ReviewRequired", "keep REVIEW_REQUIRED jobs this long (default 30d)", &p.given.ReviewRequired},
+		{"failed-terminal", "FailedTerminal", "keep FAILED_TERMINAL jobs (dead letters) this long (default 30d)", &p.given.FailedTerminal},
+		{"cancelled", "Cancelled", "keep CANCELLED jobs this long (default 7d)", &p.given.Cancelled},
+		{"idempotency-window", "IdempotencyWindow", "keep every finished job, and its key, at least this long (default 1d)", &p.given.IdempotencyWindow},
+		{"published-events", "PublishedEvents", "keep published outbox events this long (default 1d)", &p.given.PublishedEvents},
+		{"unrelayed-events", "UnrelayedEvents", "keep unpublished events this long on a host with no relay (default never)", &p.given.UnrelayedEvents},
+		{"inbox-records", "InboxRecords", "remember inbox message ids this long (default 7d, at least 1h)", &p.given.InboxRecords},
+		{"webhook-deliveries", "WebhookDeliveries", "keep webhook deliveries this long (default 30d, at least the delivery schedule's span plus a day)", &p.given.WebhookDeliveries},
+		{"inbox-quarantine", "InboxQuarantine", "keep quarantined inbox messages this long (default 30d)", &p.given.InboxQuarantine},
 	} {
-		rf := &retentionFlag{target: f.target}
+		rf := &retentionFlag{name: f.name, field: "Policy." + f.field, target: f.target}
 		fs.Var(rf, f.name, f.help+`: a duration (90m, 24h), days (7d) or "never"`)
 		p.flags = append(p.flags, rf)
 	}
@@ -87,6 +88,21 @@ func (p *policyFlags) merge(recorded *retention.Policy) retention.Policy {
 		}
 	}
 	return out
+}
+
+// recordedFlag returns the flag for the policy field err names when that
+// field came from the recorded policy (no flag set it), or "".
+func (p *policyFlags) recordedFlag(err error) string {
+	var ce *retention.ConfigError
+	if !errors.As(err, &ce) {
+		return ""
+	}
+	for _, f := range p.flags {
+		if f.field == ce.Field && !f.set {
+			return f.name
+		}
+	}
+	return ""
 }
 
 type pruneReport struct {
@@ -131,6 +147,11 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	cfg.Policy = pf.merge(status.Policy)
 	if svc, err = retention.New(pool, cfg); err != nil {
+		if name := pf.recordedFlag(err); name != "" {
+			// A policy recorded by an earlier version can hold what this
+			// one refuses (a webhook retention below today's floor).
+			return fmt.Errorf("%w: the recorded policy is refused now: %w; give --%s", errInvalidInput, err, name)
+		}
 		return fmt.Errorf("%w: %w", errInvalidInput, err)
 	}
 	report := pruneReport{DryRun: *dryRun, Policy: svc.Policy(), Holder: status.Holder}

@@ -83,3 +83,38 @@ func TestPruneCommand(t *testing.T) {
 		require.Equal(t, 2, code, "%v: %s", bad, stderr)
 	}
 }
+
+// A policy recorded by an earlier version, before InboxQuarantine existed
+// and with WebhookDeliveries below today's floor, reads with the default
+// quarantine retention; prune refuses to use its webhook retention, naming
+// the flag to give, and prunes by the rest of it once that flag is given.
+func TestPruneOldRecordedPolicy(t *testing.T) {
+	t.Parallel()
+	f := setupMigrated(t)
+	ctx := t.Context()
+	svc, err := retention.New(f.pool, retention.Config{Schema: f.schema, ID: "svc", Policy: retention.Policy{FailedTerminal: 10 * 24 * time.Hour}})
+	require.NoError(t, err)
+	_, err = svc.PruneOnce(ctx)
+	require.NoError(t, err)
+	require.NoError(t, svc.Release(ctx))
+	_, err = f.pool.Exec(ctx, "UPDATE "+f.schema+`.retention_lease SET policy = (policy - 'inbox_quarantine') || '{"webhook_deliveries": "12h0m0s"}'`)
+	require.NoError(t, err)
+
+	code, out, stderr := f.run("stats", "--json")
+	require.Equal(t, 0, code, stderr)
+	var stats statsReport
+	require.NoError(t, json.Unmarshal([]byte(out), &stats))
+	require.NotNil(t, stats.Retention.Policy)
+	require.Equal(t, retention.DefaultInboxQuarantine, stats.Retention.Policy.InboxQuarantine, "a field the recorded policy lacks reads as its default")
+	require.Equal(t, 12*time.Hour, stats.Retention.Policy.WebhookDeliveries, "a refused field reads as recorded")
+
+	code, _, stderr = f.run("prune", "--dry-run")
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, "Policy.WebhookDeliveries")
+	require.Contains(t, stderr, "give --webhook-deliveries")
+
+	code, out, stderr = f.run("prune", "--dry-run", "--webhook-deliveries", "30d")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "failed_terminal 10d")
+	require.Contains(t, out, "inbox_quarantine 30d")
+}

@@ -79,5 +79,6 @@
 //   - Successful extractions enqueue their webhook deliveries in
 //     lease.Config.OnSucceeded, in the transaction that records the success.
 //   - The event stream reads the job store's lifecycle events from the
-//     outbox by sequence number; llmq has no change-feed API (see README).
+//     outbox by sequence number; llmq has no change-feed API (see
+//     docs/examples.md).
 package invoice

@@ -72,8 +72,8 @@ SELECT NOT EXISTS (
 -- The job lifecycle events after a cursor, every tenant's, in write order:
 -- the stream needs to see every sequence number to notice one whose
 -- transaction has not committed yet (a gap), so the tenant filter is applied
--- by the reader, like the topic's. llmq's outbox has no change-feed read of its own (see the
--- README).
+-- by the reader, like the topic's. llmq's outbox has no change-feed read of its own (see
+-- docs/examples.md).
 SELECT seq, event_id::text, topic, event_type, coalesce(aggregate_id::text, ''),
     coalesce(payload->>'tenant', ''), coalesce(payload->>'kind', ''),
     coalesce((payload->>'state_version')::bigint, 0), coalesce(payload->>'state', '')
