@@ -1,0 +1,103 @@
+package dbsqltest_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/internal/dbsql/dbsqltest"
+	"github.com/llmq/llmq/internal/dbtest"
+)
+
+// The statements are read from the migrated schema's own migrations
+// table, so the test needs no table of its own.
+const src = `
+-- name: Versions
+SELECT version, applied_at FROM /*schema*/migrations WHERE version > $1;
+-- name: Forget
+DELETE FROM /*schema*/migrations WHERE version = $1;
+`
+
+type migration struct {
+	version int32
+	applied time.Time
+}
+
+// migrationDest is what the Go side scans Versions into.
+func migrationDest(m *migration) []any { return []any{&m.version, &m.applied} }
+
+type statements struct{ versions, forget string }
+
+func (q *statements) load(schema dbsql.Schema, src string) (dbsql.Set, error) {
+	return dbsql.Load(schema, []string{src},
+		dbsql.Query(&q.versions, "Versions", 1, migrationDest(new(migration))...),
+		dbsql.Exec(&q.forget, "Forget", 1),
+	)
+}
+
+func verify(t *testing.T, src string) []error {
+	t.Helper()
+	db := dbtest.Setup(t)
+	schema, err := dbsql.NewSchema(db.Schema)
+	require.NoError(t, err)
+	var q statements
+	set, err := q.load(schema, src)
+	require.NoError(t, err)
+	conn, err := db.Pool.Acquire(t.Context())
+	require.NoError(t, err)
+	defer conn.Release()
+	return dbsqltest.Verify(t.Context(), conn.Conn(), set)
+}
+
+func TestCheckPassesAlignedStatements(t *testing.T) {
+	t.Parallel()
+	dbsqltest.Check(t, func(s dbsql.Schema) (dbsql.Set, error) {
+		var q statements
+		return q.load(s, src)
+	})
+}
+
+// The issue's target: a column added to a query but not to its scan fails,
+// naming the statement and both sides.
+func TestCheckFailsAColumnAddedToAQueryButNotToItsScan(t *testing.T) {
+	t.Parallel()
+	misaligned := `
+-- name: Versions
+SELECT version, applied_at, applied_at AS again FROM /*schema*/migrations WHERE version > $1;
+-- name: Forget
+DELETE FROM /*schema*/migrations WHERE version = $1;
+`
+	errs := verify(t, misaligned)
+	require.Len(t, errs, 1)
+	require.ErrorIs(t, errs[0], dbsqltest.ErrMismatch)
+	require.Equal(t, "statement Versions: statement does not match its Go code: returns 3 columns, the Go code scans 2\n"+
+		"\tcolumns: version int4, applied_at timestamptz, again timestamptz\n"+
+		"\tscans:   *int32, *time.Time", errs[0].Error())
+}
+
+func TestCheckFailsParametersResultsAndTypes(t *testing.T) {
+	t.Parallel()
+	wrong := `
+-- name: Versions
+SELECT applied_at, version FROM /*schema*/migrations WHERE version > $1 AND applied_at < $2;
+-- name: Forget
+DELETE FROM /*schema*/migrations WHERE version = $1 RETURNING version;
+`
+	errs := verify(t, wrong)
+	require.Len(t, errs, 2)
+	require.ErrorContains(t, errs[0], "statement Versions: ")
+	require.ErrorContains(t, errs[0], "takes 2 parameters ($1 int4, $2 timestamptz), the Go code binds 1")
+	require.ErrorContains(t, errs[0], "column 1 applied_at timestamptz cannot be scanned into *int32")
+	require.ErrorContains(t, errs[0], "column 2 version int4 cannot be scanned into *time.Time")
+	require.ErrorContains(t, errs[1], "statement Forget: statement does not match its Go code: returns columns (version int4) but is declared with Exec")
+}
+
+func TestCheckFailsAStatementThatDoesNotPrepare(t *testing.T) {
+	t.Parallel()
+	errs := verify(t, "-- name: Versions\nSELECT nope FROM /*schema*/migrations WHERE version > $1;\n-- name: Forget\nSELECT $1::int;")
+	require.Len(t, errs, 2)
+	require.ErrorContains(t, errs[0], "statement Versions: does not prepare")
+	require.ErrorContains(t, errs[1], "statement Forget: ")
+}
