@@ -15,11 +15,20 @@ type Spec struct {
 	args  int
 	dests []any
 	query bool
+	// discard: run with Exec although it returns a row.
+	discard bool
 }
 
 // Exec declares a statement that returns no rows and binds args arguments.
 func Exec(dst *string, name string, args int) Spec {
 	return Spec{dst: dst, name: name, args: args}
+}
+
+// Discard declares a statement the code runs with Exec although it returns
+// a row, such as a SELECT of set_config or pg_advisory_xact_lock: its
+// columns are not checked.
+func Discard(dst *string, name string, args int) Spec {
+	return Spec{dst: dst, name: name, args: args, discard: true}
 }
 
 // Query declares a statement that returns rows, binds args arguments and
@@ -42,6 +51,9 @@ func (s Spec) Dests() []any { return s.dests }
 
 // ReturnsRows says whether the statement was declared with Query.
 func (s Spec) ReturnsRows() bool { return s.query }
+
+// Discards says whether the statement was declared with Discard.
+func (s Spec) Discards() bool { return s.discard }
 
 // SQL is the rendered statement, once Load has run.
 func (s Spec) SQL() string {

@@ -85,6 +85,7 @@ func compare(m *pgtype.Map, spec dbsql.Spec, desc *pgconn.StatementDescription) 
 			len(desc.ParamOIDs), typeNames(m, desc.ParamOIDs), spec.Args()))
 	}
 	switch {
+	case spec.Discards():
 	case !spec.ReturnsRows() && len(desc.Fields) > 0:
 		problems = append(problems, fmt.Sprintf("returns columns (%s) but is declared with Exec", columns(m, desc.Fields)))
 	case spec.ReturnsRows() && len(desc.Fields) != len(spec.Dests()):
