@@ -11,8 +11,8 @@ import (
 // statements is every statement of queries.sql and prune.sql, with the
 // shape the code binds and scans; dbsqltest checks it against the schema.
 type statements struct {
-	insertEvent, listByAggregate, lockClaims, claimEvents, relaxCommit, markPublished, markFailed string
-	pendingStats, prunePublished, leaseFree, acquireLease, renewLease, releaseLease             string
+	insertEvent, listByAggregate, lockClaims, claimEvents, relaxCommit, markPublished, markFailed  string
+	pendingStats, prunePublished, leaseFree, acquireLease, renewLease, releaseLease                string
 	countUnpublishedUpTo, countPublished, oldestEvents, pruneUnrelayed, countUnrelayed, relayLease string
 }
 
