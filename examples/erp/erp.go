@@ -38,7 +38,7 @@ type Config struct {
 // POST /webhooks/{tenant}.
 type ERP struct {
 	pool  *pgxpool.Pool
-	q     dbsql.Queries
+	sql   statements
 	inbox *inbox.Store
 	mp    metric.MeterProvider
 
@@ -53,20 +53,24 @@ type ERP struct {
 // New builds an ERP on pool.
 func New(pool *pgxpool.Pool, cfg Config) (*ERP, error) {
 	cfg.Schema = cmp.Or(cfg.Schema, "erp")
-	_, q, err := dbsql.Prepare(cfg.Schema, queriesSQL)
+	schema, err := dbsql.NewSchema(cfg.Schema)
 	if err != nil {
 		return nil, err
+	}
+	var sql statements
+	if _, err := sql.load(schema); err != nil {
+		return nil, fmt.Errorf("erp: %w", err)
 	}
 	in, err := inbox.NewStore(inbox.Config{Schema: cfg.Schema})
 	if err != nil {
 		return nil, err
 	}
-	return &ERP{pool: pool, q: q, inbox: in, mp: cfg.MeterProvider, receivers: map[string]*webhook.Receiver{}}, nil
+	return &ERP{pool: pool, sql: sql, inbox: in, mp: cfg.MeterProvider, receivers: map[string]*webhook.Receiver{}}, nil
 }
 
 // Migrate creates the ERP's tables (the inbox's come from llmq.Migrate).
 func (e *ERP) Migrate(ctx context.Context) error {
-	_, err := e.pool.Exec(ctx, e.q["CreateTables"])
+	_, err := e.pool.Exec(ctx, e.sql.createTables)
 	return err
 }
 
@@ -157,11 +161,11 @@ func (e *ERP) book(ctx context.Context, tx pgx.Tx, tenant string, d webhook.Rece
 	if len(del.Data.Result.Findings) > 0 || ex.SupplierName == "" || ex.InvoiceNumber == "" || ex.Total == "" {
 		return fmt.Errorf("%w: incomplete or unvalidated extraction", errUnbookable)
 	}
-	tag, err := tx.Exec(ctx, e.q["Book"], tenant, ex.SupplierName, ex.InvoiceNumber, ex.Currency, ex.Total, del.Data.JobID, d.ID)
+	tag, err := tx.Exec(ctx, e.sql.book, tenant, ex.SupplierName, ex.InvoiceNumber, ex.Currency, ex.Total, del.Data.JobID, d.ID)
 	if err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, e.q["Receipt"], d.ID, tenant, del.Data.JobID, tag.RowsAffected() == 1)
+	_, err = tx.Exec(ctx, e.sql.receipt, d.ID, tenant, del.Data.JobID, tag.RowsAffected() == 1)
 	return err
 }
 
@@ -172,13 +176,13 @@ type Invoice struct {
 
 // Invoices returns every booking, oldest first.
 func (e *ERP) Invoices(ctx context.Context) ([]Invoice, error) {
-	rows, err := e.pool.Query(ctx, e.q["Invoices"])
+	rows, err := e.pool.Query(ctx, e.sql.invoices)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Invoice, error) {
 		var i Invoice
-		err := r.Scan(&i.Tenant, &i.Supplier, &i.InvoiceNumber, &i.Currency, &i.Total, &i.JobID, &i.DeliveryID)
+		err := r.Scan(invoiceDest(&i)...)
 		return i, err
 	})
 }
@@ -192,6 +196,6 @@ type Counts struct {
 // Counts reads the ERP's counters.
 func (e *ERP) Counts(ctx context.Context) (Counts, error) {
 	c := Counts{RefusedDown: e.refused.Load(), DigestMismatches: e.mismatch.Load()}
-	err := e.pool.QueryRow(ctx, e.q["ReceiptCount"]).Scan(&c.Receipts, &c.Booked)
+	err := e.pool.QueryRow(ctx, e.sql.receiptCount).Scan(&c.Receipts, &c.Booked)
 	return c, err
 }

@@ -124,7 +124,7 @@ type Service struct {
 	cfg    Config
 	pool   *pgxpool.Pool
 	schema dbsql.Schema
-	q      dbsql.Queries
+	sql    statements
 
 	// accept is the job store the API enqueues through: its OnAccept hook
 	// enforces tenant quotas. Work is the store everything else uses
@@ -154,9 +154,13 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	schema, q, err := dbsql.Prepare(cfg.Schema, queriesSQL)
+	schema, err := dbsql.NewSchema(cfg.Schema)
 	if err != nil {
 		return nil, err
+	}
+	var sql statements
+	if _, err := sql.load(schema); err != nil {
+		return nil, fmt.Errorf("invoice: %w", err)
 	}
 	quotas, err := admission.NewQuotas(admission.QuotaConfig{
 		Schema: cfg.Schema, Default: cfg.Quota, SystemMaxPendingJobs: cfg.SystemMaxPendingJobs, RetryHint: cfg.QuotaRetry,
@@ -185,12 +189,12 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, pool: pool, schema: schema, q: q, accept: accept, Jobs: work, Outbox: ob, Webhooks: wh, Quotas: quotas}, nil
+	return &Service{cfg: cfg, pool: pool, schema: schema, sql: sql, accept: accept, Jobs: work, Outbox: ob, Webhooks: wh, Quotas: quotas}, nil
 }
 
 // Migrate creates the service's own tables (llmq's come from llmq.Migrate).
 func (s *Service) Migrate(ctx context.Context) error {
-	_, err := s.pool.Exec(ctx, s.q["CreateTables"])
+	_, err := s.pool.Exec(ctx, s.sql.createTables)
 	return err
 }
 
@@ -207,7 +211,7 @@ func (s *Service) PutDocument(ctx context.Context, tenant, name, text string) (D
 	sum := sha256.Sum256([]byte(text))
 	digest := hex.EncodeToString(sum[:])
 	var v int
-	if err := s.pool.QueryRow(ctx, s.q["PutDocument"], tenant, name, digest, text).Scan(&v); err != nil {
+	if err := s.pool.QueryRow(ctx, s.sql.putDocument, tenant, name, digest, text).Scan(&v); err != nil {
 		return Document{}, fmt.Errorf("invoice: store document: %w", err)
 	}
 	return Document{Name: name, Version: v, SHA256: digest}, nil
@@ -218,7 +222,7 @@ var errNoDocument = errors.New("invoice: no such document version")
 
 func (s *Service) document(ctx context.Context, tenant string, d Document) (string, error) {
 	var digest, text string
-	err := s.pool.QueryRow(ctx, s.q["GetDocument"], tenant, d.Name, d.Version).Scan(&digest, &text)
+	err := s.pool.QueryRow(ctx, s.sql.getDocument, tenant, d.Name, d.Version).Scan(&digest, &text)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", errNoDocument
 	}
@@ -235,13 +239,13 @@ var errDigestMismatch = errors.New("invoice: document digest does not match the 
 
 // PutSupplier records a supplier's master data for tenant.
 func (s *Service) PutSupplier(ctx context.Context, tenant string, sup Supplier) error {
-	_, err := s.pool.Exec(ctx, s.q["PutSupplier"], tenant, sup.Name, sup.IBAN)
+	_, err := s.pool.Exec(ctx, s.sql.putSupplier, tenant, sup.Name, sup.IBAN)
 	return err
 }
 
 func (s *Service) supplier(ctx context.Context, tenant, name string) (*Supplier, error) {
 	var iban string
-	err := s.pool.QueryRow(ctx, s.q["GetSupplier"], tenant, name).Scan(&iban)
+	err := s.pool.QueryRow(ctx, s.sql.getSupplier, tenant, name).Scan(&iban)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}

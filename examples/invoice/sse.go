@@ -129,7 +129,7 @@ func (s *Service) events(w http.ResponseWriter, r *http.Request, token string, c
 		// rolled back (a refused acceptance, for one) and never comes.
 		gapSettled := false
 		if gapSnapshot != "" {
-			if err := s.pool.QueryRow(ctx, s.q["SnapshotSettled"], gapSnapshot).Scan(&gapSettled); err != nil {
+			if err := s.pool.QueryRow(ctx, s.sql.snapshotSettled, gapSnapshot).Scan(&gapSettled); err != nil {
 				s.streamEnded(ctx, err)
 				return
 			}
@@ -143,7 +143,7 @@ func (s *Service) events(w http.ResponseWriter, r *http.Request, token string, c
 			if row.seq != cursor+1 && !gapSettled {
 				if gapSince.IsZero() {
 					gapSince = time.Now()
-					if err := s.pool.QueryRow(ctx, s.q["CurrentSnapshot"]).Scan(&gapSnapshot); err != nil {
+					if err := s.pool.QueryRow(ctx, s.sql.currentSnapshot).Scan(&gapSnapshot); err != nil {
 						s.streamEnded(ctx, err)
 						return
 					}
@@ -190,7 +190,7 @@ func (s *Service) streamEnded(ctx context.Context, err error) {
 }
 
 func (s *Service) seqBounds(ctx context.Context) (newest, oldest int64, err error) {
-	err = s.pool.QueryRow(ctx, s.q["MaxEventSeq"]).Scan(&newest, &oldest)
+	err = s.pool.QueryRow(ctx, s.sql.maxEventSeq).Scan(&newest, &oldest)
 	return newest, oldest, err
 }
 
@@ -214,7 +214,7 @@ func (s *Service) countBehind(ctx context.Context, tenant string, from, to int64
 }
 
 func (s *Service) eventsAfter(ctx context.Context, cursor int64) ([]outboxRow, error) {
-	rows, err := s.pool.Query(ctx, s.q["EventsAfter"], cursor, streamBatch)
+	rows, err := s.pool.Query(ctx, s.sql.eventsAfter, cursor, streamBatch)
 	if err != nil {
 		return nil, err
 	}
@@ -222,7 +222,7 @@ func (s *Service) eventsAfter(ctx context.Context, cursor int64) ([]outboxRow, e
 	var out []outboxRow
 	for rows.Next() {
 		var o outboxRow
-		if err := rows.Scan(&o.seq, &o.eventID, &o.topic, &o.typ, &o.job, &o.tenant, &o.kind, &o.version, &o.st); err != nil {
+		if err := rows.Scan(outboxRowDest(&o)...); err != nil {
 			return nil, err
 		}
 		out = append(out, o)

@@ -17,6 +17,8 @@ type Spec struct {
 	query bool
 	// discard: run with Exec although it returns a row.
 	discard bool
+	// script: several statements without arguments, run with Exec.
+	script bool
 }
 
 // Exec declares a statement that returns no rows and binds args arguments.
@@ -29,6 +31,15 @@ func Exec(dst *string, name string, args int) Spec {
 // columns are not checked.
 func Discard(dst *string, name string, args int) Spec {
 	return Spec{dst: dst, name: name, args: args, discard: true}
+}
+
+// Script declares several statements without arguments, run together
+// with Exec, such as the idempotent DDL an example creates its own tables
+// with. Postgres cannot prepare them, so dbsqltest runs them instead, on
+// its fresh schema, before it checks the other statements: a script must
+// be safe to run there.
+func Script(dst *string, name string) Spec {
+	return Spec{dst: dst, name: name, script: true}
 }
 
 // Query declares a statement that returns rows, binds args arguments and
@@ -54,6 +65,9 @@ func (s Spec) ReturnsRows() bool { return s.query }
 
 // Discards says whether the statement was declared with Discard.
 func (s Spec) Discards() bool { return s.discard }
+
+// IsScript says whether the statement was declared with Script.
+func (s Spec) IsScript() bool { return s.script }
 
 // SQL is the rendered statement, once Load has run.
 func (s Spec) SQL() string {

@@ -58,14 +58,26 @@ func Check(t *testing.T, load Loader) {
 // ErrMismatch marks a statement whose shape differs from its spec.
 var ErrMismatch = errors.New("statement does not match its Go code")
 
-// Verify describes every statement of set on conn and returns one error per
-// statement that cannot be prepared or differs from its spec: a parameter
-// count other than the spec's argument count, a result on a statement
-// declared with Exec, or result columns that differ in number from the
-// spec's destinations or cannot be scanned into them.
+// Verify runs set's scripts on conn, then describes every other statement
+// and returns one error per statement that fails to run or to prepare, or
+// differs from its spec: a parameter count other than the spec's argument
+// count, a result on a statement declared with Exec, or result columns that
+// differ in number from the spec's destinations or cannot be scanned into
+// them.
 func Verify(ctx context.Context, conn *pgx.Conn, set dbsql.Set) []error {
 	var errs []error
 	for _, spec := range set.Specs {
+		if !spec.IsScript() {
+			continue
+		}
+		if _, err := conn.Exec(ctx, spec.SQL()); err != nil {
+			errs = append(errs, fmt.Errorf("statement %s: script fails: %w", spec.Name(), err))
+		}
+	}
+	for _, spec := range set.Specs {
+		if spec.IsScript() {
+			continue
+		}
 		desc, err := conn.PgConn().Prepare(ctx, "", spec.SQL(), nil)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("statement %s: does not prepare: %w", spec.Name(), err))
