@@ -3,7 +3,6 @@ package retention
 import (
 	"testing"
 
-	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/dbsql/dbsqltest"
 )
 
@@ -11,8 +10,6 @@ import (
 // and scans.
 func TestStatements(t *testing.T) {
 	t.Parallel()
-	dbsqltest.Check(t, func(s dbsql.Schema) (dbsql.Set, error) {
-		var q statements
-		return q.load(s)
-	})
+	var q statements
+	dbsqltest.Check(t, &q, q.load)
 }

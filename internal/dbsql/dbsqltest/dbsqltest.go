@@ -6,10 +6,8 @@
 //
 //	func TestStatements(t *testing.T) {
 //		t.Parallel()
-//		dbsqltest.Check(t, func(s dbsql.Schema) (dbsql.Set, error) {
-//			var q statements
-//			return q.load(s)
-//		})
+//		var q statements
+//		dbsqltest.Check(t, &q, q.load)
 //	}
 package dbsqltest
 
@@ -32,9 +30,11 @@ import (
 // Loader loads a package's statements for a schema, as its constructors do.
 type Loader func(dbsql.Schema) (dbsql.Set, error)
 
-// Check loads the package's statements for a freshly migrated schema and
-// fails t once for every statement whose shape differs from its spec.
-func Check(t *testing.T, load Loader) {
+// Check loads the package's statements into stmts (a pointer to the
+// package's struct of statement strings) for a freshly migrated schema and
+// fails t once for every statement whose shape differs from its spec, and
+// once for every string field of stmts that no spec filled.
+func Check(t *testing.T, stmts any, load Loader) {
 	t.Helper()
 	db := dbtest.Setup(t)
 	schema, err := dbsql.NewSchema(db.Schema)
@@ -45,6 +45,9 @@ func Check(t *testing.T, load Loader) {
 	if err != nil {
 		t.Fatalf("dbsqltest: loading statements: %v", err)
 	}
+	for _, field := range Unfilled(stmts) {
+		t.Errorf("dbsqltest: field %s is filled by no spec", field)
+	}
 	conn, err := db.Pool.Acquire(t.Context())
 	if err != nil {
 		t.Fatalf("dbsqltest: %v", err)
@@ -53,6 +56,23 @@ func Check(t *testing.T, load Loader) {
 	for _, err := range Verify(t.Context(), conn.Conn(), set) {
 		t.Error(err)
 	}
+}
+
+// Unfilled returns the names of the empty string fields of the struct stmts
+// points to: statements the code would run as empty SQL.
+func Unfilled(stmts any) []string {
+	v := reflect.ValueOf(stmts)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return []string{fmt.Sprintf("(stmts is a %T, not a pointer to a struct)", stmts)}
+	}
+	v = v.Elem()
+	var empty []string
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.String && f.String() == "" {
+			empty = append(empty, v.Type().Field(i).Name)
+		}
+	}
+	return empty
 }
 
 // ErrMismatch marks a statement whose shape differs from its spec.

@@ -53,10 +53,16 @@ func verify(t *testing.T, src string) []error {
 
 func TestCheckPassesAlignedStatements(t *testing.T) {
 	t.Parallel()
-	dbsqltest.Check(t, func(s dbsql.Schema) (dbsql.Set, error) {
-		var q statements
-		return q.load(s, src)
-	})
+	var q statements
+	dbsqltest.Check(t, &q, func(s dbsql.Schema) (dbsql.Set, error) { return q.load(s, src) })
+}
+
+func TestUnfilledNamesFieldsNoSpecFilled(t *testing.T) {
+	t.Parallel()
+	var q struct{ versions, forget, added string }
+	q.versions, q.forget = "SELECT 1", "SELECT 2"
+	require.Equal(t, []string{"added"}, dbsqltest.Unfilled(&q))
+	require.Len(t, dbsqltest.Unfilled(q), 1, "not a pointer")
 }
 
 // The target: a column added to a query but not to its scan fails,
