@@ -14,6 +14,7 @@ type Spec struct {
 	name  string
 	args  int
 	dests []any
+	binds []any
 	query bool
 	// discard: run with Exec although it returns a row.
 	discard bool
@@ -50,6 +51,19 @@ func Script(dst *string, name string) Spec {
 func Query(dst *string, name string, args int, dests ...any) Spec {
 	return Spec{dst: dst, name: name, args: args, dests: dests, query: true}
 }
+
+// Binds declares the Go types of the statement's arguments by example
+// values, in order: dbsqltest checks that pgx can encode each for its
+// parameter's type. Declare them where a type is easily wrong, such as the
+// arrays a batch statement binds; a statement without them has only its
+// argument count checked.
+func (s Spec) Binds(examples ...any) Spec {
+	s.binds = examples
+	return s
+}
+
+// BindTypes are the example arguments Binds declared, nil when none.
+func (s Spec) BindTypes() []any { return s.binds }
 
 // Name is the statement's name in its SQL file.
 func (s Spec) Name() string { return s.name }

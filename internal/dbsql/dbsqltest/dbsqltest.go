@@ -81,9 +81,10 @@ var ErrMismatch = errors.New("statement does not match its Go code")
 // Verify runs set's scripts on conn, then describes every other statement
 // and returns one error per statement that fails to run or to prepare, or
 // differs from its spec: a parameter count other than the spec's argument
-// count, a result on a statement declared with Exec, or result columns that
-// differ in number from the spec's destinations or cannot be scanned into
-// them.
+// count, an argument declared with Binds that cannot be encoded for its
+// parameter, a result on a statement declared with Exec, or result columns
+// that differ in number from the spec's destinations or cannot be scanned
+// into them.
 func Verify(ctx context.Context, conn *pgx.Conn, set dbsql.Set) []error {
 	var errs []error
 	for _, spec := range set.Specs {
@@ -116,6 +117,7 @@ func compare(m *pgtype.Map, spec dbsql.Spec, desc *pgconn.StatementDescription) 
 		problems = append(problems, fmt.Sprintf("takes %d parameters (%s), the Go code binds %d",
 			len(desc.ParamOIDs), typeNames(m, desc.ParamOIDs), spec.Args()))
 	}
+	problems = append(problems, bindProblems(m, spec, desc.ParamOIDs)...)
 	switch {
 	case spec.Discards():
 	case !spec.ReturnsRows() && len(desc.Fields) > 0:
@@ -137,19 +139,33 @@ func compare(m *pgtype.Map, spec dbsql.Spec, desc *pgconn.StatementDescription) 
 	return fmt.Errorf("%w: %s", ErrMismatch, strings.Join(problems, "; "))
 }
 
+// bindProblems checks the argument types spec declares with Binds, if any.
+func bindProblems(m *pgtype.Map, spec dbsql.Spec, oids []uint32) []string {
+	binds := spec.BindTypes()
+	if binds == nil {
+		return nil
+	}
+	if len(binds) != len(oids) {
+		return []string{fmt.Sprintf("declares %d argument types for %d parameters", len(binds), len(oids))}
+	}
+	var problems []string
+	for i, oid := range oids {
+		if m.PlanEncode(oid, m.FormatCodeForOID(oid), binds[i]) == nil {
+			problems = append(problems, fmt.Sprintf("parameter $%d %s cannot be bound from %T", i+1, typeName(m, oid), binds[i]))
+		}
+	}
+	return problems
+}
+
 // scannable asks pgx for a plan to scan a value of oid into dest, in the
-// format pgx itself would request for that type.
+// format pgx itself requests for that type.
 func scannable(m *pgtype.Map, oid uint32, dest any) bool {
 	if dest == nil || reflect.TypeOf(dest).Kind() != reflect.Pointer {
 		return false
 	}
-	format := int16(pgtype.TextFormatCode)
-	if typ, ok := m.TypeForOID(oid); ok && typ.Codec.FormatSupported(pgtype.BinaryFormatCode) {
-		format = pgtype.BinaryFormatCode
-	}
 	// pgx returns its unexported failing plan when no plan fits; it has no
 	// exported way to ask.
-	return fmt.Sprintf("%T", m.PlanScan(oid, format, dest)) != "*pgtype.scanPlanFail"
+	return fmt.Sprintf("%T", m.PlanScan(oid, m.FormatCodeForOID(oid), dest)) != "*pgtype.scanPlanFail"
 }
 
 func columns(m *pgtype.Map, fields []pgconn.FieldDescription) string {

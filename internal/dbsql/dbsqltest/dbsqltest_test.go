@@ -31,19 +31,29 @@ func migrationDest(m *migration) []any { return []any{&m.version, &m.applied} }
 type statements struct{ versions, forget string }
 
 func (q *statements) load(schema dbsql.Schema, src string) (dbsql.Set, error) {
+	return q.loadBinding(schema, src, int32(0))
+}
+
+// loadBinding declares Forget's argument type by the example forgetArg.
+func (q *statements) loadBinding(schema dbsql.Schema, src string, forgetArg any) (dbsql.Set, error) {
 	return dbsql.Load(schema, []string{src},
 		dbsql.Query(&q.versions, "Versions", 1, migrationDest(new(migration))...),
-		dbsql.Exec(&q.forget, "Forget", 1),
+		dbsql.Exec(&q.forget, "Forget", 1).Binds(forgetArg),
 	)
 }
 
 func verify(t *testing.T, src string) []error {
 	t.Helper()
+	return verifyBinding(t, src, int32(0))
+}
+
+func verifyBinding(t *testing.T, src string, forgetArg any) []error {
+	t.Helper()
 	db := dbtest.Setup(t)
 	schema, err := dbsql.NewSchema(db.Schema)
 	require.NoError(t, err)
 	var q statements
-	set, err := q.load(schema, src)
+	set, err := q.loadBinding(schema, src, forgetArg)
 	require.NoError(t, err)
 	conn, err := db.Pool.Acquire(t.Context())
 	require.NoError(t, err)
@@ -106,4 +116,11 @@ func TestCheckFailsAStatementThatDoesNotPrepare(t *testing.T) {
 	require.Len(t, errs, 2)
 	require.ErrorContains(t, errs[0], "statement Versions: does not prepare")
 	require.ErrorContains(t, errs[1], "statement Forget: ")
+}
+
+func TestCheckFailsAnArgumentTypeThatCannotBeBound(t *testing.T) {
+	t.Parallel()
+	errs := verifyBinding(t, src, time.Time{})
+	require.Len(t, errs, 1)
+	require.EqualError(t, errs[0], "statement Forget: statement does not match its Go code: parameter $1 int4 cannot be bound from time.Time")
 }
