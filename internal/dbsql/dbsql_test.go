@@ -104,3 +104,24 @@ func TestLoad(t *testing.T) {
 	_, err = Load(schema, files, Query(nil, "A", 0, &a), Exec(&q.b, "B", 0))
 	require.ErrorContains(t, err, "no destination")
 }
+
+// ParseQueries reads only files embedded at build time, but a malformed one
+// must fail with an error, never a panic or an empty statement.
+func FuzzParseQueries(f *testing.F) {
+	f.Add("-- fragment: cols\na, b\n-- name: A\nSELECT /*cols x*/ FROM /*schema*/t;\n-- name: B\nSELECT 1;")
+	f.Add("-- name: A\n\n-- name: B\nSELECT 1;")
+	f.Add("-- name:\nSELECT /*nope*/;")
+	schema, err := NewSchema("s")
+	require.NoError(f, err)
+	f.Fuzz(func(t *testing.T, src string) {
+		q, err := ParseQueries(src, schema)
+		if err != nil {
+			return
+		}
+		for name, sql := range q {
+			require.NotEmpty(t, name)
+			require.NotEmpty(t, sql, name)
+			require.NotContains(t, sql, "/*schema*/", name)
+		}
+	})
+}

@@ -54,12 +54,14 @@
 // The check is package dbsqltest: one test per package, Check(t, &q,
 // q.load), prepares every statement on a freshly migrated schema (after
 // running its scripts) and compares Postgres' description with the specs:
-// the parameter count, that an Exec statement returns no columns, and that
-// a Query statement returns as many columns as it has destinations, each
+// the parameter count; the argument types, where a spec declares them with
+// Binds (pgx must be able to encode each example for its parameter's type;
+// like inline destinations, such a declaration sits beside the call that
+// binds, not in it); that an Exec statement returns no columns; and that a
+// Query statement returns as many columns as it has destinations, each
 // scannable by pgx into its destination's Go type. It also fails on a field
 // of the struct that no spec filled. It cannot know nullability: a NULL
-// scanned into a non-pointer still fails at run time only. Parameter types
-// are shown in its messages but not compared with the Go arguments.
+// scanned into a non-pointer still fails at run time only.
 //
 // ParseQueries, Queries, Must and Prepare are the older way, still used by
 // packages not yet converted (jobs, llmqtest, examples/chaos, cmd/llmq).
