@@ -124,3 +124,28 @@ func TestCheckFailsAnArgumentTypeThatCannotBeBound(t *testing.T) {
 	require.Len(t, errs, 1)
 	require.EqualError(t, errs[0], "statement Forget: statement does not match its Go code: parameter $1 int4 cannot be bound from time.Time")
 }
+
+// Scripts run before the other statements are described, so statements
+// may read the tables a script creates; a failing script is reported.
+func TestCheckRunsScriptsFirst(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Setup(t)
+	schema, err := dbsql.NewSchema(db.Schema)
+	require.NoError(t, err)
+	conn, err := db.Pool.Acquire(t.Context())
+	require.NoError(t, err)
+	defer conn.Release()
+	var q struct{ create, read, broken string }
+	set, err := dbsql.Load(schema, []string{`
+-- name: Read
+SELECT note FROM /*schema*/notes;
+-- name: Create
+CREATE TABLE IF NOT EXISTS /*schema*/notes (note text); CREATE INDEX IF NOT EXISTS notes_note ON /*schema*/notes (note);
+-- name: Broken
+CREATE TABLE /*schema*/nowhere.x (a int); SELECT 1;
+`}, dbsql.Query(&q.read, "Read", 0, new(string)), dbsql.Script(&q.create, "Create"), dbsql.Script(&q.broken, "Broken"))
+	require.NoError(t, err)
+	errs := dbsqltest.Verify(t.Context(), conn.Conn(), set)
+	require.Len(t, errs, 1)
+	require.ErrorContains(t, errs[0], "statement Broken: script fails")
+}
