@@ -292,7 +292,7 @@ func (l *Postgres) try(ctx context.Context, pool string, acquires []*acquireWait
 		return l.releaseOne(ctx, pool, releases[0])
 	}
 	b := &pgx.Batch{}
-	b.Queue(l.q.Must("CycleSetup"), l.lockTimeout)
+	b.Queue(l.sql.cycleSetup, l.lockTimeout)
 	if len(releases) > 0 {
 		ids := make([]uuid.UUID, len(releases))
 		results := make([]int16, len(releases))
@@ -301,7 +301,7 @@ func (l *Postgres) try(ctx context.Context, pool string, acquires []*acquireWait
 			ids[i], results[i], in[i], out[i] = r.permit.ID, int16(r.outcome.Result), r.outcome.InputTokens, r.outcome.OutputTokens
 		}
 		// The first permit's random tail picks the ledger shard.
-		b.Queue(l.q.Must("ReleaseGroup"), pool, ids, results, in, out, int16(ids[0][15]%ledgerShards))
+		b.Queue(l.sql.releaseGroup, pool, ids, results, in, out, int16(ids[0][15]%ledgerShards))
 	}
 	var rows []grantRow
 	if len(acquires) > 0 {
@@ -311,15 +311,13 @@ func (l *Postgres) try(ctx context.Context, pool string, acquires []*acquireWait
 		for i, a := range acquires {
 			ids[i], tokens[i], tenants[i] = a.id, a.req.Tokens, a.req.Tenant
 		}
-		b.Queue(l.q.Must("GrantGroup"), pool, ids, tokens, tenants, l.cfg.Holder, l.cfg.PermitTTL, again).Query(func(r pgx.Rows) error {
+		b.Queue(l.sql.grantGroup, pool, ids, tokens, tenants, l.cfg.Holder, l.cfg.PermitTTL, again).Query(func(r pgx.Rows) error {
 			var err error
 			rows, err = pgx.CollectRows(r, func(row pgx.CollectableRow) (grantRow, error) {
-				g := grantRow{after: PoolState{Pool: Pool{Name: pool}}}
-				var cooldown float64
-				err := row.Scan(&g.acquired, &g.expires, &g.after.RPM, &g.after.TPM, &g.after.MaxInFlight, &g.after.TokenBurst,
-					&g.after.RequestLevel, &g.after.TokenLevel, &g.after.InFlight, &cooldown)
-				g.after.Cooldown = seconds(cooldown)
-				return g, err
+				s := grantScan{g: grantRow{after: PoolState{Pool: Pool{Name: pool}}}}
+				err := row.Scan(s.dest()...)
+				s.g.after.Cooldown = seconds(s.cooldown)
+				return s.g, err
 			})
 			return err
 		})
@@ -336,16 +334,15 @@ func (l *Postgres) try(ctx context.Context, pool string, acquires []*acquireWait
 // denial (or an error) the full cycle runs and answers.
 func (l *Postgres) acquireOne(ctx context.Context, pool string, a *acquireWaiter) (cycleResult, bool) {
 	b := &pgx.Batch{}
-	b.Queue(l.q.Must("CycleSetup"), l.lockTimeout)
-	var g grantRow
+	b.Queue(l.sql.cycleSetup, l.lockTimeout)
+	var s grantScan
 	var granted bool
-	b.Queue(l.q.Must("AcquireOne"), pool, a.req.Tokens, a.id, a.req.Tenant, l.cfg.Holder, l.cfg.PermitTTL).Query(func(r pgx.Rows) error {
+	b.Queue(l.sql.acquireOne, pool, a.req.Tokens, a.id, a.req.Tenant, l.cfg.Holder, l.cfg.PermitTTL).Query(func(r pgx.Rows) error {
 		if !r.Next() {
 			return r.Err()
 		}
-		var discard string
 		granted = true
-		return r.Scan(&g.acquired, &g.expires, &discard)
+		return r.Scan(s.acquiredDest()...)
 	})
 	if err := l.sendBatch(ctx, b); err != nil {
 		var pgErr *pgconn.PgError
@@ -358,16 +355,16 @@ func (l *Postgres) acquireOne(ctx context.Context, pool string, a *acquireWaiter
 		// given back, by the caller like any cycle).
 		return cycleResult{err: fmt.Errorf("admission: pool %q: %w", pool, err)}, true
 	}
-	return cycleResult{rows: []grantRow{g}}, granted
+	return cycleResult{rows: []grantRow{s.g}}, granted
 }
 
 // releaseOne is the cycle of a single release when nothing else is
 // queued: one statement (ReleaseOne in queries.sql).
 func (l *Postgres) releaseOne(ctx context.Context, pool string, r *releaseWaiter) cycleResult {
 	b := &pgx.Batch{}
-	b.Queue(l.q.Must("CycleSetup"), l.lockTimeout)
+	b.Queue(l.sql.cycleSetup, l.lockTimeout)
 	// The permit id's random tail picks the ledger shard.
-	b.Queue(l.q.Must("ReleaseOne"), r.permit.ID, int(r.outcome.Result), r.outcome.InputTokens, r.outcome.OutputTokens,
+	b.Queue(l.sql.releaseOne, r.permit.ID, int(r.outcome.Result), r.outcome.InputTokens, r.outcome.OutputTokens,
 		int16(r.permit.ID[15]%ledgerShards))
 	if err := l.sendBatch(ctx, b); err != nil {
 		return cycleResult{err: fmt.Errorf("admission: pool %q: %w", pool, err)}

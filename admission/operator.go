@@ -5,8 +5,6 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/llmq/llmq/internal/dbsql"
 )
 
 // Operator reads: what cmd/llmq lists. None of them is on a caller's path.
@@ -18,20 +16,14 @@ func (l *Postgres) Pools(ctx context.Context) ([]PoolState, error) {
 		return nil, err
 	}
 	defer done()
-	rows, err := l.db.Query(ctx, l.q.Must("SelectPools"))
+	rows, err := l.db.Query(ctx, l.sql.selectPools)
 	if err != nil {
 		return nil, fmt.Errorf("admission: listing pools: %w", err)
 	}
 	pools, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (PoolState, error) {
-		var (
-			s        PoolState
-			cooldown float64
-		)
-		err := row.Scan(&s.Name, &s.RPM, &s.TPM, &s.MaxInFlight,
-			&s.RequestBurst, &s.TokenBurst, &s.ChargeReserved, &s.RefundUncertain, &s.InputPrice, &s.OutputPrice,
-			&s.RequestLevel, &s.TokenLevel, &s.InFlight, &cooldown, &s.hasExpired)
-		s.Cooldown = seconds(cooldown)
-		return s, err
+		var p poolScan
+		err := row.Scan(p.namedDest()...)
+		return p.state(), err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("admission: listing pools: %w", err)
@@ -66,28 +58,25 @@ func (q *Quotas) DeleteTenantQuota(ctx context.Context, db DBTX, tenant string) 
 	if err := validateTenant(tenant); err != nil {
 		return err
 	}
-	if _, err := db.Exec(ctx, q.q.Must("DeleteTenantQuota"), tenant); err != nil {
+	if _, err := db.Exec(ctx, q.sql.deleteTenantQuota, tenant); err != nil {
 		return fmt.Errorf("admission: deleting the quota of tenant %q: %w", tenant, err)
 	}
 	return nil
 }
 
 func (q *Quotas) selectQuotas(ctx context.Context, db DBTX, tenant *string) (map[string]TenantQuota, error) {
-	rows, err := db.Query(ctx, q.q.Must("SelectTenantQuotas"), tenant)
+	rows, err := db.Query(ctx, q.sql.selectTenantQuotas, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("admission: reading tenant quotas: %w", err)
 	}
 	defer rows.Close()
 	out := map[string]TenantQuota{}
 	for rows.Next() {
-		var (
-			name                      string
-			jobs, bytes, tokens, cost *int64
-		)
-		if err := rows.Scan(&name, &jobs, &bytes, &tokens, &cost); err != nil {
+		var s quotaScan
+		if err := rows.Scan(s.dest()...); err != nil {
 			return nil, fmt.Errorf("admission: reading tenant quotas: %w", err)
 		}
-		out[name] = TenantQuota{MaxPendingJobs: dbsql.Deref(jobs), MaxPendingBytes: dbsql.Deref(bytes), MaxPendingTokens: dbsql.Deref(tokens), MaxDailyCost: dbsql.Deref(cost)}
+		out[s.tenant] = s.quota()
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("admission: reading tenant quotas: %w", err)

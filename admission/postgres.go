@@ -94,7 +94,7 @@ type Config struct {
 type Postgres struct {
 	db          DBTX
 	cfg         Config
-	q           dbsql.Queries
+	sql         statements
 	em          *emergency
 	obs         *limiterInstruments
 	conns       chan struct{} // a slot per statement running: Config.MaxConns
@@ -107,8 +107,12 @@ type Postgres struct {
 
 // NewPostgres returns a limiter on db (a pool) for cfg.
 func NewPostgres(db DBTX, cfg Config) (*Postgres, error) {
-	schema, q, err := dbsql.Prepare(cfg.Schema, queriesSQL)
+	schema, err := dbsql.NewSchema(cfg.Schema)
 	if err != nil {
+		return nil, fmt.Errorf("admission: %w", err)
+	}
+	var sql statements
+	if _, err := sql.load(schema); err != nil {
 		return nil, fmt.Errorf("admission: %w", err)
 	}
 	cfg.Schema = schema.Name()
@@ -140,7 +144,7 @@ func NewPostgres(db DBTX, cfg Config) (*Postgres, error) {
 		return nil, fmt.Errorf("admission: instruments: %w", err)
 	}
 	return &Postgres{
-		db: db, cfg: cfg, q: q, em: em, obs: obs,
+		db: db, cfg: cfg, sql: sql, em: em, obs: obs,
 		conns:       make(chan struct{}, cfg.MaxConns),
 		lockTimeout: fmt.Sprintf("%dms", max(cfg.Timeout.Milliseconds()/2, 1)),
 		qs:          queues{byPool: map[string]*poolQueue{}},
@@ -171,7 +175,7 @@ func (l *Postgres) SetPool(ctx context.Context, pool Pool) error {
 		return err
 	}
 	defer done()
-	_, err = l.db.Exec(ctx, l.q.Must("UpsertPool"), pool.Name, pool.RPM, pool.TPM, pool.MaxInFlight,
+	_, err = l.db.Exec(ctx, l.sql.upsertPool, pool.Name, pool.RPM, pool.TPM, pool.MaxInFlight,
 		pool.RequestBurst, pool.TokenBurst, pool.ChargeReserved, pool.RefundUncertain, pool.InputPrice, pool.OutputPrice)
 	if err != nil {
 		return fmt.Errorf("admission: setting pool %q: %w", pool.Name, err)
@@ -197,17 +201,15 @@ func (l *Postgres) State(ctx context.Context, pool string) (PoolState, error) {
 		return s, err
 	}
 	defer done()
-	var cooldown float64
-	err = l.db.QueryRow(ctx, l.q.Must("SelectPool"), pool).Scan(&s.RPM, &s.TPM, &s.MaxInFlight,
-		&s.RequestBurst, &s.TokenBurst, &s.ChargeReserved, &s.RefundUncertain, &s.InputPrice, &s.OutputPrice,
-		&s.RequestLevel, &s.TokenLevel, &s.InFlight, &cooldown, &s.hasExpired)
+	p := poolScan{s: s}
+	err = l.db.QueryRow(ctx, l.sql.selectPool, pool).Scan(p.dest()...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, fmt.Errorf("%w: %q", ErrUnknownPool, pool)
 	}
 	if err != nil {
 		return s, fmt.Errorf("admission: reading pool %q: %w", pool, err)
 	}
-	s.Cooldown = seconds(cooldown)
+	s = p.state()
 	if l.em != nil {
 		l.em.remember(s.Pool)
 	}
@@ -382,7 +384,7 @@ func (l *Postgres) Reap(ctx context.Context, pool string) (int, error) {
 	}
 	defer done()
 	var n int
-	err = l.db.QueryRow(ctx, l.q.Must("ReapPermits"), pool).Scan(&n)
+	err = l.db.QueryRow(ctx, l.sql.reapPermits, pool).Scan(&n)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
@@ -407,7 +409,7 @@ func (l *Postgres) Cooldown(ctx context.Context, pool string, d time.Duration) e
 		return err
 	}
 	defer done()
-	if _, err := l.db.Exec(ctx, l.q.Must("SetCooldown"), pool, d); err != nil {
+	if _, err := l.db.Exec(ctx, l.sql.setCooldown, pool, d); err != nil {
 		return fmt.Errorf("admission: cooling down pool %q: %w", pool, err)
 	}
 	l.obs.cooled(ctx, pool)
@@ -431,7 +433,7 @@ func (l *Postgres) LowerRemaining(ctx context.Context, pool string, r Remaining)
 		return err
 	}
 	defer done()
-	if _, err := l.db.Exec(ctx, l.q.Must("LowerRemaining"), pool, toFloat(r.Requests), toFloat(r.Tokens)); err != nil {
+	if _, err := l.db.Exec(ctx, l.sql.lowerRemaining, pool, toFloat(r.Requests), toFloat(r.Tokens)); err != nil {
 		return fmt.Errorf("admission: lowering pool %q: %w", pool, err)
 	}
 	return nil
@@ -444,7 +446,7 @@ func (l *Postgres) Counts(ctx context.Context, pool string) (inFlight, permits i
 		return 0, 0, err
 	}
 	defer done()
-	err = l.db.QueryRow(ctx, l.q.Must("CountPermits"), pool).Scan(&inFlight, &permits)
+	err = l.db.QueryRow(ctx, l.sql.countPermits, pool).Scan(&inFlight, &permits)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, 0, fmt.Errorf("%w: %q", ErrUnknownPool, pool)
 	}
@@ -493,13 +495,13 @@ func (l *Postgres) Usage(ctx context.Context, tenant string, from, to time.Time)
 		return nil, err
 	}
 	defer done()
-	rows, err := l.db.Query(ctx, l.q.Must("SelectUsage"), tenant, utcDay(from), utcDay(to))
+	rows, err := l.db.Query(ctx, l.sql.selectUsage, tenant, utcDay(from), utcDay(to))
 	if err != nil {
 		return nil, fmt.Errorf("admission: reading usage of tenant %q: %w", tenant, err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Usage, error) {
 		var u Usage
-		err := row.Scan(&u.Tenant, &u.Pool, &u.Day, &u.Attempts, &u.UncertainAttempts, &u.InputTokens, &u.OutputTokens, &u.Cost)
+		err := row.Scan(usageDest(&u)...)
 		return u, err
 	})
 	if err != nil {

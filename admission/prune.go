@@ -20,22 +20,21 @@ var pruneSQL string
 // expired permits wait for this. The usage ledger is never pruned. It
 // holds no connections and is safe for concurrent use.
 type Pruner struct {
-	pools, reap, count, batch string
+	sql statements
 }
 
 // NewPruner prepares the pruner's SQL for schema ("" is the default
 // schema).
 func NewPruner(schema string) (*Pruner, error) {
-	_, q, err := dbsql.Prepare(schema, queriesSQL)
+	s, err := dbsql.NewSchema(schema)
 	if err != nil {
 		return nil, fmt.Errorf("admission: %w", err)
 	}
-	_, pq, err := dbsql.Prepare(schema, pruneSQL)
-	if err != nil {
+	p := &Pruner{}
+	if _, err := p.sql.load(s); err != nil {
 		return nil, fmt.Errorf("admission: %w", err)
 	}
-	return &Pruner{reap: q.Must("ReapPermits"), pools: pq.Must("PoolsWithExpiredPermits"), count: pq.Must("CountExpiredPermits"),
-		batch: pq.Must("ReapExpiredBatch")}, nil
+	return p, nil
 }
 
 // ReapExpired deletes every expired permit, pool by pool, handing each
@@ -44,7 +43,7 @@ func NewPruner(schema string) (*Pruner, error) {
 // caller's transaction ends: a grant cycle of that pool waits for it, so
 // run ReapExpired in a short transaction of its own.
 func (p *Pruner) ReapExpired(ctx context.Context, db DBTX) (int64, error) {
-	rows, err := db.Query(ctx, p.pools)
+	rows, err := db.Query(ctx, p.sql.poolsWithExpiredPermits)
 	if err != nil {
 		return 0, fmt.Errorf("admission: listing pools with expired permits: %w", err)
 	}
@@ -55,7 +54,7 @@ func (p *Pruner) ReapExpired(ctx context.Context, db DBTX) (int64, error) {
 	var total int64
 	for _, pool := range pools {
 		var n int64
-		err := db.QueryRow(ctx, p.reap, pool).Scan(&n)
+		err := db.QueryRow(ctx, p.sql.reapPermits, pool).Scan(&n)
 		if errors.Is(err, pgx.ErrNoRows) { // reaped meanwhile by a grant cycle
 			continue
 		}
@@ -85,7 +84,7 @@ func (p *Pruner) ReapExpiredBatch(ctx context.Context, db DBTX, after string, li
 	}
 	var name *string
 	var handed int64
-	if err := db.QueryRow(ctx, p.batch, limit, after).Scan(&name, &reaped, &handed); err != nil {
+	if err := db.QueryRow(ctx, p.sql.reapExpiredBatch, limit, after).Scan(&name, &reaped, &handed); err != nil {
 		return "", 0, fmt.Errorf("admission: reaping expired permits: %w", err)
 	}
 	return dbsql.Deref(name), reaped, nil
@@ -96,7 +95,7 @@ func (p *Pruner) ReapExpiredBatch(ctx context.Context, db DBTX, after string, li
 func (p *Pruner) CountExpired(ctx context.Context, db DBTX) (int64, time.Time, error) {
 	var n int64
 	var oldest *time.Time
-	if err := db.QueryRow(ctx, p.count).Scan(&n, &oldest); err != nil {
+	if err := db.QueryRow(ctx, p.sql.countExpiredPermits).Scan(&n, &oldest); err != nil {
 		return 0, time.Time{}, fmt.Errorf("admission: counting expired permits: %w", err)
 	}
 	return n, dbsql.Deref(oldest), nil

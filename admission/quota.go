@@ -111,13 +111,17 @@ type QuotaConfig struct {
 // the calls in flight.
 type Quotas struct {
 	cfg QuotaConfig
-	q   dbsql.Queries
+	sql statements
 }
 
 // NewQuotas validates cfg.
 func NewQuotas(cfg QuotaConfig) (*Quotas, error) {
-	schema, q, err := dbsql.Prepare(cfg.Schema, quotasSQL)
+	schema, err := dbsql.NewSchema(cfg.Schema)
 	if err != nil {
+		return nil, fmt.Errorf("admission: %w", err)
+	}
+	var sql statements
+	if _, err := sql.load(schema); err != nil {
 		return nil, fmt.Errorf("admission: %w", err)
 	}
 	cfg.Schema = schema.Name()
@@ -128,7 +132,7 @@ func NewQuotas(cfg QuotaConfig) (*Quotas, error) {
 		return nil, invalid("QuotaConfig", "SystemMaxPendingJobs and RetryHint must not be negative")
 	}
 	cfg.RetryHint = cmp.Or(cfg.RetryHint, DefaultQuotaRetry)
-	return &Quotas{cfg: cfg, q: q}, nil
+	return &Quotas{cfg: cfg, sql: sql}, nil
 }
 
 // SetTenantQuota gives tenant quotas of its own, effective for the next
@@ -140,7 +144,7 @@ func (q *Quotas) SetTenantQuota(ctx context.Context, db DBTX, tenant string, quo
 	if err := quota.validate(); err != nil {
 		return err
 	}
-	_, err := db.Exec(ctx, q.q.Must("UpsertTenantQuota"), tenant, nullIfZero(quota.MaxPendingJobs),
+	_, err := db.Exec(ctx, q.sql.upsertTenantQuota, tenant, nullIfZero(quota.MaxPendingJobs),
 		nullIfZero(quota.MaxPendingBytes), nullIfZero(quota.MaxPendingTokens), nullIfZero(quota.MaxDailyCost))
 	if err != nil {
 		return fmt.Errorf("admission: setting the quota of tenant %q: %w", tenant, err)
@@ -173,7 +177,7 @@ func (q *Quotas) check(ctx context.Context, tx pgx.Tx, accepted []*jobs.Job) err
 	}
 	if q.cfg.SystemMaxPendingJobs > 0 {
 		var n int64
-		if err := tx.QueryRow(ctx, q.q.Must("CountPendingSystem"), q.cfg.SystemMaxPendingJobs+1).Scan(&n); err != nil {
+		if err := tx.QueryRow(ctx, q.sql.countPendingSystem, q.cfg.SystemMaxPendingJobs+1).Scan(&n); err != nil {
 			return fmt.Errorf("admission: counting pending jobs: %w", err)
 		}
 		if n > q.cfg.SystemMaxPendingJobs {
@@ -198,17 +202,13 @@ func (q *Quotas) check(ctx context.Context, tx pgx.Tx, accepted []*jobs.Job) err
 
 func (q *Quotas) checkTenant(ctx context.Context, tx pgx.Tx, tenant string) error {
 	quota := q.cfg.Default
-	var (
-		own                                   bool
-		jobsMax, bytesMax, tokensMax, costMax *int64
-	)
-	err := tx.QueryRow(ctx, q.q.Must("LockTenantQuota"), q.cfg.Schema, tenant).Scan(&own, &jobsMax, &bytesMax, &tokensMax, &costMax)
+	var own quotaScan
+	err := tx.QueryRow(ctx, q.sql.lockTenantQuota, q.cfg.Schema, tenant).Scan(own.lockDest()...)
 	if err != nil {
 		return fmt.Errorf("admission: reading the quota of tenant %q: %w", tenant, err)
 	}
-	if own {
-		quota = TenantQuota{MaxPendingJobs: dbsql.Deref(jobsMax), MaxPendingBytes: dbsql.Deref(bytesMax),
-			MaxPendingTokens: dbsql.Deref(tokensMax), MaxDailyCost: dbsql.Deref(costMax)}
+	if own.own {
+		quota = own.quota()
 	}
 	if quota == (TenantQuota{}) {
 		return nil
@@ -220,7 +220,7 @@ func (q *Quotas) checkTenant(ctx context.Context, tx pgx.Tx, tenant string) erro
 		limit = quota.MaxPendingJobs + 1
 	}
 	var pendingJobs, pendingBytes, pendingTokens, cost int64
-	if err := tx.QueryRow(ctx, q.q.Must("CountPendingTenant"), tenant, limit).Scan(&pendingJobs, &pendingBytes, &pendingTokens, &cost); err != nil {
+	if err := tx.QueryRow(ctx, q.sql.countPendingTenant, tenant, limit).Scan(&pendingJobs, &pendingBytes, &pendingTokens, &cost); err != nil {
 		return fmt.Errorf("admission: counting the pending work of tenant %q: %w", tenant, err)
 	}
 	over := func(dim string, max, current int64, wait time.Duration) error {

@@ -88,7 +88,7 @@ type Config struct {
 // Handler is the console. It is an http.Handler safe for concurrent use.
 type Handler struct {
 	cfg     Config
-	q       dbsql.Queries
+	sql     statements
 	store   *jobs.PostgresStore
 	limiter *admission.Postgres
 	pages   map[string]*template.Template
@@ -113,9 +113,13 @@ func newHandler(cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	schema, q, err := dbsql.Prepare(cfg.Schema, queriesSQL)
+	schema, err := dbsql.NewSchema(cfg.Schema)
 	if err != nil {
 		return nil, fmt.Errorf("%w: Schema: %w", ErrInvalidConfig, err)
+	}
+	var sql statements
+	if _, err := sql.load(schema); err != nil {
+		return nil, fmt.Errorf("console: %w", err)
 	}
 	cfg.Schema = schema.Name()
 	store, err := jobs.NewStore(jobs.Config{Schema: cfg.Schema})
@@ -130,7 +134,7 @@ func newHandler(cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{cfg: cfg, q: q, store: store, limiter: limiter, pages: pages}
+	h := &Handler{cfg: cfg, sql: sql, store: store, limiter: limiter, pages: pages}
 	h.static = http.FileServerFS(assets)
 	h.routes()
 	return h, nil

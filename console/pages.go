@@ -142,9 +142,9 @@ func (h *Handler) listByID(ctx context.Context, r *http.Request, f jobFilter, st
 	}
 	var page []jobSummary
 	if f.Tenant != "" {
-		page, err = h.summaries(ctx, "listing jobs", "ListTenantJobs", states, f.Kind, f.Queue, before, after, h.cfg.ScanLimit, f.Limit+1, f.Tenant)
+		page, err = h.summaries(ctx, "listing jobs", h.sql.listTenantJobs, states, f.Kind, f.Queue, before, after, h.cfg.ScanLimit, f.Limit+1, f.Tenant)
 	} else {
-		page, err = h.summaries(ctx, "listing jobs", "ListJobs", states, f.Kind, f.Queue, before, after, h.cfg.ScanLimit, f.Limit+1)
+		page, err = h.summaries(ctx, "listing jobs", h.sql.listJobs, states, f.Kind, f.Queue, before, after, h.cfg.ScanLimit, f.Limit+1)
 	}
 	if err != nil {
 		return err
@@ -167,9 +167,9 @@ func (h *Handler) listByID(ctx context.Context, r *http.Request, f jobFilter, st
 // scanEnd returns the last id of a listing's scan window, or false when
 // the window reached the end of the range.
 func (h *Handler) scanEnd(ctx context.Context, f jobFilter, before, after uuid.UUID) (uuid.UUID, bool, error) {
-	query, args := h.q.Must("ListScanEnd"), []any{before, after, h.cfg.ScanLimit}
+	query, args := h.sql.listScanEnd, []any{before, after, h.cfg.ScanLimit}
 	if f.Tenant != "" {
-		query, args = h.q.Must("ListTenantScanEnd"), append(args, f.Tenant)
+		query, args = h.sql.listTenantScanEnd, append(args, f.Tenant)
 	}
 	var id uuid.UUID
 	err := h.cfg.DB.QueryRow(ctx, query, args...).Scan((*[16]byte)(&id))
@@ -237,7 +237,7 @@ func (h *Handler) deadList(ctx context.Context, r *http.Request, v *view) error 
 	if !f.From.IsZero() {
 		from = f.From
 	}
-	page, err := h.summaries(ctx, "listing "+d.State, "ListFinished", d.State, at, before, h.cfg.ScanLimit, f.Tenant, f.Queue, f.Kind, from, f.Limit+1)
+	page, err := h.summaries(ctx, "listing "+d.State, h.sql.listFinished, d.State, at, before, h.cfg.ScanLimit, f.Tenant, f.Queue, f.Kind, from, f.Limit+1)
 	if err != nil {
 		return err
 	}
@@ -252,7 +252,7 @@ func (h *Handler) deadList(ctx context.Context, r *http.Request, v *view) error 
 		endAt time.Time
 		endID uuid.UUID
 	)
-	err = h.cfg.DB.QueryRow(ctx, h.q.Must("FinishedScanEnd"), d.State, at, before, h.cfg.ScanLimit, from).Scan(&endAt, (*[16]byte)(&endID))
+	err = h.cfg.DB.QueryRow(ctx, h.sql.finishedScanEnd, d.State, at, before, h.cfg.ScanLimit, from).Scan(&endAt, (*[16]byte)(&endID))
 	if isNoRows(err) {
 		return nil
 	}
@@ -318,10 +318,10 @@ func (h *Handler) jobPage(ctx context.Context, r *http.Request, v *view) error {
 	if d.Events, err = h.jobEvents(ctx, job); err != nil {
 		return err
 	}
-	if d.Ancestors, err = h.summaries(ctx, "replay lineage", "ReplayAncestors", job.ID, job.Tenant); err != nil {
+	if d.Ancestors, err = h.summaries(ctx, "replay lineage", h.sql.replayAncestors, job.ID, job.Tenant); err != nil {
 		return err
 	}
-	d.Children, err = h.summaries(ctx, "replay lineage", "ReplayChildren", job.ID, job.Tenant)
+	d.Children, err = h.summaries(ctx, "replay lineage", h.sql.replayChildren, job.ID, job.Tenant)
 	return err
 }
 

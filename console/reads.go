@@ -7,7 +7,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/jobs"
@@ -31,26 +30,19 @@ type jobSummary struct {
 }
 
 func scanSummary(row pgx.CollectableRow) (jobSummary, error) {
-	var (
-		s                   jobSummary
-		priority            int16
-		state               string
-		finished            *time.Time
-		errClass, lastError *string
-		replayOf            pgtype.UUID
-	)
-	err := row.Scan((*[16]byte)(&s.ID), &s.Tenant, &s.Kind, &s.Queue, &priority, &state, &s.Attempt, &s.MaxAttempts,
-		&s.CreatedAt, &finished, &errClass, &lastError, &replayOf)
-	s.Priority, s.State = int(priority), jobs.State(state)
-	s.FinishedAt, s.ErrorClass, s.LastError = dbsql.Deref(finished), dbsql.Deref(errClass), truncate(300, dbsql.Deref(lastError))
-	if replayOf.Valid {
-		s.ReplayOf = replayOf.Bytes
+	var r summaryRow
+	err := row.Scan(r.dest()...)
+	s := r.s
+	s.Priority, s.State = int(r.priority), jobs.State(r.state)
+	s.FinishedAt, s.ErrorClass, s.LastError = dbsql.Deref(r.finished), dbsql.Deref(r.errClass), truncate(300, dbsql.Deref(r.lastError))
+	if r.replayOf.Valid {
+		s.ReplayOf = r.replayOf.Bytes
 	}
 	return s, err
 }
 
-func (h *Handler) summaries(ctx context.Context, op, name string, args ...any) ([]jobSummary, error) {
-	rows, err := h.cfg.DB.Query(ctx, h.q.Must(name), args...)
+func (h *Handler) summaries(ctx context.Context, op, query string, args ...any) ([]jobSummary, error) {
+	rows, err := h.cfg.DB.Query(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("console: %s: %w", op, err)
 	}
@@ -71,9 +63,9 @@ type queueRow struct {
 // queueNames returns the queues to show: those that have had work (the
 // scoped tenant's only, when scoped) and Config.Queues.
 func (h *Handler) queueNames(ctx context.Context) ([]string, error) {
-	query, args := h.q.Must("Queues"), []any{}
+	query, args := h.sql.queues, []any{}
 	if h.cfg.Tenant != "" {
-		query, args = h.q.Must("TenantQueues"), []any{h.cfg.Tenant}
+		query, args = h.sql.tenantQueues, []any{h.cfg.Tenant}
 	}
 	rows, err := h.cfg.DB.Query(ctx, query, args...)
 	if err != nil {
@@ -97,20 +89,19 @@ func (h *Handler) queueNames(ctx context.Context) ([]string, error) {
 
 func (h *Handler) queueCounts(ctx context.Context, queues []string) ([]queueRow, error) {
 	capN := int64(h.cfg.CountCap)
-	query, args := h.q.Must("QueueCounts"), []any{queues, h.cfg.CountCap}
+	query, args := h.sql.queueCounts, []any{queues, h.cfg.CountCap}
 	if h.cfg.Tenant != "" {
-		query, args = h.q.Must("QueueCountsTenant"), append(args, h.cfg.Tenant)
+		query, args = h.sql.queueCountsTenant, append(args, h.cfg.Tenant)
 	}
 	rows, err := h.cfg.DB.Query(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("console: counting queues: %w", err)
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (queueRow, error) {
-		q := queueRow{Runnable: count{Cap: capN}, Scheduled: count{Cap: capN}, Running: count{Cap: capN}}
-		var oldest *time.Time
-		err := row.Scan(&q.Queue, &q.Runnable.N, &oldest, &q.Scheduled.N, &q.Running.N)
-		q.OldestRunnable = dbsql.Deref(oldest)
-		return q, err
+		r := queueCountRow{q: queueRow{Runnable: count{Cap: capN}, Scheduled: count{Cap: capN}, Running: count{Cap: capN}}}
+		err := row.Scan(r.dest()...)
+		r.q.OldestRunnable = dbsql.Deref(r.oldest)
+		return r.q, err
 	})
 }
 
@@ -129,11 +120,11 @@ const chartCap = 5000
 const tenantChartJobs = 20_000
 
 func (h *Handler) finishedPerMinute(ctx context.Context, now time.Time) ([]minuteCounts, error) {
-	query, args := h.q.Must("FinishedPerMinute"), []any{chartMinutes, chartCap}
+	query, args := h.sql.finishedPerMinute, []any{chartMinutes, chartCap}
 	if h.cfg.Tenant != "" {
 		// Jobs accepted up to an hour before the chart's window.
 		since := uuidAt(now.Add(-2 * chartMinutes * time.Minute))
-		query, args = h.q.Must("FinishedPerMinuteTenant"), []any{chartMinutes, h.cfg.Tenant, since, tenantChartJobs}
+		query, args = h.sql.finishedPerMinuteTenant, []any{chartMinutes, h.cfg.Tenant, since, tenantChartJobs}
 	}
 	rows, err := h.cfg.DB.Query(ctx, query, args...)
 	if err != nil {
@@ -183,7 +174,7 @@ type outboxLag struct {
 func (h *Handler) outboxLag(ctx context.Context) (outboxLag, error) {
 	l := outboxLag{Pending: count{Cap: int64(h.cfg.CountCap)}}
 	var oldest float64
-	if err := h.cfg.DB.QueryRow(ctx, h.q.Must("OutboxLag"), h.cfg.CountCap).Scan(&l.Pending.N, &oldest); err != nil {
+	if err := h.cfg.DB.QueryRow(ctx, h.sql.outboxLag, h.cfg.CountCap).Scan(&l.Pending.N, &oldest); err != nil {
 		return l, fmt.Errorf("console: outbox lag: %w", err)
 	}
 	l.Oldest = time.Duration(oldest * float64(time.Second))
@@ -216,48 +207,41 @@ type serviceLease struct {
 }
 
 func (h *Handler) runners(ctx context.Context) ([]runner, error) {
-	rows, err := h.cfg.DB.Query(ctx, h.q.Must("Runners"), h.cfg.CountCap)
+	rows, err := h.cfg.DB.Query(ctx, h.sql.runners, h.cfg.CountCap)
 	if err != nil {
 		return nil, fmt.Errorf("console: runners: %w", err)
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (runner, error) {
-		var (
-			r     runner
-			owner *string
-			last  *time.Time
-		)
-		err := row.Scan(&owner, &r.Leases, &last, &r.LeaseUntil)
-		r.Worker, r.LastClaim = dbsql.Deref(owner), dbsql.Deref(last)
+		var s runnerRow
+		err := row.Scan(s.dest()...)
+		r := s.r
+		r.Worker, r.LastClaim = dbsql.Deref(s.owner), dbsql.Deref(s.last)
 		return r, err
 	})
 }
 
 func (h *Handler) permitHolders(ctx context.Context) ([]permitHolder, error) {
-	rows, err := h.cfg.DB.Query(ctx, h.q.Must("PermitHolders"))
+	rows, err := h.cfg.DB.Query(ctx, h.sql.permitHolders)
 	if err != nil {
 		return nil, fmt.Errorf("console: permit holders: %w", err)
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (permitHolder, error) {
 		var p permitHolder
-		err := row.Scan(&p.Holder, &p.Pool, &p.Permits, &p.ExpiresAt)
+		err := row.Scan(permitHolderDest(&p)...)
 		return p, err
 	})
 }
 
 func (h *Handler) serviceLeases(ctx context.Context) ([]serviceLease, error) {
-	rows, err := h.cfg.DB.Query(ctx, h.q.Must("ServiceLeases"))
+	rows, err := h.cfg.DB.Query(ctx, h.sql.serviceLeases)
 	if err != nil {
 		return nil, fmt.Errorf("console: service leases: %w", err)
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (serviceLease, error) {
-		var (
-			s               serviceLease
-			holder          *string
-			epoch           *int64
-			until, acquired *time.Time
-		)
-		err := row.Scan(&s.Service, &holder, &epoch, &until, &acquired, &s.Live)
-		s.Holder, s.Epoch, s.LeaseUntil, s.AcquiredAt = dbsql.Deref(holder), dbsql.Deref(epoch), dbsql.Deref(until), dbsql.Deref(acquired)
+		var r serviceLeaseRow
+		err := row.Scan(r.dest()...)
+		s := r.s
+		s.Holder, s.Epoch, s.LeaseUntil, s.AcquiredAt = dbsql.Deref(r.holder), dbsql.Deref(r.epoch), dbsql.Deref(r.until), dbsql.Deref(r.acquired)
 		return s, err
 	})
 }
@@ -280,18 +264,16 @@ const finishedProbeCap = 1000
 func (h *Handler) tenantRows(ctx context.Context, tenant, afterQueue, afterTenant string, limit int) ([]tenantRow, error) {
 	capN := int64(h.cfg.CountCap)
 	since := uuidAt(time.Now().Add(-time.Hour))
-	rows, err := h.cfg.DB.Query(ctx, h.q.Must("TenantRows"), tenant, afterQueue, afterTenant, limit, h.cfg.CountCap, since, finishedProbeCap)
+	rows, err := h.cfg.DB.Query(ctx, h.sql.tenantRows, tenant, afterQueue, afterTenant, limit, h.cfg.CountCap, since, finishedProbeCap)
 	if err != nil {
 		return nil, fmt.Errorf("console: tenants: %w", err)
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (tenantRow, error) {
-		t := tenantRow{Runnable: count{Cap: capN}, Scheduled: count{Cap: capN}, Running: count{Cap: capN},
-			AcceptedHour: count{Cap: capN}, FinishedHour: count{Cap: finishedProbeCap}}
-		var oldest *time.Time
-		err := row.Scan(&t.Queue, &t.Tenant, &t.Idle, &t.Weight, &t.MaxRunning, &t.OwnLimits,
-			&t.Runnable.N, &t.Scheduled.N, &t.Running.N, &oldest, &t.AcceptedHour.N, &t.FinishedHour.N)
-		t.OldestRunnable = dbsql.Deref(oldest)
-		return t, err
+		r := tenantRowScan{t: tenantRow{Runnable: count{Cap: capN}, Scheduled: count{Cap: capN}, Running: count{Cap: capN},
+			AcceptedHour: count{Cap: capN}, FinishedHour: count{Cap: finishedProbeCap}}}
+		err := row.Scan(r.dest()...)
+		r.t.OldestRunnable = dbsql.Deref(r.oldest)
+		return r.t, err
 	})
 }
 
@@ -316,18 +298,15 @@ func (h *Handler) jobEvents(ctx context.Context, j *jobs.Job) ([]event, error) {
 	// A minute either side covers clock skew between the hosts that
 	// generate event ids and the database's clock.
 	lo, hi := uuidAt(j.CreatedAt.Add(-time.Minute)), uuidAt(end.Add(time.Minute))
-	rows, err := h.cfg.DB.Query(ctx, h.q.Must("JobEvents"), j.ID, lo, hi, eventScanLimit)
+	rows, err := h.cfg.DB.Query(ctx, h.sql.jobEvents, j.ID, lo, hi, eventScanLimit)
 	if err != nil {
 		return nil, fmt.Errorf("console: events of %s: %w", j.ID, err)
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (event, error) {
-		var (
-			e         event
-			published *time.Time
-		)
-		err := row.Scan((*[16]byte)(&e.ID), &e.Type, &e.Topic, &e.CreatedAt, &published, &e.Attempts, &e.LastError)
-		e.PublishedAt = dbsql.Deref(published)
-		return e, err
+		var r eventRow
+		err := row.Scan(r.dest()...)
+		r.e.PublishedAt = dbsql.Deref(r.published)
+		return r.e, err
 	})
 }
 
@@ -345,9 +324,9 @@ const usageTenants = 10
 // usageByDay reads a page of tenants' usage: those after the tenant named
 // after, or the scoped tenant's.
 func (h *Handler) usageByDay(ctx context.Context, after string, from, to time.Time) ([]usageDay, error) {
-	query, args := h.q.Must("UsageByDay"), []any{after, from, to, usageTenants + 1}
+	query, args := h.sql.usageByDay, []any{after, from, to, usageTenants + 1}
 	if h.cfg.Tenant != "" {
-		query, args = h.q.Must("UsageByDayTenant"), []any{h.cfg.Tenant, from, to}
+		query, args = h.sql.usageByDayTenant, []any{h.cfg.Tenant, from, to}
 	}
 	rows, err := h.cfg.DB.Query(ctx, query, args...)
 	if err != nil {
@@ -355,7 +334,7 @@ func (h *Handler) usageByDay(ctx context.Context, after string, from, to time.Ti
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (usageDay, error) {
 		var u usageDay
-		err := row.Scan(&u.Tenant, &u.Day, &u.Attempts, &u.Uncertain, &u.InputTokens, &u.OutputTokens, &u.Cost)
+		err := row.Scan(usageDest(&u)...)
 		return u, err
 	})
 }

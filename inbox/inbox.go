@@ -84,15 +84,12 @@ type Config struct {
 // Store is the inbox.
 type Store struct {
 	retention time.Duration
-	sql       struct {
-		insert, selectOne, quarantine, listQuarantine, prune string
-		insertMany, selectMany                               string // the ingress's batches
-	}
+	sql       statements
 }
 
 // NewStore validates cfg and prepares the inbox's SQL for its schema.
 func NewStore(cfg Config) (*Store, error) {
-	_, q, err := dbsql.Prepare(cfg.Schema, queriesSQL)
+	schema, err := dbsql.NewSchema(cfg.Schema)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
@@ -100,13 +97,9 @@ func NewStore(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("inbox: Retention is %s; use 0 for the default of %s, or at least %s: it must outlast the sender's retries", cfg.Retention, DefaultRetention, MinRetention)
 	}
 	s := &Store{retention: cmp.Or(cfg.Retention, DefaultRetention)}
-	s.sql.insert = q.Must("InsertMessage")
-	s.sql.selectOne = q.Must("SelectMessage")
-	s.sql.quarantine = q.Must("InsertQuarantine")
-	s.sql.listQuarantine = q.Must("ListQuarantine")
-	s.sql.prune = q.Must("PruneMessages")
-	s.sql.insertMany = q.Must("InsertMessages")
-	s.sql.selectMany = q.Must("SelectMessages")
+	if _, err := s.sql.load(schema); err != nil {
+		return nil, fmt.Errorf("inbox: %w", err)
+	}
 	return s, nil
 }
 
@@ -280,17 +273,11 @@ func (s *Store) ListQuarantined(ctx context.Context, db DBTX, consumer string, l
 }
 
 func scanQuarantined(row pgx.CollectableRow) (Quarantined, error) {
-	var (
-		q                  Quarantined
-		messageID          *string
-		source, rawID      []byte
-		rawKeys, rawValues [][]byte
-	)
-	err := row.Scan(&q.ID, &q.Consumer, &messageID, &q.PayloadDigest, &source, &q.Headers, &q.Payload, &q.Reason, &q.ReceivedAt,
-		&rawID, &rawKeys, &rawValues)
-	if err != nil {
-		return q, err
+	var r quarantinedRow
+	if err := row.Scan(r.dest()...); err != nil {
+		return r.q, err
 	}
+	q, messageID, source, rawID, rawKeys, rawValues := r.q, r.messageID, r.source, r.rawID, r.rawKeys, r.rawValues
 	q.MessageID = dbsql.Deref(messageID)
 	if rawID != nil {
 		q.MessageID = string(rawID)

@@ -23,25 +23,21 @@ const MaxPruneBatch = 10_000
 // Store.Prune's statement, so both may run at once. It holds no
 // connections and is safe for concurrent use.
 type Pruner struct {
-	prune, count, oldest                               string
-	pruneQuarantine, countQuarantine, oldestQuarantine string
+	sql statements
 }
 
 // NewPruner prepares the pruner's SQL for schema ("" is the default
 // schema).
 func NewPruner(schema string) (*Pruner, error) {
-	_, q, err := dbsql.Prepare(schema, queriesSQL)
+	s, err := dbsql.NewSchema(schema)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	_, pq, err := dbsql.Prepare(schema, pruneSQL)
-	if err != nil {
+	p := &Pruner{}
+	if _, err := p.sql.load(s); err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	return &Pruner{
-		prune: q.Must("PruneMessages"), count: pq.Must("CountMessages"), oldest: pq.Must("OldestMessage"),
-		pruneQuarantine: pq.Must("PruneQuarantine"), countQuarantine: pq.Must("CountQuarantine"), oldestQuarantine: pq.Must("OldestQuarantine"),
-	}, nil
+	return p, nil
 }
 
 // Prune deletes up to limit ids received more than olderThan ago, oldest
@@ -52,7 +48,7 @@ func (p *Pruner) Prune(ctx context.Context, db DBTX, olderThan time.Duration, li
 	if err := checkPrune(olderThan, limit); err != nil {
 		return 0, err
 	}
-	tag, err := db.Exec(ctx, p.prune, olderThan.Milliseconds(), limit)
+	tag, err := db.Exec(ctx, p.sql.prune, olderThan.Milliseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("inbox: pruning: %w", err)
 	}
@@ -65,7 +61,7 @@ func (p *Pruner) Count(ctx context.Context, db DBTX, olderThan time.Duration) (i
 		return 0, err
 	}
 	var n int64
-	if err := db.QueryRow(ctx, p.count, olderThan.Milliseconds()).Scan(&n); err != nil {
+	if err := db.QueryRow(ctx, p.sql.count, olderThan.Milliseconds()).Scan(&n); err != nil {
 		return 0, fmt.Errorf("inbox: counting ids due for pruning: %w", err)
 	}
 	return n, nil
@@ -75,7 +71,7 @@ func (p *Pruner) Count(ctx context.Context, db DBTX, olderThan time.Duration) (i
 // time when there is none.
 func (p *Pruner) Oldest(ctx context.Context, db DBTX) (time.Time, error) {
 	var at *time.Time
-	if err := db.QueryRow(ctx, p.oldest).Scan(&at); err != nil {
+	if err := db.QueryRow(ctx, p.sql.oldest).Scan(&at); err != nil {
 		return time.Time{}, fmt.Errorf("inbox: reading the oldest id: %w", err)
 	}
 	return dbsql.Deref(at), nil
@@ -90,7 +86,7 @@ func (p *Pruner) PruneQuarantine(ctx context.Context, db DBTX, olderThan time.Du
 	if err := checkQuarantinePrune(olderThan, limit); err != nil {
 		return 0, err
 	}
-	tag, err := db.Exec(ctx, p.pruneQuarantine, olderThan.Milliseconds(), limit)
+	tag, err := db.Exec(ctx, p.sql.pruneQuarantine, olderThan.Milliseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("inbox: pruning quarantine: %w", err)
 	}
@@ -104,7 +100,7 @@ func (p *Pruner) CountQuarantine(ctx context.Context, db DBTX, olderThan time.Du
 		return 0, err
 	}
 	var n int64
-	if err := db.QueryRow(ctx, p.countQuarantine, olderThan.Milliseconds()).Scan(&n); err != nil {
+	if err := db.QueryRow(ctx, p.sql.countQuarantine, olderThan.Milliseconds()).Scan(&n); err != nil {
 		return 0, fmt.Errorf("inbox: counting quarantined messages due for pruning: %w", err)
 	}
 	return n, nil
@@ -114,7 +110,7 @@ func (p *Pruner) CountQuarantine(ctx context.Context, db DBTX, olderThan time.Du
 // received, or the zero time when there is none.
 func (p *Pruner) OldestQuarantine(ctx context.Context, db DBTX) (time.Time, error) {
 	var at *time.Time
-	err := db.QueryRow(ctx, p.oldestQuarantine).Scan(&at)
+	err := db.QueryRow(ctx, p.sql.oldestQuarantine).Scan(&at)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, fmt.Errorf("inbox: reading the oldest quarantined message: %w", err)
 	}

@@ -96,17 +96,12 @@ type Store struct {
 	maxPayloadBytes int
 	propagator      propagation.TextMapPropagator
 	channel         string
-	insertEvent     string
-	listByAggregate string
-	sql             struct {
-		lockClaims, claimEvents, relaxCommit, markPublished, markFailed, pendingStats, prunePublished string
-		leaseFree, acquireLease, renewLease, releaseLease                                             string
-	}
+	sql             statements
 }
 
 // NewStore validates cfg and prepares the store's SQL for its schema.
 func NewStore(cfg Config) (*Store, error) {
-	schema, q, err := dbsql.Prepare(cfg.Schema, queriesSQL)
+	schema, err := dbsql.NewSchema(cfg.Schema)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
@@ -118,20 +113,10 @@ func NewStore(cfg Config) (*Store, error) {
 		maxPayloadBytes: cmp.Or(cfg.MaxPayloadBytes, DefaultMaxPayloadBytes),
 		propagator:      telemetry.Propagator(cfg.Propagator),
 		channel:         schema.Channel("outbox"),
-		insertEvent:     q.Must("InsertEvent"),
-		listByAggregate: q.Must("ListEventsByAggregate"),
 	}
-	s.sql.lockClaims = q.Must("LockClaims")
-	s.sql.claimEvents = q.Must("ClaimEvents")
-	s.sql.relaxCommit = q.Must("RelaxCommit")
-	s.sql.markPublished = q.Must("MarkPublished")
-	s.sql.markFailed = q.Must("MarkFailed")
-	s.sql.pendingStats = q.Must("PendingStats")
-	s.sql.prunePublished = q.Must("PrunePublished")
-	s.sql.leaseFree = q.Must("LeaseFree")
-	s.sql.acquireLease = q.Must("AcquireLease")
-	s.sql.renewLease = q.Must("RenewLease")
-	s.sql.releaseLease = q.Must("ReleaseLease")
+	if _, err := s.sql.load(schema); err != nil {
+		return nil, fmt.Errorf("outbox: %w", err)
+	}
 	return s, nil
 }
 
@@ -154,7 +139,7 @@ func (s *Store) Write(ctx context.Context, db DBTX, ev Event) (Record, error) {
 		headers = map[string]string{}
 	}
 	rec := Record{Event: ev}
-	err := db.QueryRow(ctx, s.insertEvent,
+	err := db.QueryRow(ctx, s.sql.insertEvent,
 		ev.ID, dbsql.NullIfZero(ev.AggregateID), ev.Topic, dbsql.NullIfZero(ev.Key), ev.Type, string(ev.Payload), headers, s.channel,
 	).Scan(&rec.Seq, &rec.CreatedAt)
 	if err != nil {
@@ -186,28 +171,22 @@ func (s *Store) withTraceContext(ctx context.Context, headers map[string]string)
 // history, not an archive; it scans the outbox (no index serves it, to keep
 // writes cheap), so it is for inspection, not for hot paths.
 func (s *Store) ListByAggregate(ctx context.Context, db DBTX, aggregateID uuid.UUID) ([]Record, error) {
-	rows, err := db.Query(ctx, s.listByAggregate, aggregateID)
+	rows, err := db.Query(ctx, s.sql.listByAggregate, aggregateID)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: listing events of %s: %w", aggregateID, err)
 	}
 	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Record, error) {
-		var (
-			r                Record
-			aggregate        *uuid.UUID
-			key, lastError   *string
-			payload, headers []byte
-			publishedAt      *time.Time
-		)
-		err := row.Scan(&r.ID, &aggregate, &r.Topic, &key, &r.Type, &payload, &headers,
-			&r.Seq, &r.CreatedAt, &r.Attempts, &publishedAt, &lastError)
-		if err != nil {
-			return r, err
+		var l listedRow
+		if err := row.Scan(l.dest()...); err != nil {
+			return l.r, err
 		}
-		r.AggregateID = dbsql.Deref(aggregate)
-		r.Key = dbsql.Deref(key)
-		r.LastError = dbsql.Deref(lastError)
-		r.PublishedAt = dbsql.Deref(publishedAt)
-		r.Payload = payload
+		r := l.r
+		r.AggregateID = dbsql.Deref(l.aggregate)
+		r.Key = dbsql.Deref(l.key)
+		r.LastError = dbsql.Deref(l.lastError)
+		r.PublishedAt = dbsql.Deref(l.publishedAt)
+		r.Payload = l.payload
+		headers := l.headers
 		if err := json.Unmarshal(headers, &r.Headers); err != nil {
 			return r, fmt.Errorf("headers of event %s: %w", r.ID, err)
 		}

@@ -21,30 +21,21 @@ const MaxPruneBatch = 10_000
 // runs the relay's own statement, so relays and pruners may run at once.
 // It holds no connections and is safe for concurrent use.
 type Pruner struct {
-	prunePublished, countPublished, oldest, pruneUnrelayed, countUnrelayed, relayLease string
-	backlog                                                                            string
+	sql statements
 }
 
 // NewPruner prepares the pruner's SQL for schema ("" is the default
 // schema).
 func NewPruner(schema string) (*Pruner, error) {
-	_, q, err := dbsql.Prepare(schema, queriesSQL)
+	s, err := dbsql.NewSchema(schema)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
-	_, pq, err := dbsql.Prepare(schema, pruneSQL)
-	if err != nil {
+	p := &Pruner{}
+	if _, err := p.sql.load(s); err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
-	return &Pruner{
-		prunePublished: q.Must("PrunePublished"),
-		backlog:        pq.Must("CountUnpublishedUpTo"),
-		countPublished: pq.Must("CountPublished"),
-		oldest:         pq.Must("OldestEvents"),
-		pruneUnrelayed: pq.Must("PruneUnrelayed"),
-		countUnrelayed: pq.Must("CountUnrelayed"),
-		relayLease:     pq.Must("RelayLease"),
-	}, nil
+	return p, nil
 }
 
 // PrunePublished deletes up to limit events published more than olderThan
@@ -53,7 +44,7 @@ func (p *Pruner) PrunePublished(ctx context.Context, db DBTX, olderThan time.Dur
 	if err := checkPrune(olderThan, limit); err != nil {
 		return 0, err
 	}
-	tag, err := db.Exec(ctx, p.prunePublished, olderThan.Milliseconds(), limit)
+	tag, err := db.Exec(ctx, p.sql.prunePublished, olderThan.Milliseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: pruning published events: %w", err)
 	}
@@ -69,7 +60,7 @@ func (p *Pruner) PruneUnrelayed(ctx context.Context, db DBTX, olderThan time.Dur
 	if err := checkPrune(olderThan, limit); err != nil {
 		return 0, err
 	}
-	tag, err := db.Exec(ctx, p.pruneUnrelayed, olderThan.Milliseconds(), limit)
+	tag, err := db.Exec(ctx, p.sql.pruneUnrelayed, olderThan.Milliseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: pruning unrelayed events: %w", err)
 	}
@@ -83,7 +74,7 @@ func (p *Pruner) CountPublished(ctx context.Context, db DBTX, olderThan time.Dur
 		return 0, err
 	}
 	var n int64
-	if err := db.QueryRow(ctx, p.countPublished, olderThan.Milliseconds()).Scan(&n); err != nil {
+	if err := db.QueryRow(ctx, p.sql.countPublished, olderThan.Milliseconds()).Scan(&n); err != nil {
 		return 0, fmt.Errorf("outbox: counting published events: %w", err)
 	}
 	return n, nil
@@ -96,7 +87,7 @@ func (p *Pruner) CountUnrelayed(ctx context.Context, db DBTX, olderThan time.Dur
 		return 0, err
 	}
 	var n int64
-	if err := db.QueryRow(ctx, p.countUnrelayed, olderThan.Milliseconds()).Scan(&n); err != nil {
+	if err := db.QueryRow(ctx, p.sql.countUnrelayed, olderThan.Milliseconds()).Scan(&n); err != nil {
 		return 0, fmt.Errorf("outbox: counting unrelayed events: %w", err)
 	}
 	return n, nil
@@ -112,7 +103,7 @@ func (p *Pruner) Backlog(ctx context.Context, db DBTX, limit int) (n int64, capp
 		return 0, false, 0, fmt.Errorf("outbox: backlog: limit is %d; use a positive limit", limit)
 	}
 	var seconds float64
-	if err := db.QueryRow(ctx, p.backlog, limit).Scan(&n, &seconds); err != nil {
+	if err := db.QueryRow(ctx, p.sql.countUnpublishedUpTo, limit).Scan(&n, &seconds); err != nil {
 		return 0, false, 0, fmt.Errorf("outbox: counting the unpublished backlog: %w", err)
 	}
 	return n, n >= int64(limit), time.Duration(seconds * float64(time.Second)), nil
@@ -122,7 +113,7 @@ func (p *Pruner) Backlog(ctx context.Context, db DBTX, limit int) (n int64, capp
 // the oldest unpublished one was written; the zero time for none.
 func (p *Pruner) Oldest(ctx context.Context, db DBTX) (published, unpublished time.Time, err error) {
 	var pub, unpub *time.Time
-	if err := db.QueryRow(ctx, p.oldest).Scan(&pub, &unpub); err != nil {
+	if err := db.QueryRow(ctx, p.sql.oldestEvents).Scan(&pub, &unpub); err != nil {
 		return time.Time{}, time.Time{}, fmt.Errorf("outbox: reading the oldest events: %w", err)
 	}
 	return dbsql.Deref(pub), dbsql.Deref(unpub), nil
@@ -141,7 +132,7 @@ type RelayLeaseState struct {
 func (p *Pruner) RelayLease(ctx context.Context, db DBTX) (RelayLeaseState, error) {
 	var s RelayLeaseState
 	var until *time.Time // NULL: never held, or released
-	if err := db.QueryRow(ctx, p.relayLease).Scan(&s.Holder, &until, &s.Acquisitions); err != nil {
+	if err := db.QueryRow(ctx, p.sql.relayLease).Scan(&s.Holder, &until, &s.Acquisitions); err != nil {
 		return s, fmt.Errorf("outbox: reading the relay lease: %w", err)
 	}
 	s.LeaseUntil = dbsql.Deref(until)

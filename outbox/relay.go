@@ -495,18 +495,13 @@ func (r *Relay) recorded(ctx context.Context, v *verdict) {
 }
 
 func scanClaimed(row pgx.CollectableRow) (Record, error) {
-	var (
-		r         Record
-		aggregate *uuid.UUID
-		key       *string
-		headers   []byte
-	)
-	err := row.Scan((*[16]byte)(&r.ID), &aggregate, &r.Topic, &key, &r.Type, &r.Payload, &headers, &r.Seq, &r.CreatedAt, &r.Attempts)
-	if err != nil {
-		return r, err
+	var c claimedRow
+	if err := row.Scan(c.dest()...); err != nil {
+		return c.r, err
 	}
-	r.AggregateID, r.Key = dbsql.Deref(aggregate), dbsql.Deref(key)
-	return r, json.Unmarshal(headers, &r.Headers)
+	r := c.r
+	r.AggregateID, r.Key = dbsql.Deref(c.aggregate), dbsql.Deref(c.key)
+	return r, json.Unmarshal(c.headers, &r.Headers)
 }
 
 func toMessage(rec Record) broker.Message {

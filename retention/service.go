@@ -81,7 +81,7 @@ type Config struct {
 type Service struct {
 	pool *pgxpool.Pool
 	cfg  Config
-	sql  dbsql.Queries
+	sql  statements
 
 	jobs      *jobs.Pruner
 	outbox    *outbox.Pruner
@@ -136,8 +136,12 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 		cfg.Logger = slog.Default()
 	}
 	s := &Service{pool: pool, cfg: cfg}
-	if _, s.sql, err = dbsql.Prepare(cfg.Schema, queriesSQL); err != nil {
+	schema, err := dbsql.NewSchema(cfg.Schema)
+	if err != nil {
 		return nil, &ConfigError{Field: "Schema", Problem: err.Error()}
+	}
+	if _, err := s.sql.load(schema); err != nil {
+		return nil, fmt.Errorf("retention: %w", err)
 	}
 	if s.jobs, err = jobs.NewPruner(cfg.Schema); err != nil {
 		return nil, err
@@ -204,7 +208,7 @@ func (s *Service) release(ctx context.Context) {
 // takes over at its next check. Run does it when its context ends; call
 // it after PruneOnce when no Run follows.
 func (s *Service) Release(ctx context.Context) error {
-	if _, err := s.pool.Exec(ctx, s.sql.Must("ReleaseLease"), s.cfg.ID); err != nil {
+	if _, err := s.pool.Exec(ctx, s.sql.releaseLease, s.cfg.ID); err != nil {
 		return fmt.Errorf("retention: releasing the lease: %w", err)
 	}
 	return nil
@@ -250,7 +254,7 @@ func (s *Service) PruneOnce(ctx context.Context) (Pass, error) {
 		}
 	}
 	var held bool
-	err := s.pool.QueryRow(ctx, s.sql.Must("AcquireLease"), s.cfg.ID, s.cfg.Lease.Milliseconds(), policy).Scan(&held)
+	err := s.pool.QueryRow(ctx, s.sql.acquireLease, s.cfg.ID, s.cfg.Lease.Milliseconds(), policy).Scan(&held)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return pass, ErrNotHolder
@@ -273,7 +277,7 @@ func (s *Service) PruneOnce(ctx context.Context) (Pass, error) {
 	if err != nil {
 		return pass, fmt.Errorf("retention: %w", err)
 	}
-	if _, err := s.pool.Exec(ctx, s.sql.Must("RecordPass"), s.cfg.ID, record); err != nil {
+	if _, err := s.pool.Exec(ctx, s.sql.recordPass, s.cfg.ID, record); err != nil {
 		return pass, fmt.Errorf("retention: recording the pass: %w", err)
 	}
 	return pass, nil
@@ -349,7 +353,7 @@ func (s *Service) drain(ctx context.Context, pass *Pass, c class) ([]Count, erro
 		var counts []Count
 		err := dbsql.WithTx(ctx, s.pool, func(tx pgx.Tx) error {
 			var held bool
-			err := tx.QueryRow(ctx, s.sql.Must("FenceBatch"), s.cfg.ID, s.cfg.Lease.Milliseconds()).Scan(&held)
+			err := tx.QueryRow(ctx, s.sql.fenceBatch, s.cfg.ID, s.cfg.Lease.Milliseconds()).Scan(&held)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return ErrNotHolder
 			}

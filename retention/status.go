@@ -113,11 +113,11 @@ type Status struct {
 // any history size.
 func (s *Service) Status(ctx context.Context) (Status, error) {
 	var st Status
-	var until, acquired, lastAt *time.Time // NULL: never held, or released
-	var policy, last []byte
-	if err := s.pool.QueryRow(ctx, s.sql.Must("ReadLease")).Scan(&st.Holder, &until, &st.Held, &acquired, &policy, &lastAt, &last, &st.Now); err != nil {
+	row := leaseRow{st: &st}
+	if err := s.pool.QueryRow(ctx, s.sql.readLease).Scan(row.dest()...); err != nil {
 		return st, fmt.Errorf("retention: reading the lease: %w", err)
 	}
+	until, lastAt, policy, last := row.until, row.lastAt, row.policy, row.last
 	if until != nil {
 		st.LeaseUntil = *until
 	}

@@ -230,14 +230,9 @@ func (d *Dispatcher) onSchedule(job *jobs.Job, err error) error {
 }
 
 func (d *Dispatcher) load(ctx context.Context, tenant string, p deliveryPayload) (*attemptTarget, error) {
-	var t attemptTarget
-	var scheme, status, breaker string
-	var keyIDs []string
-	var secrets [][]byte
-	var sealed []bool
+	var r targetRow
 	err := d.withConn(ctx, func() error {
-		return d.db.QueryRow(ctx, d.store.sql.loadAttempt, tenant, p.DeliveryID).Scan(&t.endpointID,
-			&t.body, &t.url, &scheme, &t.sendKeyIDs, &status, &breaker, &t.breakerTill, &keyIDs, &secrets, &sealed)
+		return d.db.QueryRow(ctx, d.store.sql.loadAttempt, tenant, p.DeliveryID).Scan(r.dest()...)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, jobs.Permanent(fmt.Errorf("webhook: delivery %s: %w", p.DeliveryID, ErrNotFound))
@@ -245,7 +240,8 @@ func (d *Dispatcher) load(ctx context.Context, tenant string, p deliveryPayload)
 	if err != nil {
 		return nil, fmt.Errorf("webhook: loading delivery %s: %w", p.DeliveryID, err)
 	}
-	t.scheme, t.status, t.breaker = Scheme(scheme), Status(status), BreakerState(breaker)
+	t, keyIDs, secrets, sealed := r.t, r.keyIDs, r.secrets, r.sealed
+	t.scheme, t.status, t.breaker = Scheme(r.scheme), Status(r.status), BreakerState(r.breaker)
 	for i := range keyIDs {
 		secret, err := d.store.openKey(t.endpointID, keyIDs[i], secrets[i], sealed[i])
 		if err != nil {

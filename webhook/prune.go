@@ -21,21 +21,21 @@ const MaxPruneBatch = 10_000
 // own work. It runs Store.Prune's statement, so both may run at once. It
 // holds no connections and is safe for concurrent use.
 type Pruner struct {
-	prune, count, oldest string
+	sql statements
 }
 
 // NewPruner prepares the pruner's SQL for schema ("" is the default
 // schema).
 func NewPruner(schema string) (*Pruner, error) {
-	_, q, err := dbsql.Prepare(schema, queriesSQL)
+	s, err := dbsql.NewSchema(schema)
 	if err != nil {
 		return nil, fmt.Errorf("webhook: %w", err)
 	}
-	_, pq, err := dbsql.Prepare(schema, pruneSQL)
-	if err != nil {
+	p := &Pruner{}
+	if _, err := p.sql.load(s); err != nil {
 		return nil, fmt.Errorf("webhook: %w", err)
 	}
-	return &Pruner{prune: q.Must("PruneDeliveries"), count: pq.Must("CountDeliveries"), oldest: pq.Must("OldestDelivery")}, nil
+	return p, nil
 }
 
 // Prune deletes up to limit deliveries created more than olderThan ago,
@@ -47,7 +47,7 @@ func (p *Pruner) Prune(ctx context.Context, db DBTX, olderThan time.Duration, li
 	if err := checkPrune(olderThan, limit); err != nil {
 		return 0, err
 	}
-	tag, err := db.Exec(ctx, p.prune, olderThan.Milliseconds(), limit)
+	tag, err := db.Exec(ctx, p.sql.pruneDeliveries, olderThan.Milliseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("webhook: pruning deliveries: %w", err)
 	}
@@ -60,7 +60,7 @@ func (p *Pruner) Count(ctx context.Context, db DBTX, olderThan time.Duration) (i
 		return 0, err
 	}
 	var n int64
-	if err := db.QueryRow(ctx, p.count, olderThan.Milliseconds()).Scan(&n); err != nil {
+	if err := db.QueryRow(ctx, p.sql.countDeliveries, olderThan.Milliseconds()).Scan(&n); err != nil {
 		return 0, fmt.Errorf("webhook: counting deliveries due for pruning: %w", err)
 	}
 	return n, nil
@@ -70,7 +70,7 @@ func (p *Pruner) Count(ctx context.Context, db DBTX, olderThan time.Duration) (i
 // when there is none.
 func (p *Pruner) Oldest(ctx context.Context, db DBTX) (time.Time, error) {
 	var at *time.Time
-	if err := db.QueryRow(ctx, p.oldest).Scan(&at); err != nil {
+	if err := db.QueryRow(ctx, p.sql.oldestDelivery).Scan(&at); err != nil {
 		return time.Time{}, fmt.Errorf("webhook: reading the oldest delivery: %w", err)
 	}
 	return dbsql.Deref(at), nil

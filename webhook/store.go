@@ -224,17 +224,12 @@ type Config struct {
 type Store struct {
 	cfg    Config
 	schema dbsql.Schema
-	sql    struct {
-		insertEndpoint, insertKey, expireKeys, lockEndpoint, getEndpoint, listEndpoints, setStatus string
-		subscribed, insertDeliveries, getDelivery, loadAttempt                                     string
-		breakerAdmit, breakerSuccess, breakerFailure, authFailure, insertAttempt, listAttempts     string
-		pruneDeliveries, breakerStates, rawKeys, sealKeys                                          string
-	}
+	sql    statements
 }
 
 // NewStore validates cfg and prepares the store's SQL for its schema.
 func NewStore(cfg Config) (*Store, error) {
-	schema, q, err := dbsql.Prepare(cfg.Schema, queriesSQL)
+	schema, err := dbsql.NewSchema(cfg.Schema)
 	if err != nil {
 		return nil, fmt.Errorf("webhook: %w", err)
 	}
@@ -276,16 +271,8 @@ func NewStore(cfg Config) (*Store, error) {
 	}
 	cfg.AlertTopic = cmp.Or(cfg.AlertTopic, DefaultAlertTopic)
 	s := &Store{cfg: cfg, schema: schema}
-	for name, dst := range map[string]*string{
-		"InsertEndpoint": &s.sql.insertEndpoint, "InsertKey": &s.sql.insertKey, "ExpireKeys": &s.sql.expireKeys,
-		"LockEndpoint": &s.sql.lockEndpoint, "GetEndpoint": &s.sql.getEndpoint, "ListEndpoints": &s.sql.listEndpoints,
-		"SetStatus": &s.sql.setStatus, "SubscribedEndpoints": &s.sql.subscribed, "InsertDeliveries": &s.sql.insertDeliveries,
-		"GetDelivery": &s.sql.getDelivery, "LoadAttempt": &s.sql.loadAttempt, "BreakerAdmit": &s.sql.breakerAdmit,
-		"BreakerSuccess": &s.sql.breakerSuccess, "BreakerFailure": &s.sql.breakerFailure, "AuthFailure": &s.sql.authFailure,
-		"InsertAttempt": &s.sql.insertAttempt, "ListAttempts": &s.sql.listAttempts, "PruneDeliveries": &s.sql.pruneDeliveries,
-		"BreakerStates": &s.sql.breakerStates, "RawKeys": &s.sql.rawKeys, "SealKeys": &s.sql.sealKeys,
-	} {
-		*dst = q.Must(name)
+	if _, err := s.sql.load(schema); err != nil {
+		return nil, fmt.Errorf("webhook: %w", err)
 	}
 	return s, nil
 }
@@ -525,15 +512,12 @@ func (s *Store) ListEndpoints(ctx context.Context, db DBTX, tenant string) ([]*E
 }
 
 func scanEndpoint(row pgx.Row) (*Endpoint, error) {
-	var ep Endpoint
-	var scheme, status, breaker string
-	var until *time.Time
-	err := row.Scan(&ep.ID, &ep.Tenant, &ep.URL, &ep.EventTypes, &scheme, &ep.SendKeyIDs, &ep.Description, &status,
-		&ep.DisabledReason, &breaker, &ep.BreakerFails, &until, &ep.AuthFailures, &ep.CreatedAt, &ep.UpdatedAt, &ep.KeyIDs)
-	if err != nil {
+	var r endpointRow
+	if err := row.Scan(r.dest()...); err != nil {
 		return nil, err
 	}
-	ep.Scheme, ep.Status, ep.Breaker, ep.BreakerUntil = Scheme(scheme), Status(status), BreakerState(breaker), dbsql.Deref(until)
+	ep := r.ep
+	ep.Scheme, ep.Status, ep.Breaker, ep.BreakerUntil = Scheme(r.scheme), Status(r.status), BreakerState(r.breaker), dbsql.Deref(r.until)
 	return &ep, nil
 }
 
@@ -656,7 +640,7 @@ func (s *Store) validateEvent(tenant string, ev *Event) ([]byte, error) {
 // Delivery returns the tenant's delivery, or ErrNotFound.
 func (s *Store) Delivery(ctx context.Context, db DBTX, tenant string, id uuid.UUID) (*Delivery, error) {
 	var d Delivery
-	err := db.QueryRow(ctx, s.sql.getDelivery, tenant, id).Scan(&d.ID, &d.Tenant, &d.EndpointID, &d.EventID, &d.EventType, &d.Body, &d.CreatedAt)
+	err := db.QueryRow(ctx, s.sql.getDelivery, tenant, id).Scan(deliveryDest(&d)...)
 	if err != nil {
 		return nil, notFound(err)
 	}
@@ -670,13 +654,11 @@ func (s *Store) Attempts(ctx context.Context, db DBTX, tenant string, deliveryID
 		return nil, fmt.Errorf("webhook: attempts: %w", err)
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Attempt, error) {
-		var a Attempt
-		var status *int
-		var ms float64
-		err := r.Scan(&a.DeliveryID, &a.JobID, &a.Attempt, &a.Worker, &a.URL, &a.StartedAt, &ms, &status, &a.Outcome,
-			&a.ErrorClass, &a.Error, &a.KeyIDs, &a.RequestHeaders, &a.ResponseBody)
-		a.Status = dbsql.Deref(status)
-		a.Latency = time.Duration(ms * float64(time.Millisecond))
+		var row attemptRow
+		err := r.Scan(row.dest()...)
+		a := row.a
+		a.Status = dbsql.Deref(row.status)
+		a.Latency = time.Duration(row.ms * float64(time.Millisecond))
 		return a, err
 	})
 }

@@ -80,3 +80,48 @@ UPDATE /*schema*/t AS x SET a = 1 FROM u RETURNING /*cols x*/;
 	_, err = ParseQueries("-- name: A\nSELECT /*nope*/ FROM t;", schema)
 	require.ErrorContains(t, err, "undefined fragment")
 }
+
+func TestLoad(t *testing.T) {
+	t.Parallel()
+	schema, err := NewSchema("s")
+	require.NoError(t, err)
+	files := []string{"-- name: A\nSELECT a FROM /*schema*/t;", "-- name: B\nDELETE FROM /*schema*/t;"}
+	var q struct{ a, b string }
+	var a int
+	set, err := Load(schema, files, Query(&q.a, "A", 0, &a), Exec(&q.b, "B", 0))
+	require.NoError(t, err)
+	require.Equal(t, "SELECT a FROM s.t;", q.a)
+	require.Equal(t, "DELETE FROM s.t;", q.b)
+	require.Len(t, set.Specs, 2)
+	require.Equal(t, q.a, set.Specs[0].SQL())
+
+	_, err = Load(schema, files, Query(&q.a, "A", 0, &a))
+	require.ErrorContains(t, err, "statements no Go code declares: B")
+	_, err = Load(schema, files, Query(&q.a, "A", 0, &a), Exec(&q.b, "B", 0), Exec(&q.b, "C", 0))
+	require.ErrorContains(t, err, `no statement named "C"`)
+	_, err = Load(schema, files, Query(&q.a, "A", 0, &a), Exec(&q.b, "B", 0), Exec(&q.b, "A", 0))
+	require.ErrorContains(t, err, `"A" is declared twice`)
+	_, err = Load(schema, files, Query(nil, "A", 0, &a), Exec(&q.b, "B", 0))
+	require.ErrorContains(t, err, "no destination")
+}
+
+// ParseQueries reads only files embedded at build time, but a malformed one
+// must fail with an error, never a panic or an empty statement.
+func FuzzParseQueries(f *testing.F) {
+	f.Add("-- fragment: cols\na, b\n-- name: A\nSELECT /*cols x*/ FROM /*schema*/t;\n-- name: B\nSELECT 1;")
+	f.Add("-- name: A\n\n-- name: B\nSELECT 1;")
+	f.Add("-- name:\nSELECT /*nope*/;")
+	schema, err := NewSchema("s")
+	require.NoError(f, err)
+	f.Fuzz(func(t *testing.T, src string) {
+		q, err := ParseQueries(src, schema)
+		if err != nil {
+			return
+		}
+		for name, sql := range q {
+			require.NotEmpty(t, name)
+			require.NotEmpty(t, sql, name)
+			require.NotContains(t, sql, "/*schema*/", name)
+		}
+	})
+}

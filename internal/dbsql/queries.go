@@ -8,7 +8,8 @@ import (
 )
 
 // Queries holds the named statements of one SQL file, already rendered for a
-// schema.
+// schema. New code holds statements in a struct filled by Load instead (see
+// the package documentation); Queries remains for packages not converted.
 type Queries map[string]string
 
 // ParseQueries splits src into statements named by "-- name: X" lines, as

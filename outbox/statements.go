@@ -1,0 +1,68 @@
+package outbox
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/llmq/llmq/internal/dbsql"
+)
+
+// statements is every statement of queries.sql and prune.sql, with the
+// shape the code binds and scans; dbsqltest checks it against the schema.
+type statements struct {
+	insertEvent, listByAggregate, lockClaims, claimEvents, relaxCommit, markPublished, markFailed  string
+	pendingStats, prunePublished, leaseFree, acquireLease, renewLease, releaseLease                string
+	countUnpublishedUpTo, countPublished, oldestEvents, pruneUnrelayed, countUnrelayed, relayLease string
+}
+
+func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
+	return dbsql.Load(schema, []string{queriesSQL, pruneSQL},
+		dbsql.Query(&q.insertEvent, "InsertEvent", 8, new(int64), new(time.Time)),
+		dbsql.Query(&q.listByAggregate, "ListEventsByAggregate", 1, new(listedRow).dest()...),
+		dbsql.Discard(&q.lockClaims, "LockClaims", 2),
+		dbsql.Query(&q.claimEvents, "ClaimEvents", 6, new(claimedRow).dest()...),
+		dbsql.Discard(&q.relaxCommit, "RelaxCommit", 0),
+		dbsql.Exec(&q.markPublished, "MarkPublished", 2),
+		dbsql.Exec(&q.markFailed, "MarkFailed", 4),
+		dbsql.Query(&q.pendingStats, "PendingStats", 0, new(int64), new(float64)),
+		dbsql.Exec(&q.prunePublished, "PrunePublished", 2),
+		dbsql.Query(&q.leaseFree, "LeaseFree", 0, new(bool), new(float64)),
+		dbsql.Query(&q.acquireLease, "AcquireLease", 2, new(int64), new(*string), new(int64)),
+		dbsql.Exec(&q.renewLease, "RenewLease", 3),
+		dbsql.Exec(&q.releaseLease, "ReleaseLease", 2),
+		dbsql.Query(&q.countUnpublishedUpTo, "CountUnpublishedUpTo", 1, new(int64), new(float64)),
+		dbsql.Query(&q.countPublished, "CountPublished", 1, new(int64)),
+		dbsql.Query(&q.oldestEvents, "OldestEvents", 0, new(*time.Time), new(*time.Time)),
+		dbsql.Exec(&q.pruneUnrelayed, "PruneUnrelayed", 2),
+		dbsql.Query(&q.countUnrelayed, "CountUnrelayed", 1, new(int64)),
+		dbsql.Query(&q.relayLease, "RelayLease", 0, new(string), new(*time.Time), new(int64)),
+	)
+}
+
+// claimedRow is a ClaimEvents row as the relay scans it.
+type claimedRow struct {
+	r         Record
+	aggregate *uuid.UUID
+	key       *string
+	headers   []byte
+}
+
+func (c *claimedRow) dest() []any {
+	return []any{(*[16]byte)(&c.r.ID), &c.aggregate, &c.r.Topic, &c.key, &c.r.Type, &c.r.Payload, &c.headers,
+		&c.r.Seq, &c.r.CreatedAt, &c.r.Attempts}
+}
+
+// listedRow is a ListEventsByAggregate row as scanned.
+type listedRow struct {
+	r                Record
+	aggregate        *uuid.UUID
+	key, lastError   *string
+	payload, headers []byte
+	publishedAt      *time.Time
+}
+
+func (l *listedRow) dest() []any {
+	return []any{&l.r.ID, &l.aggregate, &l.r.Topic, &l.key, &l.r.Type, &l.payload, &l.headers,
+		&l.r.Seq, &l.r.CreatedAt, &l.r.Attempts, &l.publishedAt, &l.lastError}
+}
