@@ -84,6 +84,7 @@ type Config struct {
 // Store is the inbox.
 type Store struct {
 	retention time.Duration
+	schema    string
 	sql       statements
 }
 
@@ -96,7 +97,7 @@ func NewStore(cfg Config) (*Store, error) {
 	if cfg.Retention != 0 && cfg.Retention < MinRetention {
 		return nil, fmt.Errorf("inbox: Retention is %s; use 0 for the default of %s, or at least %s: it must outlast the sender's retries", cfg.Retention, DefaultRetention, MinRetention)
 	}
-	s := &Store{retention: cmp.Or(cfg.Retention, DefaultRetention)}
+	s := &Store{retention: cmp.Or(cfg.Retention, DefaultRetention), schema: schema.Name()}
 	if _, err := s.sql.load(schema); err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
@@ -127,6 +128,7 @@ func (s *Store) Accept(ctx context.Context, tx DBTX, consumer string, msg broker
 	case err == nil:
 		return NewMessage, nil
 	case !errors.Is(err, pgx.ErrNoRows):
+		err = dbsql.Migrated(err, s.schema, "inbox.Config.Schema")
 		return 0, fmt.Errorf("inbox: accepting %s for %s: %w", msg.ID, consumer, err)
 	}
 	// The id was taken: by a committed transaction, which this second

@@ -258,7 +258,11 @@
 // *NotMigratedError naming the schema, llmq.Migrate and `llmq migrate up`)
 // instead of PostgreSQL's "relation does not exist", from Enqueue,
 // EnqueueMany, Get, List, ListAll, Lookup, Cancel, Attempts, Stats and
-// Claim: the calls a new host or an operator makes first.
+// Claim: the calls a new host or an operator makes first. The other
+// components answer the same error (llmqtype.ErrNotMigrated, naming their
+// own Config.Schema) from their first calls: admission.Postgres.Acquire,
+// outbox.Store.Write, outbox.Relay.Drain (and a relay's lease check, in its
+// log), inbox.Store.Accept and webhook.Store.Enqueue.
 //
 // # Observability
 //

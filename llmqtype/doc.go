@@ -9,6 +9,10 @@
 //     parameter, outbox event or webhook endpoint alike; its Kind field is
 //     the sentinel of the package that refused the input (for example
 //     jobs.ErrInvalidParams), which errors.Is also matches.
+//   - NotMigratedError and ErrNotMigrated, what every component answers
+//     when its schema has no llmq tables (never migrated, or another
+//     schema than the one migrated), naming the schema, the setting that
+//     chose it and the command that fixes it.
 //   - BackoffPolicy, the full-jitter exponential backoff that jobs
 //     (ReapParams), lease (Config.Retry), outbox (RelayConfig.Backoff) and
 //     broker/rabbitmq (ConnConfig.Reconnect) take.

@@ -143,6 +143,7 @@ func (s *Store) Write(ctx context.Context, db DBTX, ev Event) (Record, error) {
 		ev.ID, dbsql.NullIfZero(ev.AggregateID), ev.Topic, dbsql.NullIfZero(ev.Key), ev.Type, string(ev.Payload), headers, s.channel,
 	).Scan(&rec.Seq, &rec.CreatedAt)
 	if err != nil {
+		err = dbsql.Migrated(err, s.schema.Name(), "outbox.Config.Schema")
 		return Record{}, fmt.Errorf("outbox: writing event %s (%s): %w", ev.ID, ev.Type, err)
 	}
 	return rec, nil

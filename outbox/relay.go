@@ -256,7 +256,8 @@ func (r *Relay) RelayOnce(ctx context.Context) (BatchResult, error) {
 // returns, also when it fails. Run relays the same way while it is the
 // active relay; Drain, like RelayOnce, does not take the leader lease.
 func (r *Relay) Drain(ctx context.Context) (BatchResult, error) {
-	return r.drain(ctx, unfenced)
+	res, err := r.drain(ctx, unfenced)
+	return res, dbsql.Migrated(err, r.store.schema.Name(), "outbox.Config.Schema")
 }
 
 // unfenced is the epoch of claims made outside the leader lease.

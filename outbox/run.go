@@ -47,6 +47,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
+			err = dbsql.Migrated(err, r.store.schema.Name(), "outbox.Config.Schema")
 			r.cfg.Logger.Warn("llmq: outbox relay could not check the leader lease; trying again", "err", err, "retry_in", wait)
 		case l.epoch > 0:
 			standingBy = false

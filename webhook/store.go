@@ -547,7 +547,7 @@ func (s *Store) Enqueue(ctx context.Context, tx DBTX, tenant string, ev Event) (
 	}
 	rows, err := tx.Query(ctx, s.sql.subscribed, tenant, ev.Type)
 	if err != nil {
-		return nil, fmt.Errorf("webhook: enqueue: %w", err)
+		return nil, fmt.Errorf("webhook: enqueue: %w", dbsql.Migrated(err, s.schema.Name(), "webhook.Config.Schema"))
 	}
 	endpoints, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	if err != nil || len(endpoints) == 0 {
@@ -593,7 +593,7 @@ func (s *Store) Enqueue(ctx context.Context, tx DBTX, tenant string, ev Event) (
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("webhook: enqueue: %w", err)
+		return nil, fmt.Errorf("webhook: enqueue: %w", dbsql.Migrated(err, s.schema.Name(), "webhook.Config.Schema"))
 	}
 	return out, nil
 }
