@@ -31,7 +31,8 @@ type statements struct {
 func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 	job := new(jobRow).dest()
 	return dbsql.Load(schema, []string{queriesSQL, operatorListSQL, pruneSQL},
-		dbsql.Query(&q.insertJobs, "InsertJobs", 19, job...),
+		dbsql.Query(&q.insertJobs, "InsertJobs", 19, job...).
+			Binds(new(insertBatch).args("", "", []string{}, new(string), []string{})...),
 		dbsql.Query(&q.selectByKey, "SelectJobsByIdempotencyKey", 2, job...),
 		dbsql.Query(&q.get, "GetJob", 2, job...),
 		// ListJobs and ListAllJobs bind their filters, then the page's

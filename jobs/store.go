@@ -341,6 +341,19 @@ type insertBatch struct {
 	derivedHash                      []bool // the request hash was derived from kind and payload
 }
 
+// args is InsertJobs' arguments, in order: the batch's arrays, then the
+// event topic, the notify channel, the queues to notify, the caller's trace
+// parent and the kinds that write no events. statements declares its
+// argument types from it.
+func (b *insertBatch) args(topic, channel string, notify []string, traceParent *string, withoutEvents []string) []any {
+	return []any{
+		b.ids, b.tenants, b.kinds, b.queues, b.priorities,
+		b.keys, b.hashes, b.payloads, b.groupKeys, b.maxAttempts,
+		b.availableAt, b.deadlineAt, b.estimatedTokens, b.eventIDs,
+		topic, channel, notify, traceParent, withoutEvents,
+	}
+}
+
 func (s *PostgresStore) prepare(params []EnqueueParams) (*insertBatch, error) {
 	switch {
 	case len(params) == 0:
@@ -397,12 +410,8 @@ func (s *PostgresStore) prepare(params []EnqueueParams) (*insertBatch, error) {
 // insert runs InsertJobs and resolves every job the statement did not
 // insert to the job that already holds its idempotency key.
 func (s *PostgresStore) insert(ctx context.Context, db DBTX, b *insertBatch) ([]EnqueueResult, error) {
-	rows, err := db.Query(ctx, s.sql.insertJobs,
-		b.ids, b.tenants, b.kinds, b.queues, b.priorities,
-		b.keys, b.hashes, b.payloads, b.groupKeys, b.maxAttempts,
-		b.availableAt, b.deadlineAt, b.estimatedTokens, b.eventIDs,
-		s.cfg.EventTopic, s.channel, s.notify.queues(b.queues, time.Now()),
-		dbsql.NullIfZero(telemetry.TraceParent(ctx)), s.cfg.KindsWithoutEvents)
+	rows, err := db.Query(ctx, s.sql.insertJobs, b.args(s.cfg.EventTopic, s.channel,
+		s.notify.queues(b.queues, time.Now()), dbsql.NullIfZero(telemetry.TraceParent(ctx)), s.cfg.KindsWithoutEvents)...)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: enqueue: %w", s.migrated(err))
 	}
