@@ -173,7 +173,7 @@ func (s *PostgresStore) AllTenantLimits(ctx context.Context, db DBTX) (map[strin
 			tenant string
 			l      TenantLimits
 		)
-		if err := rows.Scan(append([]any{&tenant}, limitsDest(&l)...)...); err != nil {
+		if err := rows.Scan(tenantLimitsDest(&tenant, &l)...); err != nil {
 			return nil, fmt.Errorf("jobs: listing tenant limits: %w", err)
 		}
 		out[tenant] = l

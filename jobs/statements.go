@@ -58,7 +58,7 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Exec(&q.setTenantLimits, "SetTenantLimits", 3),
 		dbsql.Exec(&q.deleteTenantLimits, "DeleteTenantLimits", 1),
 		dbsql.Query(&q.getTenantLimits, "GetTenantLimits", 1, limitsDest(new(TenantLimits))...),
-		dbsql.Query(&q.listTenantLimits, "ListTenantLimits", 0, append([]any{new(string)}, limitsDest(new(TenantLimits))...)...),
+		dbsql.Query(&q.listTenantLimits, "ListTenantLimits", 0, tenantLimitsDest(new(string), new(TenantLimits))...),
 		dbsql.Query(&q.lookup, "LookupJob", 1, job...),
 		dbsql.Query(&q.deadLetters, "ListDeadLetters", 1, job...),
 		dbsql.Query(&q.tenantBacklogs, "TenantBacklogs", 0, new(tenantBacklogRow).dest()...),
@@ -117,6 +117,11 @@ func (c *tenantCandidate) dest() []any {
 }
 
 func limitsDest(l *TenantLimits) []any { return []any{&l.Weight, &l.MaxRunning} }
+
+// tenantLimitsDest is a ListTenantLimits row: the tenant, then its limits.
+func tenantLimitsDest(tenant *string, l *TenantLimits) []any {
+	return append([]any{tenant}, limitsDest(l)...)
+}
 
 func pruneDest(r *PruneResult) []any { return []any{&r.Jobs, &r.Attempts, &r.Keys} }
 
