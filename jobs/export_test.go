@@ -1,37 +1,23 @@
 package jobs
 
-// QueryForTest returns one of the store's rendered statements, so tests can
-// EXPLAIN exactly what runs.
+import "github.com/llmq/llmq/internal/dbsql"
+
+// QueryForTest returns one of the store's rendered statements, by its name
+// in the SQL files, so tests can EXPLAIN exactly what runs.
 func (s *PostgresStore) QueryForTest(name string) string {
-	switch name {
-	case "CompleteJobs":
-		return s.sql.complete
-	case "HeartbeatLeases":
-		return s.sql.heartbeat
-	case "LockClaimTenants":
-		return s.sql.lockClaimTenants
-	case "ClaimJobs":
-		return s.sql.claim
-	case "QueueDepth":
-		return s.sql.queueDepth
-	case "ListJobs":
-		return s.sql.list
-	case "SelectJobsByIdempotencyKey":
-		return s.sql.selectByKey
-	case "ListLeases":
-		return s.sql.leases
-	case "MarkHungAttempts":
-		return s.sql.markHung
-	case "UnservedKinds":
-		return s.sql.unservedKinds
-	case "ReapExpiredLeases":
-		return s.sql.reap
-	case "FailExpiredDeadlines":
-		return s.sql.failDeadlines
-	case "TenantBacklogs":
-		return s.ops.tenantBacklogs
-	case "KindBacklogs":
-		return s.ops.kindBacklogs
+	schema, err := dbsql.NewSchema(s.cfg.Schema)
+	if err != nil {
+		panic(err)
+	}
+	var q statements
+	set, err := q.load(schema)
+	if err != nil {
+		panic(err)
+	}
+	for _, spec := range set.Specs {
+		if spec.Name() == name {
+			return spec.SQL()
+		}
 	}
 	panic("unknown statement " + name)
 }

@@ -144,7 +144,7 @@ func readClaimTenants(results pgx.BatchResults, nested bool) ([]*tenantCandidate
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*tenantCandidate, error) {
 		var c tenantCandidate
-		err := row.Scan(&c.tenant, &c.vtime, &c.weight, &c.maxRunning, &c.running)
+		err := row.Scan(c.dest()...)
 		return &c, err
 	})
 }
@@ -266,7 +266,7 @@ func (s *PostgresStore) DeleteTenantLimits(ctx context.Context, db DBTX, tenant 
 // defaults (the empty tenant's).
 func (s *PostgresStore) TenantLimitsOf(ctx context.Context, db DBTX, tenant string) (TenantLimits, error) {
 	var l TenantLimits
-	err := db.QueryRow(ctx, s.sql.getTenantLimits, tenant).Scan(&l.Weight, &l.MaxRunning)
+	err := db.QueryRow(ctx, s.sql.getTenantLimits, tenant).Scan(limitsDest(&l)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return TenantLimits{Weight: 1}, nil
 	}

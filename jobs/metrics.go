@@ -50,13 +50,9 @@ func (s *PostgresStore) Depth(ctx context.Context, db DBTX) ([]QueueDepth, error
 		out = append(out, QueueDepth{Queue: q})
 	}
 	read, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (QueueDepth, error) {
-		var (
-			d   QueueDepth
-			age float64
-		)
-		err := row.Scan(&d.Queue, &d.Runnable, &d.Scheduled, &d.Running, &age)
-		d.OldestRunnableAge = time.Duration(age * float64(time.Second))
-		return d, err
+		var r depthRow
+		err := row.Scan(r.dest()...)
+		return r.depth(), err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: queue depth: %w", err)

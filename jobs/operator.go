@@ -9,31 +9,16 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/llmqtype"
 )
 
 // Operator reads. An operator's tools (cmd/llmq) see every tenant; a server
 // answering tenants must use the tenant-scoped Store methods instead.
 
-type operatorSQL struct {
-	lookup, deadLetters, tenantBacklogs, kindBacklogs, listTenantLimits string
-}
-
-func newOperatorSQL(q dbsql.Queries) operatorSQL {
-	return operatorSQL{
-		lookup:           q.Must("LookupJob"),
-		deadLetters:      q.Must("ListDeadLetters"),
-		tenantBacklogs:   q.Must("TenantBacklogs"),
-		kindBacklogs:     q.Must("KindBacklogs"),
-		listTenantLimits: q.Must("ListTenantLimits"),
-	}
-}
-
 // Lookup returns the job with id whatever its tenant, or ErrNotFound. It is
 // for operators; a tenant's request goes through Get.
 func (s *PostgresStore) Lookup(ctx context.Context, db DBTX, id uuid.UUID) (*Job, error) {
-	rows, err := db.Query(ctx, s.ops.lookup, id)
+	rows, err := db.Query(ctx, s.sql.lookup, id)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: lookup %s: %w", id, s.migrated(err))
 	}
@@ -54,7 +39,7 @@ func (s *PostgresStore) DeadLetters(ctx context.Context, db DBTX, limit int) ([]
 	if limit < 1 || limit > MaxListLimit {
 		return nil, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "limit", Problem: fmt.Sprintf("is %d; use 1 to %d", limit, MaxListLimit)}
 	}
-	rows, err := db.Query(ctx, s.ops.deadLetters, limit)
+	rows, err := db.Query(ctx, s.sql.deadLetters, limit)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: listing dead letters: %w", err)
 	}
@@ -88,19 +73,14 @@ type TenantBacklog struct {
 // queue then tenant. It reads the unfinished jobs, so its cost grows with
 // the backlog: an operator's query, not a hot path.
 func (s *PostgresStore) TenantBacklogs(ctx context.Context, db DBTX) ([]TenantBacklog, error) {
-	rows, err := db.Query(ctx, s.ops.tenantBacklogs)
+	rows, err := db.Query(ctx, s.sql.tenantBacklogs)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: tenant backlogs: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (TenantBacklog, error) {
-		var (
-			b      TenantBacklog
-			oldest float64
-		)
-		err := row.Scan(&b.Queue, &b.Tenant, &b.Runnable, &b.Scheduled, &b.Running, &oldest,
-			&b.Limits.Weight, &b.Limits.MaxRunning, &b.OwnLimits)
-		b.OldestRunnableAge = time.Duration(oldest * float64(time.Second))
-		return b, err
+		var r tenantBacklogRow
+		err := row.Scan(r.dest()...)
+		return r.backlog(), err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: tenant backlogs: %w", err)
@@ -126,18 +106,14 @@ type KindBacklog struct {
 // then kind. Like TenantBacklogs it reads the unfinished jobs: an
 // operator's query, not a hot path.
 func (s *PostgresStore) KindBacklogs(ctx context.Context, db DBTX) ([]KindBacklog, error) {
-	rows, err := db.Query(ctx, s.ops.kindBacklogs)
+	rows, err := db.Query(ctx, s.sql.kindBacklogs)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: kind backlogs: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (KindBacklog, error) {
-		var (
-			b      KindBacklog
-			oldest float64
-		)
-		err := row.Scan(&b.Queue, &b.Kind, &b.Runnable, &b.Scheduled, &b.Running, &oldest)
-		b.OldestRunnableAge = time.Duration(oldest * float64(time.Second))
-		return b, err
+		var r kindBacklogRow
+		err := row.Scan(r.dest()...)
+		return r.backlog(), err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: kind backlogs: %w", err)
@@ -174,7 +150,7 @@ func (s *PostgresStore) UnservedKinds(ctx context.Context, db DBTX, queue string
 			oldest float64
 		)
 		err := row.Scan(&k.Kind, &k.Runnable, &oldest)
-		k.OldestRunnableAge = time.Duration(oldest * float64(time.Second))
+		k.OldestRunnableAge = seconds(oldest)
 		return k, err
 	})
 	if err != nil {
@@ -186,7 +162,7 @@ func (s *PostgresStore) UnservedKinds(ctx context.Context, db DBTX, queue string
 // AllTenantLimits returns every stored limits row by tenant; the empty
 // tenant holds the defaults.
 func (s *PostgresStore) AllTenantLimits(ctx context.Context, db DBTX) (map[string]TenantLimits, error) {
-	rows, err := db.Query(ctx, s.ops.listTenantLimits)
+	rows, err := db.Query(ctx, s.sql.listTenantLimits)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: listing tenant limits: %w", err)
 	}
@@ -197,7 +173,7 @@ func (s *PostgresStore) AllTenantLimits(ctx context.Context, db DBTX) (map[strin
 			tenant string
 			l      TenantLimits
 		)
-		if err := rows.Scan(&tenant, &l.Weight, &l.MaxRunning); err != nil {
+		if err := rows.Scan(tenantLimitsDest(&tenant, &l)...); err != nil {
 			return nil, fmt.Errorf("jobs: listing tenant limits: %w", err)
 		}
 		out[tenant] = l

@@ -24,22 +24,20 @@ const MaxPruneBatch = 10_000
 // concurrent use; the retention package decides when, and how much, to
 // delete.
 type Pruner struct {
-	sql struct{ prune, count, oldest, countUpTo, estimate string }
+	sql statements
 }
 
 // NewPruner prepares the pruner's SQL for schema ("" is the default
 // schema).
 func NewPruner(schema string) (*Pruner, error) {
-	_, q, err := dbsql.Prepare(schema, pruneSQL)
+	s, err := dbsql.NewSchema(schema)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: %w", err)
 	}
 	p := &Pruner{}
-	p.sql.prune = q.Must("PruneFinished")
-	p.sql.count = q.Must("CountFinished")
-	p.sql.oldest = q.Must("OldestFinished")
-	p.sql.countUpTo = q.Must("CountFinishedUpTo")
-	p.sql.estimate = q.Must("EstimateFinished")
+	if _, err := p.sql.load(s); err != nil {
+		return nil, fmt.Errorf("jobs: %w", err)
+	}
 	return p, nil
 }
 
@@ -65,7 +63,7 @@ func (p *Pruner) PruneFinished(ctx context.Context, db DBTX, state State, olderT
 		return PruneResult{}, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "limit", Problem: fmt.Sprintf("is %d; use 1 to %d", limit, MaxPruneBatch)}
 	}
 	var r PruneResult
-	if err := db.QueryRow(ctx, p.sql.prune, string(state), olderThan.Milliseconds(), limit).Scan(&r.Jobs, &r.Attempts, &r.Keys); err != nil {
+	if err := db.QueryRow(ctx, p.sql.prune, string(state), olderThan.Milliseconds(), limit).Scan(pruneDest(&r)...); err != nil {
 		return PruneResult{}, fmt.Errorf("jobs: pruning %s jobs: %w", state, err)
 	}
 	return r, nil
@@ -78,7 +76,7 @@ func (p *Pruner) CountFinished(ctx context.Context, db DBTX, state State, olderT
 		return 0, err
 	}
 	var n int64
-	if err := db.QueryRow(ctx, p.sql.count, string(state), olderThan.Milliseconds()).Scan(&n); err != nil {
+	if err := db.QueryRow(ctx, p.sql.countFinished, string(state), olderThan.Milliseconds()).Scan(&n); err != nil {
 		return 0, fmt.Errorf("jobs: counting %s jobs due for pruning: %w", state, err)
 	}
 	return n, nil
@@ -91,7 +89,7 @@ func (p *Pruner) OldestFinished(ctx context.Context, db DBTX, state State) (time
 		return time.Time{}, err
 	}
 	var at *time.Time
-	if err := db.QueryRow(ctx, p.sql.oldest, string(state)).Scan(&at); err != nil {
+	if err := db.QueryRow(ctx, p.sql.oldestFinished, string(state)).Scan(&at); err != nil {
 		return time.Time{}, fmt.Errorf("jobs: reading the oldest %s job: %w", state, err)
 	}
 	return dbsql.Deref(at), nil
@@ -146,7 +144,7 @@ func (p *Pruner) SizeFinished(ctx context.Context, db DBTX) (map[State]Size, err
 // EstimateFinished.
 func (p *Pruner) estimateFinished(ctx context.Context, db DBTX) ([]int64, error) {
 	var raw []byte
-	if err := db.QueryRow(ctx, p.sql.estimate).Scan(&raw); err != nil {
+	if err := db.QueryRow(ctx, p.sql.estimateFinished).Scan(&raw); err != nil {
 		return nil, fmt.Errorf("jobs: estimating finished jobs: %w", err)
 	}
 	var plans []struct {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/telemetry"
@@ -205,13 +204,7 @@ type PostgresStore struct {
 	queues  map[string]bool
 	channel string
 	notify  *notifyLimiter
-	sql     struct {
-		insertJobs, selectByKey, get, list, listAll, cancel, stats, leases                            string
-		lockClaimTenants, claim, wakeIdleTenants, heartbeat, complete, markStale, reap, failDeadlines string
-		setTenantLimits, deleteTenantLimits, getTenantLimits                                          string
-		replay, attempts, queueDepth, markHung, unservedKinds                                         string
-	}
-	ops operatorSQL
+	sql     statements
 }
 
 var (
@@ -221,8 +214,12 @@ var (
 
 // NewStore validates cfg once and prepares the store's SQL for its schema.
 func NewStore(cfg Config) (*PostgresStore, error) {
-	schema, q, err := dbsql.Prepare(cfg.Schema, queriesSQL+"\n"+operatorListSQL)
+	schema, err := dbsql.NewSchema(cfg.Schema)
 	if err != nil {
+		return nil, fmt.Errorf("jobs: %w", err)
+	}
+	var sql statements
+	if _, err := sql.load(schema); err != nil {
 		return nil, fmt.Errorf("jobs: %w", err)
 	}
 	cfg.Schema = schema.Name()
@@ -264,32 +261,8 @@ func NewStore(cfg Config) (*PostgresStore, error) {
 		queues:  queues,
 		channel: schema.Channel("jobs"),
 		notify:  newNotifyLimiter(cfg.DisableNotify, cfg.NotifyInterval),
+		sql:     sql,
 	}
-	s.sql.insertJobs = q.Must("InsertJobs")
-	s.sql.selectByKey = q.Must("SelectJobsByIdempotencyKey")
-	s.sql.get = q.Must("GetJob")
-	s.sql.list = q.Must("ListJobs")
-	s.sql.listAll = q.Must("ListAllJobs")
-	s.sql.leases = q.Must("ListLeases")
-	s.sql.cancel = q.Must("CancelJob")
-	s.sql.stats = q.Must("QueueStats")
-	s.sql.lockClaimTenants = q.Must("LockClaimTenants")
-	s.sql.claim = q.Must("ClaimJobs")
-	s.sql.wakeIdleTenants = q.Must("WakeIdleTenants")
-	s.sql.setTenantLimits = q.Must("SetTenantLimits")
-	s.sql.deleteTenantLimits = q.Must("DeleteTenantLimits")
-	s.sql.getTenantLimits = q.Must("GetTenantLimits")
-	s.sql.heartbeat = q.Must("HeartbeatLeases")
-	s.sql.complete = q.Must("CompleteJobs")
-	s.sql.markStale = q.Must("MarkStaleAttempts")
-	s.sql.markHung = q.Must("MarkHungAttempts")
-	s.sql.unservedKinds = q.Must("UnservedKinds")
-	s.sql.reap = q.Must("ReapExpiredLeases")
-	s.sql.failDeadlines = q.Must("FailExpiredDeadlines")
-	s.sql.replay = q.Must("ReplayJob")
-	s.sql.attempts = q.Must("ListAttempts")
-	s.ops = newOperatorSQL(q)
-	s.sql.queueDepth = q.Must("QueueDepth")
 	return s, nil
 }
 
@@ -368,6 +341,19 @@ type insertBatch struct {
 	derivedHash                      []bool // the request hash was derived from kind and payload
 }
 
+// args is InsertJobs' arguments, in order: the batch's arrays, then the
+// event topic, the notify channel, the queues to notify, the caller's trace
+// parent and the kinds that write no events. statements declares its
+// argument types from it.
+func (b *insertBatch) args(topic, channel string, notify []string, traceParent *string, withoutEvents []string) []any {
+	return []any{
+		b.ids, b.tenants, b.kinds, b.queues, b.priorities,
+		b.keys, b.hashes, b.payloads, b.groupKeys, b.maxAttempts,
+		b.availableAt, b.deadlineAt, b.estimatedTokens, b.eventIDs,
+		topic, channel, notify, traceParent, withoutEvents,
+	}
+}
+
 func (s *PostgresStore) prepare(params []EnqueueParams) (*insertBatch, error) {
 	switch {
 	case len(params) == 0:
@@ -424,12 +410,8 @@ func (s *PostgresStore) prepare(params []EnqueueParams) (*insertBatch, error) {
 // insert runs InsertJobs and resolves every job the statement did not
 // insert to the job that already holds its idempotency key.
 func (s *PostgresStore) insert(ctx context.Context, db DBTX, b *insertBatch) ([]EnqueueResult, error) {
-	rows, err := db.Query(ctx, s.sql.insertJobs,
-		b.ids, b.tenants, b.kinds, b.queues, b.priorities,
-		b.keys, b.hashes, b.payloads, b.groupKeys, b.maxAttempts,
-		b.availableAt, b.deadlineAt, b.estimatedTokens, b.eventIDs,
-		s.cfg.EventTopic, s.channel, s.notify.queues(b.queues, time.Now()),
-		dbsql.NullIfZero(telemetry.TraceParent(ctx)), s.cfg.KindsWithoutEvents)
+	rows, err := db.Query(ctx, s.sql.insertJobs, b.args(s.cfg.EventTopic, s.channel,
+		s.notify.queues(b.queues, time.Now()), dbsql.NullIfZero(telemetry.TraceParent(ctx)), s.cfg.KindsWithoutEvents)...)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: enqueue: %w", s.migrated(err))
 	}
@@ -645,38 +627,12 @@ func (s *PostgresStore) Stats(ctx context.Context, db DBTX) ([]QueueStats, error
 	return out, nil
 }
 
-// scanJob reads the column list every job query returns, in its order.
+// scanJob reads the column list every job query returns (job_columns),
+// in the order jobRow.dest gives.
 func scanJob(row pgx.CollectableRow) (*Job, error) {
-	var (
-		j                                          Job
-		key, hash, group, owner, errClass, lastErr *string
-		replayedBy, replayReason                   *string
-		leaseUntil, attemptedAt, deadline          *time.Time
-		cancelReq, finished                        *time.Time
-		traceParent                                *string
-		replayOf                                   pgtype.UUID
-		priority                                   int16
-		state                                      string
-	)
-	err := row.Scan(
-		(*[16]byte)(&j.ID), &j.Tenant, &j.Kind, &j.Queue, &priority, &key, &hash, &j.Payload,
-		&group, &state, &j.Attempt, &j.MaxAttempts, &j.Fence, &owner, &leaseUntil, &attemptedAt,
-		&j.AvailableAt, &deadline, &j.StateVersion, &j.EstimatedTokens, &j.Result,
-		&errClass, &lastErr, &replayOf, &replayedBy, &replayReason,
-		&cancelReq, &j.CreatedAt, &j.UpdatedAt, &finished, &traceParent)
-	if err != nil {
+	var r jobRow
+	if err := row.Scan(r.dest()...); err != nil {
 		return nil, err
 	}
-	j.Priority = int(priority)
-	j.State = State(state)
-	j.IdempotencyKey, j.RequestHash, j.GroupKey = dbsql.Deref(key), dbsql.Deref(hash), dbsql.Deref(group)
-	j.LeaseOwner, j.ErrorClass, j.LastError = dbsql.Deref(owner), dbsql.Deref(errClass), dbsql.Deref(lastErr)
-	j.LeaseUntil, j.AttemptedAt, j.DeadlineAt = dbsql.Deref(leaseUntil), dbsql.Deref(attemptedAt), dbsql.Deref(deadline)
-	j.CancelRequested, j.FinishedAt = dbsql.Deref(cancelReq), dbsql.Deref(finished)
-	if replayOf.Valid {
-		j.ReplayOf = replayOf.Bytes
-	}
-	j.ReplayedBy, j.ReplayReason = dbsql.Deref(replayedBy), dbsql.Deref(replayReason)
-	j.TraceParent = dbsql.Deref(traceParent)
-	return &j, nil
+	return r.job(), nil
 }

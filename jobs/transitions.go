@@ -589,19 +589,9 @@ func (s *PostgresStore) Attempts(ctx context.Context, db DBTX, tenant string, id
 		return nil, fmt.Errorf("jobs: attempts of %s: %w", id, s.migrated(err))
 	}
 	attempts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Attempt, error) {
-		var (
-			a                       Attempt
-			ended, retryAt          *time.Time
-			outcome, class, message *string
-			inTokens, outTokens     *int64
-		)
-		err := row.Scan(&a.JobID, &a.Attempt, &a.Fence, &a.Worker, &a.StartedAt, &ended, &outcome,
-			&class, &message, &retryAt, &inTokens, &outTokens, &a.Usage.Uncertain)
-		a.EndedAt, a.RetryAt = dbsql.Deref(ended), dbsql.Deref(retryAt)
-		a.Outcome = AttemptOutcome(dbsql.Deref(outcome))
-		a.ErrorClass, a.Error = dbsql.Deref(class), dbsql.Deref(message)
-		a.Usage.InputTokens, a.Usage.OutputTokens = dbsql.Deref(inTokens), dbsql.Deref(outTokens)
-		return a, err
+		var r attemptRow
+		err := row.Scan(r.dest()...)
+		return r.attempt(), err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: attempts of %s: %w", id, err)

@@ -136,16 +136,20 @@ func schemaPrefix() (string, error) {
 // died half-way left, migrates, and captures the seed rows and the
 // function that clears the schema (queries.sql says how).
 func prepare(ctx context.Context, pool *pgxpool.Pool, name string) error {
-	schema, q, err := dbsql.Prepare(name, queriesSQL)
+	schema, err := dbsql.NewSchema(name)
 	if err != nil {
 		return err
 	}
+	var q statements
+	if _, err := q.load(schema); err != nil {
+		return err
+	}
 	var ready bool
-	if err := pool.QueryRow(ctx, q.Must("Ready"), name).Scan(&ready); err != nil {
+	if err := pool.QueryRow(ctx, q.ready, name).Scan(&ready); err != nil {
 		return err
 	}
 	if ready {
-		_, err := pool.Exec(ctx, q.Must("Clear"))
+		_, err := pool.Exec(ctx, q.clear)
 		return err
 	}
 	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+name+" CASCADE"); err != nil {
@@ -159,10 +163,10 @@ func prepare(ctx context.Context, pool *pgxpool.Pool, name string) error {
 		return err
 	}
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, q.Must("CreateCapture")); err != nil {
+		if _, err := tx.Exec(ctx, q.createCapture); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, q.Must("Capture"), name)
+		_, err := tx.Exec(ctx, q.capture, name)
 		return err
 	})
 }

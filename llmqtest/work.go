@@ -55,8 +55,12 @@ func WorkUntilIdle(ctx context.Context, t testing.TB, db *DB, store jobs.RunnerS
 	if err != nil {
 		t.Fatalf("llmqtest: %v", err)
 	}
-	_, q, err := dbsql.Prepare(db.Schema, queriesSQL)
+	schema, err := dbsql.NewSchema(db.Schema)
 	if err != nil {
+		t.Fatalf("llmqtest: %v", err)
+	}
+	var q statements
+	if _, err := q.load(schema); err != nil {
 		t.Fatalf("llmqtest: %v", err)
 	}
 	runCtx, stop := context.WithCancel(ctx)
@@ -75,14 +79,14 @@ func WorkUntilIdle(ctx context.Context, t testing.TB, db *DB, store jobs.RunnerS
 	defer tick.Stop()
 	for {
 		var idle bool
-		err := db.Pool.QueryRow(waitCtx, q.Must("Idle"), queues, kinds, horizon.String()).Scan(&idle)
+		err := db.Pool.QueryRow(waitCtx, q.idle, queues, kinds, horizon.String()).Scan(&idle)
 		switch {
 		case err != nil && waitCtx.Err() != nil:
 			t.Fatalf("llmqtest: queues %v still busy after %s", queues, IdleTimeout)
 		case err != nil:
 			t.Fatalf("llmqtest: reading whether queues are idle: %v", err)
 		case idle:
-			logUnserved(waitCtx, t, db, q.Must("UnservedKinds"), queues, kinds)
+			logUnserved(waitCtx, t, db, q.unservedKinds, queues, kinds)
 			return
 		}
 		select {

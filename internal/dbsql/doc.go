@@ -64,7 +64,7 @@
 // scanned into a non-pointer still fails at run time only.
 //
 // ParseQueries, Queries, Must and Prepare are the older way, still used by
-// packages not yet converted (jobs, llmqtest, examples/chaos, cmd/llmq).
+// packages not yet converted (examples/chaos, cmd/llmq).
 // The examples (invoice, erp) import no internal package, so that they can
 // be copied into a service: they load their SQL with examples/internal/sqlfile
 // and are not checked this way.

@@ -1,0 +1,203 @@
+package jobs
+
+import (
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/llmq/llmq/internal/dbsql"
+)
+
+// statements is every statement of queries.sql, operator_list.sql and
+// prune.sql, with the shape the code binds and scans; dbsqltest checks it
+// against the schema. NewStore and NewPruner each load all of them, so a
+// statement missing from the files, or one no spec declares, stops
+// construction.
+type statements struct {
+	// queries.sql: accepting and reading jobs.
+	insertJobs, selectByKey, get, list, cancel, stats, queueDepth string
+	// queries.sql: claiming, leases and transitions.
+	lockClaimTenants, claim, wakeIdleTenants, heartbeat, leases, complete     string
+	markStale, markHung, reap, failDeadlines, replay, attempts, unservedKinds string
+	// queries.sql: tenant limits and operator reads.
+	setTenantLimits, deleteTenantLimits, getTenantLimits, listTenantLimits string
+	lookup, deadLetters, tenantBacklogs, kindBacklogs                      string
+	// operator_list.sql
+	listAll string
+	// prune.sql
+	prune, countFinished, oldestFinished, countUpTo, estimateFinished string
+}
+
+func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
+	job := new(jobRow).dest()
+	return dbsql.Load(schema, []string{queriesSQL, operatorListSQL, pruneSQL},
+		dbsql.Query(&q.insertJobs, "InsertJobs", 19, job...).
+			Binds(new(insertBatch).args("", "", []string{}, new(string), []string{})...),
+		dbsql.Query(&q.selectByKey, "SelectJobsByIdempotencyKey", 2, job...),
+		dbsql.Query(&q.get, "GetJob", 2, job...),
+		// ListJobs and ListAllJobs bind their filters, then the page's
+		// cursor and limit (see fetchPage).
+		dbsql.Query(&q.list, "ListJobs", 5, job...),
+		dbsql.Query(&q.listAll, "ListAllJobs", 4, job...),
+		dbsql.Query(&q.cancel, "CancelJob", 4, job...),
+		dbsql.Query(&q.stats, "QueueStats", 0, new(string), new(string), new(int64), new(float64)),
+		dbsql.Query(&q.queueDepth, "QueueDepth", 0, new(depthRow).dest()...),
+		dbsql.Query(&q.lockClaimTenants, "LockClaimTenants", 2, new(tenantCandidate).dest()...),
+		dbsql.Query(&q.claim, "ClaimJobs", 9, job...),
+		dbsql.Exec(&q.wakeIdleTenants, "WakeIdleTenants", 2),
+		dbsql.Query(&q.heartbeat, "HeartbeatLeases", 4, new([16]byte), new(bool)),
+		dbsql.Query(&q.leases, "ListLeases", 2, job...),
+		dbsql.Query(&q.complete, "CompleteJobs", 13, job...),
+		dbsql.Exec(&q.markStale, "MarkStaleAttempts", 8),
+		dbsql.Query(&q.markHung, "MarkHungAttempts", 4, new([16]byte), new(int64)),
+		dbsql.Query(&q.reap, "ReapExpiredLeases", 8, new(int), new(int)),
+		dbsql.Query(&q.failDeadlines, "FailExpiredDeadlines", 2, new(int)),
+		dbsql.Query(&q.replay, "ReplayJob", 11, job...),
+		dbsql.Query(&q.attempts, "ListAttempts", 2, new(attemptRow).dest()...),
+		dbsql.Query(&q.unservedKinds, "UnservedKinds", 3, new(string), new(int64), new(float64)),
+		dbsql.Exec(&q.setTenantLimits, "SetTenantLimits", 3),
+		dbsql.Exec(&q.deleteTenantLimits, "DeleteTenantLimits", 1),
+		dbsql.Query(&q.getTenantLimits, "GetTenantLimits", 1, limitsDest(new(TenantLimits))...),
+		dbsql.Query(&q.listTenantLimits, "ListTenantLimits", 0, tenantLimitsDest(new(string), new(TenantLimits))...),
+		dbsql.Query(&q.lookup, "LookupJob", 1, job...),
+		dbsql.Query(&q.deadLetters, "ListDeadLetters", 1, job...),
+		dbsql.Query(&q.tenantBacklogs, "TenantBacklogs", 0, new(tenantBacklogRow).dest()...),
+		dbsql.Query(&q.kindBacklogs, "KindBacklogs", 0, new(kindBacklogRow).dest()...),
+		dbsql.Query(&q.prune, "PruneFinished", 3, pruneDest(new(PruneResult))...),
+		dbsql.Query(&q.countFinished, "CountFinished", 2, new(int64)),
+		dbsql.Query(&q.oldestFinished, "OldestFinished", 1, new(*time.Time)),
+		dbsql.Query(&q.countUpTo, "CountFinishedUpTo", 2, new(int64)),
+		dbsql.Query(&q.estimateFinished, "EstimateFinished", 0, new([]byte)),
+	)
+}
+
+// jobRow is a row of the job_columns fragment as scanned: every statement
+// that returns jobs returns these columns, in this order.
+type jobRow struct {
+	j                                          Job
+	key, hash, group, owner, errClass, lastErr *string
+	replayedBy, replayReason                   *string
+	leaseUntil, attemptedAt, deadline          *time.Time
+	cancelReq, finished                        *time.Time
+	traceParent                                *string
+	replayOf                                   pgtype.UUID
+	priority                                   int16
+	state                                      string
+}
+
+func (r *jobRow) dest() []any {
+	j := &r.j
+	return []any{
+		(*[16]byte)(&j.ID), &j.Tenant, &j.Kind, &j.Queue, &r.priority, &r.key, &r.hash, &j.Payload,
+		&r.group, &r.state, &j.Attempt, &j.MaxAttempts, &j.Fence, &r.owner, &r.leaseUntil, &r.attemptedAt,
+		&j.AvailableAt, &r.deadline, &j.StateVersion, &j.EstimatedTokens, &j.Result,
+		&r.errClass, &r.lastErr, &r.replayOf, &r.replayedBy, &r.replayReason,
+		&r.cancelReq, &j.CreatedAt, &j.UpdatedAt, &r.finished, &r.traceParent,
+	}
+}
+
+func (r *jobRow) job() *Job {
+	j := r.j
+	j.Priority = int(r.priority)
+	j.State = State(r.state)
+	j.IdempotencyKey, j.RequestHash, j.GroupKey = dbsql.Deref(r.key), dbsql.Deref(r.hash), dbsql.Deref(r.group)
+	j.LeaseOwner, j.ErrorClass, j.LastError = dbsql.Deref(r.owner), dbsql.Deref(r.errClass), dbsql.Deref(r.lastErr)
+	j.LeaseUntil, j.AttemptedAt, j.DeadlineAt = dbsql.Deref(r.leaseUntil), dbsql.Deref(r.attemptedAt), dbsql.Deref(r.deadline)
+	j.CancelRequested, j.FinishedAt = dbsql.Deref(r.cancelReq), dbsql.Deref(r.finished)
+	if r.replayOf.Valid {
+		j.ReplayOf = r.replayOf.Bytes
+	}
+	j.ReplayedBy, j.ReplayReason = dbsql.Deref(r.replayedBy), dbsql.Deref(r.replayReason)
+	j.TraceParent = dbsql.Deref(r.traceParent)
+	return &j
+}
+
+func (c *tenantCandidate) dest() []any {
+	return []any{&c.tenant, &c.vtime, &c.weight, &c.maxRunning, &c.running}
+}
+
+func limitsDest(l *TenantLimits) []any { return []any{&l.Weight, &l.MaxRunning} }
+
+// tenantLimitsDest is a ListTenantLimits row: the tenant, then its limits.
+func tenantLimitsDest(tenant *string, l *TenantLimits) []any {
+	return append([]any{tenant}, limitsDest(l)...)
+}
+
+func pruneDest(r *PruneResult) []any { return []any{&r.Jobs, &r.Attempts, &r.Keys} }
+
+// seconds turns an age the SQL returns in seconds into a duration.
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// depthRow is a QueueDepth row as scanned.
+type depthRow struct {
+	d   QueueDepth
+	age float64 // seconds
+}
+
+func (r *depthRow) dest() []any {
+	return []any{&r.d.Queue, &r.d.Runnable, &r.d.Scheduled, &r.d.Running, &r.age}
+}
+
+func (r *depthRow) depth() QueueDepth {
+	d := r.d
+	d.OldestRunnableAge = seconds(r.age)
+	return d
+}
+
+// tenantBacklogRow is a TenantBacklogs row as scanned.
+type tenantBacklogRow struct {
+	b      TenantBacklog
+	oldest float64 // seconds
+}
+
+func (r *tenantBacklogRow) dest() []any {
+	b := &r.b
+	return []any{&b.Queue, &b.Tenant, &b.Runnable, &b.Scheduled, &b.Running, &r.oldest,
+		&b.Limits.Weight, &b.Limits.MaxRunning, &b.OwnLimits}
+}
+
+func (r *tenantBacklogRow) backlog() TenantBacklog {
+	b := r.b
+	b.OldestRunnableAge = seconds(r.oldest)
+	return b
+}
+
+// kindBacklogRow is a KindBacklogs row as scanned.
+type kindBacklogRow struct {
+	b      KindBacklog
+	oldest float64 // seconds
+}
+
+func (r *kindBacklogRow) dest() []any {
+	b := &r.b
+	return []any{&b.Queue, &b.Kind, &b.Runnable, &b.Scheduled, &b.Running, &r.oldest}
+}
+
+func (r *kindBacklogRow) backlog() KindBacklog {
+	b := r.b
+	b.OldestRunnableAge = seconds(r.oldest)
+	return b
+}
+
+// attemptRow is a ListAttempts row as scanned.
+type attemptRow struct {
+	a                       Attempt
+	ended, retryAt          *time.Time
+	outcome, class, message *string
+	inTokens, outTokens     *int64
+}
+
+func (r *attemptRow) dest() []any {
+	a := &r.a
+	return []any{&a.JobID, &a.Attempt, &a.Fence, &a.Worker, &a.StartedAt, &r.ended, &r.outcome,
+		&r.class, &r.message, &r.retryAt, &r.inTokens, &r.outTokens, &a.Usage.Uncertain}
+}
+
+func (r *attemptRow) attempt() Attempt {
+	a := r.a
+	a.EndedAt, a.RetryAt = dbsql.Deref(r.ended), dbsql.Deref(r.retryAt)
+	a.Outcome = AttemptOutcome(dbsql.Deref(r.outcome))
+	a.ErrorClass, a.Error = dbsql.Deref(r.class), dbsql.Deref(r.message)
+	a.Usage.InputTokens, a.Usage.OutputTokens = dbsql.Deref(r.inTokens), dbsql.Deref(r.outTokens)
+	return a
+}

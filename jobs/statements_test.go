@@ -1,0 +1,15 @@
+package jobs
+
+import (
+	"testing"
+
+	"github.com/llmq/llmq/internal/dbsql/dbsqltest"
+)
+
+// Every statement of the package's SQL files matches what the code binds
+// and scans.
+func TestStatements(t *testing.T) {
+	t.Parallel()
+	var q statements
+	dbsqltest.Check(t, &q, q.load)
+}
