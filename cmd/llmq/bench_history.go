@@ -13,6 +13,15 @@ import (
 //go:embed bench_history.sql
 var benchHistorySQL string
 
+// historyStatements are the statements of bench_history.sql.
+type historyStatements struct{ fill string }
+
+func (q *historyStatements) load(schema dbsql.Schema) (dbsql.Set, error) {
+	return dbsql.Load(schema, []string{benchHistorySQL},
+		dbsql.Exec(&q.fill, "FillHistory", 3),
+	)
+}
+
 // historyChunk is the jobs one FillHistory statement writes: big enough
 // that ten million take a few dozen statements, small enough that one
 // statement's memory and WAL stay modest.
@@ -30,11 +39,14 @@ func (b *bench) fillHistory(ctx context.Context) error {
 	if b.o.history <= 0 {
 		return nil
 	}
-	_, q, err := dbsql.Prepare(b.schema, benchHistorySQL)
+	schema, err := dbsql.NewSchema(b.schema)
 	if err != nil {
 		return err
 	}
-	fill := q.Must("FillHistory")
+	var q historyStatements
+	if _, err := q.load(schema); err != nil {
+		return err
+	}
 	start := time.Now()
 	chunks := (b.o.history + historyChunk - 1) / historyChunk
 	for i := range chunks {
@@ -42,7 +54,7 @@ func (b *bench) fillHistory(ctx context.Context) error {
 		// Older chunks first, an hour apart, so finish times and ids grow
 		// together as they would have.
 		agoMs := int64(chunks-1-i) * time.Hour.Milliseconds()
-		if _, err := b.pool.Exec(ctx, fill, n, agoMs, b.o.tenants); err != nil {
+		if _, err := b.pool.Exec(ctx, q.fill, n, agoMs, b.o.tenants); err != nil {
 			return fmt.Errorf("llmq bench: writing history: %w", err)
 		}
 		fmt.Fprintf(b.progress, "llmq bench: history %d of %d finished jobs written (%s)\n",

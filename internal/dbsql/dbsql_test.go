@@ -38,9 +38,9 @@ SELECT 1 FROM /*schema*/t;
 SELECT 2;
 `, schema)
 	require.NoError(t, err)
-	require.Equal(t, "-- the lock choice is explained here\nSELECT 1 FROM s.t;", q.Must("One"))
-	require.Equal(t, "SELECT 2;", q.Must("Two"))
-	require.Panics(t, func() { q.Must("Three") })
+	require.Equal(t, "-- the lock choice is explained here\nSELECT 1 FROM s.t;", q["One"])
+	require.Equal(t, "SELECT 2;", q["Two"])
+	require.NotContains(t, q, "Three")
 
 	_, err = ParseQueries("-- name: A\nSELECT 1;\n-- name: A\nSELECT 2;", schema)
 	require.ErrorContains(t, err, "twice")
@@ -72,8 +72,8 @@ SELECT /*cols*/ FROM /*schema*/t;
 UPDATE /*schema*/t AS x SET a = 1 FROM u RETURNING /*cols x*/;
 `, schema)
 	require.NoError(t, err)
-	require.Equal(t, "SELECT a, b, c FROM s.t;", q.Must("Plain"))
-	require.Equal(t, "UPDATE s.t AS x SET a = 1 FROM u RETURNING x.a, x.b, x.c;", q.Must("Qualified"))
+	require.Equal(t, "SELECT a, b, c FROM s.t;", q["Plain"])
+	require.Equal(t, "UPDATE s.t AS x SET a = 1 FROM u RETURNING x.a, x.b, x.c;", q["Qualified"])
 	_, isQuery := q["cols"]
 	require.False(t, isQuery, "a fragment is not a query")
 

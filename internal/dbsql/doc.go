@@ -63,9 +63,8 @@
 // of the struct that no spec filled. It cannot know nullability: a NULL
 // scanned into a non-pointer still fails at run time only.
 //
-// ParseQueries, Queries, Must and Prepare are the older way, still used by
-// packages not yet converted (examples/chaos, cmd/llmq).
-// The examples (invoice, erp) import no internal package, so that they can
-// be copied into a service: they load their SQL with examples/internal/sqlfile
-// and are not checked this way.
+// Every llmq package and the llmq command hold their statements this way.
+// The examples (invoice, erp, chaos) import no internal package, so that
+// they can be copied into a service: they load their SQL with
+// examples/internal/sqlfile and are not checked this way.
 package dbsql

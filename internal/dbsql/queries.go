@@ -149,27 +149,3 @@ func expandFragments(query, sql string, fragments map[string][]string) (string, 
 	})
 	return out, missing
 }
-
-// Must returns the statement called name. Stores look up every statement
-// once, at construction, so a missing one fails there and not mid-request.
-func (q Queries) Must(name string) string {
-	sql, ok := q[name]
-	if !ok {
-		panic(fmt.Sprintf("dbsql: no query named %q", name))
-	}
-	return sql
-}
-
-// Prepare validates a store's schema name and renders its SQL file for it:
-// the first step of every store's constructor.
-func Prepare(schemaName, src string) (Schema, Queries, error) {
-	schema, err := NewSchema(schemaName)
-	if err != nil {
-		return Schema{}, nil, err
-	}
-	q, err := ParseQueries(src, schema)
-	if err != nil {
-		return Schema{}, nil, err
-	}
-	return schema, q, nil
-}
