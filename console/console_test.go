@@ -59,6 +59,16 @@ func TestBadInput(t *testing.T) {
 		"/dead?at=x":                             "at: ",
 		"/?fragment=nope":                        "fragment: ",
 		"/?fragment=../x":                        "fragment: ",
+		// Values PostgreSQL text cannot hold are refused before any
+		// statement runs, whichever parameter carries them.
+		"/tenants?after_tenant=%ff":                "after_tenant: ",
+		"/tenants?after_queue=%00":                 "after_queue: ",
+		"/tenants?after_queue=no%20spaces":         "after_queue: ",
+		"/pools?after=%ff":                         "after: ",
+		"/pools?after=a%00":                        "after: ",
+		"/jobs?unknown=%ff":                        "unknown: ",
+		"/dead?kind=%c3":                           "kind: ",
+		"/jobs?flash=" + strings.Repeat("x", 5000): "flash: ",
 	} {
 		code, body := get(t, h, target)
 		require.Equal(t, http.StatusBadRequest, code, target)

@@ -85,6 +85,10 @@ func (h *Handler) action(fn func(w http.ResponseWriter, r *http.Request, actor s
 			h.fail(w, r, badInput("form", "could not be read: "+err.Error()))
 			return
 		}
+		if err := checkParams(r.Form); err != nil {
+			h.fail(w, r, err)
+			return
+		}
 		if why := h.checkCSRF(r); why != "" {
 			h.fail(w, r, &httpError{status: http.StatusForbidden, msg: "csrf: " + why})
 			return

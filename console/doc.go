@@ -73,8 +73,10 @@
 //     ticking "again" makes another. A pool change is logged (Config.Logger)
 //     with the actor and the new limits; the pool row keeps no history.
 //   - Bad input is refused with 400 and a message naming the field (state,
-//     queue, kind, tenant, from, to, limit, before, at, id, fragment,
-//     reason, rpm, ...), before any statement runs with it.
+//     queue, kind, tenant, from, to, limit, before, at, after, after_queue,
+//     after_tenant, id, fragment, reason, rpm, ...), before any statement
+//     runs with it. Every query and form parameter, known or not, must be
+//     valid UTF-8 without NUL and at most 4,096 bytes.
 //   - Bounded cost. Every page answers from index reads whose size does not
 //     grow with history: counts stop at Config.CountCap (shown as "10,000+"),
 //     listings read at most Config.ScanLimit rows per request and then offer

@@ -137,3 +137,40 @@ func parseID(field, s string) (uuid.UUID, error) {
 	}
 	return id, nil
 }
+
+// maxParamLen bounds every query or form value the console accepts; the
+// longest legitimate one is a replay's reason.
+const maxParamLen = 4096
+
+// checkParams refuses, naming the parameter, any name or value that
+// PostgreSQL text cannot hold (invalid UTF-8, NUL) or that is longer than
+// any the console writes, so that no statement ever runs with one: every
+// page and action passes its query string and form through it first.
+func checkParams(values url.Values) error {
+	for name, list := range values {
+		if !validate.Storable(name) || len(name) > 100 {
+			return badInput(truncate(40, validate.MakeStorable(name)), "is not a parameter of this console")
+		}
+		for _, v := range list {
+			switch {
+			case !validate.Storable(v):
+				return badInput(name, "is not valid UTF-8 text without NUL")
+			case len(v) > maxParamLen:
+				return badInput(name, fmt.Sprintf("is %d bytes, more than the limit of %d", len(v), maxParamLen))
+			}
+		}
+	}
+	return nil
+}
+
+// tenantCursor reads the tenants page's cursor (after_queue, after_tenant).
+func tenantCursor(q url.Values) (queue, tenant string, err error) {
+	queue, tenant = q.Get("after_queue"), q.Get("after_tenant")
+	if queue != "" && !validName(queue, jobs.MaxQueueLen) {
+		return "", "", badInput("after_queue", "is not a cursor this page wrote")
+	}
+	if p := validate.Text(tenant, false, jobs.MaxTenantLen); p != "" {
+		return "", "", badInput("after_tenant", p)
+	}
+	return queue, tenant, nil
+}

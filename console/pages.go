@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/llmq/llmq/admission"
+	"github.com/llmq/llmq/internal/validate"
 	"github.com/llmq/llmq/jobs"
 )
 
@@ -79,7 +80,11 @@ func (h *Handler) tenants(ctx context.Context, r *http.Request, v *view) error {
 	if err != nil {
 		return err
 	}
-	rows, err := h.tenantRows(ctx, f.Tenant, q.Get("after_queue"), q.Get("after_tenant"), DefaultPageSize+1)
+	afterQueue, afterTenant, err := tenantCursor(q)
+	if err != nil {
+		return err
+	}
+	rows, err := h.tenantRows(ctx, f.Tenant, afterQueue, afterTenant, DefaultPageSize+1)
 	if err != nil {
 		return err
 	}
@@ -408,8 +413,8 @@ func (h *Handler) poolsPage(ctx context.Context, r *http.Request, v *view) error
 	to := v.Now.UTC()
 	from := to.AddDate(0, 0, -(usageDays - 1))
 	after := r.URL.Query().Get("after")
-	if len(after) > 200 {
-		return badInput("after", "is not a cursor this page wrote")
+	if p := validate.Text(after, false, jobs.MaxTenantLen); p != "" {
+		return badInput("after", p)
 	}
 	if d.Usage, err = h.usageByDay(ctx, after, from, to); err != nil {
 		return err

@@ -53,6 +53,10 @@ type loader func(ctx context.Context, r *http.Request, v *view) error
 // template NAME of the page, which the page script polls for refreshes.
 func (h *Handler) page(name string, load loader) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if err := checkParams(r.URL.Query()); err != nil {
+			h.fail(w, r, err)
+			return
+		}
 		v := h.newView(w, r, name)
 		if err := load(r.Context(), r, v); err != nil {
 			h.fail(w, r, err)
