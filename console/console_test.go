@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/console"
 )
 
@@ -386,4 +387,40 @@ func TestBasePath(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	code, _ = get(t, mux, "/ops/console")
 	require.Equal(t, http.StatusMovedPermanently, code)
+}
+
+// A pool edit that leaves a checkbox's field out keeps the flag; the form
+// itself sends "off" before a ticked box's "on", so unticking turns it off.
+func TestPoolEditKeepsFlags(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	lim, err := admission.NewPostgres(f.pool, admission.Config{Schema: f.schema})
+	require.NoError(t, err)
+	require.NoError(t, lim.SetPool(t.Context(), admission.Pool{Name: "flags", RPM: 60, TPM: 10_000, MaxInFlight: 2,
+		ChargeReserved: true, RefundUncertain: true}))
+	s := &session{t: t, h: f.console(t, console.Config{EnableActions: true})}
+	_, body := s.get("/pools")
+	require.Contains(t, body, `name="charge_reserved" value="off"`, "the form says when a box is unticked")
+	token := csrfFrom(t, body)
+	user := http.Header{"X-Test-User": {"ops"}}
+	flags := func() (charge, refund bool) {
+		t.Helper()
+		require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT charge_reserved, refund_uncertain FROM "+f.schema+".admission_pools WHERE name = 'flags'").Scan(&charge, &refund))
+		return charge, refund
+	}
+	rec := s.post("/pools/flags", url.Values{"csrf_token": {token}, "rpm": {"120"}}, user)
+	require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
+	charge, refund := flags()
+	require.True(t, charge, "an rpm-only edit keeps charge_reserved")
+	require.True(t, refund, "an rpm-only edit keeps refund_uncertain")
+
+	rec = s.post("/pools/flags", url.Values{"csrf_token": {token}, "charge_reserved": {"off", "on"}, "refund_uncertain": {"off"}}, user)
+	require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
+	charge, refund = flags()
+	require.True(t, charge, "a ticked box stays on")
+	require.False(t, refund, "an unticked box turns off")
+
+	rec = s.post("/pools/flags", url.Values{"csrf_token": {token}, "refund_uncertain": {"yes"}}, user)
+	require.Equal(t, http.StatusBadRequest, rec.Code)
+	require.Contains(t, rec.Body.String(), "refund_uncertain: ")
 }

@@ -511,7 +511,33 @@ func poolFromForm(r *http.Request, p admission.Pool) (admission.Pool, error) {
 		return p, badInput("rpm", "rpm, max_in_flight and request_burst must fit in 32 bits")
 	}
 	p.RPM, p.MaxInFlight, p.RequestBurst = int(rpm), int(inFlight), int(reqBurst)
-	p.ChargeReserved = r.PostFormValue("charge_reserved") == "on"
-	p.RefundUncertain = r.PostFormValue("refund_uncertain") == "on"
+	for _, f := range []struct {
+		field string
+		dst   *bool
+	}{{"charge_reserved", &p.ChargeReserved}, {"refund_uncertain", &p.RefundUncertain}} {
+		if err := formFlag(r, f.field, f.dst); err != nil {
+			return p, err
+		}
+	}
 	return p, nil
+}
+
+// formFlag reads a checkbox of the edit form. The form sends a hidden
+// "off" before the checkbox's "on", so the last value is the box's state;
+// a request without the field at all (a partial edit) keeps the current
+// value, as for the numbers.
+func formFlag(r *http.Request, field string, dst *bool) error {
+	values := r.PostForm[field]
+	if len(values) == 0 {
+		return nil
+	}
+	switch values[len(values)-1] {
+	case "on":
+		*dst = true
+	case "off":
+		*dst = false
+	default:
+		return badInput(field, "use on or off")
+	}
+	return nil
 }
