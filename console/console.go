@@ -68,6 +68,17 @@ type Config struct {
 	// one load balancer need the same key. Default: 32 random bytes drawn
 	// by New (tokens then last as long as the process).
 	CSRFKey []byte
+	// TrustedOrigins are origins ("https://ops.example.com") whose actions
+	// are accepted even when the browser does not say the request is
+	// same-origin (Sec-Fetch-Site) and its Origin does not match the Host
+	// the console sees: list the console's public origin when a reverse
+	// proxy rewrites Host and older browsers must act. Default none.
+	TrustedOrigins []string
+	// SecureCookie marks the CSRF cookie Secure (sent over HTTPS only).
+	// The console does so by itself when it serves TLS; set it when
+	// browsers reach it over HTTPS through a proxy that terminates TLS,
+	// which the console cannot see. Default false.
+	SecureCookie bool
 	// RefreshInterval is how often pages refresh their live parts. Default
 	// 5s; negative turns refreshing off.
 	RefreshInterval time.Duration
@@ -94,6 +105,7 @@ type Handler struct {
 	pages   map[string]*template.Template
 	static  http.Handler
 	mux     *http.ServeMux
+	origins *http.CrossOriginProtection
 }
 
 // ErrInvalidConfig is wrapped by New's errors.
@@ -130,7 +142,13 @@ func newHandler(cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{cfg: cfg, q: q, store: store, limiter: limiter, pages: pages}
+	origins := http.NewCrossOriginProtection()
+	for _, o := range cfg.TrustedOrigins {
+		if err := origins.AddTrustedOrigin(o); err != nil {
+			return nil, fmt.Errorf("%w: TrustedOrigins: %w", ErrInvalidConfig, err)
+		}
+	}
+	h := &Handler{cfg: cfg, q: q, store: store, limiter: limiter, pages: pages, origins: origins}
 	h.static = http.FileServerFS(assets)
 	h.routes()
 	return h, nil

@@ -130,7 +130,8 @@ func TestCSRFRefusal(t *testing.T) {
 		"another's token": {s, url.Values{"reason": {"r"}, "csrf_token": {otherToken}}, user, "does not match"},
 		"no cookie":       {noCookie, url.Values{"reason": {"r"}, "csrf_token": {token}}, user, "no CSRF cookie"},
 		"cross-site":      {s, url.Values{"reason": {"r"}, "csrf_token": {token}}, http.Header{"X-Test-User": user["X-Test-User"], "Sec-Fetch-Site": {"cross-site"}}, "another site"},
-		"foreign origin":  {s, url.Values{"reason": {"r"}, "csrf_token": {token}}, http.Header{"X-Test-User": user["X-Test-User"], "Origin": {"https://evil.example"}}, "another origin"},
+		"same-site":       {s, url.Values{"reason": {"r"}, "csrf_token": {token}}, http.Header{"X-Test-User": user["X-Test-User"], "Sec-Fetch-Site": {"same-site"}, "Origin": {"https://other.example.com"}}, "another site"},
+		"foreign origin":  {s, url.Values{"reason": {"r"}, "csrf_token": {token}}, http.Header{"X-Test-User": user["X-Test-User"], "Origin": {"https://evil.example"}}, "another site or origin"},
 	} {
 		rec := c.s.post(target, c.form, c.header)
 		require.Equal(t, http.StatusForbidden, rec.Code, name)
@@ -357,13 +358,14 @@ func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	for field, cfg := range map[string]console.Config{
-		"DB":       {},
-		"Actor":    {DB: f.pool, EnableActions: true},
-		"Schema":   {DB: f.pool, Schema: "bad schema"},
-		"BasePath": {DB: f.pool, BasePath: "console/"},
-		"Tenant":   {DB: f.pool, Tenant: "a\x00b"},
-		"CSRFKey":  {DB: f.pool, CSRFKey: []byte("short")},
-		"Queues":   {DB: f.pool, Queues: []string{"no spaces"}},
+		"DB":             {},
+		"Actor":          {DB: f.pool, EnableActions: true},
+		"Schema":         {DB: f.pool, Schema: "bad schema"},
+		"BasePath":       {DB: f.pool, BasePath: "console/"},
+		"Tenant":         {DB: f.pool, Tenant: "a\x00b"},
+		"CSRFKey":        {DB: f.pool, CSRFKey: []byte("short")},
+		"TrustedOrigins": {DB: f.pool, TrustedOrigins: []string{"ops.example.com/path"}},
+		"Queues":         {DB: f.pool, Queues: []string{"no spaces"}},
 	} {
 		_, err := console.New(cfg)
 		require.ErrorIs(t, err, console.ErrInvalidConfig, field)
@@ -423,4 +425,43 @@ func TestPoolEditKeepsFlags(t *testing.T) {
 	rec = s.post("/pools/flags", url.Values{"csrf_token": {token}, "refund_uncertain": {"yes"}}, user)
 	require.Equal(t, http.StatusBadRequest, rec.Code)
 	require.Contains(t, rec.Body.String(), "refund_uncertain: ")
+}
+
+// Behind a reverse proxy that rewrites Host, a browser's same-origin
+// action passes (Sec-Fetch-Site is the browser's own label); one from a
+// browser without that header passes when its Origin is trusted. The
+// cookie is Secure when the host says browsers use HTTPS.
+func TestCSRFBehindProxy(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	h := f.console(t, console.Config{EnableActions: true, TrustedOrigins: []string{"https://ops.example.com"}, SecureCookie: true})
+	s := &session{t: t, h: h}
+	_, body := s.get("/jobs/" + f.dead["acme"].String())
+	require.NotEmpty(t, s.cookie)
+	require.True(t, s.cookie[0].Secure, "SecureCookie marks the CSRF cookie Secure")
+	token := csrfFrom(t, body)
+	proxied := func(extra ...string) http.Header {
+		h := http.Header{"X-Test-User": {"ops"}, "Host": {"10.0.0.7:8080"}}
+		for i := 0; i+1 < len(extra); i += 2 {
+			h.Set(extra[i], extra[i+1])
+		}
+		return h
+	}
+	target := "/jobs/" + f.dead["acme"].String() + "/replay"
+	form := url.Values{"csrf_token": {token}, "reason": {"behind a proxy"}}
+	replayed(t, s.post(target, form, proxied("Sec-Fetch-Site", "same-origin", "Origin", "https://console.example.com")))
+	replayed(t, s.post(target, form, proxied("Origin", "https://ops.example.com")))
+	for _, site := range []string{"cross-site", "same-site"} {
+		rec := s.post(target, form, proxied("Sec-Fetch-Site", site, "Origin", "https://evil.example.com"))
+		require.Equal(t, http.StatusForbidden, rec.Code, site)
+		require.Contains(t, rec.Body.String(), "csrf: ", site)
+	}
+	rec := s.post(target, form, proxied("Origin", "https://evil.example.com"))
+	require.Equal(t, http.StatusForbidden, rec.Code, "an untrusted Origin that is not the Host")
+
+	// Without the flag, a plain-HTTP request gets a cookie without Secure.
+	plain := &session{t: t, h: f.console(t, console.Config{EnableActions: true})}
+	plain.get("/jobs/" + f.dead["acme"].String())
+	require.NotEmpty(t, plain.cookie)
+	require.False(t, plain.cookie[0].Secure)
 }

@@ -59,9 +59,16 @@
 //   - CSRF protection. Every action is a POST carrying a token that is the
 //     HMAC (Config.CSRFKey, random per process by default) of a random,
 //     HttpOnly, SameSite=Strict cookie the console set; a missing or
-//     mismatched token or cookie, a request the browser labels cross-site
-//     (Sec-Fetch-Site) or an Origin of another host is refused with 403
-//     before anything is read or written. Pages are sent with a
+//     mismatched token or cookie, a request the browser labels other than
+//     same-origin (Sec-Fetch-Site: cross-site or same-site) or, from a
+//     browser that sends no Sec-Fetch-Site, an Origin whose host is not the
+//     request's Host and not in Config.TrustedOrigins, is refused with 403
+//     before anything is read or written (net/http's
+//     CrossOriginProtection). Behind a reverse proxy that rewrites Host,
+//     current browsers work as they are; list the public origin in
+//     TrustedOrigins for older ones. The cookie is Secure when the console
+//     serves TLS itself or Config.SecureCookie is set, which a host behind
+//     a TLS-terminating proxy should do. Pages are sent with a
 //     Content-Security-Policy allowing only the console's own script and
 //     stylesheet, X-Frame-Options DENY and Cache-Control no-store.
 //   - Actions are recorded with who and why. Who is Config.Actor(r), the
