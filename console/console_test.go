@@ -12,6 +12,7 @@ import (
 
 	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/console"
+	"github.com/llmq/llmq/jobs"
 )
 
 // Every page answers 200 with what it is about.
@@ -464,4 +465,39 @@ func TestCSRFBehindProxy(t *testing.T) {
 	plain.get("/jobs/" + f.dead["acme"].String())
 	require.NotEmpty(t, plain.cookie)
 	require.False(t, plain.cookie[0].Secure)
+}
+
+// The live counts are exact under the cap: per queue on the overview, per
+// (queue, tenant) on the tenants page, across tenants and priorities,
+// runnable apart from scheduled (a retry's delay, a job for later). A
+// count at its cap, or a walk over the live work stopped at it, is shown
+// as a lower bound.
+func TestLiveCounts(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	_, err := f.store.Enqueue(t.Context(), f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "invoice.extract", Queue: "extraction",
+		Priority: 5, Payload: []byte(`{}`)})
+	require.NoError(t, err)
+	_, body := get(t, f.console(t, console.Config{}), "/?fragment=live")
+	// extraction: 12 accepted, 9 claimed, plus one at another priority;
+	// two retries wait a minute; one job runs. default: one job an hour
+	// away per tenant.
+	require.Regexp(t, `<td>extraction</td><td class="n">4</td><td class="n">2</td><td class="n">1</td>`, body)
+	require.Regexp(t, `<td>default</td><td class="n">0</td><td class="n">2</td><td class="n">0</td>`, body)
+
+	_, body = get(t, f.console(t, console.Config{Tenant: "acme"}), "/?fragment=live")
+	require.Regexp(t, `<td>default</td><td class="n">0</td><td class="n">1</td><td class="n">0</td>`, body)
+
+	_, body = get(t, f.console(t, console.Config{}), "/tenants?fragment=rows")
+	cells := regexp.MustCompile(`(?s)<td>extraction</td><td><a [^>]*>acme</a>.*?</td>\s*<td class="n">(\d+)</td><td class="n">(\d+)</td>`).FindStringSubmatch(body)
+	require.NotNil(t, cells, body)
+	acmeRunnable := cells[1]
+	require.Equal(t, "1", cells[2], "acme's retry waits")
+	// acme's runnable: 6 accepted, those of the 9 claims that were its,
+	// and the one at priority 5.
+	require.NotEqual(t, "0", acmeRunnable)
+
+	_, body = get(t, f.console(t, console.Config{CountCap: 1}), "/?fragment=live")
+	require.Regexp(t, `<td>extraction</td><td class="n">\d+&#43;</td><td class="n">\d+&#43;</td><td class="n">\d+&#43;</td>`, body,
+		"a walk stopped at the cap makes every count a lower bound")
 }

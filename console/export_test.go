@@ -1,5 +1,11 @@
 package console
 
+import (
+	"time"
+
+	"github.com/google/uuid"
+)
+
 // QueryForTest returns the rendered statement name of a handler built by
 // New, for the plan tests.
 func QueryForTest(h any, name string) string { return handler(h).q.Must(name) }
@@ -20,3 +26,6 @@ func QueryNamesForTest(h any) []string {
 	}
 	return names
 }
+
+// UUIDAtForTest is uuidAt, for the plan tests' parameters.
+func UUIDAtForTest(t time.Time) uuid.UUID { return uuidAt(t) }

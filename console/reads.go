@@ -66,6 +66,10 @@ type queueRow struct {
 	Queue                        string
 	Runnable, Scheduled, Running count
 	OldestRunnable               time.Time
+	// Partial: the walk over the live work's (tenant, queue, priority)
+	// prefixes stopped at Config.CountCap prefixes, so the counts are lower
+	// bounds and the oldest runnable job is at least as old as shown.
+	Partial bool
 }
 
 // queueNames returns the queues to show: those that have had work (the
@@ -108,8 +112,9 @@ func (h *Handler) queueCounts(ctx context.Context, queues []string) ([]queueRow,
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (queueRow, error) {
 		q := queueRow{Runnable: count{Cap: capN}, Scheduled: count{Cap: capN}, Running: count{Cap: capN}}
 		var oldest *time.Time
-		err := row.Scan(&q.Queue, &q.Runnable.N, &oldest, &q.Scheduled.N, &q.Running.N)
+		err := row.Scan(&q.Queue, &q.Runnable.N, &oldest, &q.Scheduled.N, &q.Running.N, &q.Partial)
 		q.OldestRunnable = dbsql.Deref(oldest)
+		q.Runnable.More, q.Scheduled.More, q.Running.More = q.Partial, q.Partial, q.Partial
 		return q, err
 	})
 }

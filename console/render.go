@@ -213,18 +213,26 @@ func formatCount(n int64) string {
 	return b.String()
 }
 
-// count is a count that stops at a cap.
+// count is a count that stops at a cap. More says that it is a lower
+// bound for another reason (a bounded walk stopped before the end).
 type count struct {
-	N   int64
-	Cap int64
+	N    int64
+	Cap  int64
+	More bool
 }
 
 func formatCapped(c count) string {
-	if c.Cap > 0 && c.N >= c.Cap {
+	switch {
+	case c.Cap > 0 && c.N >= c.Cap:
 		return formatCount(c.Cap) + "+"
+	case c.More:
+		return formatCount(c.N) + "+"
 	}
 	return formatCount(c.N)
 }
+
+// AtLeast reports whether the count is a lower bound.
+func (c count) AtLeast() bool { return c.More || (c.Cap > 0 && c.N >= c.Cap) }
 
 func ago(now, t time.Time) string {
 	if t.IsZero() {
