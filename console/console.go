@@ -106,6 +106,8 @@ type Handler struct {
 	static  http.Handler
 	mux     *http.ServeMux
 	origins *http.CrossOriginProtection
+	// chartCap is DefaultChartCap; tests lower it.
+	chartCap int
 }
 
 // ErrInvalidConfig is wrapped by New's errors.
@@ -148,7 +150,7 @@ func newHandler(cfg Config) (*Handler, error) {
 			return nil, fmt.Errorf("%w: TrustedOrigins: %w", ErrInvalidConfig, err)
 		}
 	}
-	h := &Handler{cfg: cfg, q: q, store: store, limiter: limiter, pages: pages, origins: origins}
+	h := &Handler{cfg: cfg, q: q, store: store, limiter: limiter, pages: pages, origins: origins, chartCap: DefaultChartCap}
 	h.static = http.FileServerFS(assets)
 	h.routes()
 	return h, nil

@@ -501,3 +501,22 @@ func TestLiveCounts(t *testing.T) {
 	require.Regexp(t, `<td>extraction</td><td class="n">\d+&#43;</td><td class="n">\d+&#43;</td><td class="n">\d+&#43;</td>`, body,
 		"a walk stopped at the cap makes every count a lower bound")
 }
+
+// The overview's chart counts each minute's finished jobs per state up to
+// a cap; a count that reached it is a lower bound, and the bar's title,
+// the totals and the peak say so.
+func TestChartCapShown(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	h := f.console(t, console.Config{})
+	_, body := get(t, h, "/?fragment=live")
+	require.Contains(t, body, "2 succeeded")
+	require.NotContains(t, body, "stops at")
+	console.SetChartCapForTest(h, 1)
+	_, body = get(t, h, "/?fragment=live")
+	plus := regexp.QuoteMeta("1&#43;")
+	require.Regexp(t, `<title>\d\d:\d\d: `+plus+` succeeded</title>`, body)
+	require.Regexp(t, `succeeded `+plus+` `, body)
+	require.Contains(t, body, "peak ≥ ")
+	require.Contains(t, body, "Each minute's count per state stops at 1")
+}

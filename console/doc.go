@@ -20,7 +20,10 @@
 //
 //   - Overview: live work by queue (runnable, scheduled, running, oldest
 //     runnable job), jobs finished per minute over the last hour by
-//     terminal state (an inline SVG chart), the outbox's unpublished
+//     terminal state (an inline SVG chart; each minute's count per state
+//     stops at DefaultChartCap, 5,000, and is then shown as "5,000+" in the
+//     bar's title, the totals and the peak: a refresh reads at most
+//     60 × 3 × 5,000 index entries), the outbox's unpublished
 //     backlog and publication lag, the workers holding live leases, the
 //     holders of admission permits, and the outbox relay's and the
 //     retention service's leases.

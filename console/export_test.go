@@ -29,3 +29,6 @@ func QueryNamesForTest(h any) []string {
 
 // UUIDAtForTest is uuidAt, for the plan tests' parameters.
 func UUIDAtForTest(t time.Time) uuid.UUID { return uuidAt(t) }
+
+// SetChartCapForTest lowers the chart's per-minute cap.
+func SetChartCapForTest(h any, n int) { handler(h).chartCap = n }

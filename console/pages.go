@@ -21,17 +21,18 @@ type overviewData struct {
 	Queues   []queueRow
 	Minutes  []minuteCounts
 	Chart    barChart
-	Finished struct{ Succeeded, Failed, Reviewed int64 }
+	Finished struct{ Succeeded, Failed, Reviewed count } // over the hour; More when a minute's count was capped
 	Outbox   outboxLag
 	Runners  []runner
 	Permits  []permitHolder
 	Services []serviceLease
 	System   bool // the infrastructure panels are shown (not tenant-scoped)
+	ChartCap int64
 }
 
 func (h *Handler) overview(ctx context.Context, _ *http.Request, v *view) error {
 	v.Title = "Overview"
-	d := &overviewData{System: h.cfg.Tenant == ""}
+	d := &overviewData{System: h.cfg.Tenant == "", ChartCap: int64(h.chartCap)}
 	v.Data = d
 	names, err := h.queueNames(ctx)
 	if err != nil {
@@ -44,9 +45,9 @@ func (h *Handler) overview(ctx context.Context, _ *http.Request, v *view) error 
 		return err
 	}
 	for _, m := range d.Minutes {
-		d.Finished.Succeeded += m.Succeeded
-		d.Finished.Failed += m.Failed
-		d.Finished.Reviewed += m.Reviewed
+		addCapped(&d.Finished.Succeeded, m.Succeeded, m.SucceededCapped)
+		addCapped(&d.Finished.Failed, m.Failed, m.FailedCapped)
+		addCapped(&d.Finished.Reviewed, m.Reviewed, m.ReviewedCapped)
 	}
 	d.Chart = minuteChart(d.Minutes)
 	if !d.System {
@@ -63,6 +64,13 @@ func (h *Handler) overview(ctx context.Context, _ *http.Request, v *view) error 
 	}
 	d.Services, err = h.serviceLeases(ctx)
 	return err
+}
+
+// addCapped adds a minute's count to a total, which is a lower bound once
+// any of its minutes is.
+func addCapped(total *count, n int64, capped bool) {
+	total.N += n
+	total.More = total.More || capped
 }
 
 type tenantsData struct {

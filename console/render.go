@@ -231,9 +231,6 @@ func formatCapped(c count) string {
 	return formatCount(c.N)
 }
 
-// AtLeast reports whether the count is a lower bound.
-func (c count) AtLeast() bool { return c.More || (c.Cap > 0 && c.N >= c.Cap) }
-
 func ago(now, t time.Time) string {
 	if t.IsZero() {
 		return "-"
