@@ -106,8 +106,9 @@ type Handler struct {
 	static  http.Handler
 	mux     *http.ServeMux
 	origins *http.CrossOriginProtection
-	// chartCap is DefaultChartCap; tests lower it.
-	chartCap int
+	// chartCap is DefaultChartCap and eventScanLimit
+	// DefaultEventScanLimit; tests lower them.
+	chartCap, eventScanLimit int
 }
 
 // ErrInvalidConfig is wrapped by New's errors.
@@ -150,7 +151,7 @@ func newHandler(cfg Config) (*Handler, error) {
 			return nil, fmt.Errorf("%w: TrustedOrigins: %w", ErrInvalidConfig, err)
 		}
 	}
-	h := &Handler{cfg: cfg, q: q, store: store, limiter: limiter, pages: pages, origins: origins, chartCap: DefaultChartCap}
+	h := &Handler{cfg: cfg, q: q, store: store, limiter: limiter, pages: pages, origins: origins, chartCap: DefaultChartCap, eventScanLimit: DefaultEventScanLimit}
 	h.static = http.FileServerFS(assets)
 	h.routes()
 	return h, nil

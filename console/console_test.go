@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/admission"
@@ -519,4 +520,41 @@ func TestChartCapShown(t *testing.T) {
 	require.Regexp(t, `succeeded `+plus+` `, body)
 	require.Contains(t, body, "peak ≥ ")
 	require.Contains(t, body, "Each minute's count per state stops at 1")
+}
+
+// A job's page shows its latest events even when the outbox holds more
+// events during its life than the scan reads from the bottom: the range is
+// read from both ends, and the page says that its middle was not.
+func TestJobEventsReadFromBothEnds(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	dead := f.dead["acme"]
+	rows, err := f.pool.Query(t.Context(), "SELECT event_id FROM "+f.schema+".outbox WHERE aggregate_id = $1 ORDER BY event_id", dead)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(ids), 2, "the dead letter has its requested and dead-lettered events")
+	first, last := ids[0], ids[len(ids)-1]
+	// 300 other events between the job's first and its last.
+	_, err = f.pool.Exec(t.Context(), `INSERT INTO `+f.schema+`.outbox (event_id, aggregate_id, topic, key, event_type, payload, created_at)
+		SELECT (lpad(to_hex(('x' || substr(replace($1::text, '-', ''), 1, 16))::bit(64)::bigint), 16, '0')
+				|| lpad(to_hex(('x' || substr(replace($1::text, '-', ''), 17, 16))::bit(64)::bigint + i), 16, '0'))::uuid,
+			gen_random_uuid(), 'llmq.jobs', 'k', 'other.requested', '{}', now()
+		FROM generate_series(1, 300) AS i`, first)
+	require.NoError(t, err)
+	var between int
+	require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT count(*) FROM "+f.schema+".outbox WHERE event_id > $1 AND event_id < $2", first, last).Scan(&between))
+	require.GreaterOrEqual(t, between, 300, "the filler lies between the job's events")
+
+	h := f.console(t, console.Config{})
+	console.SetEventScanLimitForTest(h, 100)
+	_, body := get(t, h, "/jobs/"+dead.String())
+	require.Contains(t, body, "invoice.extract.dead_lettered", "the latest event is found from the top")
+	require.Contains(t, body, "invoice.extract.requested", "the first event is found from the bottom")
+	require.Contains(t, body, "Scan limit reached")
+
+	console.SetEventScanLimitForTest(h, 100_000)
+	_, body = get(t, h, "/jobs/"+dead.String())
+	require.Contains(t, body, "invoice.extract.dead_lettered")
+	require.NotContains(t, body, "Scan limit reached", "a range read whole is not cut")
 }

@@ -126,8 +126,12 @@
 //     jobs_finished_idx; one tenant's walk its keys instead.
 //   - A job's events are found in the outbox's primary-key range between
 //     its creation and its end (event ids are UUIDv7), because the outbox
-//     deliberately has no index on aggregate_id. Published events are pruned
-//     after their retention, so old jobs show none.
+//     deliberately has no index on aggregate_id. The range is read from
+//     both ends, 25,000 entries each (DefaultEventScanLimit), so the job's
+//     first and latest events are found however busy the outbox was; when
+//     the two reads leave a middle unread, the page says the scan limit was
+//     reached. Published events are pruned after their retention, so old
+//     jobs show none.
 //   - A tenant-scoped chart counts the tenant's jobs accepted in the last two
 //     hours (at most 20,000), read through its keys, rather than visiting
 //     every tenant's finished jobs.

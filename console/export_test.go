@@ -32,3 +32,7 @@ func UUIDAtForTest(t time.Time) uuid.UUID { return uuidAt(t) }
 
 // SetChartCapForTest lowers the chart's per-minute cap.
 func SetChartCapForTest(h any, n int) { handler(h).chartCap = n }
+
+// SetEventScanLimitForTest lowers the outbox entries read per end of a
+// job's event range.
+func SetEventScanLimitForTest(h any, n int) { handler(h).eventScanLimit = n }

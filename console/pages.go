@@ -281,6 +281,7 @@ type jobData struct {
 	Job         *jobs.Job
 	Attempts    []attemptView
 	Events      []event
+	EventsCut   bool // the outbox range was read from both ends only
 	Ancestors   []jobSummary
 	Children    []jobSummary
 	TimelineEnd time.Time
@@ -328,7 +329,7 @@ func (h *Handler) jobPage(ctx context.Context, r *http.Request, v *view) error {
 			d.TimelineEnd = end
 		}
 	}
-	if d.Events, err = h.jobEvents(ctx, job); err != nil {
+	if d.Events, d.EventsCut, err = h.jobEvents(ctx, job); err != nil {
 		return err
 	}
 	if d.Ancestors, err = h.summaries(ctx, "replay lineage", "ReplayAncestors", job.ID, job.Tenant); err != nil {

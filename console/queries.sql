@@ -436,18 +436,44 @@ LIMIT 1;
 -- design, see outbox/queries.sql); its event ids are UUIDv7, written when
 -- the event is, so the job's events lie in the primary-key range from just
 -- before the job was created ($2) to just after it finished ($3). The
--- range is read in order and stops after $4 events, whatever else was
--- written meanwhile.
-SELECT event_id, event_type, topic, created_at, published_at, attempts, coalesce(last_error, '')
-FROM (
-    SELECT * FROM /*schema*/outbox
+-- range is read from both ends, $4 entries from the bottom (the job's
+-- first events) and $4 from the top (its latest: a dead letter's, a
+-- review's), whatever else was written meanwhile, so a busy outbox cannot
+-- hide the latest events behind the first $4. The first column says
+-- whether the two windows left a part of the range unread (each full, and
+-- apart): the page then says the scan limit was reached. A row with NULL
+-- event columns carries that flag when the job has no event.
+WITH lo AS MATERIALIZED (
+    SELECT event_id, aggregate_id, seq FROM /*schema*/outbox
     WHERE event_id >= $2::uuid AND event_id <= $3::uuid
     ORDER BY event_id
     LIMIT $4
-) AS o
-WHERE aggregate_id = $1::uuid
-ORDER BY seq
-LIMIT 100;
+),
+hi AS MATERIALIZED (
+    SELECT event_id, aggregate_id, seq FROM /*schema*/outbox
+    WHERE event_id >= $2::uuid AND event_id <= $3::uuid
+    ORDER BY event_id DESC
+    LIMIT $4
+),
+found AS (
+    SELECT event_id, seq FROM lo WHERE aggregate_id = $1::uuid
+    UNION
+    SELECT event_id, seq FROM hi WHERE aggregate_id = $1::uuid
+),
+gap AS (
+    -- (no max(uuid) before PostgreSQL 16)
+    SELECT (SELECT count(*) FROM lo) >= $4
+        AND (SELECT event_id FROM lo ORDER BY event_id DESC LIMIT 1) < (SELECT event_id FROM hi ORDER BY event_id LIMIT 1) AS gap
+)
+SELECT gap.gap, e.event_id, e.event_type, e.topic, e.created_at, e.published_at, e.attempts, e.last_error
+FROM gap
+LEFT JOIN LATERAL (
+    SELECT o.event_id, o.event_type, o.topic, o.created_at, o.published_at, o.attempts, coalesce(o.last_error, '') AS last_error
+    FROM found AS f
+    JOIN /*schema*/outbox AS o ON o.event_id = f.event_id
+    ORDER BY f.seq
+    LIMIT 100
+) AS e ON true;
 
 -- name: ReplayAncestors
 -- The jobs a job was replayed from, nearest first: a primary-key probe per

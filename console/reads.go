@@ -325,10 +325,13 @@ type event struct {
 	LastError   string
 }
 
-// eventScanLimit bounds the outbox entries read to find a job's events.
-const eventScanLimit = 50_000
+// DefaultEventScanLimit bounds the outbox entries read from each end of a
+// job's range to find its events.
+const DefaultEventScanLimit = 25_000
 
-func (h *Handler) jobEvents(ctx context.Context, j *jobs.Job) ([]event, error) {
+// jobEvents returns a job's events, and whether the outbox range they lie
+// in was too large to read whole (its middle was left unread).
+func (h *Handler) jobEvents(ctx context.Context, j *jobs.Job) ([]event, bool, error) {
 	end := j.FinishedAt
 	if end.IsZero() {
 		end = time.Now()
@@ -336,19 +339,40 @@ func (h *Handler) jobEvents(ctx context.Context, j *jobs.Job) ([]event, error) {
 	// A minute either side covers clock skew between the hosts that
 	// generate event ids and the database's clock.
 	lo, hi := uuidAt(j.CreatedAt.Add(-time.Minute)), uuidAt(end.Add(time.Minute))
-	rows, err := h.cfg.DB.Query(ctx, h.q.Must("JobEvents"), j.ID, lo, hi, eventScanLimit)
+	rows, err := h.cfg.DB.Query(ctx, h.q.Must("JobEvents"), j.ID, lo, hi, h.eventScanLimit)
 	if err != nil {
-		return nil, fmt.Errorf("console: events of %s: %w", j.ID, err)
+		return nil, false, fmt.Errorf("console: events of %s: %w", j.ID, err)
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (event, error) {
+	defer rows.Close()
+	var (
+		out []event
+		gap bool
+	)
+	for rows.Next() {
 		var (
 			e         event
+			id        pgtype.UUID
+			typ       *string
+			topic     *string
+			created   *time.Time
 			published *time.Time
+			attempts  *int
+			lastError *string
 		)
-		err := row.Scan((*[16]byte)(&e.ID), &e.Type, &e.Topic, &e.CreatedAt, &published, &e.Attempts, &e.LastError)
-		e.PublishedAt = dbsql.Deref(published)
-		return e, err
-	})
+		if err := rows.Scan(&gap, &id, &typ, &topic, &created, &published, &attempts, &lastError); err != nil {
+			return nil, false, fmt.Errorf("console: events of %s: %w", j.ID, err)
+		}
+		if !id.Valid {
+			continue // no event: the row carries only the flag
+		}
+		e.ID, e.Type, e.Topic, e.CreatedAt = id.Bytes, dbsql.Deref(typ), dbsql.Deref(topic), dbsql.Deref(created)
+		e.PublishedAt, e.Attempts, e.LastError = dbsql.Deref(published), dbsql.Deref(attempts), dbsql.Deref(lastError)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, fmt.Errorf("console: events of %s: %w", j.ID, err)
+	}
+	return out, gap, nil
 }
 
 // usageDay is one tenant's usage on one day.
