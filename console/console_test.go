@@ -1,11 +1,13 @@
 package console_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -557,4 +559,103 @@ func TestJobEventsReadFromBothEnds(t *testing.T) {
 	_, body = get(t, h, "/jobs/"+dead.String())
 	require.Contains(t, body, "invoice.extract.dead_lettered")
 	require.NotContains(t, body, "Scan limit reached", "a range read whole is not cut")
+}
+
+// walk follows a listing's "Older"/"Continue" links from start and returns
+// the job ids in the order the pages showed them, and whether any page
+// ended at the scan limit.
+func walk(t *testing.T, h http.Handler, start string) (ids []string, windowed bool) {
+	t.Helper()
+	for next, pages := start, 0; next != ""; pages++ {
+		require.Less(t, pages, 50, next)
+		code, body := get(t, h, next)
+		require.Equal(t, http.StatusOK, code, next)
+		windowed = windowed || strings.Contains(body, "scan limit")
+		for _, m := range jobLink.FindAllStringSubmatch(body, -1) {
+			ids = append(ids, m[1])
+		}
+		next = nextLink(body)
+	}
+	return ids, windowed
+}
+
+// Dead letters page by (finished_at, id), most recent first: a batch
+// finished at one instant is split across pages and scan windows without
+// losing or repeating a job.
+func TestDeadLetterCursorTies(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := t.Context()
+	var batch []uuid.UUID
+	for i := range 7 {
+		j, err := f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "initech", Kind: "invoice.extract", Queue: "default",
+			Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))})
+		require.NoError(t, err)
+		batch = append(batch, j.Job.ID)
+	}
+	var claimed []*jobs.Job
+	for tries := 0; len(claimed) < 7; tries++ {
+		require.Less(t, tries, 20, "the batch could not be claimed")
+		more, err := f.store.Claim(ctx, f.pool, jobs.ClaimParams{Queue: "default", Kinds: []string{"invoice.extract"}, Worker: "w", Limit: 7 - len(claimed), LeaseDuration: time.Minute})
+		require.NoError(t, err)
+		claimed = append(claimed, more...)
+	}
+	var done []jobs.Completion
+	for _, j := range claimed {
+		c := completion(j, jobs.OutcomeFailed, "permanent", jobs.Usage{})
+		c.Error = "batch failure"
+		done = append(done, c)
+	}
+	_, err := f.store.Complete(ctx, f.pool, done)
+	require.NoError(t, err)
+	// One instant for the whole batch, whatever the clock did.
+	_, err = f.pool.Exec(ctx, "UPDATE "+f.schema+".jobs SET finished_at = date_trunc('second', now()) WHERE id = ANY($1)", batch)
+	require.NoError(t, err)
+
+	rows, err := f.pool.Query(ctx, "SELECT id::text FROM "+f.schema+".jobs WHERE state = 'FAILED_TERMINAL' ORDER BY finished_at DESC, id DESC")
+	require.NoError(t, err)
+	want, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Len(t, want, 9, "the batch and the fixture's two")
+	rows, err = f.pool.Query(ctx, "SELECT id::text FROM "+f.schema+".jobs WHERE state = 'FAILED_TERMINAL' AND queue = 'default' ORDER BY finished_at DESC, id DESC")
+	require.NoError(t, err)
+	wantBatch, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Len(t, wantBatch, 7)
+
+	for _, scan := range []int{2, 3, 20} {
+		h := f.console(t, console.Config{ScanLimit: scan})
+		got, _ := walk(t, h, "/dead?limit=2")
+		require.Equal(t, want, got, "scan limit %d: every dead letter once, by finish time then id", scan)
+		// A filter that leaves pages short continues from each window's
+		// last (finished_at, id), inside the batch's tie.
+		got, windowed := walk(t, h, "/dead?queue=default&limit=3")
+		require.Equal(t, wantBatch, got, "scan limit %d: the batch once, in order", scan)
+		require.Equal(t, scan < 7, windowed, "scan limit %d: pages stop at the window", scan)
+	}
+}
+
+// One tenant's listings walk that tenant's keys (ListTenantJobs and
+// ListTenantScanEnd): every job of the tenant once, newest first, none of
+// another's, across pages and scan windows.
+func TestTenantPagination(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	rows, err := f.pool.Query(t.Context(), "SELECT id::text FROM "+f.schema+".job_keys WHERE tenant = 'acme' ORDER BY id DESC")
+	require.NoError(t, err)
+	want, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Len(t, want, 7)
+	for _, cfg := range []console.Config{{ScanLimit: 3}, {ScanLimit: 3, Tenant: "acme"}} {
+		h := f.console(t, cfg)
+		got, _ := walk(t, h, "/jobs?tenant=acme&limit=2")
+		require.Equal(t, want, got, "tenant %q", cfg.Tenant)
+
+		got, windowed := walk(t, h, "/jobs?tenant=acme&state=FAILED_TERMINAL")
+		require.Equal(t, []string{f.dead["acme"].String()}, got)
+		require.True(t, windowed, "a rare state stops at the window and continues")
+
+		got, _ = walk(t, h, "/dead?tenant=acme&state=REVIEW_REQUIRED")
+		require.Equal(t, []string{f.review["acme"].String()}, got)
+	}
 }
