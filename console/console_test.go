@@ -197,6 +197,20 @@ func TestReplay(t *testing.T) {
 	// A job that is not finished cannot be replayed.
 	rec = s.post("/jobs/"+f.running.String()+"/replay", url.Values{"csrf_token": {token}, "reason": {"x"}}, user)
 	require.Equal(t, http.StatusConflict, rec.Code)
+
+	// Nor, from the console, a cancelled one: it replays dead letters and
+	// reviews only, as EnableActions says.
+	res, err := f.store.Enqueue(t.Context(), f.pool, jobs.EnqueueParams{Tenant: "globex", Kind: "webhook.deliver", Queue: "default", Payload: []byte(`{}`)})
+	require.NoError(t, err)
+	cancelled, err := f.store.Cancel(t.Context(), f.pool, "globex", res.Job.ID)
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateCancelled, cancelled.State)
+	_, page = s.get("/jobs/" + cancelled.ID.String())
+	require.NotContains(t, page, "replay-form", "no replay is offered for a cancelled job")
+	rec = s.post("/jobs/"+cancelled.ID.String()+"/replay", url.Values{"csrf_token": {token}, "reason": {"x"}}, user)
+	require.Equal(t, http.StatusConflict, rec.Code)
+	require.Contains(t, rec.Body.String(), "REVIEW_REQUIRED")
+	f.requireNoReplay(t, cancelled.ID)
 }
 
 var replayTarget = regexp.MustCompile(`/jobs/([0-9a-f-]{36})\?flash=`)

@@ -318,7 +318,7 @@ func (h *Handler) jobPage(ctx context.Context, r *http.Request, v *view) error {
 	d := &jobData{Job: job, ResultJSON: indentJSON(job.Result), PayloadJSON: indentJSON(job.Payload)}
 	v.Data = d
 	v.Title = "Job " + job.ID.String()
-	d.Replayable = job.State == jobs.StateFailedTerminal || job.State == jobs.StateReviewRequired || job.State == jobs.StateCancelled
+	d.Replayable = consoleReplayable(job.State)
 	attempts, err := h.store.Attempts(ctx, h.cfg.DB, job.Tenant, job.ID)
 	if err != nil {
 		return err
@@ -339,6 +339,14 @@ func (h *Handler) jobPage(ctx context.Context, r *http.Request, v *view) error {
 	return err
 }
 
+// consoleReplayable reports whether the console offers a replay of a job
+// in state s: dead letters and jobs awaiting review, as Config.EnableActions
+// says. jobs.Store.Replay also takes CANCELLED jobs; someone cancelled those
+// on purpose, so running one again is left to the API.
+func consoleReplayable(s jobs.State) bool {
+	return s == jobs.StateFailedTerminal || s == jobs.StateReviewRequired
+}
+
 func (h *Handler) replay(w http.ResponseWriter, r *http.Request, actor string) error {
 	id, err := parseID("id", r.PathValue("id"))
 	if err != nil {
@@ -352,6 +360,9 @@ func (h *Handler) replay(w http.ResponseWriter, r *http.Request, actor string) e
 	job, err := h.findJob(r.Context(), id)
 	if err != nil {
 		return err
+	}
+	if !consoleReplayable(job.State) {
+		return &httpError{status: http.StatusConflict, msg: fmt.Sprintf("this job cannot be replayed here: it is %s; the console replays dead-lettered (FAILED_TERMINAL) and REVIEW_REQUIRED jobs", job.State)}
 	}
 	res, err := h.store.Replay(r.Context(), h.cfg.DB, jobs.ReplayParams{Tenant: job.Tenant, JobID: id, By: actor, Reason: reason, Again: again})
 	if err != nil {
