@@ -9,6 +9,8 @@ import (
 	"html/template"
 	"log/slog"
 	"net/http"
+	"path"
+	"regexp"
 	"strings"
 	"time"
 
@@ -51,8 +53,10 @@ type Config struct {
 	// operator's console).
 	Tenant string
 	// BasePath is where the host mounts the handler, such as "/console";
-	// links are built under it and it is stripped from request paths.
-	// Default "" (the root).
+	// links are built under it and it is stripped from request paths. It
+	// must be a clean absolute path (segments of letters, digits, '.', '_',
+	// '~' and '-'; no "//", "." or ".." segments, no trailing "/"), since
+	// it goes into every link as it is. Default "" (the root).
 	BasePath string
 	// EnableActions allows the console's writes: replaying dead-lettered
 	// and REVIEW_REQUIRED jobs, and (without Tenant) changing provider
@@ -165,8 +169,8 @@ func withDefaults(cfg Config) (Config, error) {
 		return cfg, invalidConfig("Actor", "is required when EnableActions is set: actions are recorded with who took them")
 	case cfg.ScanLimit < 0 || cfg.CountCap < 0:
 		return cfg, invalidConfig("ScanLimit/CountCap", "must not be negative")
-	case cfg.BasePath != "" && (!strings.HasPrefix(cfg.BasePath, "/") || strings.HasSuffix(cfg.BasePath, "/")):
-		return cfg, invalidConfig("BasePath", fmt.Sprintf("%q must start with / and not end with one (such as /console)", cfg.BasePath))
+	case !validBasePath(cfg.BasePath):
+		return cfg, invalidConfig("BasePath", fmt.Sprintf("%q is not a clean absolute path such as /ops/console (segments of letters, digits, '.', '_', '~' and '-'; no // , . or .. segments, no trailing /)", cfg.BasePath))
 	case len(cfg.CSRFKey) > 0 && len(cfg.CSRFKey) < 16:
 		return cfg, invalidConfig("CSRFKey", "must hold at least 16 bytes")
 	}
@@ -191,6 +195,17 @@ func withDefaults(cfg Config) (Config, error) {
 	cfg.CountCap = cmp.Or(cfg.CountCap, DefaultCountCap)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	return cfg, nil
+}
+
+var basePathPattern = regexp.MustCompile(`^(/[A-Za-z0-9._~-]+)+$`)
+
+// validBasePath reports whether p can prefix the console's links and its
+// cookie's path: "" (the root), or a clean absolute path. A leading "//"
+// would make every link protocol-relative (//evil.example/jobs is another
+// host), and "." or ".." segments, escapes or separators would make links
+// and the path the console strips disagree.
+func validBasePath(p string) bool {
+	return p == "" || (basePathPattern.MatchString(p) && path.Clean(p) == p)
 }
 
 func (h *Handler) routes() {

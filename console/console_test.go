@@ -389,6 +389,17 @@ func TestConfigValidation(t *testing.T) {
 		require.ErrorIs(t, err, console.ErrInvalidConfig, field)
 		require.Contains(t, err.Error(), field, field)
 	}
+	// A base path prefixes every link: only a clean absolute path will do.
+	for _, base := range []string{"//evil.example", "///x", "/ops//console", "/ops/../x", "/ops/./x", "/", "/ops/", "ops",
+		"/ops console", "/ops?x", "/ops#x", "/ops;x", "/%2e%2e", `/ops\x`} {
+		_, err := console.New(console.Config{DB: f.pool, BasePath: base})
+		require.ErrorIs(t, err, console.ErrInvalidConfig, base)
+		require.Contains(t, err.Error(), "BasePath", base)
+	}
+	for _, base := range []string{"", "/console", "/ops/console", "/a.b/c_d-e~f"} {
+		_, err := console.New(console.Config{DB: f.pool, BasePath: base})
+		require.NoError(t, err, base)
+	}
 }
 
 // Mounted under a base path, links and cookies stay under it.
