@@ -180,7 +180,7 @@ func withDefaults(cfg Config) (Config, error) {
 		}
 	}
 	for _, q := range cfg.Queues {
-		if !validName(q, jobs.MaxQueueLen) {
+		if !validQueue(q) {
 			return cfg, invalidConfig("Queues", fmt.Sprintf("%q is not a queue name", q))
 		}
 	}

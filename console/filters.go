@@ -17,7 +17,11 @@ import (
 
 var namePattern = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 
-func validName(s string, maxLen int) bool { return len(s) <= maxLen && namePattern.MatchString(s) }
+// validQueue and validKind check the names jobs accepts for a queue and a
+// kind.
+func validQueue(s string) bool { return len(s) <= jobs.MaxQueueLen && namePattern.MatchString(s) }
+
+func validKind(s string) bool { return len(s) <= jobs.MaxKindLen && namePattern.MatchString(s) }
 
 // jobFilter is what the jobs and dead-letter pages filter by, read from
 // the query string; Parse refuses bad values with a 400 naming the field.
@@ -44,10 +48,10 @@ func parseTime(field, s string) (time.Time, error) {
 
 func (h *Handler) parseFilter(q url.Values) (jobFilter, error) {
 	f := jobFilter{Queue: q.Get("queue"), Kind: q.Get("kind"), Tenant: q.Get("tenant"), Limit: DefaultPageSize}
-	if f.Queue != "" && !validName(f.Queue, jobs.MaxQueueLen) {
+	if f.Queue != "" && !validQueue(f.Queue) {
 		return f, badInput("queue", fmt.Sprintf("%q is not a queue name (letters, digits, '.', '_' and '-', at most %d bytes)", truncate(40, f.Queue), jobs.MaxQueueLen))
 	}
-	if f.Kind != "" && !validName(f.Kind, jobs.MaxKindLen) {
+	if f.Kind != "" && !validKind(f.Kind) {
 		return f, badInput("kind", fmt.Sprintf("%q is not a kind (letters, digits, '.', '_' and '-', at most %d bytes)", truncate(40, f.Kind), jobs.MaxKindLen))
 	}
 	if f.Tenant != "" {
@@ -166,7 +170,7 @@ func checkParams(values url.Values) error {
 // tenantCursor reads the tenants page's cursor (after_queue, after_tenant).
 func tenantCursor(q url.Values) (queue, tenant string, err error) {
 	queue, tenant = q.Get("after_queue"), q.Get("after_tenant")
-	if queue != "" && !validName(queue, jobs.MaxQueueLen) {
+	if queue != "" && !validQueue(queue) {
 		return "", "", badInput("after_queue", "is not a cursor this page wrote")
 	}
 	if p := validate.Text(tenant, false, jobs.MaxTenantLen); p != "" {
