@@ -14,7 +14,8 @@
 //	mux.Handle("/ops/console/", requireOperator(h))
 //
 // `llmq console -addr 127.0.0.1:8080` serves it against DATABASE_URL and
-// -schema, like the other commands (-tenant, -actions, -actor, -refresh).
+// -schema, like the other commands (-tenant, -actions, -actor, -refresh,
+// and -trusted-origins and -secure-cookie behind a reverse proxy).
 //
 // # Pages
 //
