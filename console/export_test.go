@@ -36,3 +36,6 @@ func SetChartCapForTest(h any, n int) { handler(h).chartCap = n }
 // SetEventScanLimitForTest lowers the outbox entries read per end of a
 // job's event range.
 func SetEventScanLimitForTest(h any, n int) { handler(h).eventScanLimit = n }
+
+// RangeScansOnlySQL is what the counting statements run under.
+const RangeScansOnlySQL = rangeScansOnlySQL

@@ -116,6 +116,10 @@ func boundedReads(t *testing.T, pool *pgxpool.Pool, schema string, h http.Handle
 		args  []any
 		bound int64
 	}{
+		// The console runs the counts under console.RangeScansOnlySQL;
+		// without it the planner, estimating a prefix's rows from
+		// averages, at times reads the big tenant's 100,000 scheduled
+		// entries through a bitmap scan to count 1,000 of them.
 		// Per queue: three counts of at most the cap each; the walks over
 		// the prefixes, at most the cap each.
 		{"QueueCounts", []any{queues, countCap}, 8 * countCap},
@@ -126,10 +130,17 @@ func boundedReads(t *testing.T, pool *pgxpool.Pool, schema string, h http.Handle
 		{"Runners", []any{countCap}, countCap},
 		{"FinishedPerMinute", []any{60, 5000}, 180 * 5000},
 	} {
-		rows, err := pool.Query(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+console.QueryForTest(h, c.name), c.args...)
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		if strings.HasPrefix(c.name, "QueueCounts") || c.name == "TenantRows" {
+			_, err = tx.Exec(ctx, console.RangeScansOnlySQL)
+			require.NoError(t, err)
+		}
+		rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+console.QueryForTest(h, c.name), c.args...)
 		require.NoError(t, err, c.name)
 		plans, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err, c.name)
+		require.NoError(t, tx.Rollback(ctx))
 		var doc []struct{ Plan planNode }
 		require.NoError(t, json.Unmarshal([]byte(plans[0]), &doc), c.name)
 		read := doc[0].Plan.largeReads(t, c.name)

@@ -52,7 +52,11 @@ SELECT queue FROM /*schema*/tenant_queues WHERE tenant = $1 ORDER BY queue LIMIT
 -- Each per-prefix count is ORDER BY available_at, the index's own order
 -- there: without it, for a tenant with a large backlog the planner takes a
 -- LIMIT over a sequential scan for cheap (it expects matches to be dense),
--- which reads the whole table when they are not.
+-- which reads the whole table when they are not. For the same reason the
+-- console runs this statement, QueueCountsTenant and TenantRows with
+-- sequential and bitmap scans off (rangeScansOnly, reads.go): estimating a
+-- prefix's rows from averages, the planner otherwise at times takes a
+-- bitmap scan, which reads all of a large prefix to count to the cap.
 WITH RECURSIVE waiting (tenant, queue, priority, first_at, depth) AS (
     (SELECT j.tenant, j.queue, j.priority, j.available_at, 1
         FROM /*schema*/jobs AS j

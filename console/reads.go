@@ -105,11 +105,7 @@ func (h *Handler) queueCounts(ctx context.Context, queues []string) ([]queueRow,
 	if h.cfg.Tenant != "" {
 		query, args = h.q.Must("QueueCountsTenant"), append(args, h.cfg.Tenant)
 	}
-	rows, err := h.cfg.DB.Query(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("console: counting queues: %w", err)
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (queueRow, error) {
+	return rangeScansOnly(ctx, h.cfg.DB, "counting queues", query, args, func(row pgx.CollectableRow) (queueRow, error) {
 		q := queueRow{Runnable: count{Cap: capN}, Scheduled: count{Cap: capN}, Running: count{Cap: capN}}
 		var oldest *time.Time
 		err := row.Scan(&q.Queue, &q.Runnable.N, &oldest, &q.Scheduled.N, &q.Running.N, &q.Partial)
@@ -117,6 +113,38 @@ func (h *Handler) queueCounts(ctx context.Context, queues []string) ([]queueRow,
 		q.Runnable.More, q.Scheduled.More, q.Running.More = q.Partial, q.Partial, q.Partial
 		return q, err
 	})
+}
+
+// rangeScansOnlySQL is what rangeScansOnly sets for its statement.
+const rangeScansOnlySQL = "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off"
+
+// rangeScansOnly runs a counting statement (QueueCounts, TenantRows) in a
+// transaction that steers the planner off sequential and bitmap
+// scans. Their per-prefix counts are index ranges stopped by a LIMIT, and
+// the planner estimates a prefix's rows from averages: for a tenant with
+// a large backlog in one prefix it may take a bitmap scan (or a sequential
+// one) for cheap, which reads every entry of the prefix, 100,000 scheduled
+// jobs to count to the cap. Turned off, they are only used where nothing
+// else can serve (the small tables). SET LOCAL ends with the transaction,
+// so a pooled connection keeps its settings.
+func rangeScansOnly[T any](ctx context.Context, db DBTX, op, query string, args []any, scan pgx.RowToFunc[T]) ([]T, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("console: %s: %w", op, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, rangeScansOnlySQL); err != nil {
+		return nil, fmt.Errorf("console: %s: %w", op, err)
+	}
+	rows, err := tx.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("console: %s: %w", op, err)
+	}
+	out, err := pgx.CollectRows(rows, scan)
+	if err != nil {
+		return nil, fmt.Errorf("console: %s: %w", op, err)
+	}
+	return out, nil
 }
 
 // minuteCounts is one minute of the finished-jobs chart.
@@ -300,11 +328,8 @@ const finishedProbeCap = 1000
 func (h *Handler) tenantRows(ctx context.Context, tenant, afterQueue, afterTenant string, limit int) ([]tenantRow, error) {
 	capN := int64(h.cfg.CountCap)
 	since := uuidAt(time.Now().Add(-time.Hour))
-	rows, err := h.cfg.DB.Query(ctx, h.q.Must("TenantRows"), tenant, afterQueue, afterTenant, limit, h.cfg.CountCap, since, finishedProbeCap)
-	if err != nil {
-		return nil, fmt.Errorf("console: tenants: %w", err)
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (tenantRow, error) {
+	args := []any{tenant, afterQueue, afterTenant, limit, h.cfg.CountCap, since, finishedProbeCap}
+	return rangeScansOnly(ctx, h.cfg.DB, "tenants", h.q.Must("TenantRows"), args, func(row pgx.CollectableRow) (tenantRow, error) {
 		t := tenantRow{Runnable: count{Cap: capN}, Scheduled: count{Cap: capN}, Running: count{Cap: capN},
 			AcceptedHour: count{Cap: capN}, FinishedHour: count{Cap: finishedProbeCap}}
 		var oldest *time.Time
