@@ -23,6 +23,9 @@ type barChart struct {
 	Base          float64 // the bars' baseline
 	Max           int64
 	Empty         bool
+	// Capped: some bar is a lower bound (a count stopped at its cap), and
+	// so may Max be.
+	Capped bool
 }
 
 type bar struct {
@@ -50,6 +53,7 @@ func minuteChart(minutes []minuteCounts) barChart {
 	c := barChart{Width: chartW, Height: chartH + labelBand, Base: chartH, Empty: true}
 	for _, m := range minutes {
 		c.Max = max(c.Max, m.Succeeded+m.Failed+m.Reviewed)
+		c.Capped = c.Capped || m.Capped()
 	}
 	if len(minutes) == 0 {
 		return c
@@ -63,17 +67,18 @@ func minuteChart(minutes []minuteCounts) barChart {
 	for i, m := range minutes {
 		x, y := float64(i)*w, chartH
 		for _, part := range []struct {
-			n     int64
-			class string
-			label string
-		}{{m.Succeeded, "ok", "succeeded"}, {m.Reviewed, "review", "review required"}, {m.Failed, "failed", "failed"}} {
+			n      int64
+			capped bool
+			class  string
+			label  string
+		}{{m.Succeeded, m.SucceededCapped, "ok", "succeeded"}, {m.Reviewed, m.ReviewedCapped, "review", "review required"}, {m.Failed, m.FailedCapped, "failed", "failed"}} {
 			if part.n == 0 {
 				continue
 			}
 			hgt := float64(part.n) * scale
 			y -= hgt
 			c.Bars = append(c.Bars, bar{X: x + 0.5, Y: y, W: max(w-1, 1), H: hgt, Class: part.class,
-				Title: fmt.Sprintf("%s: %d %s", m.Minute.UTC().Format("15:04"), part.n, part.label)})
+				Title: fmt.Sprintf("%s: %s %s", m.Minute.UTC().Format("15:04"), formatCapped(count{N: part.n, More: part.capped}), part.label)})
 		}
 		if m.Minute.Minute()%10 == 0 {
 			c.Labels = append(c.Labels, label(x+w/2, m.Minute.UTC().Format("15:04")))

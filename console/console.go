@@ -9,6 +9,8 @@ import (
 	"html/template"
 	"log/slog"
 	"net/http"
+	"path"
+	"regexp"
 	"strings"
 	"time"
 
@@ -51,8 +53,10 @@ type Config struct {
 	// operator's console).
 	Tenant string
 	// BasePath is where the host mounts the handler, such as "/console";
-	// links are built under it and it is stripped from request paths.
-	// Default "" (the root).
+	// links are built under it and it is stripped from request paths. It
+	// must be a clean absolute path (segments of letters, digits, '.', '_',
+	// '~' and '-'; no "//", "." or ".." segments, no trailing "/"), since
+	// it goes into every link as it is. Default "" (the root).
 	BasePath string
 	// EnableActions allows the console's writes: replaying dead-lettered
 	// and REVIEW_REQUIRED jobs, and (without Tenant) changing provider
@@ -68,6 +72,17 @@ type Config struct {
 	// one load balancer need the same key. Default: 32 random bytes drawn
 	// by New (tokens then last as long as the process).
 	CSRFKey []byte
+	// TrustedOrigins are origins ("https://ops.example.com") whose actions
+	// are accepted even when the browser does not say the request is
+	// same-origin (Sec-Fetch-Site) and its Origin does not match the Host
+	// the console sees: list the console's public origin when a reverse
+	// proxy rewrites Host and older browsers must act. Default none.
+	TrustedOrigins []string
+	// SecureCookie marks the CSRF cookie Secure (sent over HTTPS only).
+	// The console does so by itself when it serves TLS; set it when
+	// browsers reach it over HTTPS through a proxy that terminates TLS,
+	// which the console cannot see. Default false.
+	SecureCookie bool
 	// RefreshInterval is how often pages refresh their live parts. Default
 	// 5s; negative turns refreshing off.
 	RefreshInterval time.Duration
@@ -94,6 +109,10 @@ type Handler struct {
 	pages   map[string]*template.Template
 	static  http.Handler
 	mux     *http.ServeMux
+	origins *http.CrossOriginProtection
+	// chartCap is DefaultChartCap and eventScanLimit
+	// DefaultEventScanLimit; tests lower them.
+	chartCap, eventScanLimit int
 }
 
 // ErrInvalidConfig is wrapped by New's errors.
@@ -134,7 +153,13 @@ func newHandler(cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{cfg: cfg, sql: sql, store: store, limiter: limiter, pages: pages}
+	origins := http.NewCrossOriginProtection()
+	for _, o := range cfg.TrustedOrigins {
+		if err := origins.AddTrustedOrigin(o); err != nil {
+			return nil, fmt.Errorf("%w: TrustedOrigins: %w", ErrInvalidConfig, err)
+		}
+	}
+	h := &Handler{cfg: cfg, sql: sql, store: store, limiter: limiter, pages: pages, origins: origins, chartCap: DefaultChartCap, eventScanLimit: DefaultEventScanLimit}
 	h.static = http.FileServerFS(assets)
 	h.routes()
 	return h, nil
@@ -148,8 +173,8 @@ func withDefaults(cfg Config) (Config, error) {
 		return cfg, invalidConfig("Actor", "is required when EnableActions is set: actions are recorded with who took them")
 	case cfg.ScanLimit < 0 || cfg.CountCap < 0:
 		return cfg, invalidConfig("ScanLimit/CountCap", "must not be negative")
-	case cfg.BasePath != "" && (!strings.HasPrefix(cfg.BasePath, "/") || strings.HasSuffix(cfg.BasePath, "/")):
-		return cfg, invalidConfig("BasePath", fmt.Sprintf("%q must start with / and not end with one (such as /console)", cfg.BasePath))
+	case !validBasePath(cfg.BasePath):
+		return cfg, invalidConfig("BasePath", fmt.Sprintf("%q is not a clean absolute path such as /ops/console (segments of letters, digits, '.', '_', '~' and '-'; no // , . or .. segments, no trailing /)", cfg.BasePath))
 	case len(cfg.CSRFKey) > 0 && len(cfg.CSRFKey) < 16:
 		return cfg, invalidConfig("CSRFKey", "must hold at least 16 bytes")
 	}
@@ -159,7 +184,7 @@ func withDefaults(cfg Config) (Config, error) {
 		}
 	}
 	for _, q := range cfg.Queues {
-		if !validName(q, jobs.MaxQueueLen) {
+		if !validQueue(q) {
 			return cfg, invalidConfig("Queues", fmt.Sprintf("%q is not a queue name", q))
 		}
 	}
@@ -174,6 +199,17 @@ func withDefaults(cfg Config) (Config, error) {
 	cfg.CountCap = cmp.Or(cfg.CountCap, DefaultCountCap)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	return cfg, nil
+}
+
+var basePathPattern = regexp.MustCompile(`^(/[A-Za-z0-9._~-]+)+$`)
+
+// validBasePath reports whether p can prefix the console's links and its
+// cookie's path: "" (the root), or a clean absolute path. A leading "//"
+// would make every link protocol-relative (//evil.example/jobs is another
+// host), and "." or ".." segments, escapes or separators would make links
+// and the path the console strips disagree.
+func validBasePath(p string) bool {
+	return p == "" || (basePathPattern.MatchString(p) && path.Clean(p) == p)
 }
 
 func (h *Handler) routes() {

@@ -1,16 +1,21 @@
 package console_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/console"
+	"github.com/llmq/llmq/jobs"
 )
 
 // Every page answers 200 with what it is about.
@@ -59,6 +64,16 @@ func TestBadInput(t *testing.T) {
 		"/dead?at=x":                             "at: ",
 		"/?fragment=nope":                        "fragment: ",
 		"/?fragment=../x":                        "fragment: ",
+		// Values PostgreSQL text cannot hold are refused before any
+		// statement runs, whichever parameter carries them.
+		"/tenants?after_tenant=%ff":                "after_tenant: ",
+		"/tenants?after_queue=%00":                 "after_queue: ",
+		"/tenants?after_queue=no%20spaces":         "after_queue: ",
+		"/pools?after=%ff":                         "after: ",
+		"/pools?after=a%00":                        "after: ",
+		"/jobs?unknown=%ff":                        "unknown: ",
+		"/dead?kind=%c3":                           "kind: ",
+		"/jobs?flash=" + strings.Repeat("x", 5000): "flash: ",
 	} {
 		code, body := get(t, h, target)
 		require.Equal(t, http.StatusBadRequest, code, target)
@@ -119,7 +134,8 @@ func TestCSRFRefusal(t *testing.T) {
 		"another's token": {s, url.Values{"reason": {"r"}, "csrf_token": {otherToken}}, user, "does not match"},
 		"no cookie":       {noCookie, url.Values{"reason": {"r"}, "csrf_token": {token}}, user, "no CSRF cookie"},
 		"cross-site":      {s, url.Values{"reason": {"r"}, "csrf_token": {token}}, http.Header{"X-Test-User": user["X-Test-User"], "Sec-Fetch-Site": {"cross-site"}}, "another site"},
-		"foreign origin":  {s, url.Values{"reason": {"r"}, "csrf_token": {token}}, http.Header{"X-Test-User": user["X-Test-User"], "Origin": {"https://evil.example"}}, "another origin"},
+		"same-site":       {s, url.Values{"reason": {"r"}, "csrf_token": {token}}, http.Header{"X-Test-User": user["X-Test-User"], "Sec-Fetch-Site": {"same-site"}, "Origin": {"https://other.example.com"}}, "another site"},
+		"foreign origin":  {s, url.Values{"reason": {"r"}, "csrf_token": {token}}, http.Header{"X-Test-User": user["X-Test-User"], "Origin": {"https://evil.example"}}, "another site or origin"},
 	} {
 		rec := c.s.post(target, c.form, c.header)
 		require.Equal(t, http.StatusForbidden, rec.Code, name)
@@ -181,6 +197,20 @@ func TestReplay(t *testing.T) {
 	// A job that is not finished cannot be replayed.
 	rec = s.post("/jobs/"+f.running.String()+"/replay", url.Values{"csrf_token": {token}, "reason": {"x"}}, user)
 	require.Equal(t, http.StatusConflict, rec.Code)
+
+	// Nor, from the console, a cancelled one: it replays dead letters and
+	// reviews only, as EnableActions says.
+	res, err := f.store.Enqueue(t.Context(), f.pool, jobs.EnqueueParams{Tenant: "globex", Kind: "webhook.deliver", Queue: "default", Payload: []byte(`{}`)})
+	require.NoError(t, err)
+	cancelled, err := f.store.Cancel(t.Context(), f.pool, "globex", res.Job.ID)
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateCancelled, cancelled.State)
+	_, page = s.get("/jobs/" + cancelled.ID.String())
+	require.NotContains(t, page, "replay-form", "no replay is offered for a cancelled job")
+	rec = s.post("/jobs/"+cancelled.ID.String()+"/replay", url.Values{"csrf_token": {token}, "reason": {"x"}}, user)
+	require.Equal(t, http.StatusConflict, rec.Code)
+	require.Contains(t, rec.Body.String(), "REVIEW_REQUIRED")
+	f.requireNoReplay(t, cancelled.ID)
 }
 
 var replayTarget = regexp.MustCompile(`/jobs/([0-9a-f-]{36})\?flash=`)
@@ -346,17 +376,29 @@ func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	for field, cfg := range map[string]console.Config{
-		"DB":       {},
-		"Actor":    {DB: f.pool, EnableActions: true},
-		"Schema":   {DB: f.pool, Schema: "bad schema"},
-		"BasePath": {DB: f.pool, BasePath: "console/"},
-		"Tenant":   {DB: f.pool, Tenant: "a\x00b"},
-		"CSRFKey":  {DB: f.pool, CSRFKey: []byte("short")},
-		"Queues":   {DB: f.pool, Queues: []string{"no spaces"}},
+		"DB":             {},
+		"Actor":          {DB: f.pool, EnableActions: true},
+		"Schema":         {DB: f.pool, Schema: "bad schema"},
+		"BasePath":       {DB: f.pool, BasePath: "console/"},
+		"Tenant":         {DB: f.pool, Tenant: "a\x00b"},
+		"CSRFKey":        {DB: f.pool, CSRFKey: []byte("short")},
+		"TrustedOrigins": {DB: f.pool, TrustedOrigins: []string{"ops.example.com/path"}},
+		"Queues":         {DB: f.pool, Queues: []string{"no spaces"}},
 	} {
 		_, err := console.New(cfg)
 		require.ErrorIs(t, err, console.ErrInvalidConfig, field)
 		require.Contains(t, err.Error(), field, field)
+	}
+	// A base path prefixes every link: only a clean absolute path will do.
+	for _, base := range []string{"//evil.example", "///x", "/ops//console", "/ops/../x", "/ops/./x", "/", "/ops/", "ops",
+		"/ops console", "/ops?x", "/ops#x", "/ops;x", "/%2e%2e", `/ops\x`} {
+		_, err := console.New(console.Config{DB: f.pool, BasePath: base})
+		require.ErrorIs(t, err, console.ErrInvalidConfig, base)
+		require.Contains(t, err.Error(), "BasePath", base)
+	}
+	for _, base := range []string{"", "/console", "/ops/console", "/a.b/c_d-e~f"} {
+		_, err := console.New(console.Config{DB: f.pool, BasePath: base})
+		require.NoError(t, err, base)
 	}
 }
 
@@ -376,4 +418,269 @@ func TestBasePath(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	code, _ = get(t, mux, "/ops/console")
 	require.Equal(t, http.StatusMovedPermanently, code)
+}
+
+// A pool edit that leaves a checkbox's field out keeps the flag; the form
+// itself sends "off" before a ticked box's "on", so unticking turns it off.
+func TestPoolEditKeepsFlags(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	lim, err := admission.NewPostgres(f.pool, admission.Config{Schema: f.schema})
+	require.NoError(t, err)
+	require.NoError(t, lim.SetPool(t.Context(), admission.Pool{Name: "flags", RPM: 60, TPM: 10_000, MaxInFlight: 2,
+		ChargeReserved: true, RefundUncertain: true}))
+	s := &session{t: t, h: f.console(t, console.Config{EnableActions: true})}
+	_, body := s.get("/pools")
+	require.Contains(t, body, `name="charge_reserved" value="off"`, "the form says when a box is unticked")
+	token := csrfFrom(t, body)
+	user := http.Header{"X-Test-User": {"ops"}}
+	flags := func() (charge, refund bool) {
+		t.Helper()
+		require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT charge_reserved, refund_uncertain FROM "+f.schema+".admission_pools WHERE name = 'flags'").Scan(&charge, &refund))
+		return charge, refund
+	}
+	rec := s.post("/pools/flags", url.Values{"csrf_token": {token}, "rpm": {"120"}}, user)
+	require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
+	charge, refund := flags()
+	require.True(t, charge, "an rpm-only edit keeps charge_reserved")
+	require.True(t, refund, "an rpm-only edit keeps refund_uncertain")
+
+	rec = s.post("/pools/flags", url.Values{"csrf_token": {token}, "charge_reserved": {"off", "on"}, "refund_uncertain": {"off"}}, user)
+	require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
+	charge, refund = flags()
+	require.True(t, charge, "a ticked box stays on")
+	require.False(t, refund, "an unticked box turns off")
+
+	rec = s.post("/pools/flags", url.Values{"csrf_token": {token}, "refund_uncertain": {"yes"}}, user)
+	require.Equal(t, http.StatusBadRequest, rec.Code)
+	require.Contains(t, rec.Body.String(), "refund_uncertain: ")
+}
+
+// Behind a reverse proxy that rewrites Host, a browser's same-origin
+// action passes (Sec-Fetch-Site is the browser's own label); one from a
+// browser without that header passes when its Origin is trusted. The
+// cookie is Secure when the host says browsers use HTTPS.
+func TestCSRFBehindProxy(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	h := f.console(t, console.Config{EnableActions: true, TrustedOrigins: []string{"https://ops.example.com"}, SecureCookie: true})
+	s := &session{t: t, h: h}
+	_, body := s.get("/jobs/" + f.dead["acme"].String())
+	require.NotEmpty(t, s.cookie)
+	require.True(t, s.cookie[0].Secure, "SecureCookie marks the CSRF cookie Secure")
+	token := csrfFrom(t, body)
+	proxied := func(extra ...string) http.Header {
+		h := http.Header{"X-Test-User": {"ops"}, "Host": {"10.0.0.7:8080"}}
+		for i := 0; i+1 < len(extra); i += 2 {
+			h.Set(extra[i], extra[i+1])
+		}
+		return h
+	}
+	target := "/jobs/" + f.dead["acme"].String() + "/replay"
+	form := url.Values{"csrf_token": {token}, "reason": {"behind a proxy"}}
+	replayed(t, s.post(target, form, proxied("Sec-Fetch-Site", "same-origin", "Origin", "https://console.example.com")))
+	replayed(t, s.post(target, form, proxied("Origin", "https://ops.example.com")))
+	for _, site := range []string{"cross-site", "same-site"} {
+		rec := s.post(target, form, proxied("Sec-Fetch-Site", site, "Origin", "https://evil.example.com"))
+		require.Equal(t, http.StatusForbidden, rec.Code, site)
+		require.Contains(t, rec.Body.String(), "csrf: ", site)
+	}
+	rec := s.post(target, form, proxied("Origin", "https://evil.example.com"))
+	require.Equal(t, http.StatusForbidden, rec.Code, "an untrusted Origin that is not the Host")
+
+	// Without the flag, a plain-HTTP request gets a cookie without Secure.
+	plain := &session{t: t, h: f.console(t, console.Config{EnableActions: true})}
+	plain.get("/jobs/" + f.dead["acme"].String())
+	require.NotEmpty(t, plain.cookie)
+	require.False(t, plain.cookie[0].Secure)
+}
+
+// The live counts are exact under the cap: per queue on the overview, per
+// (queue, tenant) on the tenants page, across tenants and priorities,
+// runnable apart from scheduled (a retry's delay, a job for later). A
+// count at its cap, or a walk over the live work stopped at it, is shown
+// as a lower bound.
+func TestLiveCounts(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	_, err := f.store.Enqueue(t.Context(), f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "invoice.extract", Queue: "extraction",
+		Priority: 5, Payload: []byte(`{}`)})
+	require.NoError(t, err)
+	_, body := get(t, f.console(t, console.Config{}), "/?fragment=live")
+	// extraction: 12 accepted, 9 claimed, plus one at another priority;
+	// two retries wait a minute; one job runs. default: one job an hour
+	// away per tenant.
+	require.Regexp(t, `<td>extraction</td><td class="n">4</td><td class="n">2</td><td class="n">1</td>`, body)
+	require.Regexp(t, `<td>default</td><td class="n">0</td><td class="n">2</td><td class="n">0</td>`, body)
+
+	_, body = get(t, f.console(t, console.Config{Tenant: "acme"}), "/?fragment=live")
+	require.Regexp(t, `<td>default</td><td class="n">0</td><td class="n">1</td><td class="n">0</td>`, body)
+
+	_, body = get(t, f.console(t, console.Config{}), "/tenants?fragment=rows")
+	cells := regexp.MustCompile(`(?s)<td>extraction</td><td><a [^>]*>acme</a>.*?</td>\s*<td class="n">(\d+)</td><td class="n">(\d+)</td>`).FindStringSubmatch(body)
+	require.NotNil(t, cells, body)
+	acmeRunnable := cells[1]
+	require.Equal(t, "1", cells[2], "acme's retry waits")
+	// acme's runnable: 6 accepted, those of the 9 claims that were its,
+	// and the one at priority 5.
+	require.NotEqual(t, "0", acmeRunnable)
+
+	_, body = get(t, f.console(t, console.Config{CountCap: 1}), "/?fragment=live")
+	require.Regexp(t, `<td>extraction</td><td class="n">\d+&#43;</td><td class="n">\d+&#43;</td><td class="n">\d+&#43;</td>`, body,
+		"a walk stopped at the cap makes every count a lower bound")
+}
+
+// The overview's chart counts each minute's finished jobs per state up to
+// a cap; a count that reached it is a lower bound, and the bar's title,
+// the totals and the peak say so.
+func TestChartCapShown(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	h := f.console(t, console.Config{})
+	_, body := get(t, h, "/?fragment=live")
+	require.Contains(t, body, "2 succeeded")
+	require.NotContains(t, body, "stops at")
+	console.SetChartCapForTest(h, 1)
+	_, body = get(t, h, "/?fragment=live")
+	plus := regexp.QuoteMeta("1&#43;")
+	require.Regexp(t, `<title>\d\d:\d\d: `+plus+` succeeded</title>`, body)
+	require.Regexp(t, `succeeded `+plus+` `, body)
+	require.Contains(t, body, "peak ≥ ")
+	require.Contains(t, body, "Each minute's count per state stops at 1")
+}
+
+// A job's page shows its latest events even when the outbox holds more
+// events during its life than the scan reads from the bottom: the range is
+// read from both ends, and the page says that its middle was not.
+func TestJobEventsReadFromBothEnds(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	dead := f.dead["acme"]
+	rows, err := f.pool.Query(t.Context(), "SELECT event_id FROM "+f.schema+".outbox WHERE aggregate_id = $1 ORDER BY event_id", dead)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(ids), 2, "the dead letter has its requested and dead-lettered events")
+	first, last := ids[0], ids[len(ids)-1]
+	// 300 other events between the job's first and its last.
+	_, err = f.pool.Exec(t.Context(), `INSERT INTO `+f.schema+`.outbox (event_id, aggregate_id, topic, key, event_type, payload, created_at)
+		SELECT (lpad(to_hex(('x' || substr(replace($1::text, '-', ''), 1, 16))::bit(64)::bigint), 16, '0')
+				|| lpad(to_hex(('x' || substr(replace($1::text, '-', ''), 17, 16))::bit(64)::bigint + i), 16, '0'))::uuid,
+			gen_random_uuid(), 'llmq.jobs', 'k', 'other.requested', '{}', now()
+		FROM generate_series(1, 300) AS i`, first)
+	require.NoError(t, err)
+	var between int
+	require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT count(*) FROM "+f.schema+".outbox WHERE event_id > $1 AND event_id < $2", first, last).Scan(&between))
+	require.GreaterOrEqual(t, between, 300, "the filler lies between the job's events")
+
+	h := f.console(t, console.Config{})
+	console.SetEventScanLimitForTest(h, 100)
+	_, body := get(t, h, "/jobs/"+dead.String())
+	require.Contains(t, body, "invoice.extract.dead_lettered", "the latest event is found from the top")
+	require.Contains(t, body, "invoice.extract.requested", "the first event is found from the bottom")
+	require.Contains(t, body, "Scan limit reached")
+
+	console.SetEventScanLimitForTest(h, 100_000)
+	_, body = get(t, h, "/jobs/"+dead.String())
+	require.Contains(t, body, "invoice.extract.dead_lettered")
+	require.NotContains(t, body, "Scan limit reached", "a range read whole is not cut")
+}
+
+// walk follows a listing's "Older"/"Continue" links from start and returns
+// the job ids in the order the pages showed them, and whether any page
+// ended at the scan limit.
+func walk(t *testing.T, h http.Handler, start string) (ids []string, windowed bool) {
+	t.Helper()
+	for next, pages := start, 0; next != ""; pages++ {
+		require.Less(t, pages, 50, next)
+		code, body := get(t, h, next)
+		require.Equal(t, http.StatusOK, code, next)
+		windowed = windowed || strings.Contains(body, "scan limit")
+		for _, m := range jobLink.FindAllStringSubmatch(body, -1) {
+			ids = append(ids, m[1])
+		}
+		next = nextLink(body)
+	}
+	return ids, windowed
+}
+
+// Dead letters page by (finished_at, id), most recent first: a batch
+// finished at one instant is split across pages and scan windows without
+// losing or repeating a job.
+func TestDeadLetterCursorTies(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := t.Context()
+	var batch []uuid.UUID
+	for i := range 7 {
+		j, err := f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "initech", Kind: "invoice.extract", Queue: "default",
+			Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))})
+		require.NoError(t, err)
+		batch = append(batch, j.Job.ID)
+	}
+	var claimed []*jobs.Job
+	for tries := 0; len(claimed) < 7; tries++ {
+		require.Less(t, tries, 20, "the batch could not be claimed")
+		more, err := f.store.Claim(ctx, f.pool, jobs.ClaimParams{Queue: "default", Kinds: []string{"invoice.extract"}, Worker: "w", Limit: 7 - len(claimed), LeaseDuration: time.Minute})
+		require.NoError(t, err)
+		claimed = append(claimed, more...)
+	}
+	var done []jobs.Completion
+	for _, j := range claimed {
+		c := completion(j, jobs.OutcomeFailed, "permanent", jobs.Usage{})
+		c.Error = "batch failure"
+		done = append(done, c)
+	}
+	_, err := f.store.Complete(ctx, f.pool, done)
+	require.NoError(t, err)
+	// One instant for the whole batch, whatever the clock did.
+	_, err = f.pool.Exec(ctx, "UPDATE "+f.schema+".jobs SET finished_at = date_trunc('second', now()) WHERE id = ANY($1)", batch)
+	require.NoError(t, err)
+
+	rows, err := f.pool.Query(ctx, "SELECT id::text FROM "+f.schema+".jobs WHERE state = 'FAILED_TERMINAL' ORDER BY finished_at DESC, id DESC")
+	require.NoError(t, err)
+	want, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Len(t, want, 9, "the batch and the fixture's two")
+	rows, err = f.pool.Query(ctx, "SELECT id::text FROM "+f.schema+".jobs WHERE state = 'FAILED_TERMINAL' AND queue = 'default' ORDER BY finished_at DESC, id DESC")
+	require.NoError(t, err)
+	wantBatch, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Len(t, wantBatch, 7)
+
+	for _, scan := range []int{2, 3, 20} {
+		h := f.console(t, console.Config{ScanLimit: scan})
+		got, _ := walk(t, h, "/dead?limit=2")
+		require.Equal(t, want, got, "scan limit %d: every dead letter once, by finish time then id", scan)
+		// A filter that leaves pages short continues from each window's
+		// last (finished_at, id), inside the batch's tie.
+		got, windowed := walk(t, h, "/dead?queue=default&limit=3")
+		require.Equal(t, wantBatch, got, "scan limit %d: the batch once, in order", scan)
+		require.Equal(t, scan < 7, windowed, "scan limit %d: pages stop at the window", scan)
+	}
+}
+
+// One tenant's listings walk that tenant's keys (ListTenantJobs and
+// ListTenantScanEnd): every job of the tenant once, newest first, none of
+// another's, across pages and scan windows.
+func TestTenantPagination(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	rows, err := f.pool.Query(t.Context(), "SELECT id::text FROM "+f.schema+".job_keys WHERE tenant = 'acme' ORDER BY id DESC")
+	require.NoError(t, err)
+	want, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Len(t, want, 7)
+	for _, cfg := range []console.Config{{ScanLimit: 3}, {ScanLimit: 3, Tenant: "acme"}} {
+		h := f.console(t, cfg)
+		got, _ := walk(t, h, "/jobs?tenant=acme&limit=2")
+		require.Equal(t, want, got, "tenant %q", cfg.Tenant)
+
+		got, windowed := walk(t, h, "/jobs?tenant=acme&state=FAILED_TERMINAL")
+		require.Equal(t, []string{f.dead["acme"].String()}, got)
+		require.True(t, windowed, "a rare state stops at the window and continues")
+
+		got, _ = walk(t, h, "/dead?tenant=acme&state=REVIEW_REQUIRED")
+		require.Equal(t, []string{f.review["acme"].String()}, got)
+	}
 }

@@ -6,16 +6,19 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"net/http"
-	"net/url"
 )
 
 // CSRF: a signed double-submit token. A browser gets a random cookie the
 // first time it loads a page; the token in every action form is the HMAC
 // of that cookie under Config.CSRFKey. An action must carry both, and the
 // token must match the cookie: another site can make the browser send the
-// cookie, but cannot read a page to learn the token. Requests that the
-// browser labels cross-site (Sec-Fetch-Site), or whose Origin is another
-// host, are refused before that.
+// cookie, but cannot read a page to learn the token. Before that,
+// net/http's CrossOriginProtection refuses what the browser labels as not
+// same-origin (Sec-Fetch-Site), or, from browsers that do not send that
+// header, an Origin whose host is not the request's Host, unless the
+// origin is one of Config.TrustedOrigins. Sec-Fetch-Site comes first
+// because a reverse proxy may rewrite Host: the browser's own label does
+// not depend on it.
 
 const csrfCookie = "llmq_console_csrf"
 
@@ -35,7 +38,7 @@ func (h *Handler) csrfToken(w http.ResponseWriter, r *http.Request) string {
 	value := base64.RawURLEncoding.EncodeToString(b[:])
 	path := h.cfg.BasePath + "/"
 	http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: value, Path: path, HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil || h.cfg.SecureCookie})
 	return h.sign(value)
 }
 
@@ -48,14 +51,8 @@ func (h *Handler) sign(cookie string) string {
 
 // checkCSRF returns why r may not act, or "" when it may.
 func (h *Handler) checkCSRF(r *http.Request) string {
-	if site := r.Header.Get("Sec-Fetch-Site"); site == "cross-site" || site == "same-site" {
-		return "the request came from another site"
-	}
-	if origin := r.Header.Get("Origin"); origin != "" && origin != "null" {
-		u, err := url.Parse(origin)
-		if err != nil || u.Host != r.Host {
-			return "the request came from another origin (" + origin + ")"
-		}
+	if err := h.origins.Check(r); err != nil {
+		return "the request came from another site or origin (" + err.Error() + "); a console behind a proxy that rewrites Host lists its public origin in TrustedOrigins"
 	}
 	c, err := r.Cookie(csrfCookie)
 	if err != nil || c.Value == "" {
@@ -83,6 +80,10 @@ func (h *Handler) action(fn func(w http.ResponseWriter, r *http.Request, actor s
 		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 		if err := r.ParseForm(); err != nil {
 			h.fail(w, r, badInput("form", "could not be read: "+err.Error()))
+			return
+		}
+		if err := checkParams(r.Form); err != nil {
+			h.fail(w, r, err)
 			return
 		}
 		if why := h.checkCSRF(r); why != "" {

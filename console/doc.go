@@ -14,13 +14,17 @@
 //	mux.Handle("/ops/console/", requireOperator(h))
 //
 // `llmq console -addr 127.0.0.1:8080` serves it against DATABASE_URL and
-// -schema, like the other commands (-tenant, -actions, -actor, -refresh).
+// -schema, like the other commands (-tenant, -actions, -actor, -refresh,
+// and -trusted-origins and -secure-cookie behind a reverse proxy).
 //
 // # Pages
 //
 //   - Overview: live work by queue (runnable, scheduled, running, oldest
 //     runnable job), jobs finished per minute over the last hour by
-//     terminal state (an inline SVG chart), the outbox's unpublished
+//     terminal state (an inline SVG chart; each minute's count per state
+//     stops at DefaultChartCap, 5,000, and is then shown as "5,000+" in the
+//     bar's title, the totals and the peak: a refresh reads at most
+//     60 × 3 × 5,000 index entries), the outbox's unpublished
 //     backlog and publication lag, the workers holding live leases, the
 //     holders of admission permits, and the outbox relay's and the
 //     retention service's leases.
@@ -59,9 +63,16 @@
 //   - CSRF protection. Every action is a POST carrying a token that is the
 //     HMAC (Config.CSRFKey, random per process by default) of a random,
 //     HttpOnly, SameSite=Strict cookie the console set; a missing or
-//     mismatched token or cookie, a request the browser labels cross-site
-//     (Sec-Fetch-Site) or an Origin of another host is refused with 403
-//     before anything is read or written. Pages are sent with a
+//     mismatched token or cookie, a request the browser labels other than
+//     same-origin (Sec-Fetch-Site: cross-site or same-site) or, from a
+//     browser that sends no Sec-Fetch-Site, an Origin whose host is not the
+//     request's Host and not in Config.TrustedOrigins, is refused with 403
+//     before anything is read or written (net/http's
+//     CrossOriginProtection). Behind a reverse proxy that rewrites Host,
+//     current browsers work as they are; list the public origin in
+//     TrustedOrigins for older ones. The cookie is Secure when the console
+//     serves TLS itself or Config.SecureCookie is set, which a host behind
+//     a TLS-terminating proxy should do. Pages are sent with a
 //     Content-Security-Policy allowing only the console's own script and
 //     stylesheet, X-Frame-Options DENY and Cache-Control no-store.
 //   - Actions are recorded with who and why. Who is Config.Actor(r), the
@@ -73,15 +84,25 @@
 //     ticking "again" makes another. A pool change is logged (Config.Logger)
 //     with the actor and the new limits; the pool row keeps no history.
 //   - Bad input is refused with 400 and a message naming the field (state,
-//     queue, kind, tenant, from, to, limit, before, at, id, fragment,
-//     reason, rpm, ...), before any statement runs with it.
+//     queue, kind, tenant, from, to, limit, before, at, after, after_queue,
+//     after_tenant, id, fragment, reason, rpm, ...), before any statement
+//     runs with it. Every query and form parameter, known or not, must be
+//     valid UTF-8 without NUL and at most 4,096 bytes.
 //   - Bounded cost. Every page answers from index reads whose size does not
 //     grow with history: counts stop at Config.CountCap (shown as "10,000+"),
 //     listings read at most Config.ScanLimit rows per request and then offer
 //     to continue from where they stopped, and nothing counts a whole table.
+//     The live counts (runnable, scheduled, running) walk the (tenant,
+//     queue, priority) prefixes of the indexes on live jobs that hold work
+//     (a loose index scan, one probe each, at most Config.CountCap of them)
+//     and count each prefix's due or future entries as an index range, so
+//     a backlog scheduled for later costs nothing to count past the cap.
 //     queries.sql gives each statement's index reasoning; a plan test checks
 //     that no generic plan scans jobs, job_keys, job_attempts, the outbox or
-//     the usage ledger whole. Measured with 1,000,000 jobs (BenchmarkPages),
+//     the usage ledger whole, and runs the counting statements with real
+//     values under EXPLAIN ANALYZE on a backlog of 100,000 jobs scheduled
+//     for tomorrow, checking that the entries they read stay within a few
+//     times the cap. Measured with 1,000,000 jobs (BenchmarkPages),
 //     every page answers well within 150 ms of server time.
 //
 // # Tests
@@ -106,14 +127,19 @@
 //     jobs_finished_idx; one tenant's walk its keys instead.
 //   - A job's events are found in the outbox's primary-key range between
 //     its creation and its end (event ids are UUIDv7), because the outbox
-//     deliberately has no index on aggregate_id. Published events are pruned
-//     after their retention, so old jobs show none.
+//     deliberately has no index on aggregate_id. The range is read from
+//     both ends, 25,000 entries each (DefaultEventScanLimit), so the job's
+//     first and latest events are found however busy the outbox was; when
+//     the two reads leave a middle unread, the page says the scan limit was
+//     reached. Published events are pruned after their retention, so old
+//     jobs show none.
 //   - A tenant-scoped chart counts the tenant's jobs accepted in the last two
 //     hours (at most 20,000), read through its keys, rather than visiting
 //     every tenant's finished jobs.
-//   - The overview's oldest runnable age per queue comes from the same
-//     bounded index scan as the runnable count: exact while the count is
-//     under Config.CountCap, and shown as a bound ("≥") past it. The
-//     tenants page gives each (queue, tenant)'s exact age from the first
-//     index entry of each priority in use, bounded by its fifty rows.
+//   - The oldest runnable job, per queue on the overview and per (queue,
+//     tenant) on the tenants page, is the least available_at among the
+//     first entries of the priorities in use, which the loose index scan
+//     reads anyway: exact, unless the overview's walk stopped at
+//     Config.CountCap prefixes (then its counts show as "N+" and the age as
+//     a bound, "≥").
 package console

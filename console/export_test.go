@@ -1,6 +1,12 @@
 package console
 
-import "github.com/llmq/llmq/internal/dbsql"
+import (
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/llmq/llmq/internal/dbsql"
+)
 
 // QueryForTest returns the rendered statement name of a handler built by
 // New, for the plan tests.
@@ -44,3 +50,16 @@ func QueryNamesForTest(h any) []string {
 	}
 	return names
 }
+
+// UUIDAtForTest is uuidAt, for the plan tests' parameters.
+func UUIDAtForTest(t time.Time) uuid.UUID { return uuidAt(t) }
+
+// SetChartCapForTest lowers the chart's per-minute cap.
+func SetChartCapForTest(h any, n int) { handler(h).chartCap = n }
+
+// SetEventScanLimitForTest lowers the outbox entries read per end of a
+// job's event range.
+func SetEventScanLimitForTest(h any, n int) { handler(h).eventScanLimit = n }
+
+// RangeScansOnlySQL is what the counting statements run under.
+const RangeScansOnlySQL = rangeScansOnlySQL

@@ -17,7 +17,11 @@ import (
 
 var namePattern = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 
-func validName(s string, maxLen int) bool { return len(s) <= maxLen && namePattern.MatchString(s) }
+// validQueue and validKind check the names jobs accepts for a queue and a
+// kind.
+func validQueue(s string) bool { return len(s) <= jobs.MaxQueueLen && namePattern.MatchString(s) }
+
+func validKind(s string) bool { return len(s) <= jobs.MaxKindLen && namePattern.MatchString(s) }
 
 // jobFilter is what the jobs and dead-letter pages filter by, read from
 // the query string; Parse refuses bad values with a 400 naming the field.
@@ -44,10 +48,10 @@ func parseTime(field, s string) (time.Time, error) {
 
 func (h *Handler) parseFilter(q url.Values) (jobFilter, error) {
 	f := jobFilter{Queue: q.Get("queue"), Kind: q.Get("kind"), Tenant: q.Get("tenant"), Limit: DefaultPageSize}
-	if f.Queue != "" && !validName(f.Queue, jobs.MaxQueueLen) {
+	if f.Queue != "" && !validQueue(f.Queue) {
 		return f, badInput("queue", fmt.Sprintf("%q is not a queue name (letters, digits, '.', '_' and '-', at most %d bytes)", truncate(40, f.Queue), jobs.MaxQueueLen))
 	}
-	if f.Kind != "" && !validName(f.Kind, jobs.MaxKindLen) {
+	if f.Kind != "" && !validKind(f.Kind) {
 		return f, badInput("kind", fmt.Sprintf("%q is not a kind (letters, digits, '.', '_' and '-', at most %d bytes)", truncate(40, f.Kind), jobs.MaxKindLen))
 	}
 	if f.Tenant != "" {
@@ -136,4 +140,41 @@ func parseID(field, s string) (uuid.UUID, error) {
 		return uuid.Nil, badInput(field, fmt.Sprintf("%q is not a job id", truncate(40, s)))
 	}
 	return id, nil
+}
+
+// maxParamLen bounds every query or form value the console accepts; the
+// longest legitimate one is a replay's reason.
+const maxParamLen = 4096
+
+// checkParams refuses, naming the parameter, any name or value that
+// PostgreSQL text cannot hold (invalid UTF-8, NUL) or that is longer than
+// any the console writes, so that no statement ever runs with one: every
+// page and action passes its query string and form through it first.
+func checkParams(values url.Values) error {
+	for name, list := range values {
+		if !validate.Storable(name) || len(name) > 100 {
+			return badInput(truncate(40, validate.MakeStorable(name)), "is not a parameter of this console")
+		}
+		for _, v := range list {
+			switch {
+			case !validate.Storable(v):
+				return badInput(name, "is not valid UTF-8 text without NUL")
+			case len(v) > maxParamLen:
+				return badInput(name, fmt.Sprintf("is %d bytes, more than the limit of %d", len(v), maxParamLen))
+			}
+		}
+	}
+	return nil
+}
+
+// tenantCursor reads the tenants page's cursor (after_queue, after_tenant).
+func tenantCursor(q url.Values) (queue, tenant string, err error) {
+	queue, tenant = q.Get("after_queue"), q.Get("after_tenant")
+	if queue != "" && !validQueue(queue) {
+		return "", "", badInput("after_queue", "is not a cursor this page wrote")
+	}
+	if p := validate.Text(tenant, false, jobs.MaxTenantLen); p != "" {
+		return "", "", badInput("after_tenant", p)
+	}
+	return queue, tenant, nil
 }

@@ -178,6 +178,9 @@ func (s *session) post(target string, form url.Values, header http.Header) *http
 	for k, v := range header {
 		req.Header[k] = v
 	}
+	if host := header.Get("Host"); host != "" {
+		req.Host = host // what a reverse proxy in front would have made of it
+	}
 	for _, c := range s.cookie {
 		req.AddCookie(c)
 	}

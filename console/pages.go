@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/llmq/llmq/admission"
+	"github.com/llmq/llmq/internal/validate"
 	"github.com/llmq/llmq/jobs"
 )
 
@@ -20,17 +21,18 @@ type overviewData struct {
 	Queues   []queueRow
 	Minutes  []minuteCounts
 	Chart    barChart
-	Finished struct{ Succeeded, Failed, Reviewed int64 }
+	Finished struct{ Succeeded, Failed, Reviewed count } // over the hour; More when a minute's count was capped
 	Outbox   outboxLag
 	Runners  []runner
 	Permits  []permitHolder
 	Services []serviceLease
 	System   bool // the infrastructure panels are shown (not tenant-scoped)
+	ChartCap int64
 }
 
 func (h *Handler) overview(ctx context.Context, _ *http.Request, v *view) error {
 	v.Title = "Overview"
-	d := &overviewData{System: h.cfg.Tenant == ""}
+	d := &overviewData{System: h.cfg.Tenant == "", ChartCap: int64(h.chartCap)}
 	v.Data = d
 	names, err := h.queueNames(ctx)
 	if err != nil {
@@ -43,9 +45,9 @@ func (h *Handler) overview(ctx context.Context, _ *http.Request, v *view) error 
 		return err
 	}
 	for _, m := range d.Minutes {
-		d.Finished.Succeeded += m.Succeeded
-		d.Finished.Failed += m.Failed
-		d.Finished.Reviewed += m.Reviewed
+		addCapped(&d.Finished.Succeeded, m.Succeeded, m.SucceededCapped)
+		addCapped(&d.Finished.Failed, m.Failed, m.FailedCapped)
+		addCapped(&d.Finished.Reviewed, m.Reviewed, m.ReviewedCapped)
 	}
 	d.Chart = minuteChart(d.Minutes)
 	if !d.System {
@@ -64,6 +66,13 @@ func (h *Handler) overview(ctx context.Context, _ *http.Request, v *view) error 
 	return err
 }
 
+// addCapped adds a minute's count to a total, which is a lower bound once
+// any of its minutes is.
+func addCapped(total *count, n int64, capped bool) {
+	total.N += n
+	total.More = total.More || capped
+}
+
 type tenantsData struct {
 	Rows      []tenantRow
 	Filter    string
@@ -79,7 +88,11 @@ func (h *Handler) tenants(ctx context.Context, r *http.Request, v *view) error {
 	if err != nil {
 		return err
 	}
-	rows, err := h.tenantRows(ctx, f.Tenant, q.Get("after_queue"), q.Get("after_tenant"), DefaultPageSize+1)
+	afterQueue, afterTenant, err := tenantCursor(q)
+	if err != nil {
+		return err
+	}
+	rows, err := h.tenantRows(ctx, f.Tenant, afterQueue, afterTenant, DefaultPageSize+1)
 	if err != nil {
 		return err
 	}
@@ -268,6 +281,7 @@ type jobData struct {
 	Job         *jobs.Job
 	Attempts    []attemptView
 	Events      []event
+	EventsCut   bool // the outbox range was read from both ends only
 	Ancestors   []jobSummary
 	Children    []jobSummary
 	TimelineEnd time.Time
@@ -304,7 +318,7 @@ func (h *Handler) jobPage(ctx context.Context, r *http.Request, v *view) error {
 	d := &jobData{Job: job, ResultJSON: indentJSON(job.Result), PayloadJSON: indentJSON(job.Payload)}
 	v.Data = d
 	v.Title = "Job " + job.ID.String()
-	d.Replayable = job.State == jobs.StateFailedTerminal || job.State == jobs.StateReviewRequired || job.State == jobs.StateCancelled
+	d.Replayable = consoleReplayable(job.State)
 	attempts, err := h.store.Attempts(ctx, h.cfg.DB, job.Tenant, job.ID)
 	if err != nil {
 		return err
@@ -315,7 +329,7 @@ func (h *Handler) jobPage(ctx context.Context, r *http.Request, v *view) error {
 			d.TimelineEnd = end
 		}
 	}
-	if d.Events, err = h.jobEvents(ctx, job); err != nil {
+	if d.Events, d.EventsCut, err = h.jobEvents(ctx, job); err != nil {
 		return err
 	}
 	if d.Ancestors, err = h.summaries(ctx, "replay lineage", h.sql.replayAncestors, job.ID, job.Tenant); err != nil {
@@ -323,6 +337,14 @@ func (h *Handler) jobPage(ctx context.Context, r *http.Request, v *view) error {
 	}
 	d.Children, err = h.summaries(ctx, "replay lineage", h.sql.replayChildren, job.ID, job.Tenant)
 	return err
+}
+
+// consoleReplayable reports whether the console offers a replay of a job
+// in state s: dead letters and jobs awaiting review, as Config.EnableActions
+// says. jobs.Store.Replay also takes CANCELLED jobs; someone cancelled those
+// on purpose, so running one again is left to the API.
+func consoleReplayable(s jobs.State) bool {
+	return s == jobs.StateFailedTerminal || s == jobs.StateReviewRequired
 }
 
 func (h *Handler) replay(w http.ResponseWriter, r *http.Request, actor string) error {
@@ -338,6 +360,9 @@ func (h *Handler) replay(w http.ResponseWriter, r *http.Request, actor string) e
 	job, err := h.findJob(r.Context(), id)
 	if err != nil {
 		return err
+	}
+	if !consoleReplayable(job.State) {
+		return &httpError{status: http.StatusConflict, msg: fmt.Sprintf("this job cannot be replayed here: it is %s; the console replays dead-lettered (FAILED_TERMINAL) and REVIEW_REQUIRED jobs", job.State)}
 	}
 	res, err := h.store.Replay(r.Context(), h.cfg.DB, jobs.ReplayParams{Tenant: job.Tenant, JobID: id, By: actor, Reason: reason, Again: again})
 	if err != nil {
@@ -408,8 +433,8 @@ func (h *Handler) poolsPage(ctx context.Context, r *http.Request, v *view) error
 	to := v.Now.UTC()
 	from := to.AddDate(0, 0, -(usageDays - 1))
 	after := r.URL.Query().Get("after")
-	if len(after) > 200 {
-		return badInput("after", "is not a cursor this page wrote")
+	if p := validate.Text(after, false, jobs.MaxTenantLen); p != "" {
+		return badInput("after", p)
 	}
 	if d.Usage, err = h.usageByDay(ctx, after, from, to); err != nil {
 		return err
@@ -506,7 +531,33 @@ func poolFromForm(r *http.Request, p admission.Pool) (admission.Pool, error) {
 		return p, badInput("rpm", "rpm, max_in_flight and request_burst must fit in 32 bits")
 	}
 	p.RPM, p.MaxInFlight, p.RequestBurst = int(rpm), int(inFlight), int(reqBurst)
-	p.ChargeReserved = r.PostFormValue("charge_reserved") == "on"
-	p.RefundUncertain = r.PostFormValue("refund_uncertain") == "on"
+	for _, f := range []struct {
+		field string
+		dst   *bool
+	}{{"charge_reserved", &p.ChargeReserved}, {"refund_uncertain", &p.RefundUncertain}} {
+		if err := formFlag(r, f.field, f.dst); err != nil {
+			return p, err
+		}
+	}
 	return p, nil
+}
+
+// formFlag reads a checkbox of the edit form. The form sends a hidden
+// "off" before the checkbox's "on", so the last value is the box's state;
+// a request without the field at all (a partial edit) keeps the current
+// value, as for the numbers.
+func formFlag(r *http.Request, field string, dst *bool) error {
+	values := r.PostForm[field]
+	if len(values) == 0 {
+		return nil
+	}
+	switch values[len(values)-1] {
+	case "on":
+		*dst = true
+	case "off":
+		*dst = false
+	default:
+		return badInput(field, "use on or off")
+	}
+	return nil
 }

@@ -27,58 +27,152 @@ SELECT queue FROM /*schema*/tenant_queues WHERE tenant = $1 ORDER BY queue LIMIT
 
 -- name: QueueCounts
 -- Per queue ($1): runnable, scheduled and running jobs, each counted up to
--- $2 (a LIMIT inside the count), and the earliest eligibility time among
--- the runnable entries counted. The waiting counts read
--- jobs_tenant_claim_idx (tenant, queue, priority, available_at, id;
--- partial on the waiting states) index-only, the running count
--- jobs_running_tenant_idx (tenant, queue; partial on RUNNING). Since
--- migration 0013 both lead with the tenant, so a queue is not one range:
--- each count reads the waiting (or running) entries of every queue until
--- it has $2 of this one, at most the whole unfinished backlog and never
--- the finished history. The earliest time comes from the same scan as the
--- runnable count, so it costs nothing more: it is the queue's oldest
--- runnable job when the count stayed under $2 (every runnable entry was
--- read), and otherwise a bound (the oldest is at least that old), which
--- the page says. Exact per-tenant ages are on the tenants page.
-SELECT q.queue, r.n, r.oldest,
+-- $2, and the oldest runnable job's eligibility time. Migration 0013 leads
+-- both indexes on live jobs with the tenant (jobs_tenant_claim_idx
+-- (tenant, queue, priority, available_at, id), partial on the waiting
+-- states; jobs_running_tenant_idx (tenant, queue), partial on RUNNING), so
+-- a queue is not a range of either, and available_at orders entries only
+-- within one (tenant, queue, priority) prefix. So:
+--   - waiting: a loose index scan of the claim index finds each (tenant,
+--     queue, priority) prefix holding waiting jobs, one probe each, and
+--     the prefix's first entry, whose available_at is the prefix's
+--     earliest: the oldest runnable job is the least of those at or before
+--     now(), exact. The walk stops after $2 prefixes (capped: the counts
+--     are then lower bounds and the oldest a bound, which the page says).
+--   - runnable: per prefix whose first entry is due, the index range
+--     available_at <= now() of that prefix, and scheduled: the range
+--     available_at > now(), each read index-only and stopped by a LIMIT
+--     $2 per prefix and a LIMIT $2 over the queue's prefixes: entries read
+--     are at most $2 plus a probe per prefix, however many jobs are
+--     scheduled or runnable (the ranges hold only the entries they count).
+--   - running: the same over the (tenant, queue) prefixes of the running
+--     index.
+-- Cost: the number of (tenant, queue, priority) prefixes with live work
+-- (at most $2) plus $2 entries per count, never the backlog or history.
+-- Each per-prefix count is ORDER BY available_at, the index's own order
+-- there: without it, for a tenant with a large backlog the planner takes a
+-- LIMIT over a sequential scan for cheap (it expects matches to be dense),
+-- which reads the whole table when they are not. For the same reason the
+-- console runs this statement, QueueCountsTenant and TenantRows with
+-- sequential and bitmap scans off (rangeScansOnly, reads.go): estimating a
+-- prefix's rows from averages, the planner otherwise at times takes a
+-- bitmap scan, which reads all of a large prefix to count to the cap.
+WITH RECURSIVE waiting (tenant, queue, priority, first_at, depth) AS (
+    (SELECT j.tenant, j.queue, j.priority, j.available_at, 1
+        FROM /*schema*/jobs AS j
+        WHERE j.state IN ('READY', 'RETRY_SCHEDULED')
+        ORDER BY j.tenant, j.queue, j.priority, j.available_at
+        LIMIT 1)
+    UNION ALL
+    SELECT n.tenant, n.queue, n.priority, n.available_at, w.depth + 1
+    FROM waiting AS w
+    CROSS JOIN LATERAL (
+        SELECT j.tenant, j.queue, j.priority, j.available_at
+        FROM /*schema*/jobs AS j
+        WHERE j.state IN ('READY', 'RETRY_SCHEDULED')
+            AND (j.tenant, j.queue, j.priority) > (w.tenant, w.queue, w.priority)
+        ORDER BY j.tenant, j.queue, j.priority, j.available_at
+        LIMIT 1) AS n
+    WHERE w.depth < $2
+),
+running (tenant, queue, depth) AS (
+    (SELECT j.tenant, j.queue, 1 FROM /*schema*/jobs AS j
+        WHERE j.state = 'RUNNING'
+        ORDER BY j.tenant, j.queue
+        LIMIT 1)
+    UNION ALL
+    SELECT n.tenant, n.queue, r.depth + 1
+    FROM running AS r
+    CROSS JOIN LATERAL (
+        SELECT j.tenant, j.queue FROM /*schema*/jobs AS j
+        WHERE j.state = 'RUNNING' AND (j.tenant, j.queue) > (r.tenant, r.queue)
+        ORDER BY j.tenant, j.queue
+        LIMIT 1) AS n
+    WHERE r.depth < $2
+)
+SELECT q.queue,
     (SELECT count(*) FROM (
-        SELECT 1 FROM /*schema*/jobs AS j
-        WHERE j.queue = q.queue AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at > now()
+        SELECT 1 FROM waiting AS w
+        CROSS JOIN LATERAL (
+            SELECT 1 FROM /*schema*/jobs AS j
+            WHERE j.tenant = w.tenant AND j.queue = w.queue AND j.priority = w.priority
+                AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at <= now()
+            ORDER BY j.available_at
+            LIMIT $2) AS x
+        WHERE w.queue = q.queue AND w.first_at <= now()
+        LIMIT $2) AS c),
+    (SELECT min(w.first_at) FROM waiting AS w WHERE w.queue = q.queue AND w.first_at <= now()),
+    (SELECT count(*) FROM (
+        SELECT 1 FROM waiting AS w
+        CROSS JOIN LATERAL (
+            SELECT 1 FROM /*schema*/jobs AS j
+            WHERE j.tenant = w.tenant AND j.queue = w.queue AND j.priority = w.priority
+                AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at > now()
+            ORDER BY j.available_at
+            LIMIT $2) AS x
+        WHERE w.queue = q.queue
         LIMIT $2) AS c),
     (SELECT count(*) FROM (
-        SELECT 1 FROM /*schema*/jobs AS j
-        WHERE j.queue = q.queue AND j.state = 'RUNNING'
-        LIMIT $2) AS c)
+        SELECT 1 FROM running AS r
+        CROSS JOIN LATERAL (
+            SELECT 1 FROM /*schema*/jobs AS j
+            WHERE j.tenant = r.tenant AND j.queue = r.queue AND j.state = 'RUNNING'
+            LIMIT $2) AS x
+        WHERE r.queue = q.queue
+        LIMIT $2) AS c),
+    (SELECT count(*) FROM waiting) >= $2 OR (SELECT count(*) FROM running) >= $2
 FROM unnest($1::text[]) AS q (queue)
-CROSS JOIN LATERAL (
-    SELECT count(*) AS n, min(c.available_at) AS oldest FROM (
-        SELECT j.available_at FROM /*schema*/jobs AS j
-        WHERE j.queue = q.queue AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at <= now()
-        LIMIT $2) AS c
-) AS r
 ORDER BY q.queue;
 
 -- name: QueueCountsTenant
--- QueueCounts for one tenant ($3): every count is an equality range of
--- (tenant, queue) in the same indexes.
-SELECT q.queue, r.n, r.oldest,
+-- QueueCounts for one tenant ($3): the loose scans walk the (queue,
+-- priority) prefixes under the tenant's own prefix of the same indexes.
+WITH RECURSIVE waiting (queue, priority, first_at, depth) AS (
+    (SELECT j.queue, j.priority, j.available_at, 1
+        FROM /*schema*/jobs AS j
+        WHERE j.tenant = $3::text AND j.state IN ('READY', 'RETRY_SCHEDULED')
+        ORDER BY j.queue, j.priority, j.available_at
+        LIMIT 1)
+    UNION ALL
+    SELECT n.queue, n.priority, n.available_at, w.depth + 1
+    FROM waiting AS w
+    CROSS JOIN LATERAL (
+        SELECT j.queue, j.priority, j.available_at
+        FROM /*schema*/jobs AS j
+        WHERE j.tenant = $3::text AND j.state IN ('READY', 'RETRY_SCHEDULED')
+            AND (j.queue, j.priority) > (w.queue, w.priority)
+        ORDER BY j.queue, j.priority, j.available_at
+        LIMIT 1) AS n
+    WHERE w.depth < $2
+)
+SELECT q.queue,
     (SELECT count(*) FROM (
-        SELECT 1 FROM /*schema*/jobs AS j
-        WHERE j.queue = q.queue AND j.tenant = $3::text
-            AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at > now()
+        SELECT 1 FROM waiting AS w
+        CROSS JOIN LATERAL (
+            SELECT 1 FROM /*schema*/jobs AS j
+            WHERE j.tenant = $3::text AND j.queue = w.queue AND j.priority = w.priority
+                AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at <= now()
+            ORDER BY j.available_at
+            LIMIT $2) AS x
+        WHERE w.queue = q.queue AND w.first_at <= now()
+        LIMIT $2) AS c),
+    (SELECT min(w.first_at) FROM waiting AS w WHERE w.queue = q.queue AND w.first_at <= now()),
+    (SELECT count(*) FROM (
+        SELECT 1 FROM waiting AS w
+        CROSS JOIN LATERAL (
+            SELECT 1 FROM /*schema*/jobs AS j
+            WHERE j.tenant = $3::text AND j.queue = w.queue AND j.priority = w.priority
+                AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at > now()
+            ORDER BY j.available_at
+            LIMIT $2) AS x
+        WHERE w.queue = q.queue
         LIMIT $2) AS c),
     (SELECT count(*) FROM (
         SELECT 1 FROM /*schema*/jobs AS j
-        WHERE j.queue = q.queue AND j.tenant = $3::text AND j.state = 'RUNNING'
-        LIMIT $2) AS c)
+        WHERE j.tenant = $3::text AND j.queue = q.queue AND j.state = 'RUNNING'
+        LIMIT $2) AS c),
+    (SELECT count(*) FROM waiting) >= $2
 FROM unnest($1::text[]) AS q (queue)
-CROSS JOIN LATERAL (
-    SELECT count(*) AS n, min(c.available_at) AS oldest FROM (
-        SELECT j.available_at FROM /*schema*/jobs AS j
-        WHERE j.queue = q.queue AND j.tenant = $3::text
-            AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at <= now()
-        LIMIT $2) AS c
-) AS r
 ORDER BY q.queue;
 
 -- name: FinishedPerMinute
@@ -128,10 +222,11 @@ SELECT
 
 -- name: Runners
 -- Workers holding live leases: RUNNING jobs whose lease has not expired,
--- grouped by holder. Reads the RUNNING jobs through jobs_running_tenant_idx
--- (partial on RUNNING) and filters their lease_until, which no index holds
--- since migration 0013, keeping at most $1: running jobs are bounded by the
--- workers' slots, not by the backlog.
+-- grouped by holder. No index holds lease_until since migration 0013 (so a
+-- heartbeat can be a heap-only update): this reads the running jobs
+-- through jobs_running_tenant_idx (tenant, queue; partial on RUNNING),
+-- whole, visiting each row, at most $1 of them: running jobs are bounded by
+-- the workers' slots, not by the backlog or history.
 SELECT lease_owner, count(*), max(attempted_at), max(lease_until)
 FROM (
     SELECT lease_owner, attempted_at, lease_until
@@ -165,45 +260,31 @@ FROM /*schema*/retention_lease;
 -- name: TenantRows
 -- A page of (queue, tenant) rows from tenant_queues in key order after
 -- ($2, $3), $4 rows, with the limits that apply (the tenant's own, else the
--- defaults' row ''), the waiting and running counts (each up to $5, read as
--- in QueueCounts), the oldest runnable job, and the jobs accepted since $6
--- (a UUIDv7 lower bound: job_keys' primary key (tenant, id) read
--- index-only, up to $5) and how many of the latest $7 of those finished
--- (a primary-key probe of jobs per key): the last two per tenant, over all
--- its queues, since job_keys does not hold the queue. $1 narrows it to one
--- tenant.
+-- defaults' row ''), the waiting and running counts (each up to $5), the
+-- oldest runnable job, and the jobs accepted since $6 (a UUIDv7 lower
+-- bound: job_keys' primary key (tenant, id) read index-only, up to $5) and
+-- how many of the latest $7 of those finished (a primary-key probe of jobs
+-- per key): the last two per tenant, over all its queues, since job_keys
+-- does not hold the queue. $1 narrows it to one tenant.
+--
+-- Waiting work, per row: a loose index scan of jobs_tenant_claim_idx
+-- (tenant, queue, priority, available_at, id) finds each priority the
+-- (tenant, queue) has waiting jobs in (one probe per priority present,
+-- plus one) and its first entry, the priority's earliest available_at: the
+-- oldest runnable job is exact, whatever the backlog. The runnable and
+-- scheduled counts are then, per priority, the index ranges available_at
+-- <= now() and > now(), read index-only and stopped by LIMIT $5 overall:
+-- the entries read are the ones counted, however many are scheduled. The
+-- running count is an equality range of jobs_running_tenant_idx (tenant,
+-- queue), stopped at $5.
 SELECT tq.queue, tq.tenant, tq.idle,
     coalesce(own.weight, d.weight, 1), coalesce(own.max_running, d.max_running, 0), own.tenant IS NOT NULL,
+    w.runnable, w.scheduled,
     (SELECT count(*) FROM (
         SELECT 1 FROM /*schema*/jobs AS j
-        WHERE j.queue = tq.queue AND j.tenant = tq.tenant
-            AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at <= now()
+        WHERE j.tenant = tq.tenant AND j.queue = tq.queue AND j.state = 'RUNNING'
         LIMIT $5) AS c),
-    (SELECT count(*) FROM (
-        SELECT 1 FROM /*schema*/jobs AS j
-        WHERE j.queue = tq.queue AND j.tenant = tq.tenant
-            AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at > now()
-        LIMIT $5) AS c),
-    (SELECT count(*) FROM (
-        SELECT 1 FROM /*schema*/jobs AS j
-        WHERE j.queue = tq.queue AND j.tenant = tq.tenant AND j.state = 'RUNNING'
-        LIMIT $5) AS c),
-    -- The oldest runnable job: within one (tenant, queue, priority) prefix
-    -- of jobs_tenant_claim_idx the first entry has the lowest available_at,
-    -- so a loose index scan over the priorities the tenant has waiting work
-    -- in (one probe per priority present, plus one) finds it exactly,
-    -- whatever the tenant's backlog.
-    (WITH RECURSIVE pr (priority, available_at) AS (
-            (SELECT j.priority, j.available_at FROM /*schema*/jobs AS j
-                WHERE j.queue = tq.queue AND j.tenant = tq.tenant AND j.state IN ('READY', 'RETRY_SCHEDULED')
-                ORDER BY j.priority, j.available_at LIMIT 1)
-            UNION ALL
-            SELECT n.priority, n.available_at FROM pr CROSS JOIN LATERAL (
-                SELECT j.priority, j.available_at FROM /*schema*/jobs AS j
-                WHERE j.queue = tq.queue AND j.tenant = tq.tenant AND j.state IN ('READY', 'RETRY_SCHEDULED')
-                    AND j.priority > pr.priority
-                ORDER BY j.priority, j.available_at LIMIT 1) AS n)
-        SELECT min(available_at) FILTER (WHERE available_at <= now()) FROM pr),
+    w.oldest,
     (SELECT count(*) FROM (
         SELECT 1 FROM /*schema*/job_keys AS k
         WHERE k.tenant = tq.tenant AND k.id >= $6::uuid
@@ -219,6 +300,39 @@ SELECT tq.queue, tq.tenant, tq.idle,
 FROM /*schema*/tenant_queues AS tq
 LEFT JOIN /*schema*/tenant_limits AS own ON own.tenant = tq.tenant
 LEFT JOIN /*schema*/tenant_limits AS d ON d.tenant = ''
+CROSS JOIN LATERAL (
+    WITH RECURSIVE pr (priority, first_at) AS (
+        (SELECT j.priority, j.available_at FROM /*schema*/jobs AS j
+            WHERE j.tenant = tq.tenant AND j.queue = tq.queue AND j.state IN ('READY', 'RETRY_SCHEDULED')
+            ORDER BY j.priority, j.available_at LIMIT 1)
+        UNION ALL
+        SELECT n.priority, n.available_at FROM pr CROSS JOIN LATERAL (
+            SELECT j.priority, j.available_at FROM /*schema*/jobs AS j
+            WHERE j.tenant = tq.tenant AND j.queue = tq.queue AND j.state IN ('READY', 'RETRY_SCHEDULED')
+                AND j.priority > pr.priority
+            ORDER BY j.priority, j.available_at LIMIT 1) AS n)
+    SELECT
+        (SELECT count(*) FROM (
+            SELECT 1 FROM pr
+            CROSS JOIN LATERAL (
+                SELECT 1 FROM /*schema*/jobs AS j
+                WHERE j.tenant = tq.tenant AND j.queue = tq.queue AND j.priority = pr.priority
+                    AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at <= now()
+                ORDER BY j.available_at
+                LIMIT $5) AS x
+            WHERE pr.first_at <= now()
+            LIMIT $5) AS c) AS runnable,
+        (SELECT count(*) FROM (
+            SELECT 1 FROM pr
+            CROSS JOIN LATERAL (
+                SELECT 1 FROM /*schema*/jobs AS j
+                WHERE j.tenant = tq.tenant AND j.queue = tq.queue AND j.priority = pr.priority
+                    AND j.state IN ('READY', 'RETRY_SCHEDULED') AND j.available_at > now()
+                ORDER BY j.available_at
+                LIMIT $5) AS x
+            LIMIT $5) AS c) AS scheduled,
+        (SELECT min(pr.first_at) FROM pr WHERE pr.first_at <= now()) AS oldest
+) AS w
 WHERE ($1::text = '' OR tq.tenant = $1::text)
     AND (tq.queue, tq.tenant) > ($2::text, $3::text)
 ORDER BY tq.queue, tq.tenant
@@ -326,18 +440,44 @@ LIMIT 1;
 -- design, see outbox/queries.sql); its event ids are UUIDv7, written when
 -- the event is, so the job's events lie in the primary-key range from just
 -- before the job was created ($2) to just after it finished ($3). The
--- range is read in order and stops after $4 events, whatever else was
--- written meanwhile.
-SELECT event_id, event_type, topic, created_at, published_at, attempts, coalesce(last_error, '')
-FROM (
-    SELECT * FROM /*schema*/outbox
+-- range is read from both ends, $4 entries from the bottom (the job's
+-- first events) and $4 from the top (its latest: a dead letter's, a
+-- review's), whatever else was written meanwhile, so a busy outbox cannot
+-- hide the latest events behind the first $4. The first column says
+-- whether the two windows left a part of the range unread (each full, and
+-- apart): the page then says the scan limit was reached. A row with NULL
+-- event columns carries that flag when the job has no event.
+WITH lo AS MATERIALIZED (
+    SELECT event_id, aggregate_id, seq FROM /*schema*/outbox
     WHERE event_id >= $2::uuid AND event_id <= $3::uuid
     ORDER BY event_id
     LIMIT $4
-) AS o
-WHERE aggregate_id = $1::uuid
-ORDER BY seq
-LIMIT 100;
+),
+hi AS MATERIALIZED (
+    SELECT event_id, aggregate_id, seq FROM /*schema*/outbox
+    WHERE event_id >= $2::uuid AND event_id <= $3::uuid
+    ORDER BY event_id DESC
+    LIMIT $4
+),
+found AS (
+    SELECT event_id, seq FROM lo WHERE aggregate_id = $1::uuid
+    UNION
+    SELECT event_id, seq FROM hi WHERE aggregate_id = $1::uuid
+),
+gap AS (
+    -- (no max(uuid) before PostgreSQL 16)
+    SELECT (SELECT count(*) FROM lo) >= $4
+        AND (SELECT event_id FROM lo ORDER BY event_id DESC LIMIT 1) < (SELECT event_id FROM hi ORDER BY event_id LIMIT 1) AS gap
+)
+SELECT gap.gap, e.event_id, e.event_type, e.topic, e.created_at, e.published_at, e.attempts, e.last_error
+FROM gap
+LEFT JOIN LATERAL (
+    SELECT o.event_id, o.event_type, o.topic, o.created_at, o.published_at, o.attempts, coalesce(o.last_error, '') AS last_error
+    FROM found AS f
+    JOIN /*schema*/outbox AS o ON o.event_id = f.event_id
+    ORDER BY f.seq
+    LIMIT 100
+) AS e ON true;
 
 -- name: ReplayAncestors
 -- The jobs a job was replayed from, nearest first: a primary-key probe per

@@ -58,6 +58,10 @@ type queueRow struct {
 	Queue                        string
 	Runnable, Scheduled, Running count
 	OldestRunnable               time.Time
+	// Partial: the walk over the live work's (tenant, queue, priority)
+	// prefixes stopped at Config.CountCap prefixes, so the counts are lower
+	// bounds and the oldest runnable job is at least as old as shown.
+	Partial bool
 }
 
 // queueNames returns the queues to show: those that have had work (the
@@ -93,34 +97,73 @@ func (h *Handler) queueCounts(ctx context.Context, queues []string) ([]queueRow,
 	if h.cfg.Tenant != "" {
 		query, args = h.sql.queueCountsTenant, append(args, h.cfg.Tenant)
 	}
-	rows, err := h.cfg.DB.Query(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("console: counting queues: %w", err)
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (queueRow, error) {
+	return rangeScansOnly(ctx, h.cfg.DB, "counting queues", query, args, func(row pgx.CollectableRow) (queueRow, error) {
 		r := queueCountRow{q: queueRow{Runnable: count{Cap: capN}, Scheduled: count{Cap: capN}, Running: count{Cap: capN}}}
 		err := row.Scan(r.dest()...)
 		r.q.OldestRunnable = dbsql.Deref(r.oldest)
+		r.q.Runnable.More, r.q.Scheduled.More, r.q.Running.More = r.q.Partial, r.q.Partial, r.q.Partial
 		return r.q, err
 	})
+}
+
+// rangeScansOnlySQL is what rangeScansOnly sets for its statement.
+const rangeScansOnlySQL = "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off"
+
+// rangeScansOnly runs a counting statement (QueueCounts, TenantRows) in a
+// transaction that steers the planner off sequential and bitmap
+// scans. Their per-prefix counts are index ranges stopped by a LIMIT, and
+// the planner estimates a prefix's rows from averages: for a tenant with
+// a large backlog in one prefix it may take a bitmap scan (or a sequential
+// one) for cheap, which reads every entry of the prefix, 100,000 scheduled
+// jobs to count to the cap. Turned off, they are only used where nothing
+// else can serve (the small tables). SET LOCAL ends with the transaction,
+// so a pooled connection keeps its settings.
+func rangeScansOnly[T any](ctx context.Context, db DBTX, op, query string, args []any, scan pgx.RowToFunc[T]) ([]T, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("console: %s: %w", op, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, rangeScansOnlySQL); err != nil {
+		return nil, fmt.Errorf("console: %s: %w", op, err)
+	}
+	rows, err := tx.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("console: %s: %w", op, err)
+	}
+	out, err := pgx.CollectRows(rows, scan)
+	if err != nil {
+		return nil, fmt.Errorf("console: %s: %w", op, err)
+	}
+	return out, nil
 }
 
 // minuteCounts is one minute of the finished-jobs chart.
 type minuteCounts struct {
 	Minute                      time.Time
 	Succeeded, Failed, Reviewed int64
+	// The counts that stopped at the chart's cap: lower bounds.
+	SucceededCapped, FailedCapped, ReviewedCapped bool
 }
+
+// Capped reports whether any of the minute's counts is a lower bound.
+func (m minuteCounts) Capped() bool { return m.SucceededCapped || m.FailedCapped || m.ReviewedCapped }
 
 const chartMinutes = 60
 
-// chartCap bounds each (minute, state) count of the chart.
-const chartCap = 5000
+// DefaultChartCap bounds each (minute, state) count of the overview's
+// chart: a minute's count that reaches it is shown as "5,000+". Each
+// refresh of the overview reads at most 60 × 3 × the cap index entries
+// (900,000 at 5,000 per minute per state, index-only), so a busier
+// system sees flat-topped bars marked as lower bounds rather than paying
+// more per refresh.
+const DefaultChartCap = 5000
 
 // tenantChartJobs bounds the jobs a tenant-scoped chart reads.
 const tenantChartJobs = 20_000
 
 func (h *Handler) finishedPerMinute(ctx context.Context, now time.Time) ([]minuteCounts, error) {
-	query, args := h.sql.finishedPerMinute, []any{chartMinutes, chartCap}
+	query, args := h.sql.finishedPerMinute, []any{chartMinutes, h.chartCap}
 	if h.cfg.Tenant != "" {
 		// Jobs accepted up to an hour before the chart's window.
 		since := uuidAt(now.Add(-2 * chartMinutes * time.Minute))
@@ -150,13 +193,18 @@ func (h *Handler) finishedPerMinute(ctx context.Context, now time.Time) ([]minut
 			continue // the database's clock and ours disagree by a minute
 		}
 		m := &out[i]
+		// Only the operator's statement stops each count at the cap.
+		capped := h.cfg.Tenant == "" && n >= int64(h.chartCap)
 		switch jobs.State(state) {
 		case jobs.StateSucceeded:
 			m.Succeeded += n
+			m.SucceededCapped = m.SucceededCapped || capped
 		case jobs.StateFailedTerminal:
 			m.Failed += n
+			m.FailedCapped = m.FailedCapped || capped
 		case jobs.StateReviewRequired:
 			m.Reviewed += n
+			m.ReviewedCapped = m.ReviewedCapped || capped
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -264,11 +312,8 @@ const finishedProbeCap = 1000
 func (h *Handler) tenantRows(ctx context.Context, tenant, afterQueue, afterTenant string, limit int) ([]tenantRow, error) {
 	capN := int64(h.cfg.CountCap)
 	since := uuidAt(time.Now().Add(-time.Hour))
-	rows, err := h.cfg.DB.Query(ctx, h.sql.tenantRows, tenant, afterQueue, afterTenant, limit, h.cfg.CountCap, since, finishedProbeCap)
-	if err != nil {
-		return nil, fmt.Errorf("console: tenants: %w", err)
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (tenantRow, error) {
+	args := []any{tenant, afterQueue, afterTenant, limit, h.cfg.CountCap, since, finishedProbeCap}
+	return rangeScansOnly(ctx, h.cfg.DB, "tenants", h.sql.tenantRows, args, func(row pgx.CollectableRow) (tenantRow, error) {
 		r := tenantRowScan{t: tenantRow{Runnable: count{Cap: capN}, Scheduled: count{Cap: capN}, Running: count{Cap: capN},
 			AcceptedHour: count{Cap: capN}, FinishedHour: count{Cap: finishedProbeCap}}}
 		err := row.Scan(r.dest()...)
@@ -287,10 +332,13 @@ type event struct {
 	LastError   string
 }
 
-// eventScanLimit bounds the outbox entries read to find a job's events.
-const eventScanLimit = 50_000
+// DefaultEventScanLimit bounds the outbox entries read from each end of a
+// job's range to find its events.
+const DefaultEventScanLimit = 25_000
 
-func (h *Handler) jobEvents(ctx context.Context, j *jobs.Job) ([]event, error) {
+// jobEvents returns a job's events, and whether the outbox range they lie
+// in was too large to read whole (its middle was left unread).
+func (h *Handler) jobEvents(ctx context.Context, j *jobs.Job) ([]event, bool, error) {
 	end := j.FinishedAt
 	if end.IsZero() {
 		end = time.Now()
@@ -298,16 +346,29 @@ func (h *Handler) jobEvents(ctx context.Context, j *jobs.Job) ([]event, error) {
 	// A minute either side covers clock skew between the hosts that
 	// generate event ids and the database's clock.
 	lo, hi := uuidAt(j.CreatedAt.Add(-time.Minute)), uuidAt(end.Add(time.Minute))
-	rows, err := h.cfg.DB.Query(ctx, h.sql.jobEvents, j.ID, lo, hi, eventScanLimit)
+	rows, err := h.cfg.DB.Query(ctx, h.sql.jobEvents, j.ID, lo, hi, h.eventScanLimit)
 	if err != nil {
-		return nil, fmt.Errorf("console: events of %s: %w", j.ID, err)
+		return nil, false, fmt.Errorf("console: events of %s: %w", j.ID, err)
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (event, error) {
+	defer rows.Close()
+	var (
+		out []event
+		gap bool
+	)
+	for rows.Next() {
 		var r eventRow
-		err := row.Scan(r.dest()...)
-		r.e.PublishedAt = dbsql.Deref(r.published)
-		return r.e, err
-	})
+		if err := rows.Scan(r.dest()...); err != nil {
+			return nil, false, fmt.Errorf("console: events of %s: %w", j.ID, err)
+		}
+		gap = r.gap
+		if e, ok := r.event(); ok {
+			out = append(out, e)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, fmt.Errorf("console: events of %s: %w", j.ID, err)
+	}
+	return out, gap, nil
 }
 
 // usageDay is one tenant's usage on one day.

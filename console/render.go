@@ -53,6 +53,10 @@ type loader func(ctx context.Context, r *http.Request, v *view) error
 // template NAME of the page, which the page script polls for refreshes.
 func (h *Handler) page(name string, load loader) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if err := checkParams(r.URL.Query()); err != nil {
+			h.fail(w, r, err)
+			return
+		}
 		v := h.newView(w, r, name)
 		if err := load(r.Context(), r, v); err != nil {
 			h.fail(w, r, err)
@@ -209,15 +213,20 @@ func formatCount(n int64) string {
 	return b.String()
 }
 
-// count is a count that stops at a cap.
+// count is a count that stops at a cap. More says that it is a lower
+// bound for another reason (a bounded walk stopped before the end).
 type count struct {
-	N   int64
-	Cap int64
+	N    int64
+	Cap  int64
+	More bool
 }
 
 func formatCapped(c count) string {
-	if c.Cap > 0 && c.N >= c.Cap {
+	switch {
+	case c.Cap > 0 && c.N >= c.Cap:
 		return formatCount(c.Cap) + "+"
+	case c.More:
+		return formatCount(c.N) + "+"
 	}
 	return formatCount(c.N)
 }

@@ -73,7 +73,7 @@ type queueCountRow struct {
 }
 
 func (r *queueCountRow) dest() []any {
-	return []any{&r.q.Queue, &r.q.Runnable.N, &r.oldest, &r.q.Scheduled.N, &r.q.Running.N}
+	return []any{&r.q.Queue, &r.q.Runnable.N, &r.oldest, &r.q.Scheduled.N, &r.q.Running.N, &r.q.Partial}
 }
 
 // runnerRow is a Runners row as scanned.
@@ -115,13 +115,30 @@ func (r *tenantRowScan) dest() []any {
 
 // eventRow is a JobEvents row as scanned.
 type eventRow struct {
-	e         event
+	gap       bool // the job's outbox range was too large to read whole
+	id        pgtype.UUID
+	typ       *string // NULL when the row carries only the gap flag
+	topic     *string
+	created   *time.Time
 	published *time.Time
+	attempts  *int
+	lastError *string
 }
 
 func (r *eventRow) dest() []any {
-	e := &r.e
-	return []any{(*[16]byte)(&e.ID), &e.Type, &e.Topic, &e.CreatedAt, &r.published, &e.Attempts, &e.LastError}
+	return []any{&r.gap, &r.id, &r.typ, &r.topic, &r.created, &r.published, &r.attempts, &r.lastError}
+}
+
+// event returns the row's event, or false for a row that carries only the
+// gap flag (a job with no events read).
+func (r *eventRow) event() (event, bool) {
+	if !r.id.Valid {
+		return event{}, false
+	}
+	return event{
+		ID: r.id.Bytes, Type: dbsql.Deref(r.typ), Topic: dbsql.Deref(r.topic), CreatedAt: dbsql.Deref(r.created),
+		PublishedAt: dbsql.Deref(r.published), Attempts: dbsql.Deref(r.attempts), LastError: dbsql.Deref(r.lastError),
+	}, true
 }
 
 func usageDest(u *usageDay) []any {

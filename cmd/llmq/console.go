@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/llmq/llmq/console"
@@ -23,6 +24,8 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	tenant := fs.String("tenant", "", "show only this tenant's data (a tenant-scoped console)")
 	actions := fs.Bool("actions", false, "enable actions: replay dead-lettered and REVIEW_REQUIRED jobs, change pool limits")
 	actor := fs.String("actor", "", "who is recorded for actions (default: the OS user name)")
+	origins := fs.String("trusted-origins", "", "comma-separated origins (https://ops.example.com) allowed to act when a proxy rewrites Host and the browser sends no Sec-Fetch-Site")
+	secure := fs.Bool("secure-cookie", false, "mark the CSRF cookie Secure: set it when browsers reach the console over HTTPS through a TLS-terminating proxy")
 	refresh := fs.Duration("refresh", console.DefaultRefreshInterval, "how often pages refresh their live parts (0: never)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -52,6 +55,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	h, err := console.New(console.Config{DB: pool, Schema: c.schema, Tenant: *tenant, EnableActions: *actions,
 		Actor: func(*http.Request) string { return who }, RefreshInterval: interval,
+		TrustedOrigins: splitList(*origins), SecureCookie: *secure,
 		Logger: slog.New(slog.NewTextHandler(stderr, nil))})
 	if err != nil {
 		return fmt.Errorf("%w: %w", errInvalidInput, err)
@@ -79,4 +83,15 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("console: %w", err)
 	}
 	return nil
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
