@@ -188,6 +188,13 @@
 //     index scan: a tenant whose eligible backlog is mostly one group's tail
 //     makes its claims read that tail. Spread such work over groups, or
 //     queues.
+//   - Statements that change several jobs a runner holds (Heartbeat,
+//     Complete, MarkHung and the stale attempts Complete records) send
+//     their jobs in id order, whatever order the caller gave, so a
+//     runner's heartbeat and its completions, which run at once on the
+//     same rows, lock them in one order and cannot deadlock. Rows of
+//     tenant_queues are locked in (queue, tenant) order for the same
+//     reason.
 //   - Enqueue expects READ COMMITTED (Postgres' default). Under REPEATABLE
 //     READ a key taken by a concurrent transaction surfaces as a
 //     serialization failure for the caller to retry.

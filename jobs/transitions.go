@@ -1,11 +1,13 @@
 package jobs
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -243,7 +245,7 @@ func (s *PostgresStore) Heartbeat(ctx context.Context, db DBTX, worker string, l
 	}
 	ids := make([][16]byte, len(leases)) // binary-encoded by pgx, unlike uuid.UUID
 	fences := make([]int64, len(leases))
-	for i, l := range leases {
+	for i, l := range lockOrder(leases, func(l Lease) uuid.UUID { return l.JobID }) {
 		ids[i], fences[i] = l.JobID, l.Fence
 	}
 	rows, err := db.Query(ctx, s.sql.heartbeat, worker, leaseDuration.Milliseconds(), ids, fences)
@@ -266,6 +268,22 @@ func (s *PostgresStore) Heartbeat(ctx context.Context, db DBTX, worker string, l
 		return res, fmt.Errorf("jobs: heartbeat: %w", err)
 	}
 	return res, nil
+}
+
+// lockOrder returns a copy of items sorted by job id. Every statement that
+// updates several jobs a runner holds (a heartbeat, a batch of
+// completions, stale and hung attempts) gets its jobs in this order. The
+// statements lock rows in the order they are given, or in the primary
+// key's (which is the same), so a runner's heartbeat and its completions,
+// which run at once on the same rows, take their row locks in one order
+// and cannot deadlock.
+func lockOrder[T any](items []T, id func(T) uuid.UUID) []T {
+	sorted := slices.Clone(items)
+	slices.SortFunc(sorted, func(a, b T) int {
+		ia, ib := id(a), id(b)
+		return bytes.Compare(ia[:], ib[:])
+	})
+	return sorted
 }
 
 // Leases implements Store.
@@ -317,6 +335,8 @@ func (s *PostgresStore) Complete(ctx context.Context, db DBTX, completions []Com
 			return nil, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: fmt.Sprintf("completions[%d].JobID", i), Problem: "appears twice in one batch"}
 		}
 		seen[c.JobID] = true
+	}
+	for i, c := range lockOrder(completions, func(c Completion) uuid.UUID { return c.JobID }) {
 		id, err := uuid.NewV7()
 		if err != nil {
 			return nil, fmt.Errorf("jobs: new event id: %w", err)
@@ -369,7 +389,7 @@ func (s *PostgresStore) markStale(ctx context.Context, db DBTX, stale []Completi
 	ids, attempts, fences := make([][16]byte, n), make([]int32, n), make([]int64, n)
 	workers, outcomes := make([]string, n), make([]string, n)
 	inTokens, outTokens, uncertain := make([]int64, n), make([]int64, n), make([]bool, n)
-	for i, c := range stale {
+	for i, c := range lockOrder(stale, func(c Completion) uuid.UUID { return c.JobID }) {
 		// Validate bounded the attempt number.
 		ids[i], attempts[i], fences[i] = c.JobID, int32(c.Attempt), c.Fence
 		workers[i], outcomes[i] = c.Worker, string(c.Outcome)
@@ -564,7 +584,7 @@ func (s *PostgresStore) MarkHung(ctx context.Context, db DBTX, worker string, hu
 	ids := make([][16]byte, len(hung)) // binary-encoded by pgx, unlike uuid.UUID
 	fences := make([]int64, len(hung))
 	messages := make([]string, len(hung))
-	for i, h := range hung {
+	for i, h := range lockOrder(hung, func(h HungAttempt) uuid.UUID { return h.JobID }) {
 		ids[i], fences[i], messages[i] = h.JobID, h.Fence, validate.MakeStorable(h.Error)
 	}
 	rows, err := db.Query(ctx, s.sql.markHung, worker, ids, fences, messages)

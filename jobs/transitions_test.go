@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -401,4 +402,47 @@ func TestHeartbeatIsHeapOnly(t *testing.T) {
 	updated, hot := counts()
 	require.Equal(t, int64(1), updated-updated0)
 	require.Equal(t, int64(1), hot-hot0, "the heartbeat is a heap-only update")
+}
+
+// A runner's heartbeat and its completions lock the same job rows. Each
+// sends its jobs in id order, whatever order its caller gave them, so the
+// two lock rows in one order and never deadlock (PostgreSQL would abort one
+// of them after deadlock_timeout, holding both up for a second). Here they
+// are given opposite orders, and run at once, round after round.
+func TestHeartbeatAndCompletionNeverDeadlock(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	const n = 200
+	params := make([]jobs.EnqueueParams, n)
+	for i := range params {
+		params[i] = jobs.EnqueueParams{Tenant: "acme", Kind: "k", Payload: []byte(`{}`)}
+	}
+	for round := range 10 {
+		_, err := f.store.EnqueueMany(ctx, f.pool, params)
+		require.NoError(t, err)
+		claimed, err := f.store.Claim(ctx, f.pool, jobs.ClaimParams{
+			Queue: "default", Kinds: []string{"k"}, Worker: "w", Limit: n, LeaseDuration: time.Minute,
+		})
+		require.NoError(t, err)
+		require.Len(t, claimed, n)
+		rand.Shuffle(len(claimed), func(i, j int) { claimed[i], claimed[j] = claimed[j], claimed[i] })
+		leases := make([]jobs.Lease, n)
+		completions := make([]jobs.Completion, n)
+		for i, j := range claimed {
+			leases[i] = jobs.Lease{JobID: j.ID, Fence: j.Fence}
+			completions[n-1-i] = succeeded(j, `{}`)
+		}
+		var wg sync.WaitGroup
+		var hbErr, completeErr error
+		var results []jobs.CompletionResult
+		wg.Go(func() { _, hbErr = f.store.Heartbeat(ctx, f.pool, "w", time.Minute, leases) })
+		wg.Go(func() { results, completeErr = f.store.Complete(ctx, f.pool, completions) })
+		wg.Wait()
+		require.NoError(t, hbErr, "round %d", round)
+		require.NoError(t, completeErr, "round %d", round)
+		for i, r := range results {
+			require.Equal(t, completions[i].JobID, r.Job.ID, "results stay in input order")
+		}
+	}
 }
