@@ -228,6 +228,7 @@ func (f relayFleet) run(ctx context.Context, out io.Writer) (float64, error) {
 	if f.cpu != nil {
 		cpuBefore = f.cpu()
 	}
+	b.checkpoint(ctx)
 	released := time.Now()
 	if _, err := b.pool.Exec(ctx, "UPDATE "+lease+" SET lease_until = '-infinity' WHERE holder = $1", benchGateHolder); err != nil {
 		return 0, err

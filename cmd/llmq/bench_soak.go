@@ -83,7 +83,20 @@ func runBenchSoak(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer drop()
-	fmt.Fprintf(stderr, "llmq bench: mode=soak duration=%s rate=%g retention=%s workers=%d schema=%s\n", o.duration, o.rate, retention.FormatRetention(o.retention), o.workers, schema)
+	// Retention deletes rows; only vacuum makes their space reusable. A
+	// server with autovacuum off (as some CI servers run) grows whatever
+	// retention does, so the soak says which kind of server it measured.
+	var autovacuum string
+	if err := pool.QueryRow(ctx, "SHOW autovacuum").Scan(&autovacuum); err != nil {
+		return fmt.Errorf("reading the server's autovacuum setting: %w", err)
+	}
+	fmt.Fprintf(stderr, "llmq bench: mode=soak duration=%s rate=%g retention=%s workers=%d autovacuum=%s schema=%s\n",
+		o.duration, o.rate, retention.FormatRetention(o.retention), o.workers, autovacuum, schema)
+	if autovacuum != "on" {
+		fmt.Fprintln(stderr, "llmq bench: warning: autovacuum is off on this server: dead rows are never reclaimed, so every table grows "+
+			"and claims slow down whatever retention deletes. A deployment runs with autovacuum on; measure on such a server "+
+			"(ALTER SYSTEM SET autovacuum = on; SELECT pg_reload_conf()).")
+	}
 	s := &soak{o: o, pool: pool, schema: schema, out: stdout, log: slog.New(slog.NewTextHandler(&lockedWriter{w: stderr}, nil))}
 	return s.run(ctx)
 }

@@ -17,6 +17,10 @@ func TestBenchSoak(t *testing.T) {
 	t.Parallel()
 	code, out, stderr := runCLI(t, "bench", "-mode", "soak", "-duration", "3s", "-rate", "20", "-retention", "1s", "-sample", "1s", "-database-url", dbtest.URL())
 	require.Equal(t, 0, code, stderr)
+	// The server's autovacuum setting is stated, and warned about when off.
+	m := regexp.MustCompile(`(?m)^llmq bench: mode=soak .* autovacuum=(\w+) `).FindStringSubmatch(stderr)
+	require.NotNil(t, m, stderr)
+	require.Equal(t, m[1] != "on", regexp.MustCompile(`warning: autovacuum is off`).MatchString(stderr), stderr)
 	require.Regexp(t, `(?m)^llmq soak t=\S+ completed_per_s=\S+ pickup_p99_ms=\S+ wal_bytes_per_job=\d+ dead_tuples=\d+ total_bytes=\d+ bench_heap_bytes=\d+$`, out)
 	require.Regexp(t, `(?m)^llmq soak sizes .*jobs=\d+ .*jobs_finished_idx=\d+ .*outbox=\d+`, out)
 	last := regexp.MustCompile(`llmq soak minutes=(\S+) rate=20 first_per_s=(\S+) last_per_s=(\S+) first_p99_ms=(\S+) last_p99_ms=(\S+) growth_pct=(\S+)\n$`).FindStringSubmatch(out)
