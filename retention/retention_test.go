@@ -221,7 +221,8 @@ func TestPruneRemovesExactlyWhatIsDue(t *testing.T) {
 
 // The idempotency window is a floor under every state's retention: a job
 // finished longer ago than its state's retention but accepted inside the
-// window keeps its key.
+// window keeps its key, and a retry gets the old job; once the window has
+// passed and the job is pruned, the same retry creates a new job.
 func TestIdempotencyWindowKeepsKeys(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -241,6 +242,11 @@ func TestIdempotencyWindowKeepsKeys(t *testing.T) {
 	_, err = svc.PruneOnce(ctx)
 	require.NoError(t, err)
 	require.False(t, f.exists(t, j.ID))
+	// Past the window the key is free: the same call accepts a new job.
+	fresh, err := f.store.Enqueue(ctx, f.db.Pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k", Payload: []byte(`{}`), IdempotencyKey: "key"})
+	require.NoError(t, err)
+	require.False(t, fresh.Existing)
+	require.NotEqual(t, j.ID, fresh.Job.ID)
 }
 
 // finishedBacklog makes n succeeded jobs finished two days ago.
