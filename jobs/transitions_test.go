@@ -442,6 +442,7 @@ func TestHeartbeatAndCompletionNeverDeadlock(t *testing.T) {
 		require.NoError(t, hbErr, "round %d", round)
 		require.NoError(t, completeErr, "round %d", round)
 		for i, r := range results {
+			require.NoError(t, r.Err)
 			require.Equal(t, completions[i].JobID, r.Job.ID, "results stay in input order")
 		}
 	}
