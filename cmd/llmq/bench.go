@@ -205,6 +205,9 @@ type bench struct {
 	wal      *walMeter // drain and e2e
 	progress io.Writer
 	recorded atomic.Int64 // outcomes durably recorded
+	// runnerFrom is the database's clock just before the runner started:
+	// every job the runner finishes, finishes after it (see waitDone).
+	runnerFrom time.Time
 
 	mu      sync.Mutex
 	started map[uuid.UUID]time.Time // latency mode: when each job's handler started
@@ -213,6 +216,9 @@ type bench struct {
 // startRunner runs a runner with a no-op handler until the returned stop is
 // called.
 func (b *bench) startRunner(ctx context.Context, claimBatch int) (stop func() error, err error) {
+	if err := b.pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&b.runnerFrom); err != nil {
+		return nil, err
+	}
 	handler := lease.HandlerFunc(func(_ context.Context, job *jobs.Job) (json.RawMessage, error) {
 		if b.o.mode == "latency" {
 			now := time.Now()
@@ -260,11 +266,11 @@ func (b *bench) claimBatch(def int) int {
 // reporting progress, and returns when it had: the end of the timed part.
 // Counting in process keeps the measurement from loading the database it
 // measures. It then checks, outside the timed part, that the database
-// agrees, counting only the jobs finished since since (the database's
-// clock before the runner started) through jobs_finished_idx: a -history
-// run's finished jobs are not the bench's, and counting every SUCCEEDED
-// job would read the whole table.
-func (b *bench) waitDone(ctx context.Context, since time.Time) (time.Time, error) {
+// agrees, counting only the jobs finished since the runner started
+// (runnerFrom) through jobs_finished_idx: a -history run's finished jobs
+// are not the bench's, and counting every SUCCEEDED job would read the
+// whole table.
+func (b *bench) waitDone(ctx context.Context) (time.Time, error) {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	lastReport := time.Now()
@@ -281,7 +287,7 @@ func (b *bench) waitDone(ctx context.Context, since time.Time) (time.Time, error
 	}
 	done := time.Now()
 	var succeeded int
-	err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.schema+".jobs WHERE state = 'SUCCEEDED' AND finished_at >= $1", since).Scan(&succeeded)
+	err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.schema+".jobs WHERE state = 'SUCCEEDED' AND finished_at >= $1", b.runnerFrom).Scan(&succeeded)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -289,13 +295,6 @@ func (b *bench) waitDone(ctx context.Context, since time.Time) (time.Time, error
 		return time.Time{}, fmt.Errorf("llmq bench: %d jobs are SUCCEEDED after %d successes were recorded", succeeded, b.o.jobs)
 	}
 	return done, nil
-}
-
-// dbNow reads the database's clock, for waitDone.
-func (b *bench) dbNow(ctx context.Context) (time.Time, error) {
-	var now time.Time
-	err := b.pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&now)
-	return now, err
 }
 
 // drain enqueues the backlog, vacuums, then times a runner working down
@@ -334,16 +333,12 @@ func (b *bench) drain(ctx context.Context) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	since, err := b.dbNow(ctx)
-	if err != nil {
-		return 0, err
-	}
 	start := time.Now()
 	stop, err := b.startRunner(ctx, b.claimBatch(500))
 	if err != nil {
 		return 0, err
 	}
-	done, err := b.waitDone(ctx, since)
+	done, err := b.waitDone(ctx)
 	elapsed := done.Sub(start).Seconds()
 	if stopErr := stop(); err == nil {
 		err = stopErr
@@ -397,10 +392,6 @@ func (b *bench) e2e(ctx context.Context) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	since, err := b.dbNow(ctx)
-	if err != nil {
-		return 0, err
-	}
 	stop, err := b.startRunner(ctx, b.claimBatch(100))
 	if err != nil {
 		return 0, err
@@ -425,7 +416,7 @@ func (b *bench) e2e(ctx context.Context) (float64, error) {
 	var done time.Time
 	if err == nil {
 		fmt.Fprintf(b.progress, "llmq bench: all %d jobs enqueued after %.1fs; waiting for the runner\n", b.o.jobs, time.Since(start).Seconds())
-		done, err = b.waitDone(ctx, since)
+		done, err = b.waitDone(ctx)
 	}
 	elapsed := done.Sub(start).Seconds()
 	if stopErr := stop(); err == nil {
@@ -440,10 +431,6 @@ func (b *bench) e2e(ctx context.Context) (float64, error) {
 // latency enqueues at a fixed rate, independent of completions, and reports
 // the time from each enqueue call to its handler's start.
 func (b *bench) latency(ctx context.Context, stdout io.Writer) (float64, error) {
-	since, err := b.dbNow(ctx)
-	if err != nil {
-		return 0, err
-	}
 	stop, err := b.startRunner(ctx, b.claimBatch(10))
 	if err != nil {
 		return 0, err
@@ -482,7 +469,7 @@ func (b *bench) latency(ctx context.Context, stdout io.Writer) (float64, error) 
 	select {
 	case err = <-errs:
 	default:
-		done, err = b.waitDone(ctx, since)
+		done, err = b.waitDone(ctx)
 	}
 	elapsed := done.Sub(start).Seconds()
 	if stopErr := stop(); err == nil {
