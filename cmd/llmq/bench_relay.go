@@ -224,11 +224,13 @@ func (f relayFleet) run(ctx context.Context, out io.Writer) (float64, error) {
 		_, stopErr := f.stop()
 		return 0, errors.Join(fmt.Errorf("llmq bench: starting the relays: %w", err), stopErr)
 	}
+	// Before the CPU sample: the standbys' CPU is divided by the time from
+	// the lease's release, so none of the checkpoint's time may count.
+	b.checkpoint(ctx)
 	var cpuBefore []time.Duration
 	if f.cpu != nil {
 		cpuBefore = f.cpu()
 	}
-	b.checkpoint(ctx)
 	released := time.Now()
 	if _, err := b.pool.Exec(ctx, "UPDATE "+lease+" SET lease_until = '-infinity' WHERE holder = $1", benchGateHolder); err != nil {
 		return 0, err
