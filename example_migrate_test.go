@@ -43,5 +43,6 @@ func ExampleMigrate() {
 	// applied 0012_retention
 	// applied 0013_jobs_fewer_indexes
 	// applied 0014_job_events_flag
+	// applied 0015_job_steps
 	// all applied: true
 }

@@ -35,7 +35,7 @@
 //     The same key with another hash is ErrIdempotencyConflict and writes
 //     nothing. Keys live in the job_keys table, written once per job, as long
 //     as their row there: a host that deletes old jobs deletes their job_keys
-//     rows (and job_attempts rows) with them. Pruner.PruneFinished does, in
+//     rows (and job_attempts and job_steps rows) with them. Pruner.PruneFinished does, in
 //     one statement per batch, for finished jobs only (the retention
 //     package runs it); once a job is pruned its key accepts a new job.
 //   - Bad input is refused before anything is written, with a
@@ -213,9 +213,13 @@
 // # What a host calls and what a runner needs
 //
 // PostgresStore implements two interfaces. Store is the host's: Enqueue,
-// EnqueueMany, Get, List, Cancel, Stats, Attempts and Replay. RunnerStore
-// is what lease.NewRunner needs: Claim, Heartbeat, Complete, MarkHung,
-// Reap, Leases, WakeIdleTenants and Channel. A host passes its
+// EnqueueMany, Get, List, Cancel, Stats, Attempts, Steps and Replay.
+// RunnerStore is what lease.NewRunner needs: Claim, Heartbeat, Complete,
+// MarkHung, Reap, Leases, WakeIdleTenants, TakeStep, SaveStep and Channel.
+// TakeStep and SaveStep keep durable steps (lease.Step): a step's output
+// is stored once per job and name, under the fence of the attempt that ran
+// it, and is neither stored nor taken by an attempt whose fence has moved
+// on (steps.sql gives the lock reasoning). A host passes its
 // PostgresStore to lease.NewRunner and never calls the runner's methods.
 //
 // # The typed layer

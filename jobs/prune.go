@@ -19,7 +19,7 @@ var pruneSQL string
 // it.
 const MaxPruneBatch = 10_000
 
-// Pruner deletes finished jobs, with their attempts and keys, once they
+// Pruner deletes finished jobs, with their attempts, steps and keys, once they
 // are older than their retention. It holds no connections and is safe for
 // concurrent use; the retention package decides when, and how much, to
 // delete.
@@ -46,12 +46,13 @@ type PruneResult struct {
 	Jobs     int64 // jobs rows
 	Attempts int64 // their job_attempts rows
 	Keys     int64 // their job_keys rows: tenant listing, idempotency and replay keys
+	Steps    int64 // their job_steps rows: stored step outputs
 }
 
 // PruneFinished deletes up to limit jobs of the finished state that
 // finished more than olderThan ago (by the database's clock), oldest
-// first, with their attempt rows and job_keys rows, in one statement. A
-// waiting or running job is never deleted, whatever its age. Once a job
+// first, with their attempt rows, stored steps and job_keys rows, in one
+// statement. A waiting or running job is never deleted, whatever its age. Once a job
 // is deleted its idempotency key is free: the same key accepts a new job.
 // Run it on a transaction to make it part of a larger unit (the retention
 // service fences each batch with its lease this way).

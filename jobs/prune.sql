@@ -12,7 +12,8 @@
 -- whatever fails. FOR UPDATE SKIP LOCKED: a finished job is only locked by
 -- an operator's rare write (a replay reads it without a lock), and a pruner
 -- never waits for it. The deletes probe job_attempts' primary key
--- (job_id, attempt) and job_keys' (tenant, id) per job; deleting a job
+-- (job_id, attempt), job_steps' (job_id, name) and job_keys' (tenant, id)
+-- per job; deleting a job
 -- clears replay_of on its replays through jobs_replay_of_idx.
 WITH due AS (
     SELECT id, tenant
@@ -36,6 +37,12 @@ attempts AS (
     WHERE a.job_id = d.id
     RETURNING 1
 ),
+steps AS (
+    DELETE FROM /*schema*/job_steps AS s
+    USING unnest((SELECT ids FROM batch)) AS d(id)
+    WHERE s.job_id = d.id
+    RETURNING 1
+),
 keys AS (
     DELETE FROM /*schema*/job_keys AS k
     USING unnest((SELECT tenants FROM batch), (SELECT ids FROM batch)) AS d(tenant, id)
@@ -48,7 +55,8 @@ gone AS (
     WHERE j.id = d.id
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM attempts), (SELECT count(*) FROM keys);
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM attempts), (SELECT count(*) FROM keys),
+    (SELECT count(*) FROM steps);
 
 -- name: CountFinished
 -- How many jobs of state $1 finished more than $2 ms ago: what

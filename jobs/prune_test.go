@@ -36,7 +36,12 @@ func TestPrunerReadsTheFinishedIndex(t *testing.T) {
 	_, err = f.pool.Exec(ctx, `INSERT INTO `+f.schema+`.job_attempts (job_id, attempt, fence, worker, started_at, outcome)
 		SELECT id, 1, 1, 'w', now(), 'succeeded' FROM `+f.schema+`.jobs WHERE finished_at IS NOT NULL`)
 	require.NoError(t, err)
-	_, err = f.pool.Exec(ctx, "ANALYZE "+f.schema+".jobs, "+f.schema+".job_keys, "+f.schema+".job_attempts")
+	// Stored steps of a fifth of them, two each, as lease.Step leaves them.
+	_, err = f.pool.Exec(ctx, `INSERT INTO `+f.schema+`.job_steps (job_id, name, attempt, fence, output)
+		SELECT id, name, 1, 1, '{}' FROM `+f.schema+`.jobs, (VALUES ('ocr'), ('extract')) AS s (name)
+		WHERE finished_at IS NOT NULL AND random() < 0.2`)
+	require.NoError(t, err)
+	_, err = f.pool.Exec(ctx, "ANALYZE "+f.schema+".jobs, "+f.schema+".job_keys, "+f.schema+".job_attempts, "+f.schema+".job_steps")
 	require.NoError(t, err)
 	pruner, err := jobs.NewPruner(f.schema)
 	require.NoError(t, err)

@@ -8,8 +8,8 @@ import (
 	"github.com/llmq/llmq/internal/dbsql"
 )
 
-// statements is every statement of queries.sql, operator_list.sql and
-// prune.sql, with the shape the code binds and scans; dbsqltest checks it
+// statements is every statement of queries.sql, operator_list.sql,
+// steps.sql and prune.sql, with the shape the code binds and scans; dbsqltest checks it
 // against the schema. NewStore and NewPruner each load all of them, so a
 // statement missing from the files, or one no spec declares, stops
 // construction.
@@ -24,13 +24,16 @@ type statements struct {
 	lookup, deadLetters, tenantBacklogs, kindBacklogs                      string
 	// operator_list.sql
 	listAll string
+	// steps.sql
+	takeStep, saveStep, listSteps string
 	// prune.sql
 	prune, countFinished, oldestFinished, countUpTo, estimateFinished string
 }
 
 func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 	job := new(jobRow).dest()
-	return dbsql.Load(schema, []string{queriesSQL, operatorListSQL, pruneSQL},
+	stepDest := new(stepRow).dest()
+	return dbsql.Load(schema, []string{queriesSQL, operatorListSQL, stepsSQL, pruneSQL},
 		dbsql.Query(&q.insertJobs, "InsertJobs", 19, job...).
 			Binds(new(insertBatch).args("", "", []string{}, new(string), []string{})...),
 		dbsql.Query(&q.selectByKey, "SelectJobsByIdempotencyKey", 2, job...),
@@ -63,6 +66,9 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.deadLetters, "ListDeadLetters", 1, job...),
 		dbsql.Query(&q.tenantBacklogs, "TenantBacklogs", 0, new(tenantBacklogRow).dest()...),
 		dbsql.Query(&q.kindBacklogs, "KindBacklogs", 0, new(kindBacklogRow).dest()...),
+		dbsql.Query(&q.takeStep, "TakeStep", 3, append([]any{new(bool)}, stepDest[2:]...)...),
+		dbsql.Query(&q.saveStep, "SaveStep", 6, append([]any{new(bool)}, stepDest[2:]...)...),
+		dbsql.Query(&q.listSteps, "ListSteps", 2, stepDest...),
 		dbsql.Query(&q.prune, "PruneFinished", 3, pruneDest(new(PruneResult))...),
 		dbsql.Query(&q.countFinished, "CountFinished", 2, new(int64)),
 		dbsql.Query(&q.oldestFinished, "OldestFinished", 1, new(*time.Time)),
@@ -123,7 +129,7 @@ func tenantLimitsDest(tenant *string, l *TenantLimits) []any {
 	return append([]any{tenant}, limitsDest(l)...)
 }
 
-func pruneDest(r *PruneResult) []any { return []any{&r.Jobs, &r.Attempts, &r.Keys} }
+func pruneDest(r *PruneResult) []any { return []any{&r.Jobs, &r.Attempts, &r.Keys, &r.Steps} }
 
 // seconds turns an age the SQL returns in seconds into a duration.
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

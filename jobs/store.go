@@ -52,6 +52,9 @@ type Store interface {
 	Stats(ctx context.Context, db DBTX) ([]QueueStats, error)
 	// Attempts returns the tenant's job's attempts, oldest first.
 	Attempts(ctx context.Context, db DBTX, tenant string, id uuid.UUID) ([]Attempt, error)
+	// Steps returns the tenant's job's stored durable steps (lease.Step),
+	// in the order they were stored.
+	Steps(ctx context.Context, db DBTX, tenant string, id uuid.UUID) ([]Step, error)
 	// Replay creates a new job from a finished one, leaving it unchanged.
 	// A second replay of the same job returns the first one's job unless
 	// params.Again asks for another.
@@ -88,6 +91,10 @@ type RunnerStore interface {
 	// Attempts is Store.Attempts: the runner reads a job's history to count
 	// the attempts that ended in invalid output.
 	Attempts(ctx context.Context, db DBTX, tenant string, id uuid.UUID) ([]Attempt, error)
+	// TakeStep and SaveStep read and store a durable step's output
+	// (lease.Step), each only under the attempt's fence.
+	TakeStep(ctx context.Context, db DBTX, params StepParams) (step Step, found bool, err error)
+	SaveStep(ctx context.Context, db DBTX, params SaveStepParams) (Step, error)
 	// Channel is the NOTIFY channel Enqueue signals on.
 	Channel() string
 }

@@ -214,7 +214,16 @@ func (h *admitted) Work(ctx context.Context, job *jobs.Job) (json.RawMessage, er
 	if !ok {
 		return h.next.Work(ctx, job)
 	}
-	permit, err := h.acquire(ctx, req)
+	return h.a.underPermit(ctx, req, func(ctx context.Context) (json.RawMessage, error) {
+		return h.next.Work(ctx, job)
+	})
+}
+
+// underPermit runs work holding a permit for req: an attempt's handler,
+// or a step with its own request (StepConfig.Admission). The permit is
+// settled by how far work's call got (see outcome), from ctx's usage.
+func (a *Admission) underPermit(ctx context.Context, req admission.Request, work func(ctx context.Context) (json.RawMessage, error)) (json.RawMessage, error) {
+	permit, err := a.acquire(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -235,13 +244,13 @@ func (h *admitted) Work(ctx context.Context, job *jobs.Job) (json.RawMessage, er
 			release(admission.CallOutcome{Result: admission.CallUncertain})
 		}
 	}()
-	c := &call{limiter: h.a.Limiter, permit: permit, pool: req.Pool}
-	result, err := h.next.Work(context.WithValue(ctx, callKey{}, c), job)
+	c := &call{limiter: a.Limiter, permit: permit, pool: req.Pool}
+	result, err := work(context.WithValue(ctx, callKey{}, c))
 	returned = true
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	outcome := h.outcome(ctx, c, err)
+	outcome := c.outcome(ctx, err)
 	if outcome.Result == admission.CallUncertain {
 		RecordUsage(ctx, jobs.Usage{Uncertain: true})
 	}
@@ -252,8 +261,8 @@ func (h *admitted) Work(ctx context.Context, job *jobs.Job) (json.RawMessage, er
 	return result, err
 }
 
-// outcome is how far the attempt's call got.
-func (h *admitted) outcome(ctx context.Context, c *call, err error) admission.CallOutcome {
+// outcome is how far the call got.
+func (c *call) outcome(ctx context.Context, err error) admission.CallOutcome {
 	usage := UsageOf(ctx)
 	answered := admission.CallOutcome{Result: admission.CallAnswered, InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens}
 	var notSent *notSentError
@@ -271,12 +280,12 @@ func (h *admitted) outcome(ctx context.Context, c *call, err error) admission.Ca
 	return admission.CallOutcome{Result: admission.CallUncertain}
 }
 
-// acquire takes the attempt's permit, waiting at most MaxWait; longer
-// waits and an unreachable limiter become snoozes.
-func (h *admitted) acquire(ctx context.Context, req admission.Request) (*admission.Permit, error) {
+// acquire takes a permit for req, waiting at most MaxWait; longer waits
+// and an unreachable limiter become snoozes.
+func (a *Admission) acquire(ctx context.Context, req admission.Request) (*admission.Permit, error) {
 	start := time.Now()
-	permit, err := h.acquireWithin(ctx, req)
-	if hist := h.a.obs.admissionWait; hist.Enabled(ctx) {
+	permit, err := a.acquireWithin(ctx, req)
+	if hist := a.obs.admissionWait; hist.Enabled(ctx) {
 		result := "granted"
 		switch {
 		case errors.As(err, new(*jobs.SnoozeError)):
@@ -290,10 +299,10 @@ func (h *admitted) acquire(ctx context.Context, req admission.Request) (*admissi
 	return permit, err
 }
 
-func (h *admitted) acquireWithin(ctx context.Context, req admission.Request) (*admission.Permit, error) {
-	deadline := time.Now().Add(h.a.MaxWait)
+func (a *Admission) acquireWithin(ctx context.Context, req admission.Request) (*admission.Permit, error) {
+	deadline := time.Now().Add(a.MaxWait)
 	for {
-		permit, err := h.a.Limiter.Acquire(ctx, req)
+		permit, err := a.Limiter.Acquire(ctx, req)
 		if err == nil {
 			return permit, nil
 		}
@@ -304,13 +313,13 @@ func (h *admitted) acquireWithin(ctx context.Context, req admission.Request) (*a
 				return nil, ctx.Err()
 			}
 		case isWait:
-			return nil, &jobs.SnoozeError{After: max(wait, h.a.MaxWait), Reason: err.Error()}
+			return nil, &jobs.SnoozeError{After: max(wait, a.MaxWait), Reason: err.Error()}
 		case errors.Is(err, admission.ErrNeverAdmissible), errors.Is(err, admission.ErrInvalid):
 			// No wait helps: the job is too large for its pool, or Route
 			// built a request the limiter refuses.
 			return nil, jobs.Permanent(err)
 		case errors.Is(err, admission.ErrUnavailable):
-			return nil, &jobs.SnoozeError{After: h.a.UnavailableSnooze, Reason: err.Error()}
+			return nil, &jobs.SnoozeError{After: a.UnavailableSnooze, Reason: err.Error()}
 		default:
 			return nil, err
 		}

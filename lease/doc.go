@@ -163,6 +163,54 @@
 // Runner.Start runs Run in a goroutine and returns the stop function, for
 // hosts and tests without a lifecycle of their own.
 //
+// # Durable steps
+//
+// A job that is several paid calls (OCR, extract, validate) runs each as a
+// Step, so a retry pays only for the steps that had not succeeded:
+//
+//	text, err := lease.Step(ctx, "ocr", func(ctx context.Context) (OCR, error) {
+//		return ocr(ctx, doc)
+//	})
+//	if err != nil {
+//		return nil, err // as it is: it says how the attempt ends
+//	}
+//
+// What a step promises:
+//
+//   - A step runs at most once to success per job. When its function
+//     returns, the output is stored for the job (table job_steps) under the
+//     attempt's fence, and every later attempt gets the stored output back
+//     without calling the function. Steps are identified by name within
+//     their job; a replay is a new job and runs every step again.
+//   - A stale attempt neither reuses nor stores a step: both statements
+//     read the job's row with the attempt's fence FOR SHARE, which
+//     serialises them with whatever moves the fence (jobs.RunnerStore.TakeStep,
+//     SaveStep). Step then returns an error wrapping jobs.ErrLeaseLost.
+//   - At most once to success, not exactly once: a step whose function
+//     returned but whose process died before the store committed runs
+//     again on the next attempt. A store that fails for want of the
+//     database is tried again a few times while the attempt lasts; an
+//     output the store refuses (not JSON jsonb can hold, over
+//     jobs.MaxStepOutputBytes) fails the job at once.
+//   - The history says which attempt ran each step and which later
+//     attempts reused it (jobs.Store.Steps; Step.Attempt and ReusedBy), and
+//     each step keeps the usage it recorded. An attempt's usage counts the
+//     steps it ran, never the ones it reused.
+//   - A step can take a permit of its own pool (StepWith with
+//     StepConfig.Admission), waited for and settled like an attempt's; a
+//     long wait snoozes the job and keeps the steps already stored.
+//   - A step costs one statement before its function runs (a read, which
+//     writes only when a later attempt reuses the step) and one insert
+//     after it, on the runner's shared connections.
+//   - Decisions: a step's output goes through JSON both ways, so the
+//     attempt that ran it and those that reuse it see the same value.
+//     Steps are named by the handler, where Temporal and DBOS identify a
+//     step by its position in the execution: a retry may run a newer build
+//     of the handler (a deploy between attempts), and a name keeps its
+//     step's identity when steps are added or reordered, a position would
+//     not. There is no determinism rule: code between steps runs again on
+//     every attempt, so keep what costs money inside steps.
+//
 // # Connections
 //
 // A runner's use of the database is bounded by a constant, whatever

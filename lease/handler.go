@@ -64,17 +64,27 @@ type usageKey struct{}
 type usageRecorder struct {
 	mu    sync.Mutex
 	usage jobs.Usage
+	// parent is the attempt's recorder when this one is a step's: what a
+	// step records counts for its attempt too.
+	parent *usageRecorder
 }
 
 // RecordUsage adds a provider's reported usage to the current attempt's
 // record (tokens add up over several calls), and marks the attempt
 // uncertain if u says so. Call it from a handler with the context it was
-// given; elsewhere it does nothing.
+// given; elsewhere it does nothing. Inside a Step's function it records
+// for the step as well as for its attempt.
 func RecordUsage(ctx context.Context, u jobs.Usage) {
 	r, ok := ctx.Value(usageKey{}).(*usageRecorder)
 	if !ok {
 		return
 	}
+	for ; r != nil; r = r.parent {
+		r.add(u)
+	}
+}
+
+func (r *usageRecorder) add(u jobs.Usage) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.usage.InputTokens += u.InputTokens
@@ -83,7 +93,8 @@ func RecordUsage(ctx context.Context, u jobs.Usage) {
 }
 
 // UsageOf returns the usage recorded so far for the attempt whose context
-// ctx is (or derives from), through RecordUsage; zero elsewhere. Handler
+// ctx is (or derives from), through RecordUsage (inside a Step's function:
+// the step's); zero elsewhere. Handler
 // middleware reads it after the handler returned, e.g. to reconcile an
 // admission permit with what the provider reported.
 func UsageOf(ctx context.Context) jobs.Usage {

@@ -33,6 +33,8 @@ func TestMain(m *testing.M) {
 		os.Exit(runDoomedWorker())
 	case "capped-worker":
 		os.Exit(runCappedWorker())
+	case "step-worker":
+		os.Exit(runStepWorker())
 	}
 	// Every runner a test starts must be gone when the tests end: no
 	// attempt, completer, heartbeat or listener goroutine outlives Run.
@@ -83,6 +85,36 @@ func runChildRunner(config func(pool *pgxpool.Pool, schema string) lease.Config)
 	return 0
 }
 
+// killChildAfter starts this test binary as a child worker process of the
+// given mode on schema, waits until it prints line on stdout, and kills it
+// (SIGKILL).
+func killChildAfter(t *testing.T, mode, schema, providerURL, line string) {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(),
+		childEnv+"="+mode,
+		"LLMQ_TEST_SCHEMA="+schema,
+		"LLMQ_TEST_PROVIDER="+providerURL,
+		"DATABASE_URL="+dbtest.URL())
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	said := make(chan string, 1)
+	go func() {
+		got, _ := bufio.NewReader(stdout).ReadString('\n')
+		said <- got
+	}()
+	select {
+	case got := <-said:
+		require.Equal(t, line+"\n", got)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the child worker (%s) did not say %q within 30s", mode, line)
+	}
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+}
+
 // runDoomedWorker runs a runner whose handler calls the provider, reports
 // "responded" on stdout and then waits to be killed before it can complete.
 func runDoomedWorker() int {
@@ -124,29 +156,7 @@ func TestWorkerKilledAfterProviderResponded(t *testing.T) {
 
 	job := f.enqueue(jobs.EnqueueParams{Kind: "extract"})
 
-	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(),
-		childEnv+"=worker-killed-after-provider",
-		"LLMQ_TEST_SCHEMA="+f.schema,
-		"LLMQ_TEST_PROVIDER="+provider.URL,
-		"DATABASE_URL="+dbtest.URL())
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	responded := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(stdout).ReadString('\n')
-		responded <- line
-	}()
-	select {
-	case line := <-responded:
-		require.Equal(t, "responded\n", line)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the child worker did not call the provider within 30s")
-	}
-	require.NoError(t, cmd.Process.Kill())
-	_ = cmd.Wait()
+	killChildAfter(t, "worker-killed-after-provider", f.schema, provider.URL, "responded")
 
 	running, err := f.store.Get(t.Context(), f.pool, "acme", job.ID)
 	require.NoError(t, err)

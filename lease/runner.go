@@ -534,6 +534,7 @@ func (r *Runner) execute(ctx context.Context, a *attempt, c *completer) {
 	ctx, span, logger := r.startAttempt(ctx, job)
 	ctx, cancel := context.WithTimeoutCause(ctx, r.cfg.AttemptTimeout, ErrAttemptTimeout)
 	ctx = context.WithValue(ctx, usageKey{}, recorder)
+	ctx = context.WithValue(ctx, stepKey{}, &stepScope{r: r, job: job})
 	started := time.Now()
 	r.mu.Lock()
 	a.hungAt = started.Add(r.cfg.AttemptTimeout + r.cfg.HungGrace)

@@ -11,8 +11,8 @@
 //
 // # What is pruned, and when (Policy; defaults)
 //
-//   - Finished jobs by state, with their job_attempts rows and their
-//     job_keys rows (idempotency keys, the tenant listing, and a replay's
+//   - Finished jobs by state, with their job_attempts rows, their stored
+//     steps (job_steps) and their job_keys rows (idempotency keys, the tenant listing, and a replay's
 //     replay key): SUCCEEDED after 24h, CANCELLED after 7 days,
 //     REVIEW_REQUIRED and FAILED_TERMINAL (dead letters) after 30 days,
 //     counted from the job's finish. People act on review and dead letters,

@@ -307,6 +307,7 @@ func (s *Service) classes() []class {
 				{Table: "jobs", Class: string(state), Rows: r.Jobs},
 				{Table: "job_attempts", Rows: r.Attempts},
 				{Table: "job_keys", Rows: r.Keys},
+				{Table: "job_steps", Rows: r.Steps},
 			}, err
 		}})
 	}

@@ -1,0 +1,1 @@
+DROP TABLE /*schema*/job_steps;
