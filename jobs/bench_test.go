@@ -1,11 +1,14 @@
 package jobs_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -91,4 +94,63 @@ func benchParams(n int64) jobs.EnqueueParams {
 		Payload:        []byte(fmt.Sprintf(`{"document":"doc-%d","version":1}`, n)),
 		IdempotencyKey: "key-" + strconv.FormatInt(n, 10),
 	}
+}
+
+// BenchmarkStep measures a durable step's own cost to the store, as
+// lease.Step spends it: "run" is a first attempt's TakeStep that finds
+// nothing and its SaveStep (two statements); "reuse" is a later attempt's
+// TakeStep of a stored step (one statement, which records the reuse). Both
+// report the WAL each step wrote, which load does not change.
+//
+//	go test -run '^$' -bench Step -benchtime 5000x -count 3 ./jobs
+func BenchmarkStep(b *testing.B) {
+	f := setup(b)
+	ctx := b.Context()
+	res, err := f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k"})
+	require.NoError(b, err)
+	claimed, err := f.store.Claim(ctx, f.pool, jobs.ClaimParams{Queue: "default", Kinds: []string{"k"}, Worker: "w", Limit: 1, LeaseDuration: time.Hour})
+	require.NoError(b, err)
+	require.Len(b, claimed, 1)
+	lease := jobs.Lease{JobID: res.Job.ID, Fence: claimed[0].Fence}
+	output := json.RawMessage(`{"text":"` + strings.Repeat("INVOICE 42 TOTAL 1234.50 EUR ", 6) + `"}`) // about 180 bytes
+	walPerStep := func(from string, steps int) float64 {
+		var bytes float64
+		require.NoError(b, f.pool.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1)", from).Scan(&bytes))
+		return bytes / float64(steps)
+	}
+	walNow := func() string {
+		var lsn string
+		require.NoError(b, f.pool.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&lsn))
+		return lsn
+	}
+	var stored int
+	b.Run("run", func(b *testing.B) {
+		from := walNow()
+		for b.Loop() {
+			name := "step-" + strconv.Itoa(stored)
+			stored++
+			_, found, err := f.store.TakeStep(ctx, f.pool, jobs.StepParams{Lease: lease, Name: name})
+			require.NoError(b, err)
+			require.False(b, found)
+			_, err = f.store.SaveStep(ctx, f.pool, jobs.SaveStepParams{Lease: lease, Name: name, Output: output,
+				Usage: jobs.Usage{InputTokens: 900, OutputTokens: 40}})
+			require.NoError(b, err)
+		}
+		b.ReportMetric(walPerStep(from, b.N), "wal_bytes/step")
+	})
+	// A later attempt of the same job: what the reaper and a new claim
+	// would leave, written directly.
+	_, err = f.pool.Exec(ctx, "UPDATE "+f.schema+".jobs SET attempt = attempt + 1, fence = fence + 2 WHERE id = $1", lease.JobID)
+	require.NoError(b, err)
+	later := jobs.Lease{JobID: lease.JobID, Fence: lease.Fence + 2}
+	b.Run("reuse", func(b *testing.B) {
+		from, i := walNow(), 0
+		for b.Loop() {
+			_, found, err := f.store.TakeStep(ctx, f.pool, jobs.StepParams{Lease: later, Name: "step-" + strconv.Itoa(i%stored)})
+			require.NoError(b, err)
+			require.True(b, found)
+			i++
+		}
+		b.ReportMetric(walPerStep(from, b.N), "wal_bytes/step")
+	})
 }

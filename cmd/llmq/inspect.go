@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/user"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -33,7 +35,8 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return runInspect(ctx, "jobs inspect", args, stdout, stderr)
 }
 
-// runInspect prints one job with its attempt history and its events. An
+// runInspect prints one job with its attempt history, its durable steps
+// and its events. An
 // operator finds a job by id alone; -tenant narrows the search to a tenant.
 func runInspect(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
 	c, s, job, err := openJobArg(ctx, name, args, stderr)
@@ -46,12 +49,16 @@ func runInspect(ctx context.Context, name string, args []string, stdout, stderr 
 	if err != nil {
 		return err
 	}
+	steps, err := s.jobs.Steps(ctx, s.pool, job.Tenant, id)
+	if err != nil {
+		return err
+	}
 	recs, err := s.events.ListByAggregate(ctx, s.pool, id)
 	if err != nil {
 		return err
 	}
 	if c.json {
-		return writeJSON(stdout, map[string]any{"job": job, "attempts": attempts, "events": recs})
+		return writeJSON(stdout, map[string]any{"job": job, "attempts": attempts, "steps": steps, "events": recs})
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "job\t%s\ntenant\t%s\nkind / queue\t%s / %s\nstate\t%s (version %d)\nattempts\t%d of %d\n",
@@ -80,6 +87,18 @@ func runInspect(ctx context.Context, name string, args []string, stdout, stderr 
 	}
 	if len(attempts) == 0 {
 		fmt.Fprintln(tw, "(none yet)")
+	}
+	if len(steps) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "STEP	RUN BY ATTEMPT	REUSED BY	TOKENS IN/OUT	STORED")
+		for _, st := range steps {
+			reused := make([]string, len(st.ReusedBy))
+			for i, a := range st.ReusedBy {
+				reused[i] = strconv.Itoa(a)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d/%d\t%s\n", st.Name, st.Attempt, cmp.Or(strings.Join(reused, ","), "-"),
+				st.Usage.InputTokens, st.Usage.OutputTokens, st.CreatedAt.UTC().Format(time.RFC3339))
+		}
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "EVENT\tTYPE\tCREATED\tPUBLISHED")

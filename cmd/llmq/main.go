@@ -105,7 +105,7 @@ commands:
   stats                                  queues by state, outbox lag, per-tenant and per-kind backlog
   jobs list [-tenant T] [-state S,...] [-kind K] [-limit N] [-cursor C]
                                          jobs newest first, filtered; paged with -cursor
-  jobs inspect ID [-tenant T]            a job, its attempts and its events
+  jobs inspect ID [-tenant T]            a job, its attempts, its steps and its events
   jobs cancel ID [-tenant T]             cancel a waiting job, or ask a running one's runner to
   dead list [-tenant T] [-limit N]       dead-lettered jobs, newest first
   dead replay ID --reason WHY [--by WHO] [-tenant T] [-deadline D] [--again]

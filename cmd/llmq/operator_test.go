@@ -40,6 +40,10 @@ func (f *fixture) deadJob(tenant, kind string) uuid.UUID {
 	require.NoError(f.t, err)
 	job := f.claim(kind)
 	require.Equal(f.t, res.Job.ID, job.ID)
+	// The attempt stored one durable step before its call failed.
+	_, err = f.store.SaveStep(ctx, f.pool, jobs.SaveStepParams{Lease: jobs.Lease{JobID: job.ID, Fence: job.Fence},
+		Name: "ocr", Output: json.RawMessage(`{"text":"INVOICE"}`), Usage: jobs.Usage{InputTokens: 90, OutputTokens: 5}})
+	require.NoError(f.t, err)
 	_, err = f.store.Complete(ctx, f.pool, []jobs.Completion{{
 		Lease: jobs.Lease{JobID: job.ID, Fence: job.Fence}, Attempt: job.Attempt, Worker: "w1",
 		Outcome: jobs.OutcomeFailed, ErrorClass: jobs.ClassPermanent, Error: "400: bad document",
@@ -155,6 +159,7 @@ func TestJobsInspect(t *testing.T) {
 	require.Contains(t, out, "FAILED_TERMINAL")
 	require.Contains(t, out, "[permanent] 400: bad document")
 	require.Regexp(t, `(?m)^1\s+w1\s+\S+\s+\S+\s+failed\s+permanent\s+120/7\s+false\s+400: bad document`, out, "the attempt and its outcome")
+	require.Regexp(t, `(?m)^ocr\s+1\s+-\s+90/5\s+\S+`, out, "the step the attempt stored")
 	require.Contains(t, out, "extract.requested")
 	require.Contains(t, out, "extract.dead_lettered")
 
@@ -163,6 +168,7 @@ func TestJobsInspect(t *testing.T) {
 	var got struct {
 		Job      jobs.Job       `json:"job"`
 		Attempts []jobs.Attempt `json:"attempts"`
+		Steps    []jobs.Step    `json:"steps"`
 		Events   []struct {
 			Type string `json:"type"`
 		} `json:"events"`
@@ -171,6 +177,8 @@ func TestJobsInspect(t *testing.T) {
 	require.Equal(t, jobs.StateFailedTerminal, got.Job.State)
 	require.Len(t, got.Attempts, 1)
 	require.Equal(t, jobs.AttemptOutcome("failed"), got.Attempts[0].Outcome)
+	require.Len(t, got.Steps, 1)
+	require.JSONEq(t, `{"text":"INVOICE"}`, string(got.Steps[0].Output))
 	require.Len(t, got.Events, 2)
 	require.Equal(t, "extract.dead_lettered", got.Events[1].Type)
 
