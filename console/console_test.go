@@ -31,7 +31,7 @@ func TestPagesRender(t *testing.T) {
 		"/dead":                            {"Dead letters", "FAILED_TERMINAL", "provider answered 400"},
 		"/dead?state=REVIEW_REQUIRED":      {"REVIEW_REQUIRED", "the total does not match"},
 		"/pools":                           {"openai-gpt", "Usage and cost per tenant per day", "acme"},
-		"/jobs/" + f.dead["acme"].String(): {"FAILED_TERMINAL", "permanent", "worker-a", "uncertain", "invoice.extract.dead_lettered"},
+		"/jobs/" + f.dead["acme"].String(): {"FAILED_TERMINAL", "permanent", "worker-a", "uncertain", "invoice.extract.dead_lettered", "ocr-pages"},
 	} {
 		code, body := get(t, h, path)
 		require.Equal(t, http.StatusOK, code, path)

@@ -34,7 +34,8 @@
 //   - Jobs: filtered by queue, kind, tenant, state and creation time, newest
 //     first, with cursor pagination. A job's page shows its attempt
 //     timeline (outcome, class, fence, worker, duration, tokens, uncertain),
-//     its outbox events, its result or error, and its replay lineage.
+//     its durable steps (which attempt ran each, which reused it), its
+//     outbox events, its result or error, and its replay lineage.
 //   - Dead letters and review: FAILED_TERMINAL and REVIEW_REQUIRED jobs,
 //     most recently finished first; a job's page offers the replay.
 //   - Admission: each provider pool's buckets, in-flight permits, cooldown

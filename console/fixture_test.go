@@ -79,6 +79,10 @@ func (f *fixture) seed(t *testing.T) {
 			completion(list[2], jobs.OutcomeReviewRequired, "invalid_output", usage),
 			completion(list[3], jobs.OutcomeRetry, "transient", usage))
 		f.dead[tenant], f.review[tenant] = list[1].ID, list[2].ID
+		// The dead job's attempt stored its OCR step before its call failed.
+		_, err := f.store.SaveStep(ctx, f.pool, jobs.SaveStepParams{Lease: jobs.Lease{JobID: list[1].ID, Fence: list[1].Fence},
+			Name: "ocr-pages", Output: []byte(`{"pages":3}`), Usage: jobs.Usage{InputTokens: 700, OutputTokens: 30}})
+		require.NoError(t, err)
 		if len(list) > 4 {
 			f.running = list[4].ID
 		}

@@ -280,6 +280,7 @@ func (h *Handler) deadList(ctx context.Context, r *http.Request, v *view) error 
 type jobData struct {
 	Job         *jobs.Job
 	Attempts    []attemptView
+	Steps       []jobs.Step
 	Events      []event
 	EventsCut   bool // the outbox range was read from both ends only
 	Ancestors   []jobSummary
@@ -324,6 +325,9 @@ func (h *Handler) jobPage(ctx context.Context, r *http.Request, v *view) error {
 		return err
 	}
 	d.Attempts = timeline(attempts, v.Now)
+	if d.Steps, err = h.store.Steps(ctx, h.cfg.DB, job.Tenant, job.ID); err != nil {
+		return err
+	}
 	for _, a := range d.Attempts {
 		if end := a.StartedAt.Add(a.Duration); end.After(d.TimelineEnd) {
 			d.TimelineEnd = end

@@ -216,10 +216,11 @@
 // A runner's use of the database is bounded by a constant, whatever
 // MaxWorkers, the number of queues or the load:
 //
-//   - Claims, completions and the chores (the reaper, the idle-tenant
-//     sweeps, the unserved-kinds check, reading an attempt history when an
-//     answer is invalid, reading this runner's leases after a failed claim)
-//     share 2 connections of the pool: each statement or transaction holds
+//   - Claims, completions, durable steps' reads and stores, and the chores
+//     (the reaper, the idle-tenant sweeps, the unserved-kinds check,
+//     reading an attempt history when an answer is invalid, reading this
+//     runner's leases after a failed claim) share 2 connections of the
+//     pool: each statement or transaction holds
 //     one of them while it runs, and waits for one when both are busy.
 //     Completions are batched, so 100 workers finishing at once take one or
 //     two transactions, not 100.

@@ -65,6 +65,6 @@
 // DBTX they are given, so a test passes the transaction under test and
 // checks what it wrote before (or without) committing. A failed
 // requirement says what there is instead: the kinds the tenant's jobs
-// have, the event types there are. Attempts and Job read a job's history
-// and current row.
+// have, the event types there are. Attempts, Steps and Job read a job's
+// history, its durable steps and its current row.
 package llmqtest

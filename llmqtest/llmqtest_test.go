@@ -2,6 +2,7 @@ package llmqtest_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime"
@@ -67,6 +68,32 @@ func TestWorkUntilIdleRunsRetriesToTheEnd(t *testing.T) {
 	require.Len(t, attempts, 2)
 	require.Equal(t, jobs.ClassTransient, attempts[0].ErrorClass)
 	require.Equal(t, jobs.StateReady, llmqtest.Job(ctx, t, db.Pool, store, other.Job).State)
+}
+
+// Steps reads what a handler's durable steps stored: the retry reused the
+// step its first attempt ran.
+func TestStepsOfAJob(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := llmqtest.NewDB(t)
+	store := db.Jobs(t)
+	res, err := store.Enqueue(ctx, db.Pool, jobs.EnqueueParams{Tenant: "acme", Kind: "ocr"})
+	require.NoError(t, err)
+	handler := lease.HandlerFunc(func(ctx context.Context, job *jobs.Job) (json.RawMessage, error) {
+		text, err := lease.Step(ctx, "ocr", func(context.Context) (string, error) { return "INVOICE", nil })
+		if err != nil {
+			return nil, err
+		}
+		if job.Attempt == 1 {
+			return nil, errors.New("the next step failed")
+		}
+		return json.Marshal(text)
+	})
+	llmqtest.WorkUntilIdle(ctx, t, db, store, lease.Config{Handlers: map[string]lease.Handler{"ocr": handler}})
+	steps := llmqtest.Steps(ctx, t, db.Pool, store, res.Job)
+	require.Len(t, steps, 1)
+	require.Equal(t, 1, steps[0].Attempt)
+	require.Equal(t, []int{2}, steps[0].ReusedBy)
 }
 
 // What a transaction enqueued is seen on it before it commits, and not

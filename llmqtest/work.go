@@ -216,6 +216,17 @@ func Attempts(ctx context.Context, t testing.TB, db jobs.DBTX, store jobs.Store,
 	return attempts
 }
 
+// Steps returns the job's stored durable steps (lease.Step), in the order
+// they were stored, failing the test if they cannot be read.
+func Steps(ctx context.Context, t testing.TB, db jobs.DBTX, store jobs.Store, job *jobs.Job) []jobs.Step {
+	t.Helper()
+	steps, err := store.Steps(ctx, db, job.Tenant, job.ID)
+	if err != nil {
+		t.Fatalf("llmqtest: %v", err)
+	}
+	return steps
+}
+
 // Job reads the job again, failing the test if it cannot.
 func Job(ctx context.Context, t testing.TB, db jobs.DBTX, store jobs.Store, job *jobs.Job) *jobs.Job {
 	t.Helper()
