@@ -44,5 +44,6 @@ func ExampleMigrate() {
 	// applied 0013_jobs_fewer_indexes
 	// applied 0014_job_events_flag
 	// applied 0015_job_steps
+	// applied 0016_job_batches
 	// all applied: true
 }

@@ -154,3 +154,24 @@ func BenchmarkStep(b *testing.B) {
 		b.ReportMetric(walPerStep(from, b.N), "wal_bytes/step")
 	})
 }
+
+// BenchmarkEnqueueBatch accepts batches of 10,000 jobs (EnqueueBatch: the
+// batch row and every job in one transaction) and reports the time per
+// batch.
+//
+//	go test -run '^$' -bench EnqueueBatch -benchtime 10x -count 3 ./jobs
+func BenchmarkEnqueueBatch(b *testing.B) {
+	f := setup(b)
+	const size = jobs.MaxBatch
+	seq := 0
+	for b.Loop() {
+		p := jobs.EnqueueBatchParams{Tenant: "acme", Key: "upload-" + strconv.Itoa(seq)}
+		seq++
+		for i := range size {
+			p.Jobs = append(p.Jobs, jobs.EnqueueParams{Kind: "invoice.extract", Payload: json.RawMessage(`{"doc":` + strconv.Itoa(i) + `}`)})
+		}
+		_, err := f.store.EnqueueBatch(b.Context(), f.pool, p)
+		require.NoError(b, err)
+	}
+	b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "jobs/s")
+}

@@ -210,10 +210,40 @@
 //     stays tenant-scoped. UnservedKinds reads across tenants too, for the
 //     runners' warning about jobs of kinds they have no handler for.
 //
+// # Batches
+//
+// EnqueueBatch accepts up to MaxBatch jobs of one tenant as a batch, in one
+// transaction, idempotent per batch key (the same key with the same jobs
+// returns the batch already accepted and writes nothing; with other jobs
+// it is ErrBatchConflict). The batch's jobs carry no idempotency keys of
+// their own.
+//
+//   - Progress in constant time. A batch's row holds its total and its
+//     finished jobs by outcome (succeeded, review required, failed,
+//     cancelled). Every statement that finishes jobs (a completion, the
+//     reaper, a passed deadline, a cancel) updates the rows of their
+//     batches in the same statement, so Batch is one primary-key probe at
+//     any size and its counts equal the jobs' states in every snapshot.
+//     Jobs waiting and running are not told apart (Total - Finished):
+//     counting them would put a write of the batch's row on every claim.
+//   - Exactly one "batch.completed" outbox event (BatchCompletedEvent, keyed
+//     by the batch id, on Config.EventTopic), written by the statement
+//     whose update brought the finished count to the total. Batch rows are
+//     locked in id order after the jobs' own rows, so the statements that
+//     finish a batch's last jobs at once, on any runners, take turns on it
+//     and one of them finishes it (batches.sql gives the reasoning).
+//   - CancelBatch cancels the waiting jobs at once and asks the running
+//     ones to stop, as Cancel does for one; the batch finishes when their
+//     runners record it.
+//   - A replay of a batch's job is a new job outside the batch. A batch's
+//     row stays when its jobs are pruned: nothing prunes batch rows yet
+//     (about 200 bytes each).
+//
 // # What a host calls and what a runner needs
 //
 // PostgresStore implements two interfaces. Store is the host's: Enqueue,
-// EnqueueMany, Get, List, Cancel, Stats, Attempts, Steps and Replay.
+// EnqueueMany, EnqueueBatch, Get, List, Cancel, Batch, CancelBatch, Stats,
+// Attempts, Steps and Replay.
 // RunnerStore is what lease.NewRunner needs: Claim, Heartbeat, Complete,
 // MarkHung, Reap, Leases, WakeIdleTenants, TakeStep, SaveStep and Channel.
 // TakeStep and SaveStep keep durable steps (lease.Step): a step's output

@@ -22,7 +22,8 @@ cancel_requested_at, created_at, updated_at, finished_at, trace_parent
 -- job for its attempts' spans, and sent as the requested event's header.
 -- $19 are the kinds whose jobs write no lifecycle events
 -- (Config.KindsWithoutEvents): their jobs are stored with events = false,
--- which every later transition reads, and get no requested event.
+-- which every later transition reads, and get no requested event. $20 is
+-- the batch the jobs belong to (EnqueueBatch), NULL outside one.
 WITH input AS (
     SELECT *
     FROM unnest(
@@ -57,13 +58,13 @@ job AS (
     INSERT INTO /*schema*/jobs (
         id, tenant, kind, queue, priority,
         idempotency_key, request_hash, payload, group_key, max_attempts,
-        available_at, deadline_at, estimated_tokens, trace_parent, events
+        available_at, deadline_at, estimated_tokens, trace_parent, events, batch_id
     )
     SELECT
         i.id, i.tenant, i.kind, i.queue, i.priority,
         i.idempotency_key, i.request_hash, i.payload::jsonb, i.group_key, i.max_attempts,
         coalesce(i.available_at, now()), i.deadline_at, i.estimated_tokens, $18::text,
-        NOT (i.kind = ANY ($19::text[]))
+        NOT (i.kind = ANY ($19::text[])), $20::uuid
     FROM input AS i
     WHERE i.id IN (SELECT id FROM keyed UNION ALL SELECT id FROM keyless)
     RETURNING
@@ -167,8 +168,15 @@ WITH changed AS (
             OR (state = 'RUNNING' AND cancel_requested_at IS NULL))
     RETURNING
         /*job_columns*/,
-        events
+        events, batch_id
 ),
+-- The batch progress of the jobs this statement finished: batch_jobs,
+-- then the batch_progress block (batches.sql).
+batch_jobs AS (
+    SELECT batch_id, state FROM changed
+    WHERE batch_id IS NOT NULL AND state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'FAILED_TERMINAL', 'CANCELLED')
+),
+/*batch_progress*/
 event AS (
     INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload)
     SELECT $3, id, $4, id::text, kind || '.cancelled',
@@ -540,8 +548,15 @@ WITH updated AS (
     RETURNING
         /*job_columns j*/,
         i.outcome AS reported, i.error AS reported_error, i.uncertain, i.input_tokens, i.output_tokens, i.event_id,
-        j.events
+        j.events, j.batch_id
 ),
+-- The batch progress of the jobs this statement finished: batch_jobs,
+-- then the batch_progress block (batches.sql).
+batch_jobs AS (
+    SELECT batch_id, state FROM updated
+    WHERE batch_id IS NOT NULL AND state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'FAILED_TERMINAL', 'CANCELLED')
+),
+/*batch_progress*/
 attempt AS (
     INSERT INTO /*schema*/job_attempts (
         job_id, attempt, fence, worker, started_at, outcome, error_class, error,
@@ -750,8 +765,15 @@ reaped AS (
     FROM decided AS d
     WHERE j.id = d.id
     RETURNING j.id, j.tenant, j.kind, j.queue, j.state, j.state_version, j.attempt, j.fence,
-        j.lease_owner, j.attempted_at, j.available_at, j.error_class, j.last_error, j.events
+        j.lease_owner, j.attempted_at, j.available_at, j.error_class, j.last_error, j.events, j.batch_id
 ),
+-- The batch progress of the jobs this statement finished: batch_jobs,
+-- then the batch_progress block (batches.sql).
+batch_jobs AS (
+    SELECT batch_id, state FROM reaped
+    WHERE batch_id IS NOT NULL AND state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'FAILED_TERMINAL', 'CANCELLED')
+),
+/*batch_progress*/
 attempt AS (
     INSERT INTO /*schema*/job_attempts (
         job_id, attempt, fence, worker, started_at, outcome, error_class, error, retry_at, uncertain
@@ -803,8 +825,15 @@ failed AS (
         updated_at    = now()
     FROM due
     WHERE j.id = due.id
-    RETURNING j.id, j.tenant, j.kind, j.queue, j.state, j.state_version, j.attempt, j.error_class, j.events
+    RETURNING j.id, j.tenant, j.kind, j.queue, j.state, j.state_version, j.attempt, j.error_class, j.events, j.batch_id
 ),
+-- The batch progress of the jobs this statement finished: batch_jobs,
+-- then the batch_progress block (batches.sql).
+batch_jobs AS (
+    SELECT batch_id, state FROM failed
+    WHERE batch_id IS NOT NULL AND state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'FAILED_TERMINAL', 'CANCELLED')
+),
+/*batch_progress*/
 event AS (
     INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload)
     SELECT gen_random_uuid(), f.id, $2, f.id::text, f.kind || '.dead_lettered',

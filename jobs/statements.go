@@ -9,7 +9,7 @@ import (
 )
 
 // statements is every statement of queries.sql, operator_list.sql,
-// steps.sql and prune.sql, with the shape the code binds and scans; dbsqltest checks it
+// steps.sql, batches.sql and prune.sql, with the shape the code binds and scans; dbsqltest checks it
 // against the schema. NewStore and NewPruner each load all of them, so a
 // statement missing from the files, or one no spec declares, stops
 // construction.
@@ -26,6 +26,8 @@ type statements struct {
 	listAll string
 	// steps.sql
 	takeStep, saveStep, listSteps string
+	// batches.sql
+	insertBatch, getBatch, getBatchByKey, cancelBatch string
 	// prune.sql
 	prune, countFinished, oldestFinished, countUpTo, estimateFinished string
 }
@@ -33,8 +35,9 @@ type statements struct {
 func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 	job := new(jobRow).dest()
 	stepDest := new(stepRow).dest()
-	return dbsql.Load(schema, []string{queriesSQL, operatorListSQL, stepsSQL, pruneSQL},
-		dbsql.Query(&q.insertJobs, "InsertJobs", 19, job...).
+	batch := new(batchRow).dest()
+	return dbsql.Load(schema, []string{queriesSQL, operatorListSQL, stepsSQL, batchesSQL, pruneSQL},
+		dbsql.Query(&q.insertJobs, "InsertJobs", 20, job...).
 			Binds(new(insertBatch).args("", "", []string{}, new(string), []string{})...),
 		dbsql.Query(&q.selectByKey, "SelectJobsByIdempotencyKey", 2, job...),
 		dbsql.Query(&q.get, "GetJob", 2, job...),
@@ -69,6 +72,10 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.takeStep, "TakeStep", 3, append([]any{new(bool)}, stepDest[2:]...)...),
 		dbsql.Query(&q.saveStep, "SaveStep", 6, append([]any{new(bool)}, stepDest[2:]...)...),
 		dbsql.Query(&q.listSteps, "ListSteps", 2, stepDest...),
+		dbsql.Query(&q.insertBatch, "InsertBatch", 6, batch...),
+		dbsql.Query(&q.getBatch, "GetBatch", 2, batch...),
+		dbsql.Query(&q.getBatchByKey, "GetBatchByKey", 2, batch...),
+		dbsql.Query(&q.cancelBatch, "CancelBatch", 3, new(int64), new(int64)),
 		dbsql.Query(&q.prune, "PruneFinished", 3, pruneDest(new(PruneResult))...),
 		dbsql.Query(&q.countFinished, "CountFinished", 2, new(int64)),
 		dbsql.Query(&q.oldestFinished, "OldestFinished", 1, new(*time.Time)),

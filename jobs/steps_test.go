@@ -148,36 +148,54 @@ func TestStepStatementsProbeThePrimaryKeys(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := t.Context()
-	params := make([]jobs.EnqueueParams, jobs.MaxBatch)
-	for i := range params {
-		params[i] = jobs.EnqueueParams{Tenant: "tenant-" + strconv.Itoa(i%100), Kind: "k"}
-	}
-	_, err := f.store.EnqueueMany(ctx, f.pool, params)
-	require.NoError(t, err)
-	_, err = f.pool.Exec(ctx, `INSERT INTO `+f.schema+`.job_steps (job_id, name, attempt, fence, output)
+	f.enqueueSpread(t)
+	_, err := f.pool.Exec(ctx, `INSERT INTO `+f.schema+`.job_steps (job_id, name, attempt, fence, output)
 		SELECT id, name, 1, 1, '{}' FROM `+f.schema+`.jobs, (VALUES ('ocr'), ('extract'), ('validate')) AS s (name)`)
 	require.NoError(t, err)
 	_, err = f.pool.Exec(ctx, "ANALYZE "+f.schema+".jobs, "+f.schema+".job_steps")
 	require.NoError(t, err)
+	for name, plan := range f.genericPlans(t, map[string]int{"TakeStep": 3, "SaveStep": 6, "ListSteps": 2}) {
+		require.Contains(t, plan, "jobs_pkey", "%s:\n%s", name, plan)
+		require.Contains(t, plan, "job_steps_pkey", "%s:\n%s", name, plan)
+		require.NotContains(t, plan, "Seq Scan", "%s:\n%s", name, plan)
+	}
+}
 
+// enqueueSpread fills the jobs table with a batch of MaxBatch jobs over 100
+// tenants, so that plans reflect a real table.
+func (f *fixture) enqueueSpread(t *testing.T) {
+	t.Helper()
+	params := make([]jobs.EnqueueParams, jobs.MaxBatch)
+	for i := range params {
+		params[i] = jobs.EnqueueParams{Tenant: "tenant-" + strconv.Itoa(i%100), Kind: "k"}
+	}
+	_, err := f.store.EnqueueMany(t.Context(), f.pool, params)
+	require.NoError(t, err)
+}
+
+// genericPlans returns the generic plan of each named statement, given
+// how many parameters each takes (a generic plan does not depend on the
+// values: NULLs will do, and EXPLAIN without ANALYZE runs nothing).
+func (f *fixture) genericPlans(t *testing.T, params map[string]int) map[string]string {
+	t.Helper()
+	ctx := t.Context()
 	conn, err := f.pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
 	_, err = conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
 	require.NoError(t, err)
 	defer func() { _, _ = conn.Exec(ctx, "RESET plan_cache_mode") }()
-	for name, n := range map[string]int{"TakeStep": 3, "SaveStep": 6, "ListSteps": 2} {
-		_, err := conn.Exec(ctx, "PREPARE step_check AS "+f.store.QueryForTest(name))
+	plans := make(map[string]string, len(params))
+	for name, n := range params {
+		_, err := conn.Exec(ctx, "PREPARE generic_check AS "+f.store.QueryForTest(name))
 		require.NoError(t, err)
-		rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE step_check("+strings.TrimSuffix(strings.Repeat("NULL, ", n), ", ")+")")
+		rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE generic_check("+strings.TrimSuffix(strings.Repeat("NULL, ", n), ", ")+")")
 		require.NoError(t, err)
 		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)
-		_, err = conn.Exec(ctx, "DEALLOCATE step_check")
+		_, err = conn.Exec(ctx, "DEALLOCATE generic_check")
 		require.NoError(t, err)
-		plan := strings.Join(lines, "\n")
-		require.Contains(t, plan, "jobs_pkey", "%s:\n%s", name, plan)
-		require.Contains(t, plan, "job_steps_pkey", "%s:\n%s", name, plan)
-		require.NotContains(t, plan, "Seq Scan", "%s:\n%s", name, plan)
+		plans[name] = strings.Join(lines, "\n")
 	}
+	return plans
 }

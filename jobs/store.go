@@ -55,6 +55,12 @@ type Store interface {
 	// Steps returns the tenant's job's stored durable steps (lease.Step),
 	// in the order they were stored.
 	Steps(ctx context.Context, db DBTX, tenant string, id uuid.UUID) ([]Step, error)
+	// EnqueueBatch accepts jobs as one batch, idempotent per batch key;
+	// Batch reads its progress in constant time; CancelBatch cancels what
+	// of it has not finished.
+	EnqueueBatch(ctx context.Context, db DBTX, params EnqueueBatchParams) (EnqueueBatchResult, error)
+	Batch(ctx context.Context, db DBTX, tenant string, id uuid.UUID) (*Batch, error)
+	CancelBatch(ctx context.Context, db DBTX, tenant string, id uuid.UUID) (BatchCancelResult, error)
 	// Replay creates a new job from a finished one, leaving it unchanged.
 	// A second replay of the same job returns the first one's job unless
 	// params.Again asks for another.
@@ -306,11 +312,18 @@ func (s *PostgresStore) EnqueueMany(ctx context.Context, db DBTX, params []Enque
 	if err != nil {
 		return nil, err
 	}
-	if len(params) == 1 && s.cfg.OnAccept == nil {
+	return s.enqueueBatch(ctx, db, batch)
+}
+
+// enqueueBatch inserts a validated batch and runs Config.OnAccept on what
+// it accepted, atomically: EnqueueMany's work, and EnqueueBatch's.
+func (s *PostgresStore) enqueueBatch(ctx context.Context, db DBTX, batch *insertBatch) ([]EnqueueResult, error) {
+	if len(batch.ids) == 1 && s.cfg.OnAccept == nil {
 		return s.insert(ctx, db, batch)
 	}
 	var results []EnqueueResult
-	err = dbsql.WithTx(ctx, db, func(tx pgx.Tx) error {
+	err := dbsql.WithTx(ctx, db, func(tx pgx.Tx) error {
+		var err error
 		results, err = s.insert(ctx, tx, batch)
 		if err != nil || s.cfg.OnAccept == nil {
 			return err
@@ -345,19 +358,20 @@ type insertBatch struct {
 	maxAttempts                      []int32
 	availableAt, deadlineAt          []*time.Time
 	estimatedTokens                  []int64
-	derivedHash                      []bool // the request hash was derived from kind and payload
+	derivedHash                      []bool    // the request hash was derived from kind and payload
+	batchID                          *[16]byte // the batch every job of it belongs to (EnqueueBatch), or none
 }
 
 // args is InsertJobs' arguments, in order: the batch's arrays, then the
 // event topic, the notify channel, the queues to notify, the caller's trace
-// parent and the kinds that write no events. statements declares its
+// parent, the kinds that write no events and the batch. statements declares its
 // argument types from it.
 func (b *insertBatch) args(topic, channel string, notify []string, traceParent *string, withoutEvents []string) []any {
 	return []any{
 		b.ids, b.tenants, b.kinds, b.queues, b.priorities,
 		b.keys, b.hashes, b.payloads, b.groupKeys, b.maxAttempts,
 		b.availableAt, b.deadlineAt, b.estimatedTokens, b.eventIDs,
-		topic, channel, notify, traceParent, withoutEvents,
+		topic, channel, notify, traceParent, withoutEvents, b.batchID,
 	}
 }
 

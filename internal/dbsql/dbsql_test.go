@@ -81,6 +81,34 @@ UPDATE /*schema*/t AS x SET a = 1 FROM u RETURNING /*cols x*/;
 	require.ErrorContains(t, err, "undefined fragment")
 }
 
+func TestParseQueriesBlocks(t *testing.T) {
+	t.Parallel()
+	schema, err := NewSchema("s")
+	require.NoError(t, err)
+	q, err := ParseQueries(`-- fragment: cols
+a, b
+-- block: audit
+-- writes the audit row
+audit AS (INSERT INTO /*schema*/log SELECT /*cols*/ FROM changed),
+-- name: One
+WITH changed AS (UPDATE /*schema*/t SET a = 1 RETURNING /*cols*/),
+/*audit*/
+done AS (SELECT 1)
+SELECT 1;
+`, schema)
+	require.NoError(t, err)
+	require.Equal(t, "WITH changed AS (UPDATE s.t SET a = 1 RETURNING a, b),\n"+
+		"-- writes the audit row\naudit AS (INSERT INTO s.log SELECT a, b FROM changed),\n"+
+		"done AS (SELECT 1)\nSELECT 1;", q["One"])
+	_, isQuery := q["audit"]
+	require.False(t, isQuery, "a block is not a query")
+
+	_, err = ParseQueries("-- block: b\nx AS (SELECT 1),\n-- name: A\nWITH /*b y*/ SELECT 1;", schema)
+	require.ErrorContains(t, err, "qualifies block")
+	_, err = ParseQueries("-- block: b\nx AS (SELECT 1),\n-- block: c\n/*b*/\n-- name: A\nWITH /*c*/ SELECT 1;", schema)
+	require.ErrorContains(t, err, "undefined fragment", "a block uses no other block")
+}
+
 func TestLoad(t *testing.T) {
 	t.Parallel()
 	schema, err := NewSchema("s")
@@ -111,6 +139,7 @@ func FuzzParseQueries(f *testing.F) {
 	f.Add("-- fragment: cols\na, b\n-- name: A\nSELECT /*cols x*/ FROM /*schema*/t;\n-- name: B\nSELECT 1;")
 	f.Add("-- name: A\n\n-- name: B\nSELECT 1;")
 	f.Add("-- name:\nSELECT /*nope*/;")
+	f.Add("-- block: b\nx AS (SELECT /*schema*/t),\n-- name: A\nWITH /*b*/ SELECT 1;")
 	schema, err := NewSchema("s")
 	require.NoError(f, err)
 	f.Fuzz(func(t *testing.T, src string) {

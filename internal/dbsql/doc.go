@@ -16,7 +16,7 @@
 // code that runs it must agree on its parameters and on its result columns.
 // llmq checks that agreement in a test, against a migrated schema, rather
 // than generating code: the .sql files stay the source of the SQL, with
-// their lock and index reasoning, their fragments and their schema marker,
+// their lock and index reasoning, their fragments, blocks and schema marker,
 // and the Go code stays the source of what is bound and scanned.
 //
 // One way to hold statements. Each package declares one unexported struct

@@ -21,6 +21,12 @@ type Queries map[string]string
 // statements insert it with /*F*/, or with /*F alias*/ to qualify every
 // column with alias. Fragments keep long column lists, which must match the
 // code that scans them, in one place.
+//
+// A "-- block: B" defines a run of SQL once, inserted as it is (comments
+// included) where a statement says /*B*/: the same CTEs that several
+// statements end with, kept in one place so that a fix reaches every one
+// of them. A block may use fragments and the schema marker, not other
+// blocks.
 func ParseQueries(src string, schema Schema) (Queries, error) {
 	blocks, err := splitBlocks(src)
 	if err != nil {
@@ -28,16 +34,26 @@ func ParseQueries(src string, schema Schema) (Queries, error) {
 	}
 	fragments := map[string][]string{}
 	for _, b := range blocks {
-		if b.fragment {
+		if b.kind == fragmentBlock {
 			fragments[b.name] = fragmentColumns(b.body)
+		}
+	}
+	texts := map[string]string{}
+	for _, b := range blocks {
+		if b.kind == textBlock {
+			text, err := expandFragments(b.name, b.body, fragments, nil)
+			if err != nil {
+				return nil, err
+			}
+			texts[b.name] = text
 		}
 	}
 	queries := Queries{}
 	for _, b := range blocks {
-		if b.fragment {
+		if b.kind != queryBlock {
 			continue
 		}
-		sql, err := expandFragments(b.name, b.body, fragments)
+		sql, err := expandFragments(b.name, b.body, fragments, texts)
 		if err != nil {
 			return nil, err
 		}
@@ -65,10 +81,24 @@ func fragmentColumns(body string) []string {
 }
 
 type block struct {
-	name     string
-	body     string
-	fragment bool
+	name string
+	body string
+	kind blockKind
 }
+
+type blockKind int
+
+const (
+	queryBlock    blockKind = iota // -- name:
+	fragmentBlock                  // -- fragment:
+	textBlock                      // -- block:
+)
+
+// blockHeads are the lines that start a block, with the kind each starts.
+var blockHeads = []struct {
+	prefix string
+	kind   blockKind
+}{{"-- name:", queryBlock}, {"-- fragment:", fragmentBlock}, {"-- block:", textBlock}}
 
 func splitBlocks(src string) ([]block, error) {
 	var blocks []block
@@ -95,11 +125,12 @@ func splitBlocks(src string) ([]block, error) {
 	for scanner.Scan() {
 		line := scanner.Text()
 		trimmed := strings.TrimSpace(line)
-		rest, isName := strings.CutPrefix(trimmed, "-- name:")
-		if !isName {
-			rest, _ = strings.CutPrefix(trimmed, "-- fragment:")
-		}
-		if isName || strings.HasPrefix(trimmed, "-- fragment:") {
+		head := false
+		for _, h := range blockHeads {
+			rest, ok := strings.CutPrefix(trimmed, h.prefix)
+			if !ok {
+				continue
+			}
 			if err := flush(); err != nil {
 				return nil, err
 			}
@@ -107,7 +138,10 @@ func splitBlocks(src string) ([]block, error) {
 			if len(fields) == 0 {
 				return nil, fmt.Errorf("dbsql: a name line has no name: %q", line)
 			}
-			cur = &block{name: fields[0], fragment: !isName}
+			cur, head = &block{name: fields[0], kind: h.kind}, true
+			break
+		}
+		if head {
 			continue
 		}
 		if cur != nil {
@@ -127,10 +161,18 @@ func splitBlocks(src string) ([]block, error) {
 // fragmentMarker matches /*name*/ and /*name alias*/.
 var fragmentMarker = regexp.MustCompile(`/\*([a-z_]+)(?: ([a-z_]+))?\*/`)
 
-func expandFragments(query, sql string, fragments map[string][]string) (string, error) {
+// expandFragments replaces the fragment and block markers of query's sql
+// (texts nil: no block may be used).
+func expandFragments(query, sql string, fragments map[string][]string, texts map[string]string) (string, error) {
 	var missing error
 	out := fragmentMarker.ReplaceAllStringFunc(sql, func(marker string) string {
 		m := fragmentMarker.FindStringSubmatch(marker)
+		if text, ok := texts[m[1]]; ok {
+			if m[2] != "" && missing == nil {
+				missing = fmt.Errorf("dbsql: query %q qualifies block %s with an alias", query, marker)
+			}
+			return text
+		}
 		cols, ok := fragments[m[1]]
 		if !ok {
 			if m[1] != "schema" && m[2] == "" && missing == nil {
