@@ -44,13 +44,19 @@ func TestEnqueueBatchIsIdempotent(t *testing.T) {
 	require.Len(t, first.Jobs, 3)
 	require.Equal(t, 3, first.Batch.Total)
 	require.Zero(t, first.Batch.Finished)
+	for _, j := range first.Jobs {
+		require.Equal(t, first.Batch.ID, j.BatchID, "each job knows its batch")
+	}
+	plain, err := f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k"})
+	require.NoError(t, err)
+	require.Equal(t, uuid.Nil, plain.Job.BatchID)
 
 	again, err := f.store.EnqueueBatch(ctx, f.pool, batchOf("upload-1", 3))
 	require.NoError(t, err)
 	require.True(t, again.Existing)
 	require.Equal(t, first.Batch.ID, again.Batch.ID)
 	require.Nil(t, again.Jobs)
-	require.Equal(t, 3, f.count(t, "jobs"), "nothing more was written")
+	require.Equal(t, 4, f.count(t, "jobs"), "nothing more was written")
 
 	_, err = f.store.EnqueueBatch(ctx, f.pool, batchOf("upload-1", 4))
 	require.ErrorIs(t, err, jobs.ErrBatchConflict)
@@ -76,7 +82,7 @@ func TestEnqueueBatchIsIdempotent(t *testing.T) {
 		require.Equal(t, tc.field, invalid.Field, tc.name)
 		require.ErrorIs(t, err, jobs.ErrInvalidParams, tc.name)
 	}
-	require.Equal(t, 3, f.count(t, "jobs"), "no refused batch wrote a job")
+	require.Equal(t, 4, f.count(t, "jobs"), "no refused batch wrote a job")
 	require.Equal(t, 1, f.count(t, "job_batches"), "or a batch")
 }
 

@@ -83,6 +83,8 @@ type Job struct {
 	// TraceParent is the W3C traceparent of the span that accepted the job
 	// (empty outside a trace): each attempt's span continues that trace.
 	TraceParent string `json:"trace_parent,omitempty"`
+	// BatchID is the batch the job was accepted in (EnqueueBatch), or zero.
+	BatchID uuid.UUID `json:"batch_id,omitzero"`
 }
 
 // EnqueueParams describes a job to accept. Tenant and Kind are required;

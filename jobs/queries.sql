@@ -7,7 +7,7 @@ id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
 group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
 available_at, deadline_at, state_version, estimated_tokens, result,
 error_class, last_error, replay_of, replayed_by, replay_reason,
-cancel_requested_at, created_at, updated_at, finished_at, trace_parent
+cancel_requested_at, created_at, updated_at, finished_at, trace_parent, batch_id
 
 -- name: InsertJobs
 -- Inserts a batch of jobs and, in the same statement, one "<kind>.requested"
@@ -168,7 +168,7 @@ WITH changed AS (
             OR (state = 'RUNNING' AND cancel_requested_at IS NULL))
     RETURNING
         /*job_columns*/,
-        events, batch_id
+        events
 ),
 -- The batch progress of the jobs this statement finished: batch_jobs,
 -- then the batch_progress block (batches.sql).
@@ -548,7 +548,7 @@ WITH updated AS (
     RETURNING
         /*job_columns j*/,
         i.outcome AS reported, i.error AS reported_error, i.uncertain, i.input_tokens, i.output_tokens, i.event_id,
-        j.events, j.batch_id
+        j.events
 ),
 -- The batch progress of the jobs this statement finished: batch_jobs,
 -- then the batch_progress block (batches.sql).

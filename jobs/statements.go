@@ -93,7 +93,7 @@ type jobRow struct {
 	leaseUntil, attemptedAt, deadline          *time.Time
 	cancelReq, finished                        *time.Time
 	traceParent                                *string
-	replayOf                                   pgtype.UUID
+	replayOf, batchID                          pgtype.UUID
 	priority                                   int16
 	state                                      string
 }
@@ -105,7 +105,7 @@ func (r *jobRow) dest() []any {
 		&r.group, &r.state, &j.Attempt, &j.MaxAttempts, &j.Fence, &r.owner, &r.leaseUntil, &r.attemptedAt,
 		&j.AvailableAt, &r.deadline, &j.StateVersion, &j.EstimatedTokens, &j.Result,
 		&r.errClass, &r.lastErr, &r.replayOf, &r.replayedBy, &r.replayReason,
-		&r.cancelReq, &j.CreatedAt, &j.UpdatedAt, &r.finished, &r.traceParent,
+		&r.cancelReq, &j.CreatedAt, &j.UpdatedAt, &r.finished, &r.traceParent, &r.batchID,
 	}
 }
 
@@ -119,6 +119,9 @@ func (r *jobRow) job() *Job {
 	j.CancelRequested, j.FinishedAt = dbsql.Deref(r.cancelReq), dbsql.Deref(r.finished)
 	if r.replayOf.Valid {
 		j.ReplayOf = r.replayOf.Bytes
+	}
+	if r.batchID.Valid {
+		j.BatchID = r.batchID.Bytes
 	}
 	j.ReplayedBy, j.ReplayReason = dbsql.Deref(r.replayedBy), dbsql.Deref(r.replayReason)
 	j.TraceParent = dbsql.Deref(r.traceParent)
