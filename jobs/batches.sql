@@ -128,6 +128,7 @@ event AS (
         jsonb_build_object(
             'job_id', id, 'tenant', tenant, 'kind', kind, 'queue', queue,
             'state', state, 'state_version', state_version, 'attempt', attempt)
+            || CASE WHEN batch_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('batch_id', batch_id) END
     FROM changed
     WHERE state = 'CANCELLED' AND events
 )

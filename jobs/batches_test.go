@@ -153,6 +153,20 @@ func TestBatchProgressFollowsEveryTransition(t *testing.T) {
 	require.Equal(t, map[string]any{"batch_id": id.String(), "tenant": "acme", "batch_key": "upload-2", "total": 5.0,
 		"succeeded": 1.0, "review_required": 0.0, "failed": 3.0, "cancelled": 1.0}, payload)
 
+	// Every lifecycle event of a batch's job names its batch, so a
+	// consumer of the events can follow the batch; a job outside one
+	// carries no batch_id at all.
+	_, err = f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k", Payload: []byte(`{}`)})
+	require.NoError(t, err)
+	var lifecycle, named, outside int
+	require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE aggregate_id <> $2),
+			count(*) FILTER (WHERE payload->>'batch_id' = $2::text),
+			count(*) FILTER (WHERE aggregate_id NOT IN (SELECT id FROM `+f.schema+`.jobs WHERE batch_id IS NOT NULL) AND payload ? 'batch_id')
+		FROM `+f.schema+`.outbox WHERE event_type <> $1`, jobs.BatchCompletedEvent, id).Scan(&lifecycle, &named, &outside))
+	require.Equal(t, 5+5+1, lifecycle, "five accepted, five finished, one plain job accepted")
+	require.Equal(t, 10, named)
+	require.Zero(t, outside)
+
 	_, err = f.store.Batch(ctx, f.pool, "globex", id)
 	require.ErrorIs(t, err, jobs.ErrNotFound, "a batch is read within its tenant")
 }
@@ -194,6 +208,10 @@ func TestCancelBatch(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, jobs.Batch{Total: 5, Finished: 5, Cancelled: 5}, counts(b))
 	require.Equal(t, 1, f.batchEvents(t, res.Batch.ID))
+	var named int
+	require.NoError(t, f.pool.QueryRow(ctx, "SELECT count(*) FROM "+f.schema+".outbox WHERE event_type = 'k.cancelled' AND payload->>'batch_id' = $1::text",
+		res.Batch.ID).Scan(&named))
+	require.Equal(t, 5, named, "each cancelled job's event names its batch")
 
 	again, err := f.store.CancelBatch(ctx, f.pool, "acme", res.Batch.ID)
 	require.NoError(t, err)
@@ -203,7 +221,8 @@ func TestCancelBatch(t *testing.T) {
 }
 
 // Reading a batch is one primary-key probe; cancelling it walks its own
-// jobs through jobs_batch_idx, whatever else the table holds.
+// jobs through jobs_batch_idx, whatever else the table holds; pruning
+// batches reads the due range of job_batches_finished_idx.
 func TestBatchStatementsUseTheirIndexes(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -214,8 +233,9 @@ func TestBatchStatementsUseTheirIndexes(t *testing.T) {
 		require.NoError(t, err)
 	}
 	// And the batches of months of uploads.
-	_, err := f.pool.Exec(ctx, `INSERT INTO `+f.schema+`.job_batches (id, tenant, batch_key, request_hash, topic, total)
-		SELECT gen_random_uuid(), 'tenant-' || n % 100, 'old-' || n, 'h', 't', 50 FROM generate_series(1, 20000) AS n`)
+	_, err := f.pool.Exec(ctx, `INSERT INTO `+f.schema+`.job_batches (id, tenant, batch_key, request_hash, topic, total, finished, finished_at)
+		SELECT gen_random_uuid(), 'tenant-' || n % 100, 'old-' || n, 'h', 't', 50, 50, now() - n * interval '1 minute'
+		FROM generate_series(1, 20000) AS n`)
 	require.NoError(t, err)
 	_, err = f.pool.Exec(ctx, "ANALYZE "+f.schema+".jobs, "+f.schema+".job_batches")
 	require.NoError(t, err)
@@ -223,11 +243,14 @@ func TestBatchStatementsUseTheirIndexes(t *testing.T) {
 		"GetBatch":      {"job_batches_pkey"},
 		"GetBatchByKey": {"job_batches_tenant_batch_key_key"},
 		"CancelBatch":   {"jobs_batch_idx", "job_batches_pkey"},
+		"PruneBatches":  {"job_batches_finished_idx"},
+		"CountBatches":  {"job_batches_finished_idx"},
 	}
-	for name, plan := range f.genericPlans(t, map[string]int{"GetBatch": 2, "GetBatchByKey": 2, "CancelBatch": 3}) {
+	for name, plan := range f.genericPlans(t, map[string]int{"GetBatch": 2, "GetBatchByKey": 2, "CancelBatch": 3, "PruneBatches": 2, "CountBatches": 1}) {
 		for _, index := range want[name] {
 			require.Contains(t, plan, index, "%s:\n%s", name, plan)
 		}
 		require.NotContains(t, plan, "Seq Scan on jobs", "%s:\n%s", name, plan)
+		require.NotContains(t, plan, "Seq Scan on job_batches", "%s:\n%s", name, plan)
 	}
 }

@@ -232,12 +232,17 @@
 //     locked in id order after the jobs' own rows, so the statements that
 //     finish a batch's last jobs at once, on any runners, take turns on it
 //     and one of them finishes it (batches.sql gives the reasoning).
+//   - Every lifecycle event of a batch's job carries "batch_id" in its
+//     payload, beside job_id, tenant, kind, queue, state, state_version
+//     and attempt, so a consumer of the events can follow a batch without
+//     reading jobs; events of jobs outside a batch have no such field.
 //   - CancelBatch cancels the waiting jobs at once and asks the running
 //     ones to stop, as Cancel does for one; the batch finishes when their
 //     runners record it.
 //   - A replay of a batch's job is a new job outside the batch. A batch's
-//     row stays when its jobs are pruned: nothing prunes batch rows yet
-//     (about 200 bytes each).
+//     row outlives its jobs: Pruner.PruneBatches deletes finished batches
+//     by age (job_batches_finished_idx), and the retention service keeps
+//     them for the longest retention of the finished states.
 //
 // # What a host calls and what a runner needs
 //

@@ -19,8 +19,8 @@ var pruneSQL string
 // it.
 const MaxPruneBatch = 10_000
 
-// Pruner deletes finished jobs, with their attempts, steps and keys, once they
-// are older than their retention. It holds no connections and is safe for
+// Pruner deletes finished jobs, with their attempts, steps and keys, and
+// finished batches, once they are older than their retention. It holds no connections and is safe for
 // concurrent use; the retention package decides when, and how much, to
 // delete.
 type Pruner struct {
@@ -94,6 +94,38 @@ func (p *Pruner) OldestFinished(ctx context.Context, db DBTX, state State) (time
 		return time.Time{}, fmt.Errorf("jobs: reading the oldest %s job: %w", state, err)
 	}
 	return dbsql.Deref(at), nil
+}
+
+// PruneBatches deletes up to limit batch rows (EnqueueBatch) that
+// finished more than olderThan ago, oldest first. An open batch is never
+// deleted. A batch's jobs are pruned by state, on their own retentions;
+// pass at least the longest of those (the retention service does), or a
+// job may outlive its batch, whose Batch is then ErrNotFound.
+func (p *Pruner) PruneBatches(ctx context.Context, db DBTX, olderThan time.Duration, limit int) (int64, error) {
+	if olderThan <= 0 {
+		return 0, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "olderThan", Problem: "must be positive"}
+	}
+	if limit < 1 || limit > MaxPruneBatch {
+		return 0, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "limit", Problem: fmt.Sprintf("is %d; use 1 to %d", limit, MaxPruneBatch)}
+	}
+	tag, err := db.Exec(ctx, p.sql.pruneBatches, olderThan.Milliseconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("jobs: pruning batches: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// CountBatches counts the batches PruneBatches would delete with no
+// limit: those finished more than olderThan ago.
+func (p *Pruner) CountBatches(ctx context.Context, db DBTX, olderThan time.Duration) (int64, error) {
+	if olderThan <= 0 {
+		return 0, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "olderThan", Problem: "must be positive"}
+	}
+	var n int64
+	if err := db.QueryRow(ctx, p.sql.countBatches, olderThan.Milliseconds()).Scan(&n); err != nil {
+		return 0, fmt.Errorf("jobs: counting batches due for pruning: %w", err)
+	}
+	return n, nil
 }
 
 // ExactSizeLimit is how many jobs of a state SizeFinished counts before

@@ -58,6 +58,35 @@ gone AS (
 SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM attempts), (SELECT count(*) FROM keys),
     (SELECT count(*) FROM steps);
 
+-- name: PruneBatches
+-- Deletes up to $2 batches finished more than $1 ms ago, oldest first,
+-- through job_batches_finished_idx (partial on finished batches: an open
+-- batch has no entry, so it can be neither read nor deleted here). A
+-- finished batch's row is written by nobody (its jobs are all terminal),
+-- so SKIP LOCKED only guards against a second pruner. The retention
+-- service passes the longest retention of the finished states, so a batch
+-- outlives every job it counted. The due ids go to the delete as an array,
+-- probed into the primary key one by one: joined as a CTE they were hashed
+-- against a sequential scan of job_batches.
+DELETE FROM /*schema*/job_batches
+WHERE id = ANY (ARRAY(
+    SELECT id
+    FROM /*schema*/job_batches
+    WHERE finished_at IS NOT NULL
+        AND finished_at < now() - $1 * interval '1 millisecond'
+    ORDER BY finished_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+));
+
+-- name: CountBatches
+-- How many batches finished more than $1 ms ago: what PruneBatches would
+-- delete. A count over the due range of job_batches_finished_idx.
+SELECT count(*)
+FROM /*schema*/job_batches
+WHERE finished_at IS NOT NULL
+    AND finished_at < now() - $1 * interval '1 millisecond';
+
 -- name: CountFinished
 -- How many jobs of state $1 finished more than $2 ms ago: what
 -- PruneFinished would delete. An index-only count over the due range of

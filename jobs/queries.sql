@@ -76,7 +76,8 @@ event AS (
     SELECT input.event_id, job.id, $15, job.id::text, job.kind || '.requested',
         jsonb_build_object(
             'job_id', job.id, 'tenant', job.tenant, 'kind', job.kind, 'queue', job.queue,
-            'state', job.state, 'state_version', job.state_version, 'attempt', job.attempt),
+            'state', job.state, 'state_version', job.state_version, 'attempt', job.attempt)
+            || CASE WHEN job.batch_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('batch_id', job.batch_id) END,
         CASE WHEN $18::text IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('traceparent', $18::text) END
     FROM job JOIN input ON input.id = job.id
     WHERE job.events
@@ -183,6 +184,7 @@ event AS (
         jsonb_build_object(
             'job_id', id, 'tenant', tenant, 'kind', kind, 'queue', queue,
             'state', state, 'state_version', state_version, 'attempt', attempt)
+            || CASE WHEN batch_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('batch_id', batch_id) END
     FROM changed
     WHERE state = 'CANCELLED' AND events
 )
@@ -591,7 +593,8 @@ event AS (
         jsonb_build_object(
             'job_id', id, 'tenant', tenant, 'kind', kind, 'queue', queue,
             'state', state, 'state_version', state_version, 'attempt', attempt,
-            'error_class', error_class),
+            'error_class', error_class)
+            || CASE WHEN batch_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('batch_id', batch_id) END,
         CASE WHEN trace_parent IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('traceparent', trace_parent) END
     FROM updated
     -- A failed attempt's retry is news to whoever watches the job; a release
@@ -796,6 +799,7 @@ event AS (
             'job_id', r.id, 'tenant', r.tenant, 'kind', r.kind, 'queue', r.queue,
             'state', r.state, 'state_version', r.state_version, 'attempt', r.attempt,
             'error_class', r.error_class)
+            || CASE WHEN r.batch_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('batch_id', r.batch_id) END
     FROM reaped AS r
     WHERE r.state = 'FAILED_TERMINAL' AND r.events
 )
@@ -841,6 +845,7 @@ event AS (
             'job_id', f.id, 'tenant', f.tenant, 'kind', f.kind, 'queue', f.queue,
             'state', f.state, 'state_version', f.state_version, 'attempt', f.attempt,
             'error_class', f.error_class)
+            || CASE WHEN f.batch_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('batch_id', f.batch_id) END
     FROM failed AS f
     WHERE f.events
 )

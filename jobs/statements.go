@@ -30,6 +30,7 @@ type statements struct {
 	insertBatch, getBatch, getBatchByKey, cancelBatch string
 	// prune.sql
 	prune, countFinished, oldestFinished, countUpTo, estimateFinished string
+	pruneBatches, countBatches                                        string
 }
 
 func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
@@ -78,6 +79,8 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.cancelBatch, "CancelBatch", 3, new(int64), new(int64)),
 		dbsql.Query(&q.prune, "PruneFinished", 3, pruneDest(new(PruneResult))...),
 		dbsql.Query(&q.countFinished, "CountFinished", 2, new(int64)),
+		dbsql.Exec(&q.pruneBatches, "PruneBatches", 2),
+		dbsql.Query(&q.countBatches, "CountBatches", 1, new(int64)),
 		dbsql.Query(&q.oldestFinished, "OldestFinished", 1, new(*time.Time)),
 		dbsql.Query(&q.countUpTo, "CountFinishedUpTo", 2, new(int64)),
 		dbsql.Query(&q.estimateFinished, "EstimateFinished", 0, new([]byte)),

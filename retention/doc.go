@@ -19,6 +19,10 @@
 //     so they are kept longer, as River keeps its cancelled and discarded
 //     jobs longer. Never keeps a state forever. A waiting or running job is
 //     never pruned, however old.
+//   - Finished batches (jobs.EnqueueBatch) after the longest of those four
+//     retentions (30 days by default), counted from the batch's finish, so
+//     a batch's row outlives every job it counted; kept forever when any
+//     of the four is Never.
 //   - The idempotency window (24h) is a floor under every state's
 //     retention: a job, and so its key, is kept at least that long after it
 //     finished (and so after it was accepted). Inside it, a retry with the

@@ -187,6 +187,21 @@ func (p Policy) Job(state jobs.State) time.Duration {
 	return max(d, p.IdempotencyWindow)
 }
 
+// Batches returns how long finished batches (jobs.EnqueueBatch) are kept:
+// the longest of the finished states' retentions, so a batch outlives
+// every job it counted, or Never when any state is kept forever.
+func (p Policy) Batches() time.Duration {
+	var longest time.Duration
+	for _, state := range finishedStates {
+		d := p.Job(state)
+		if d == Never {
+			return Never
+		}
+		longest = max(longest, d)
+	}
+	return longest
+}
+
 // finishedStates are the states retention prunes, in pruning order.
 var finishedStates = [...]jobs.State{jobs.StateSucceeded, jobs.StateCancelled, jobs.StateReviewRequired, jobs.StateFailedTerminal}
 

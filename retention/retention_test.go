@@ -468,3 +468,44 @@ func TestUnrelayedEventsWaitForNoRelay(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, pass.Total())
 }
+
+// A finished batch's row is kept for the longest retention of the finished
+// states, so it outlives every job it counted; an open batch is kept
+// however old; and a state kept forever keeps every batch.
+func TestPruneKeepsBatchesAsLongAsTheirLongestLivedJobs(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	batch := func(key string) *jobs.Batch {
+		t.Helper()
+		res, err := f.store.EnqueueBatch(ctx, f.db.Pool, jobs.EnqueueBatchParams{Tenant: "acme", Key: key, Jobs: []jobs.EnqueueParams{{Kind: "k", Payload: []byte(`{}`)}}})
+		require.NoError(t, err)
+		return res.Batch
+	}
+	old, recent := batch("old"), batch("recent")
+	f.exec(t, `UPDATE %s.jobs SET state = 'CANCELLED', finished_at = now() WHERE batch_id IN ($1, $2)`, old.ID, recent.ID)
+	f.exec(t, `UPDATE %s.job_batches SET finished = 1, cancelled = 1, finished_at = now() - interval '5 hours' WHERE id = $1`, old.ID)
+	f.exec(t, `UPDATE %s.job_batches SET finished = 1, cancelled = 1, finished_at = now() - interval '3 hours' WHERE id = $1`, recent.ID)
+	open := batch("open")
+	f.exec(t, `UPDATE %s.job_batches SET created_at = now() - interval '30 days' WHERE id = $1`, open.ID)
+
+	policy := retention.Policy{Succeeded: time.Hour, Cancelled: 2 * time.Hour, ReviewRequired: 3 * time.Hour, FailedTerminal: 4 * time.Hour, IdempotencyWindow: time.Hour}
+	require.Equal(t, 4*time.Hour, policy.Batches())
+	forever := policy
+	forever.ReviewRequired = retention.Never
+	require.Equal(t, retention.Never, forever.Batches())
+
+	svc := f.service(t, retention.Config{Policy: policy})
+	due, err := svc.Due(ctx)
+	require.NoError(t, err)
+	require.Contains(t, due, retention.Count{Table: "job_batches", Rows: 1})
+	pass, err := svc.PruneOnce(ctx)
+	require.NoError(t, err)
+	require.Contains(t, pass.Deleted, retention.Count{Table: "job_batches", Rows: 1})
+	_, err = f.store.Batch(ctx, f.db.Pool, "acme", old.ID)
+	require.ErrorIs(t, err, jobs.ErrNotFound, "finished 5h ago, past the longest retention (4h)")
+	for _, b := range []*jobs.Batch{recent, open} {
+		_, err = f.store.Batch(ctx, f.db.Pool, "acme", b.ID)
+		require.NoError(t, err, "batch %s survives", b.Key)
+	}
+}

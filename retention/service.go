@@ -320,6 +320,7 @@ func (s *Service) classes() []class {
 			return n == int64(limit), []Count{{Table: table, Class: cls, Rows: n}}, err
 		}})
 	}
+	one("job_batches", "", p.Batches(), s.jobs.PruneBatches)
 	one("outbox", "published", p.PublishedEvents, s.outbox.PrunePublished)
 	one("outbox", "unpublished", p.UnrelayedEvents, s.outbox.PruneUnrelayed)
 	one("inbox", "", p.InboxRecords, s.inbox.Prune)

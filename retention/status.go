@@ -28,6 +28,13 @@ func (s *Service) Due(ctx context.Context) ([]Count, error) {
 		}
 		out = append(out, Count{Table: "jobs", Class: string(state), Rows: n})
 	}
+	if keep := p.Batches(); keep != Never {
+		n, err := s.jobs.CountBatches(ctx, s.pool, keep)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Count{Table: "job_batches", Rows: n})
+	}
 	if p.PublishedEvents != Never {
 		n, err := s.outbox.CountPublished(ctx, s.pool, p.PublishedEvents)
 		if err != nil {
