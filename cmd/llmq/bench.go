@@ -46,6 +46,7 @@ type benchOptions struct {
 	arrivals   float64       // admission: offered acquires per second over all processes; 0 is a closed loop
 	hold       time.Duration // admission: how long each acquirer holds its permit, modelling the provider call
 	history    int           // drain: finished jobs written up front (bench_history.go)
+	batchSize  int           // drain: the backlog as batches (EnqueueBatch) of this many jobs; 0: no batches
 }
 
 const benchKind = "bench.noop"
@@ -65,6 +66,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&o.notifyEach, "notify-interval", 0, "jobs.Config.NotifyInterval of the producers' store (0: its default, 5ms; negative: NOTIFY on every enqueue)")
 	fs.IntVar(&o.tenants, "tenants", 1, "drain: tenants the backlog is spread over, round robin (fair claiming shares claims among them)")
 	fs.IntVar(&o.backlog, "backlog", 0, "drain: jobs queued up front (0: -jobs); the bench times the first -jobs of them")
+	fs.IntVar(&o.batchSize, "batch-size", 0, fmt.Sprintf("drain: enqueue the backlog as batches (jobs.EnqueueBatch) of this many jobs, 1 to %d, so every completion also keeps its batch's counts; 0: no batches", jobs.MaxBatch))
 	fs.BoolVar(&o.walDetail, "wal-detail", false, "drain, e2e: also print each relation's share of every phase's WAL (needs pg_walinspect)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the throwaway schema instead of dropping it")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file")
@@ -97,6 +99,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("%w: -jobs, -workers, -producers, -rate and -tenants must be positive", errUsage)
 	case o.backlog != 0 && o.backlog < o.jobs:
 		return fmt.Errorf("%w: -backlog %d is smaller than -jobs %d", errUsage, o.backlog, o.jobs)
+	case o.batchSize < 0 || o.batchSize > jobs.MaxBatch:
+		return fmt.Errorf("%w: -batch-size %d: use 1 to %d, or 0 for no batches", errUsage, o.batchSize, jobs.MaxBatch)
+	case o.batchSize > 0 && (o.mode != "drain" || o.tenants != 1):
+		return fmt.Errorf("%w: -batch-size is for -mode drain with one tenant (a batch is one tenant's)", errUsage)
 	}
 	o.backlog = max(o.backlog, o.jobs)
 	pool, err := c.connectBench(ctx, o)
@@ -364,9 +370,13 @@ func (b *bench) printWAL(ctx context.Context, phase string, n int, from walMark)
 }
 
 // enqueueBacklog enqueues -backlog jobs in batches of 5,000, one batch per
-// transaction, spread over -tenants.
+// transaction, spread over -tenants; with -batch-size, as batches of jobs
+// (EnqueueBatch) of that size, one per transaction.
 func (b *bench) enqueueBacklog(ctx context.Context) error {
-	const batch = 5000
+	batch := 5000
+	if b.o.batchSize > 0 {
+		batch = b.o.batchSize
+	}
 	lastReport := time.Now()
 	for done := 0; done < b.o.backlog; done += batch {
 		n := min(batch, b.o.backlog-done)
@@ -374,7 +384,13 @@ func (b *bench) enqueueBacklog(ctx context.Context) error {
 		for i := range params {
 			params[i] = jobs.EnqueueParams{Tenant: b.tenant(done + i), Kind: benchKind}
 		}
-		if _, err := b.store.EnqueueMany(ctx, b.pool, params); err != nil {
+		var err error
+		if b.o.batchSize > 0 {
+			_, err = b.store.EnqueueBatch(ctx, b.pool, jobs.EnqueueBatchParams{Tenant: b.tenant(0), Key: "bench-" + strconv.Itoa(done), Jobs: params})
+		} else {
+			_, err = b.store.EnqueueMany(ctx, b.pool, params)
+		}
+		if err != nil {
 			return err
 		}
 		if time.Since(lastReport) >= time.Second {

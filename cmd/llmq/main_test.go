@@ -119,6 +119,11 @@ func TestUsageErrors(t *testing.T) {
 		require.Equal(t, 2, code, strings.Join(args, " "))
 		require.Contains(t, stderr, usageHint)
 	}
+	for _, args := range [][]string{{"-batch-size", "10001"}, {"-batch-size", "10", "-tenants", "2"}, {"-batch-size", "10", "-mode", "e2e"}} {
+		code, _, stderr := runCLI(t, append([]string{"bench", "-database-url", dbtest.URL()}, args...)...)
+		require.Equal(t, 2, code, strings.Join(args, " "))
+		require.Contains(t, stderr, "-batch-size")
+	}
 	code, _, stderr := runCLI(t, "migrate", "up", "-schema", "public", "-database-url", dbtest.URL())
 	require.Equal(t, 2, code, "a refused schema name is refused input")
 	require.Contains(t, stderr, "invalid schema name")
@@ -157,6 +162,7 @@ func TestBenchModes(t *testing.T) {
 	schemaOf := regexp.MustCompile(`schema=(llmq_bench_[0-9a-f]+)`)
 	for _, args := range [][]string{
 		{"-mode", "drain", "-jobs", "300", "-workers", "20"},
+		{"-mode", "drain", "-jobs", "300", "-workers", "20", "-batch-size", "100"},
 		{"-mode", "e2e", "-jobs", "200", "-workers", "20", "-producers", "4"},
 		{"-mode", "latency", "-jobs", "20", "-workers", "5", "-rate", "200"},
 		{"-mode", "relay", "-jobs", "300", "-workers", "2"},
