@@ -102,10 +102,48 @@ func (c apiClient) get(ctx context.Context, path string) (int, invoice.JobView, 
 	return resp.Status, v, err
 }
 
-// sseEvent is one server-sent event.
+// uploaded is the answer to one POST /extraction-batches.
+type uploaded struct {
+	Status   int
+	Location string
+	Batch    invoice.BatchView
+	Body     []byte
+}
+
+func (c apiClient) uploadBatch(ctx context.Context, key string, docs []invoice.Document) (uploaded, error) {
+	body, err := json.Marshal(invoice.BatchRequest{Documents: docs, Schema: invoice.SchemaV1})
+	if err != nil {
+		return uploaded{}, err
+	}
+	resp, err := c.do(ctx, http.MethodPost, "/extraction-batches", http.Header{"Idempotency-Key": {key}}, body)
+	if err != nil {
+		return uploaded{}, err
+	}
+	u := uploaded{Status: resp.Status, Location: resp.Header.Get("Location"), Body: resp.Body}
+	if resp.Status == http.StatusOK || resp.Status == http.StatusAccepted {
+		err = json.Unmarshal(resp.Body, &u.Batch)
+	}
+	return u, err
+}
+
+func (c apiClient) getBatch(ctx context.Context, path string) (int, invoice.BatchView, error) {
+	resp, err := c.do(ctx, http.MethodGet, path, nil, nil)
+	if err != nil {
+		return 0, invoice.BatchView{}, err
+	}
+	var v invoice.BatchView
+	if resp.Status == http.StatusOK {
+		err = json.Unmarshal(resp.Body, &v)
+	}
+	return resp.Status, v, err
+}
+
+// sseEvent is one server-sent event: Data holds a job.changed event's
+// data, Batch a batch.progress or batch.completed event's.
 type sseEvent struct {
 	ID, Event string
 	Data      invoice.Notification
+	Batch     invoice.BatchNotification
 	Raw       string
 }
 
@@ -144,8 +182,11 @@ func readEvents(ctx context.Context, body io.ReadCloser, out chan<- sseEvent) {
 		switch {
 		case line == "":
 			if ev.Event != "" {
-				if ev.Event == "job.changed" {
+				switch {
+				case ev.Event == "job.changed":
 					_ = json.Unmarshal([]byte(ev.Raw), &ev.Data)
+				case strings.HasPrefix(ev.Event, "batch."):
+					_ = json.Unmarshal([]byte(ev.Raw), &ev.Batch)
 				}
 				select {
 				case out <- ev:

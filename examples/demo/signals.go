@@ -104,7 +104,9 @@ func startSignals(ctx context.Context, s *stack, kind, amqpURL string) (*signals
 	default:
 		return nil, fmt.Errorf("-broker %q: memory, rabbitmq, kafka or none", kind)
 	}
-	relay, err := s.svc.Outbox.NewRelay(s.pool, pub, outbox.RelayConfig{PollInterval: 100 * time.Millisecond})
+	// The service's publisher sends the uploads' webhooks before it hands
+	// every event on to the broker.
+	relay, err := s.svc.NewEventRelay(pub, outbox.RelayConfig{PollInterval: 100 * time.Millisecond})
 	if err != nil {
 		cleanup()
 		return nil, err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/llmq/llmq/examples/invoice"
 	"github.com/llmq/llmq/lease"
 	"github.com/llmq/llmq/llmqtype"
+	"github.com/llmq/llmq/outbox"
 	"github.com/llmq/llmq/webhook"
 )
 
@@ -61,9 +63,12 @@ type stack struct {
 	provSrv  *httptest.Server
 	erpSrv   *httptest.Server
 	runner   *lease.Runner
-	cancel   context.CancelFunc
-	done     chan error
-	stop     func() error
+	// relay sends the uploads' webhooks when no broker carries the
+	// events; with one, signals' relay does (see startSignals).
+	relay  *outbox.Relay
+	cancel context.CancelFunc
+	done   chan error
+	stop   func() error
 }
 
 // startStack migrates the schema, starts every server and the runner, and
@@ -145,11 +150,19 @@ func startStack(ctx context.Context, pool *pgxpool.Pool, cfg stackConfig) (*stac
 		return nil, err
 	}
 	s.runner = runner
+	if cfg.Broker == "" || cfg.Broker == "none" {
+		if s.relay, err = svc.NewEventRelay(nil, outbox.RelayConfig{PollInterval: 100 * time.Millisecond}); err != nil {
+			closeAll()
+			return nil, err
+		}
+	}
 	s.stop = func() error {
 		var err error
 		if s.cancel != nil {
 			s.cancel()
-			err = <-s.done
+			for range cap(s.done) {
+				err = errors.Join(err, <-s.done)
+			}
 		}
 		closeAll()
 		return err
@@ -157,16 +170,24 @@ func startStack(ctx context.Context, pool *pgxpool.Pool, cfg stackConfig) (*stac
 	return s, nil
 }
 
-// run starts the worker: until then, accepted jobs wait.
+// run starts the worker (and the relay of the uploads' webhooks, without a
+// broker): until then, accepted jobs wait.
 func (s *stack) run(ctx context.Context) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.cancel, s.done = cancel, make(chan error, 1)
+	s.cancel = cancel
+	if s.relay == nil {
+		s.done = make(chan error, 1)
+	} else {
+		s.done = make(chan error, 2)
+		go func() { s.done <- s.relay.Run(runCtx) }()
+	}
 	go func() { s.done <- s.runner.Run(runCtx) }()
 }
 
-// webhookParams registers the ERP's URL for tenant's completed extractions.
+// webhookParams registers the ERP's URL for tenant's completed extractions
+// and finished uploads.
 func webhookParams(tenant, url string) webhook.EndpointParams {
-	return webhook.EndpointParams{Tenant: tenant, URL: url, EventTypes: []string{invoice.CompletedEvent}}
+	return webhook.EndpointParams{Tenant: tenant, URL: url, EventTypes: []string{invoice.CompletedEvent, invoice.BatchCompletedEvent}}
 }
 
 // newServer serves h on a loopback port (httptest's, which is what the demo

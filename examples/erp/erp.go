@@ -23,8 +23,12 @@ import (
 //go:embed queries.sql
 var queriesSQL string
 
-// EventType is the only event the ERP books.
-const EventType = "invoice.extract.completed"
+// The events the ERP takes: EventType books an invoice, UploadEventType
+// closes an upload.
+const (
+	EventType       = "invoice.extract.completed"
+	UploadEventType = "invoice.batch.completed"
+)
 
 // Config configures an ERP.
 type Config struct {
@@ -145,10 +149,25 @@ type delivery struct {
 // sender retries, then dead-letters it for a person.
 var errUnbookable = errors.New("erp: delivery cannot be booked")
 
+// upload is the body of an upload's webhook.
+type upload struct {
+	Data struct {
+		BatchID        string `json:"batch_id"`
+		Total          int    `json:"total"`
+		Succeeded      int    `json:"succeeded"`
+		ReviewRequired int    `json:"review_required"`
+		Failed         int    `json:"failed"`
+		Cancelled      int    `json:"cancelled"`
+	} `json:"data"`
+}
+
 func (e *ERP) book(ctx context.Context, tx pgx.Tx, tenant string, d webhook.Received) error {
 	var del delivery
 	if err := json.Unmarshal(d.Body, &del); err != nil {
 		return fmt.Errorf("%w: %w", errUnbookable, err)
+	}
+	if del.Type == UploadEventType {
+		return e.closeUpload(ctx, tx, tenant, d)
 	}
 	if del.Type != EventType {
 		return nil // not ours to book; acknowledged
@@ -163,6 +182,37 @@ func (e *ERP) book(ctx context.Context, tx pgx.Tx, tenant string, d webhook.Rece
 	}
 	_, err = tx.Exec(ctx, e.q["Receipt"], d.ID, tenant, del.Data.JobID, tag.RowsAffected() == 1)
 	return err
+}
+
+// closeUpload records that an upload is finished, once per upload (its
+// batch id is the ERP's key, as the invoice number is for a booking).
+func (e *ERP) closeUpload(ctx context.Context, tx pgx.Tx, tenant string, d webhook.Received) error {
+	var u upload
+	if err := json.Unmarshal(d.Body, &u); err != nil || u.Data.BatchID == "" {
+		return fmt.Errorf("%w: an upload without its batch id: %w", errUnbookable, err)
+	}
+	_, err := tx.Exec(ctx, e.q["CloseUpload"], tenant, u.Data.BatchID, u.Data.Total, u.Data.Succeeded,
+		u.Data.ReviewRequired, u.Data.Failed, u.Data.Cancelled, d.ID)
+	return err
+}
+
+// Upload is a finished upload the ERP was told of.
+type Upload struct {
+	Tenant, BatchID, DeliveryID                         string
+	Total, Succeeded, ReviewRequired, Failed, Cancelled int
+}
+
+// Uploads returns every upload the ERP was told of, oldest first.
+func (e *ERP) Uploads(ctx context.Context) ([]Upload, error) {
+	rows, err := e.pool.Query(ctx, e.q["Uploads"])
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Upload, error) {
+		var u Upload
+		err := r.Scan(&u.Tenant, &u.BatchID, &u.Total, &u.Succeeded, &u.ReviewRequired, &u.Failed, &u.Cancelled, &u.DeliveryID)
+		return u, err
+	})
 }
 
 // Invoice is one booking.

@@ -23,6 +23,19 @@ CREATE TABLE IF NOT EXISTS /*schema*/erp_receipts (
     received_at timestamptz NOT NULL DEFAULT now()
 );
 
+CREATE TABLE IF NOT EXISTS /*schema*/erp_uploads (
+    tenant          text        NOT NULL,
+    batch_id        text        NOT NULL,
+    total           integer     NOT NULL,
+    succeeded       integer     NOT NULL,
+    review_required integer     NOT NULL,
+    failed          integer     NOT NULL,
+    cancelled       integer     NOT NULL,
+    delivery_id     text        NOT NULL,
+    closed_at       timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant, batch_id)
+);
+
 -- name: Book
 INSERT INTO /*schema*/erp_invoices (tenant, supplier, invoice_number, currency, total, job_id, delivery_id)
 VALUES ($1, $2, $3, $4, $5::numeric, $6, $7)
@@ -37,3 +50,12 @@ FROM /*schema*/erp_invoices ORDER BY booked_at, tenant, invoice_number;
 
 -- name: ReceiptCount
 SELECT count(*), count(*) FILTER (WHERE booked) FROM /*schema*/erp_receipts;
+
+-- name: CloseUpload
+INSERT INTO /*schema*/erp_uploads (tenant, batch_id, total, succeeded, review_required, failed, cancelled, delivery_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (tenant, batch_id) DO NOTHING;
+
+-- name: Uploads
+SELECT tenant, batch_id, total, succeeded, review_required, failed, cancelled, delivery_id
+FROM /*schema*/erp_uploads ORDER BY closed_at, tenant, batch_id;

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -35,14 +37,18 @@ const SchemaV1 = "invoice-v1"
 //	POST /extraction-jobs             accept an extraction (Idempotency-Key)
 //	GET  /extraction-jobs             the tenant's jobs, newest first (a snapshot)
 //	GET  /extraction-jobs/{id}        one job, authoritative
-//	GET  /extraction-jobs/events      server-sent "job changed" events
+//	GET  /extraction-jobs/events      server-sent "job changed" and upload events
+//	POST /extraction-batches          accept an upload of documents (Idempotency-Key)
+//	GET  /extraction-batches/{id}     an upload's progress
 //
-// Acceptance answers 202 with Location for a new job and 200 with the same
-// body when the same key and request arrive again (the job already exists).
+// Acceptance answers 202 with Location for a new job or upload and 200
+// when the same key and request arrive again (it already exists).
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("PUT /documents/{name}", s.authed(s.putDocument))
 	mux.HandleFunc("POST /extraction-jobs", s.authed(s.createJob))
+	mux.HandleFunc("POST /extraction-batches", s.authed(s.createBatch))
+	mux.HandleFunc("GET /extraction-batches/{id}", s.authed(s.getBatch))
 	mux.HandleFunc("GET /extraction-jobs", s.authed(s.listJobs))
 	mux.HandleFunc("GET /extraction-jobs/events", s.authed(s.events))
 	mux.HandleFunc("GET /extraction-jobs/{id}", s.authed(s.getJob))
@@ -155,6 +161,7 @@ type JobView struct {
 	StateVersion int64           `json:"state_version"`
 	StatusURL    string          `json:"status_url"`
 	Document     *Document       `json:"document,omitempty"`
+	BatchID      uuid.UUID       `json:"batch_id,omitzero"` // the upload it was accepted in, if any
 	Attempt      int             `json:"attempt"`
 	Result       json.RawMessage `json:"result,omitempty"`
 	ReviewReason string          `json:"review_reason,omitempty"`
@@ -169,7 +176,7 @@ type JobView struct {
 func view(j *jobs.Job) JobView {
 	v := JobView{
 		JobID: j.ID, State: j.State, StateVersion: j.StateVersion, StatusURL: "/extraction-jobs/" + j.ID.String(),
-		Attempt: j.Attempt, CreatedAt: j.CreatedAt, FinishedAt: j.FinishedAt,
+		BatchID: j.BatchID, Attempt: j.Attempt, CreatedAt: j.CreatedAt, FinishedAt: j.FinishedAt,
 	}
 	var p Payload
 	if json.Unmarshal(j.Payload, &p) == nil {
@@ -230,12 +237,12 @@ func (s *Service) createJob(w http.ResponseWriter, r *http.Request, _ string, c 
 		s.internalError(w, r, "internal", err)
 		return
 	}
-	// A host would add its own writes (an upload record, an audit row) to
-	// this transaction.
-	res, err := s.enqueue(ctx, jobs.EnqueueParams{
-		Tenant: c.Tenant, Kind: Kind, Queue: Queue, Payload: payload,
-		IdempotencyKey: key, RequestHash: hash,
-		EstimatedTokens: estimateTokens(text, s.cfg.MaxTokens),
+	res, err := inTx(ctx, s.pool, func(tx pgx.Tx) (jobs.EnqueueResult, error) {
+		return s.accept.Enqueue(ctx, tx, jobs.EnqueueParams{
+			Tenant: c.Tenant, Kind: Kind, Queue: Queue, Payload: payload,
+			IdempotencyKey: key, RequestHash: hash,
+			EstimatedTokens: estimateTokens(len(text), s.cfg.MaxTokens),
+		})
 	})
 	var quota *admission.QuotaError
 	var conflict *jobs.ConflictError
@@ -245,13 +252,7 @@ func (s *Service) createJob(w http.ResponseWriter, r *http.Request, _ string, c 
 		writeError(w, http.StatusConflict, "idempotency_conflict", "Idempotency-Key", "the key was used for a different request")
 		return
 	case errors.As(err, &quota):
-		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(quota.RetryAfter.Seconds())))))
-		code := "tenant_quota"
-		if quota.Status >= http.StatusInternalServerError {
-			code = "capacity"
-			s.cfg.Logger.Warn("invoice API: answering "+strconv.Itoa(quota.Status)+": system at capacity", "tenant", c.Tenant, "err", err)
-		}
-		writeError(w, quota.Status, code, "", quota.Error())
+		s.refuseQuota(w, c.Tenant, quota)
 		return
 	case errors.As(err, &bad) && bad.Field == "IdempotencyKey":
 		// checkIdempotencyKey keeps the job store's rules; this is the
@@ -276,23 +277,35 @@ func (s *Service) createJob(w http.ResponseWriter, r *http.Request, _ string, c 
 	writeJSON(w, http.StatusAccepted, v)
 }
 
-func (s *Service) enqueue(ctx context.Context, p jobs.EnqueueParams) (jobs.EnqueueResult, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return jobs.EnqueueResult{}, err
+// refuseQuota answers an acceptance the quotas refused: 429 over the
+// tenant's own, 503 (logged) at the system's capacity, each with
+// Retry-After.
+func (s *Service) refuseQuota(w http.ResponseWriter, tenant string, quota *admission.QuotaError) {
+	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(quota.RetryAfter.Seconds())))))
+	code := "tenant_quota"
+	if quota.Status >= http.StatusInternalServerError {
+		code = "capacity"
+		s.cfg.Logger.Warn("invoice API: answering "+strconv.Itoa(quota.Status)+": system at capacity", "tenant", tenant, "err", quota)
 	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	res, err := s.accept.Enqueue(ctx, tx, p)
-	if err != nil {
-		return res, err
-	}
-	return res, tx.Commit(ctx)
+	writeError(w, quota.Status, code, "", quota.Error())
 }
 
-// estimateTokens is the reservation of one call: the document at about four
-// characters a token, the instructions, and the output budget.
-func estimateTokens(text string, maxOut int) int64 {
-	return int64(len(text)/4+len(systemPrompt)/4+16) + int64(maxOut)
+// inTx runs fn in a transaction of its own and commits what it wrote. A
+// host would add its own writes (an upload record, an audit row) there.
+func inTx[T any](ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) (T, error)) (T, error) {
+	var res T
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		res, err = fn(tx)
+		return err
+	})
+	return res, err
+}
+
+// estimateTokens is the reservation of one call: a document of textBytes
+// at about four bytes a token, the instructions, and the output budget.
+func estimateTokens(textBytes, maxOut int) int64 {
+	return int64(textBytes/4+len(systemPrompt)/4+16) + int64(maxOut)
 }
 
 func (s *Service) getJob(w http.ResponseWriter, r *http.Request, _ string, c Credential) {

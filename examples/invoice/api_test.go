@@ -270,6 +270,62 @@ func FuzzDecodeCreateRequest(f *testing.F) {
 	})
 }
 
+// uploadBody is a POST /extraction-batches body naming version 1 of each
+// document, all with digest sha.
+func uploadBody(sha string, names ...string) []byte {
+	req := BatchRequest{Documents: []Document{}, Schema: SchemaV1}
+	for _, n := range names {
+		req.Documents = append(req.Documents, Document{Name: n, Version: 1, SHA256: sha})
+	}
+	b, err := json.Marshal(req)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// FuzzDecodeBatchRequest feeds arbitrary bodies to the decoding of POST
+// /extraction-batches: it never panics; what it refuses is a 4xx naming a
+// field; what it accepts is exactly one JSON value holding 1 to
+// MaxUploadDocuments distinct documents the database can hold.
+func FuzzDecodeBatchRequest(f *testing.F) {
+	sha := strings.Repeat("ab", 32)
+	for _, seed := range [][]byte{
+		uploadBody(sha, "a"), uploadBody(sha, "a", "b"), uploadBody(sha, "a", "a"), uploadBody(sha),
+		[]byte(`{"documents":[{"name":"a","version":0,"sha256":"` + sha + `"}],"schema":"invoice-v1"}`),
+		[]byte(`{"documents":[null],"schema":"invoice-v1"}`), []byte(`{"documents":null}`), []byte(`{"documents":{}}`),
+		append(uploadBody(sha, "a"), uploadBody(sha, "a")...), []byte(`[]`), {},
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, cerr := decodeBatchRequest(http.MaxBytesReader(nil, io.NopCloser(bytes.NewReader(body)), maxUploadBody))
+		if cerr != nil {
+			if cerr.status < 400 || cerr.status > 499 || cerr.field == "" || cerr.message == "" {
+				t.Fatalf("refused %q with %+v: want a 4xx naming the field", body, cerr)
+			}
+			return
+		}
+		if !json.Valid(body) {
+			t.Fatalf("accepted %q, which is not exactly one JSON value", body)
+		}
+		if len(req.Documents) == 0 || len(req.Documents) > MaxUploadDocuments || req.Schema != SchemaV1 {
+			t.Fatalf("accepted %q as %+v", body, req)
+		}
+		seen := map[Document]bool{}
+		for _, d := range req.Documents {
+			if !nameRe.MatchString(d.Name) || d.Version < 1 || d.Version > math.MaxInt32 || !hexRe.MatchString(d.SHA256) {
+				t.Fatalf("accepted %q with document %+v", body, d)
+			}
+			d.SHA256 = ""
+			if seen[d] {
+				t.Fatalf("accepted %q naming %+v twice", body, d)
+			}
+			seen[d] = true
+		}
+	})
+}
+
 // The handler refuses before it reads anything: a refused request costs no
 // query (checked with a service whose pool is closed, where any query would
 // answer 503).
@@ -294,6 +350,12 @@ func TestAPIRefusesBeforeAnyQuery(t *testing.T) {
 		{http.MethodPost, "/extraction-jobs", "k1", append(createBody("inv-1.txt", 1, sha), '}'), 400},
 		{http.MethodPost, "/extraction-jobs", "k\t1", createBody("inv-1.txt", 1, sha), 422},
 		{http.MethodPost, "/extraction-jobs", "k\xff1", createBody("inv-1.txt", 1, sha), 422},
+		{http.MethodPost, "/extraction-batches", "k1", uploadBody(sha, "a", "b", "a"), 422},
+		{http.MethodPost, "/extraction-batches", "k1", uploadBody(sha), 422},
+		{http.MethodPost, "/extraction-batches", "k1", uploadBody(sha, make([]string, MaxUploadDocuments+1)...), 422},
+		{http.MethodPost, "/extraction-batches", "k1", uploadBody(sha, strings.Repeat("a", maxUploadBody)), 413},
+		{http.MethodPost, "/extraction-batches", "", uploadBody(sha, "a"), 400},
+		{http.MethodPost, "/extraction-batches", "k1", append(uploadBody(sha, "a"), '}'), 400},
 		{http.MethodPut, "/documents/inv-1.txt", "", []byte("bad \xff"), 422},
 		{http.MethodPut, "/documents/inv-1.txt", "", []byte("nul \x00"), 422},
 	} {

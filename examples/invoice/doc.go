@@ -40,8 +40,21 @@
 //     (slog.Default() unless set).
 //   - GET /extraction-jobs/{id} is authoritative. Attempts and errors are
 //     shown to operator credentials only.
+//   - POST /extraction-batches accepts an upload: 1 to MaxUploadDocuments
+//     documents, each named as in POST /extraction-jobs, as one batch
+//     (jobs.EnqueueBatch) in one transaction, idempotent per
+//     Idempotency-Key: 202 with Location and the jobs in document order,
+//     200 with the batch for the same key and documents, 409 for the same
+//     key with others. Every document is checked in one query before
+//     anything is written; a bad one is 422 naming it
+//     ("documents[3].sha256"), a document named twice too (it would be
+//     extracted and paid for twice), and a quota refusal refuses all of
+//     them. GET /extraction-batches/{id} is its progress (BatchView), one
+//     primary-key probe at any size.
 //   - GET /extraction-jobs/events streams {event_id, type, job_id, state,
-//     state_version}; see the events handler for the replay window. A
+//     state_version, batch_id} and, for uploads, batch.progress and
+//     batch.completed (BatchNotification); see the events handler for the
+//     replay window. A
 //     stream replaces the server's write timeout with a deadline per write
 //     (30s; a keep-alive comment goes out every 15s), so it lives as long
 //     as its client reads, and no longer.
@@ -78,6 +91,14 @@
 //     when an extraction succeeds is never refused by the tenant's quota.
 //   - Successful extractions enqueue their webhook deliveries in
 //     lease.Config.OnSucceeded, in the transaction that records the success.
+//   - A finished upload's webhook (BatchCompletedEvent) comes from the job
+//     store's batch.completed outbox event, through the relay's publisher
+//     (EventPublisher, run by NewEventRelay in the workers), not from a
+//     hook: the statement that finishes a batch's last job may be a
+//     runner's completion, the reaper's, a passed deadline or a cancel from
+//     any process, and every one of them writes that event. The relay
+//     publishes at least once; the webhook's event id is the batch id, so
+//     each endpoint gets one delivery per upload.
 //   - The event stream reads the job store's lifecycle events from the
 //     outbox by sequence number; llmq has no change-feed API (see
 //     docs/examples.md).

@@ -43,6 +43,16 @@ SELECT version FROM latest WHERE sha256 = $3;
 SELECT sha256, ocr_text FROM /*schema*/invoice_documents
 WHERE tenant = $1 AND name = $2 AND version = $3;
 
+-- name: GetDocuments
+-- The digest and size of each document version of an upload ($2 names,
+-- $3 versions), in one round trip: a primary-key probe per document. The
+-- ordinality says which document each row answers (1-based); a version
+-- the tenant does not have returns no row. octet_length reads a stored
+-- text's size from its header, without decompressing it.
+SELECT d.i, s.sha256, octet_length(s.ocr_text)
+FROM unnest($2::text[], $3::integer[]) WITH ORDINALITY AS d (name, version, i)
+JOIN /*schema*/invoice_documents AS s ON s.tenant = $1 AND s.name = d.name AND s.version = d.version;
+
 -- name: PutSupplier
 INSERT INTO /*schema*/invoice_suppliers (tenant, name, iban) VALUES ($1, $2, $3)
 ON CONFLICT (tenant, name) DO UPDATE SET iban = excluded.iban;
@@ -76,7 +86,9 @@ SELECT NOT EXISTS (
 -- docs/examples.md).
 SELECT seq, event_id::text, topic, event_type, coalesce(aggregate_id::text, ''),
     coalesce(payload->>'tenant', ''), coalesce(payload->>'kind', ''),
-    coalesce((payload->>'state_version')::bigint, 0), coalesce(payload->>'state', '')
+    coalesce((payload->>'state_version')::bigint, 0), coalesce(payload->>'state', ''),
+    coalesce(payload->>'batch_id', ''),
+    CASE WHEN event_type = 'batch.completed' THEN convert_to(payload::text, 'UTF8') END
 FROM /*schema*/outbox
 WHERE seq > $1
 ORDER BY seq

@@ -99,9 +99,58 @@ func textProblem(s string, maxLen int) string {
 // should be bounded (http.MaxBytesReader); a body over the bound is 413.
 func decodeCreateRequest(body io.Reader) (CreateRequest, *refusal) {
 	var req CreateRequest
+	if cerr := decodeOne(body, &req, maxCreateBody); cerr != nil {
+		return req, cerr
+	}
+	if cerr := checkDocument("document", req.Document); cerr != nil {
+		return req, cerr
+	}
+	if req.Schema != SchemaV1 {
+		return req, invalid("schema", "must be "+strconv.Quote(SchemaV1))
+	}
+	return req, nil
+}
+
+// decodeBatchRequest reads the body of POST /extraction-batches: exactly
+// one JSON object of known fields holding 1 to MaxUploadDocuments
+// documents, each as decodeCreateRequest checks one, no document named
+// twice (it would be extracted, and paid for, twice).
+func decodeBatchRequest(body io.Reader) (BatchRequest, *refusal) {
+	var req BatchRequest
+	if cerr := decodeOne(body, &req, maxUploadBody); cerr != nil {
+		return req, cerr
+	}
+	if len(req.Documents) == 0 || len(req.Documents) > MaxUploadDocuments {
+		return req, invalid("documents", fmt.Sprintf("1 to %d documents", MaxUploadDocuments))
+	}
+	type version struct {
+		name    string
+		version int
+	}
+	seen := make(map[version]int, len(req.Documents))
+	for i, d := range req.Documents {
+		field := fmt.Sprintf("documents[%d]", i)
+		if cerr := checkDocument(field, d); cerr != nil {
+			return req, cerr
+		}
+		if j, dup := seen[version{d.Name, d.Version}]; dup {
+			return req, invalid(field, fmt.Sprintf("repeats documents[%d]", j))
+		}
+		seen[version{d.Name, d.Version}] = i
+	}
+	if req.Schema != SchemaV1 {
+		return req, invalid("schema", "must be "+strconv.Quote(SchemaV1))
+	}
+	return req, nil
+}
+
+// decodeOne decodes exactly one JSON object of known fields into v from a
+// body bounded to limit bytes (http.MaxBytesReader): 413 over the bound,
+// 400 for anything that is not one such object.
+func decodeOne(body io.Reader, v any, limit int) *refusal {
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
-	err := dec.Decode(&req)
+	err := dec.Decode(v)
 	if err == nil {
 		// Exactly one value: anything after it but white space (a second
 		// object, a stray brace) makes the body ambiguous.
@@ -114,25 +163,29 @@ func decodeCreateRequest(body io.Reader) (CreateRequest, *refusal) {
 	}
 	if err != nil {
 		if tooLarge(err) {
-			return req, &refusal{status: http.StatusRequestEntityTooLarge, code: "too_large", field: "body", message: fmt.Sprintf("at most %d bytes", maxCreateBody)}
+			return &refusal{status: http.StatusRequestEntityTooLarge, code: "too_large", field: "body", message: fmt.Sprintf("at most %d bytes", limit)}
 		}
-		return req, &refusal{status: http.StatusBadRequest, code: "invalid_json", field: jsonField(err), message: err.Error()}
+		return &refusal{status: http.StatusBadRequest, code: "invalid_json", field: jsonField(err), message: err.Error()}
 	}
-	if req.Document.Name == "" {
-		return req, invalid("document.name", "required")
+	return nil
+}
+
+// checkDocument refuses a document reference the database cannot hold;
+// field names it in the body ("document", "documents[3]").
+func checkDocument(field string, d Document) *refusal {
+	if d.Name == "" {
+		return invalid(field+".name", "required")
 	}
-	if cerr := checkName("document.name", req.Document.Name); cerr != nil {
-		return req, cerr
+	if cerr := checkName(field+".name", d.Name); cerr != nil {
+		return cerr
 	}
 	switch {
-	case req.Document.Version < 1 || req.Document.Version > maxVersion:
-		return req, invalid("document.version", fmt.Sprintf("an object version, 1 to %d", maxVersion))
-	case !hexRe.MatchString(req.Document.SHA256):
-		return req, invalid("document.sha256", "the hex SHA-256 of the document's content")
-	case req.Schema != SchemaV1:
-		return req, invalid("schema", "must be "+strconv.Quote(SchemaV1))
+	case d.Version < 1 || d.Version > maxVersion:
+		return invalid(field+".version", fmt.Sprintf("an object version, 1 to %d", maxVersion))
+	case !hexRe.MatchString(d.SHA256):
+		return invalid(field+".sha256", "the hex SHA-256 of the document's content")
 	}
-	return req, nil
+	return nil
 }
 
 func tooLarge(err error) bool {

@@ -5,9 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/llmq/llmq/jobs"
 )
 
 // Stream settings. DefaultReplayWindow bounds what a reconnect replays: a
@@ -24,19 +30,41 @@ const (
 )
 
 // Notification is one "job changed" event on the stream. It says which job
-// changed and to which state version; GET the job for the rest.
+// changed and to which state version, and the upload it belongs to if
+// any; GET the job for the rest.
 type Notification struct {
 	EventID      string `json:"event_id"`
 	Type         string `json:"type"`
 	JobID        string `json:"job_id"`
 	State        string `json:"state"`
 	StateVersion int64  `json:"state_version"`
+	BatchID      string `json:"batch_id,omitempty"`
+}
+
+// BatchNotification is an upload's progress on the stream. A
+// "batch.progress" event follows job events that finished some of the
+// upload's jobs, with its counts as read then (so possibly ahead of the
+// job events sent so far, never behind them); "batch.completed" comes
+// once, from the event the job store wrote when the last job finished.
+type BatchNotification struct {
+	EventID        string `json:"event_id,omitempty"` // batch.completed only: the outbox event
+	Type           string `json:"type"`
+	BatchID        string `json:"batch_id"`
+	Done           bool   `json:"done"`
+	Total          int    `json:"total"`
+	Finished       int    `json:"finished"`
+	Succeeded      int    `json:"succeeded"`
+	ReviewRequired int    `json:"review_required"`
+	Failed         int    `json:"failed"`
+	Cancelled      int    `json:"cancelled"`
+	PercentDone    int    `json:"percent_done"`
 }
 
 type outboxRow struct {
-	seq                                        int64
-	eventID, topic, typ, job, tenant, kind, st string
-	version                                    int64
+	seq                                               int64
+	eventID, topic, typ, job, tenant, kind, st, batch string
+	version                                           int64
+	body                                              []byte // batch.completed events only
 }
 
 // events streams the caller's tenant's job events as server-sent events. The
@@ -53,6 +81,13 @@ type outboxRow struct {
 // Only lifecycle events the job store writes reach the stream: acceptance,
 // a retry being scheduled, and the terminal states. A claim writes no event
 // (it would cost a write per attempt), so RUNNING is visible in GET only.
+//
+// Uploads (POST /extraction-batches) show on the same stream: after the
+// job events of one read that finished jobs of an upload, a
+// "batch.progress" event with the upload's counts (one primary-key probe
+// per upload and read, not per job), and "batch.completed" once when it
+// is done. Progress events carry the id of the last event before them, so
+// a reconnect replays the job events and the progress they imply.
 func (s *Service) events(w http.ResponseWriter, r *http.Request, token string, c Credential) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
@@ -109,7 +144,8 @@ func (s *Service) events(w http.ResponseWriter, r *http.Request, token string, c
 	}
 	flusher.Flush()
 
-	sent := map[string]int64{} // newest state_version sent per job
+	sent := map[string]int64{}   // newest state_version sent per job
+	progress := map[string]int{} // most finished jobs sent per upload
 	var (
 		gapSince    time.Time
 		gapSnapshot string // the transactions in progress when the gap was first seen
@@ -139,6 +175,7 @@ func (s *Service) events(w http.ResponseWriter, r *http.Request, token string, c
 			s.streamEnded(ctx, err)
 			return
 		}
+		var touched []string // uploads whose jobs finished in this read, in order
 		for _, row := range rows {
 			if row.seq != cursor+1 && !gapSettled {
 				if gapSince.IsZero() {
@@ -154,7 +191,25 @@ func (s *Service) events(w http.ResponseWriter, r *http.Request, token string, c
 			}
 			gapSince, gapSnapshot, gapSettled = time.Time{}, "", false
 			cursor = row.seq
-			if row.topic != s.Jobs.Config().EventTopic || row.tenant != c.Tenant || row.kind != Kind || row.version <= sent[row.job] {
+			if row.topic != s.Jobs.Config().EventTopic || row.tenant != c.Tenant {
+				continue
+			}
+			if row.typ == jobs.BatchCompletedEvent {
+				var b batchCompleted
+				if err := json.Unmarshal(row.body, &b); err != nil {
+					s.streamEnded(ctx, fmt.Errorf("event %s: %w", row.eventID, err))
+					return
+				}
+				data, _ := json.Marshal(BatchNotification{
+					EventID: row.eventID, Type: row.typ, BatchID: b.BatchID.String(), Done: true, Total: b.Total, Finished: b.Total,
+					Succeeded: b.Succeeded, ReviewRequired: b.ReviewRequired, Failed: b.Failed, Cancelled: b.Cancelled, PercentDone: 100,
+				})
+				fmt.Fprintf(w, "id: %d\nevent: batch.completed\ndata: %s\n\n", row.seq, data)
+				lastWrite = time.Now()
+				progress[b.BatchID.String()] = b.Total // nothing follows its end
+				continue
+			}
+			if row.kind != Kind || row.version <= sent[row.job] {
 				continue
 			}
 			if len(sent) >= maxTracked {
@@ -163,8 +218,18 @@ func (s *Service) events(w http.ResponseWriter, r *http.Request, token string, c
 				clear(sent)
 			}
 			sent[row.job] = row.version
-			data, _ := json.Marshal(Notification{EventID: row.eventID, Type: row.typ, JobID: row.job, State: row.st, StateVersion: row.version})
+			data, _ := json.Marshal(Notification{EventID: row.eventID, Type: row.typ, JobID: row.job, State: row.st, StateVersion: row.version, BatchID: row.batch})
 			fmt.Fprintf(w, "id: %d\nevent: job.changed\ndata: %s\n\n", row.seq, data)
+			lastWrite = time.Now()
+			if row.batch != "" && jobs.State(row.st).Terminal() && !slices.Contains(touched, row.batch) {
+				touched = append(touched, row.batch)
+			}
+		}
+		for _, id := range touched {
+			if err := s.sendProgress(ctx, w, c.Tenant, id, cursor, progress); err != nil {
+				s.streamEnded(ctx, err)
+				return
+			}
 			lastWrite = time.Now()
 		}
 		if time.Since(lastWrite) > streamKeepalive {
@@ -179,6 +244,37 @@ func (s *Service) events(w http.ResponseWriter, r *http.Request, token string, c
 		case <-tick.C:
 		}
 	}
+}
+
+// sendProgress writes upload id's "batch.progress" event, read now, unless
+// no more of its jobs have finished than the stream last sent; sent holds
+// those counts, bounded like the stream's job versions.
+func (s *Service) sendProgress(ctx context.Context, w io.Writer, tenant, id string, cursor int64, sent map[string]int) error {
+	batchID, err := uuid.Parse(id)
+	if err != nil {
+		return fmt.Errorf("an event's batch_id %q: %w", id, err)
+	}
+	b, err := s.Jobs.Batch(ctx, s.pool, tenant, batchID)
+	if errors.Is(err, jobs.ErrNotFound) {
+		return nil // pruned since
+	}
+	if err != nil {
+		return err
+	}
+	if b.Finished <= sent[id] {
+		return nil
+	}
+	if len(sent) >= maxTracked {
+		clear(sent)
+	}
+	sent[id] = b.Finished
+	v := batchView(b)
+	data, _ := json.Marshal(BatchNotification{
+		Type: "batch.progress", BatchID: id, Done: v.Done, Total: v.Total, Finished: v.Finished, Succeeded: v.Succeeded,
+		ReviewRequired: v.ReviewRequired, Failed: v.Failed, Cancelled: v.Cancelled, PercentDone: v.PercentDone,
+	})
+	_, err = fmt.Fprintf(w, "id: %d\nevent: batch.progress\ndata: %s\n\n", cursor, data)
+	return err
 }
 
 // streamEnded logs why a stream stopped reading events, unless its client
@@ -222,7 +318,7 @@ func (s *Service) eventsAfter(ctx context.Context, cursor int64) ([]outboxRow, e
 	var out []outboxRow
 	for rows.Next() {
 		var o outboxRow
-		if err := rows.Scan(&o.seq, &o.eventID, &o.topic, &o.typ, &o.job, &o.tenant, &o.kind, &o.version, &o.st); err != nil {
+		if err := rows.Scan(&o.seq, &o.eventID, &o.topic, &o.typ, &o.job, &o.tenant, &o.kind, &o.version, &o.st, &o.batch, &o.body); err != nil {
 			return nil, err
 		}
 		out = append(out, o)

@@ -7,8 +7,12 @@
 //
 // Every mode migrates the schema first (safe from every replica). The API and
 // the worker are separate processes sharing the database; run as many of
-// each as needed. register-endpoint prints the signing secret once. The API
-// serves Prometheus metrics on /metrics; the worker on -metrics-addr.
+// each as needed. A worker also runs the outbox relay that sends each
+// upload's webhook (one worker's relay holds the lease, the others stand
+// by; -relay=false leaves it to another process). register-endpoint
+// subscribes the endpoint to completed extractions and finished uploads
+// and prints the signing secret once. The API serves Prometheus metrics on
+// /metrics; the worker on -metrics-addr.
 package main
 
 import (
@@ -30,6 +34,7 @@ import (
 	"github.com/llmq/llmq/examples/internal/serve"
 	"github.com/llmq/llmq/examples/invoice"
 	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/outbox"
 	"github.com/llmq/llmq/webhook"
 )
 
@@ -40,7 +45,7 @@ type options struct {
 	rpm, workers, maxInFlight            int
 	tpm                                  int64
 	tenant, url, name, iban              string
-	allowLoopback                        bool
+	allowLoopback, relay                 bool
 }
 
 func main() {
@@ -63,6 +68,7 @@ func main() {
 	flag.StringVar(&o.iban, "iban", "", "supplier IBAN (put-supplier)")
 	flag.StringVar(&o.url, "url", "", "endpoint URL (register-endpoint)")
 	flag.BoolVar(&o.allowLoopback, "allow-loopback", false, "allow plain-http loopback webhook endpoints (local runs only)")
+	flag.BoolVar(&o.relay, "relay", true, "run the outbox relay that sends upload webhooks (worker)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -133,10 +139,17 @@ func run(ctx context.Context, o options) error {
 			logger.Info("metrics listening", "addr", o.metricsAddr)
 		}
 		logger.Info("worker running", "id", runner.WorkerID(), "provider", o.providerURL)
-		return runner.Run(ctx)
+		if !o.relay {
+			return runner.Run(ctx)
+		}
+		relay, err := svc.NewEventRelay(nil, outbox.RelayConfig{Logger: logger, MeterProvider: mp})
+		if err != nil {
+			return err
+		}
+		return runBoth(ctx, runner.Run, relay.Run)
 	case "register-endpoint":
 		ep, key, err := svc.Webhooks.RegisterEndpoint(ctx, pool, webhook.EndpointParams{
-			Tenant: o.tenant, URL: o.url, EventTypes: []string{invoice.CompletedEvent},
+			Tenant: o.tenant, URL: o.url, EventTypes: []string{invoice.CompletedEvent, invoice.BatchCompletedEvent},
 		})
 		if err != nil {
 			return err
@@ -150,6 +163,22 @@ func run(ctx context.Context, o options) error {
 		return svc.PutSupplier(ctx, o.tenant, invoice.Supplier{Name: o.name, IBAN: o.iban})
 	}
 	return fmt.Errorf("unknown -mode %q: api, worker, register-endpoint or put-supplier", o.mode)
+}
+
+// runBoth runs a and b until ctx ends or either returns, which stops the
+// other, and returns what they returned.
+func runBoth(ctx context.Context, a, b func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, 2)
+	for _, run := range []func(context.Context) error{a, b} {
+		go func() {
+			err := run(ctx)
+			cancel()
+			errs <- err
+		}()
+	}
+	return errors.Join(<-errs, <-errs)
 }
 
 // parseTokens reads "token=tenant[:operator],...".
