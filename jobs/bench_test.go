@@ -175,3 +175,27 @@ func BenchmarkEnqueueBatch(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "jobs/s")
 }
+
+// BenchmarkBatchProgress reads a batch's progress (Batch) for batches of
+// 10 and of 10,000 jobs: one primary-key probe of job_batches either way,
+// so the two cost the same.
+//
+//	go test -run '^$' -bench BatchProgress -count 3 ./jobs
+func BenchmarkBatchProgress(b *testing.B) {
+	for _, size := range []int{10, jobs.MaxBatch} {
+		b.Run(strconv.Itoa(size), func(b *testing.B) {
+			f := setup(b)
+			p := jobs.EnqueueBatchParams{Tenant: "acme", Key: "upload"}
+			for i := range size {
+				p.Jobs = append(p.Jobs, jobs.EnqueueParams{Kind: "invoice.extract", Payload: json.RawMessage(`{"doc":` + strconv.Itoa(i) + `}`)})
+			}
+			res, err := f.store.EnqueueBatch(b.Context(), f.pool, p)
+			require.NoError(b, err)
+			for b.Loop() {
+				got, err := f.store.Batch(b.Context(), f.pool, "acme", res.Batch.ID)
+				require.NoError(b, err)
+				require.Equal(b, size, got.Total)
+			}
+		})
+	}
+}
