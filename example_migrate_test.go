@@ -45,5 +45,6 @@ func ExampleMigrate() {
 	// applied 0014_job_events_flag
 	// applied 0015_job_steps
 	// applied 0016_job_batches
+	// applied 0017_admission_in_flight_tokens
 	// all applied: true
 }

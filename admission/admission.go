@@ -53,6 +53,10 @@ const (
 	ReasonInFlight Reason = "in_flight"
 	ReasonRequests Reason = "requests"
 	ReasonTokens   Reason = "tokens"
+	// ReasonInFlightTokens: the pool's in-flight token budget
+	// (Pool.MaxInFlightTokens) cannot hold the request until calls in
+	// flight are released.
+	ReasonInFlightTokens Reason = "in_flight_tokens"
 	// ReasonContention: the pool could grant when it was read after the
 	// denial; others took what was free in between. Retry almost at once.
 	ReasonContention Reason = "contention"
@@ -79,15 +83,33 @@ func (e *WaitError) Error() string {
 // Unwrap makes errors.Is(err, ErrWait) true.
 func (e *WaitError) Unwrap() error { return ErrWait }
 
-// NeverAdmissibleError reports a request larger than its pool's burst.
+// NeverAdmissibleError reports a request larger than its pool's token
+// burst, or than its in-flight token budget.
 type NeverAdmissibleError struct {
 	Pool       string
 	Tokens     int64
 	TokenBurst int64
+	// MaxInFlightTokens is the pool's in-flight token budget when that is
+	// what the request exceeds; 0 when it is the token burst.
+	MaxInFlightTokens int64
 }
 
 func (e *NeverAdmissibleError) Error() string {
+	if e.MaxInFlightTokens > 0 {
+		return fmt.Sprintf("%v: pool %q: %d tokens requested, the in-flight token budget is %d", ErrNeverAdmissible, e.Pool, e.Tokens, e.MaxInFlightTokens)
+	}
 	return fmt.Sprintf("%v: pool %q: %d tokens requested, the token burst is %d", ErrNeverAdmissible, e.Pool, e.Tokens, e.TokenBurst)
+}
+
+// neverAdmissible reports req as never admissible by pool p, or nil.
+func neverAdmissible(p Pool, req Request) error {
+	switch {
+	case req.Tokens > p.TokenBurst:
+		return &NeverAdmissibleError{Pool: p.Name, Tokens: req.Tokens, TokenBurst: p.TokenBurst}
+	case p.MaxInFlightTokens > 0 && req.Tokens > p.MaxInFlightTokens:
+		return &NeverAdmissibleError{Pool: p.Name, Tokens: req.Tokens, TokenBurst: p.TokenBurst, MaxInFlightTokens: p.MaxInFlightTokens}
+	}
+	return nil
 }
 
 // Unwrap makes errors.Is(err, ErrNeverAdmissible) true.

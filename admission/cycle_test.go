@@ -159,7 +159,10 @@ func runAcquirers(ctx context.Context, _ *pgxpool.Pool, _ *admission.Postgres) e
 
 // 200 concurrent acquirers in one process and 50 in each of 3 more share
 // one pool, calling a provider that enforces its RPM, TPM (by grant time,
-// in windows of 1s and 4s) and in-flight limits. None is ever exceeded,
+// in windows of 1s and 4s), in-flight and in-flight token limits (the
+// last, a local server's KV budget, binds before the in-flight count
+// does: 20 calls of 100 to 300 tokens would hold up to 6,000). None is
+// ever exceeded,
 // the limiter is not trivially safe (it grants most of the quota), every
 // process is served, none is told the database is unavailable, and no
 // process uses more connections at once than the limiter's budget.
@@ -171,7 +174,7 @@ func runAcquirers(ctx context.Context, _ *pgxpool.Pool, _ *admission.Postgres) e
 func TestFleetOfWaitersStaysWithinLimits(t *testing.T) {
 	t.Parallel()
 	f := setup(t, admission.Config{Timeout: 15 * time.Second})
-	pool := admission.Pool{Name: "fleet", RPM: 3000, TPM: 600_000, MaxInFlight: 20, RequestBurst: 10, TokenBurst: 20_000}
+	pool := admission.Pool{Name: "fleet", RPM: 3000, TPM: 600_000, MaxInFlight: 20, MaxInFlightTokens: 2_500, RequestBurst: 10, TokenBurst: 20_000}
 	require.NoError(t, f.pg.SetPool(t.Context(), pool))
 	fake := &fakeProvider{
 		pool:        pool,
@@ -212,10 +215,11 @@ func TestFleetOfWaitersStaysWithinLimits(t *testing.T) {
 		total += s.Grants
 		require.Zero(t, s.Unavailable, "contention is never reported as unavailability")
 	}
-	t.Logf("grants per process %v, provider 429s %d, peak in flight %d, busiest windows %v, peak connections per child %d",
-		shares, fake.rejected, fake.peak, fake.worstWindow, peak())
+	t.Logf("grants per process %v, provider 429s %d, peak in flight %d (%d tokens), busiest windows %v, peak connections per child %d",
+		shares, fake.rejected, fake.peak, fake.peakTokens, fake.worstWindow, peak())
 	require.Zero(t, fake.rejected, "the provider never had to refuse a call: %v", fake.reasons)
 	require.LessOrEqual(t, fake.peak, pool.MaxInFlight)
+	require.LessOrEqual(t, fake.peakTokens, pool.MaxInFlightTokens)
 	for _, w := range fake.windows {
 		require.LessOrEqual(t, fake.worstWindow[w], int(float64(pool.RPM)/60*w.Seconds())+pool.RequestBurst, "window %v", w)
 	}

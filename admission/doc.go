@@ -1,6 +1,7 @@
 // Package admission keeps provider calls inside a provider's shared quota:
-// requests per minute, tokens per minute and calls in flight, taken
-// together for a pool (the provider project or model deployment whose quota
+// requests per minute, tokens per minute, calls in flight and, for local
+// inference servers, the tokens those calls hold, taken together for a
+// pool (the provider project or model deployment whose quota
 // every process shares, never the pod), and it checks tenant quotas at
 // acceptance.
 //
@@ -28,6 +29,23 @@
 // concurrency above MaxInFlight. Keep attempt timeouts above the
 // provider's latency, or MaxInFlight below the provider's limit by the
 // number of calls expected to time out at once.
+//
+// # In-flight token budget (local inference)
+//
+// A pool may also bound the tokens its calls in flight reserve together
+// (Pool.MaxInFlightTokens): the KV-cache budget of a local inference
+// server (vLLM and the like), where twenty 80,000-token contexts weigh on
+// the GPU as twenty 1,000-token ones do not, though each takes one slot.
+// A request's Tokens (its prompt plus its max output) are reserved against
+// the budget with its slot, all or nothing with the other dimensions, and
+// come back whole when the permit is released or reaped: the budget
+// measures what is held while a call runs, not what it used, so reported
+// usage reconciles the token bucket only. A denial for it is ReasonInFlightTokens,
+// waited out like an in-flight denial (InFlightRetry); a request larger
+// than the budget is a *NeverAdmissibleError naming it. Both limiters keep
+// it; the Postgres limiter keeps it across processes on the pool row, in
+// the same statements as the in-flight count (migration 0017). 0, the
+// default, is no such limit.
 //
 // A provider's 429 or 503 with Retry-After (seconds, HTTP-date, or
 // retry-after-ms) sets a pool cooldown that every holder obeys: Observe

@@ -13,9 +13,9 @@ import (
 )
 
 // Local is a single-process limiter with the same contract as Postgres:
-// golang.org/x/time/rate token buckets for requests and tokens plus a
-// counting semaphore for in-flight calls, all taken together under one
-// mutex. Its ceilings hold only within this process; use it for a single
+// golang.org/x/time/rate token buckets for requests and tokens plus
+// counting semaphores for in-flight calls and their tokens, all taken
+// together under one mutex. Its ceilings hold only within this process; use it for a single
 // replica, in tests, and (inside Postgres) as the emergency allowance.
 //
 // rate.Limiter has no partial refund; Release returns tokens by reserving a
@@ -29,11 +29,14 @@ type Local struct {
 }
 
 type localPool struct {
-	cfg       Pool
-	requests  *rate.Limiter
-	tokens    *rate.Limiter
-	inFlight  int
-	coolUntil time.Time
+	cfg      Pool
+	requests *rate.Limiter
+	tokens   *rate.Limiter
+	inFlight int
+	// inFlightTokens is what the permits out reserve, against
+	// cfg.MaxInFlightTokens.
+	inFlightTokens int64
+	coolUntil      time.Time
 }
 
 // NewLocal returns a local limiter with pools; more can be set later.
@@ -88,8 +91,8 @@ func (l *Local) Acquire(_ context.Context, req Request) (*Permit, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownPool, req.Pool)
 	}
-	if req.Tokens > p.cfg.TokenBurst {
-		return nil, &NeverAdmissibleError{Pool: req.Pool, Tokens: req.Tokens, TokenBurst: p.cfg.TokenBurst}
+	if err := neverAdmissible(p.cfg, req); err != nil {
+		return nil, err
 	}
 	now := l.now()
 	if wait := p.coolUntil.Sub(now); wait > 0 {
@@ -97,6 +100,9 @@ func (l *Local) Acquire(_ context.Context, req Request) (*Permit, error) {
 	}
 	if p.inFlight >= p.cfg.MaxInFlight {
 		return nil, &WaitError{Pool: req.Pool, Reason: ReasonInFlight, RetryAfter: l.inFlightRetry}
+	}
+	if p.cfg.MaxInFlightTokens > 0 && p.inFlightTokens+req.Tokens > p.cfg.MaxInFlightTokens {
+		return nil, &WaitError{Pool: req.Pool, Reason: ReasonInFlightTokens, RetryAfter: l.inFlightRetry}
 	}
 	r := p.requests.ReserveN(now, 1)
 	t := p.tokens.ReserveN(now, int(req.Tokens))
@@ -112,6 +118,7 @@ func (l *Local) Acquire(_ context.Context, req Request) (*Permit, error) {
 		return nil, &WaitError{Pool: req.Pool, Reason: ReasonTokens, RetryAfter: td}
 	}
 	p.inFlight++
+	p.inFlightTokens += req.Tokens
 	return &Permit{ID: uuid.Must(uuid.NewV7()), Pool: req.Pool, Tenant: req.Tenant, Tokens: req.Tokens, Acquired: now, release: l.release}, nil
 }
 
@@ -124,6 +131,7 @@ func (l *Local) release(_ context.Context, permit *Permit, o CallOutcome) error 
 	}
 	now := l.now()
 	p.inFlight--
+	p.inFlightTokens = max(0, p.inFlightTokens-permit.Tokens)
 	var refund int64
 	switch {
 	case o.Result == CallNotSent:
@@ -206,12 +214,14 @@ func (l *Local) InFlight(pool string) int {
 //	requests:  N · (floor(Fraction·RequestBurst) + Fraction·RPM/60 · For)
 //	tokens:    N · (Fraction·TokenBurst + Fraction·TPM/60 · For)
 //	in flight: MaxInFlight (permits granted before the outage) + N · max(1, floor(Fraction·MaxInFlight))
+//	in-flight tokens: MaxInFlightTokens + N · max(1, floor(Fraction·MaxInFlightTokens))
 //
 // on top of what the shared limiter admitted, since the local allowance
 // cannot see it. After For, the process fails closed until a statement
 // succeeds again, which ends the outage and discards the local buckets.
-// A request larger than the local token burst is refused with
-// ErrUnavailable, not ErrNeverAdmissible: it fits the real pool.
+// A request larger than the local token burst (or in-flight token budget)
+// is refused with ErrUnavailable, not ErrNeverAdmissible: it fits the real
+// pool.
 type FailurePolicy struct {
 	Fraction float64
 	For      time.Duration
@@ -324,14 +334,16 @@ func (l *Local) ensure(ctx context.Context, pool Pool) error {
 // scaled is f of p, rounded down, never below what keeps the pool usable.
 func scaled(p Pool, f float64) Pool {
 	return Pool{
-		Name:            p.Name,
-		RPM:             max(1, int(f*float64(p.RPM))),
-		TPM:             max(1, int64(f*float64(p.TPM))),
-		MaxInFlight:     max(1, int(f*float64(p.MaxInFlight))),
-		RequestBurst:    max(1, int(f*float64(p.RequestBurst))),
-		TokenBurst:      max(1, int64(f*float64(p.TokenBurst))),
-		ChargeReserved:  p.ChargeReserved,
-		RefundUncertain: p.RefundUncertain,
+		Name:         p.Name,
+		RPM:          max(1, int(f*float64(p.RPM))),
+		TPM:          max(1, int64(f*float64(p.TPM))),
+		MaxInFlight:  max(1, int(f*float64(p.MaxInFlight))),
+		RequestBurst: max(1, int(f*float64(p.RequestBurst))),
+		TokenBurst:   max(1, int64(f*float64(p.TokenBurst))),
+		// A budget stays a budget (0 is none): its fraction, at least 1.
+		MaxInFlightTokens: min(p.MaxInFlightTokens, max(1, int64(f*float64(p.MaxInFlightTokens)))),
+		ChargeReserved:    p.ChargeReserved,
+		RefundUncertain:   p.RefundUncertain,
 	}
 }
 
@@ -345,11 +357,12 @@ func (l *Local) State(_ context.Context, pool string) (PoolState, error) {
 	}
 	now := l.now()
 	return PoolState{
-		Pool:         p.cfg,
-		RequestLevel: p.requests.TokensAt(now),
-		TokenLevel:   p.tokens.TokensAt(now),
-		InFlight:     p.inFlight,
-		Cooldown:     max(p.coolUntil.Sub(now), 0),
+		Pool:           p.cfg,
+		RequestLevel:   p.requests.TokensAt(now),
+		TokenLevel:     p.tokens.TokensAt(now),
+		InFlight:       p.inFlight,
+		InFlightTokens: p.inFlightTokens,
+		Cooldown:       max(p.coolUntil.Sub(now), 0),
 	}, nil
 }
 

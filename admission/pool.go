@@ -19,6 +19,14 @@ type Pool struct {
 	TPM int64 `json:"tpm"`
 	// MaxInFlight bounds concurrent calls across every holder. Required.
 	MaxInFlight int `json:"max_in_flight"`
+	// MaxInFlightTokens bounds the tokens reserved by the calls in flight
+	// (each Request.Tokens: its prompt plus its max output), all holders
+	// together: the KV-cache budget of a local inference server, whose
+	// capacity is the contexts it holds at once, not their number. A
+	// request reserves its tokens against it with its slot and gives them
+	// back when it is released, whatever the provider reported; a request
+	// larger than it is never admissible. 0 means no such limit.
+	MaxInFlightTokens int64 `json:"max_in_flight_tokens,omitempty"`
 	// RequestBurst is the request bucket's size: the most requests granted
 	// at once after a quiet spell. Default RPM/60 (one second's worth), at
 	// least 1. Any window of w seconds admits at most RPM/60·w +
@@ -62,6 +70,8 @@ func (p Pool) withDefaults() (Pool, error) {
 		return fail("InputPrice/OutputPrice", "must not be negative")
 	case p.TokenBurst < 0:
 		return fail("TokenBurst", fmt.Sprintf("is %d; use 0 for the default or a positive number", p.TokenBurst))
+	case p.MaxInFlightTokens < 0:
+		return fail("MaxInFlightTokens", fmt.Sprintf("is %d; use 0 for no limit or a positive number", p.MaxInFlightTokens))
 	}
 	if p.RequestBurst == 0 {
 		p.RequestBurst = max(1, p.RPM/60)

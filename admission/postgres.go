@@ -176,7 +176,8 @@ func (l *Postgres) SetPool(ctx context.Context, pool Pool) error {
 	}
 	defer done()
 	_, err = l.db.Exec(ctx, l.sql.upsertPool, pool.Name, pool.RPM, pool.TPM, pool.MaxInFlight,
-		pool.RequestBurst, pool.TokenBurst, pool.ChargeReserved, pool.RefundUncertain, pool.InputPrice, pool.OutputPrice)
+		pool.RequestBurst, pool.TokenBurst, pool.ChargeReserved, pool.RefundUncertain, pool.InputPrice, pool.OutputPrice,
+		pool.MaxInFlightTokens)
 	if err != nil {
 		return fmt.Errorf("admission: setting pool %q: %w", pool.Name, err)
 	}
@@ -186,11 +187,14 @@ func (l *Postgres) SetPool(ctx context.Context, pool Pool) error {
 // PoolState is a pool's limits and its state as of a moment.
 type PoolState struct {
 	Pool
-	RequestLevel float64       // requests grantable now
-	TokenLevel   float64       // tokens grantable now
-	InFlight     int           // permits counted as held
-	Cooldown     time.Duration // left of the cooldown; 0 when none
-	hasExpired   bool
+	RequestLevel float64 // requests grantable now
+	TokenLevel   float64 // tokens grantable now
+	InFlight     int     // permits counted as held
+	// InFlightTokens is the tokens those permits reserve, counted against
+	// MaxInFlightTokens (kept whether or not the pool has that limit).
+	InFlightTokens int64
+	Cooldown       time.Duration // left of the cooldown; 0 when none
+	hasExpired     bool
 }
 
 // State reads pool's limits and current levels.
@@ -327,8 +331,8 @@ func (s PoolState) ready(req Request, inFlightRetry time.Duration) error {
 // denial explains why s cannot grant req now; a *WaitError with no wait
 // when it could.
 func (s PoolState) denial(req Request, inFlightRetry time.Duration) error {
-	if req.Tokens > s.TokenBurst {
-		return &NeverAdmissibleError{Pool: s.Name, Tokens: req.Tokens, TokenBurst: s.TokenBurst}
+	if err := neverAdmissible(s.Pool, req); err != nil {
+		return err
 	}
 	w := &WaitError{Pool: s.Name}
 	consider := func(r Reason, d time.Duration) {
@@ -350,6 +354,12 @@ func (s PoolState) denial(req Request, inFlightRetry time.Duration) error {
 			return errReapable
 		}
 		consider(ReasonInFlight, inFlightRetry)
+	}
+	if s.MaxInFlightTokens > 0 && s.InFlightTokens+req.Tokens > s.MaxInFlightTokens {
+		if s.hasExpired {
+			return errReapable
+		}
+		consider(ReasonInFlightTokens, inFlightRetry)
 	}
 	if w.Reason == "" {
 		// Free now: the state moved between the denied UPDATE and this

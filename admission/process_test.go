@@ -180,6 +180,8 @@ type fakeProvider struct {
 	grants      []arrival // sorted by time
 	inFlight    int
 	peak        int
+	tokensHeld  int64 // reserved by the calls in flight, against pool.MaxInFlightTokens
+	peakTokens  int64
 	rejected    int
 	reasons     []string
 	worstWindow map[time.Duration]int // most requests seen in a window of each length
@@ -198,7 +200,7 @@ func (p *fakeProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	used := maxTokens * 6 / 10
-	if !p.admit(arrival{granted, used}) {
+	if !p.admit(arrival{granted, used}, maxTokens) {
 		w.Header().Set("Retry-After", "1")
 		w.WriteHeader(http.StatusTooManyRequests)
 		return
@@ -206,16 +208,22 @@ func (p *fakeProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	time.Sleep(p.latency()) // the model thinking
 	p.mu.Lock()
 	p.inFlight--
+	p.tokensHeld -= maxTokens
 	p.mu.Unlock()
 	_, _ = fmt.Fprintf(w, `{"usage": %d}`, used)
 }
 
-func (p *fakeProvider) admit(g arrival) bool {
+func (p *fakeProvider) admit(g arrival, reserved int64) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.inFlight+1 > p.pool.MaxInFlight {
 		p.rejected++
 		p.reasons = append(p.reasons, "in flight")
+		return false
+	}
+	if p.pool.MaxInFlightTokens > 0 && p.tokensHeld+reserved > p.pool.MaxInFlightTokens {
+		p.rejected++
+		p.reasons = append(p.reasons, fmt.Sprintf("in-flight tokens: %d held, %d more", p.tokensHeld, reserved))
 		return false
 	}
 	i := sort.Search(len(p.grants), func(i int) bool { return p.grants[i].at.After(g.at) })
@@ -242,6 +250,8 @@ func (p *fakeProvider) admit(g arrival) bool {
 	p.grants = grants
 	p.inFlight++
 	p.peak = max(p.peak, p.inFlight)
+	p.tokensHeld += reserved
+	p.peakTokens = max(p.peakTokens, p.tokensHeld)
 	return true
 }
 

@@ -25,7 +25,7 @@ FROM /*schema*/admission_permits;
 -- name: ReapExpiredBatch
 -- One batch of the maintenance service's reaping: the first pool, by name,
 -- after $2 that holds expired permits, and up to $1 of its expired
--- permits deleted with their slots handed back: one pool's row locked per
+-- permits deleted with their slots (and in-flight tokens) handed back: one pool's row locked per
 -- transaction, never every pool's at once. Returns the pool's name (NULL
 -- when no pool after $2 holds expired permits) and how many permits were
 -- reaped. Lock order as a release's: the permits first (SKIP LOCKED: a
@@ -50,11 +50,12 @@ gone AS (
         ORDER BY e.expires_at
         LIMIT $1
         FOR UPDATE SKIP LOCKED)
-    RETURNING 1
+    RETURNING x.tokens
 ),
 handed AS (
     UPDATE /*schema*/admission_pools AS p SET
-        in_flight = p.in_flight - (SELECT count(*) FROM gone)
+        in_flight = p.in_flight - (SELECT count(*) FROM gone),
+        in_flight_tokens = greatest(0, p.in_flight_tokens - (SELECT sum(tokens) FROM gone))
     WHERE p.name = (SELECT name FROM target) AND EXISTS (SELECT 1 FROM gone)
     RETURNING 1
 )

@@ -38,13 +38,14 @@ SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout',
 -- a second try of the cycle.
 -- Grants the longest prefix of the requests that the pool can grant
 -- together: request n (counting only requests still to be decided) fits
--- when n slots are free, the request bucket holds n units and the token
--- bucket holds the reservations of requests 1..n. Tokens are never
--- negative, so each condition, once false, stays false further on: the
--- granted requests are exactly a prefix, first come first served, and a
--- large request is never overtaken by later small ones within a cycle. A
--- request larger than the token burst can never fit and is skipped, so it
--- blocks nobody. The levels are read once and charged once for the whole
+-- when n slots are free, the request bucket holds n units, the token
+-- bucket holds the reservations of requests 1..n and, on a pool with an
+-- in-flight token budget, that budget's free part holds them too. Tokens
+-- are never negative, so each condition, once false, stays false further
+-- on: the granted requests are exactly a prefix, first come first served,
+-- and a large request is never overtaken by later small ones within a
+-- cycle. A request larger than the token burst or the in-flight token
+-- budget can never fit and is skipped, so it blocks nobody. The levels are read once and charged once for the whole
 -- prefix.
 -- Why this is race-free: the pool row is read only in the CTE current,
 -- with FOR UPDATE. Under READ COMMITTED, SELECT ... FOR UPDATE waits for
@@ -69,10 +70,11 @@ SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout',
 -- otherwise) and the pool's state after the cycle, for denials' waits. No
 -- row at all for an unknown pool.
 WITH current AS (
-    SELECT p.rpm, p.tpm, p.max_in_flight, p.token_burst,
+    SELECT p.rpm, p.tpm, p.max_in_flight, p.token_burst, p.max_in_flight_tokens AS kv_max,
         /*schema*/admission_level(p.request_level, p.request_burst, p.rpm, p.refilled_at) AS requests,
         /*schema*/admission_level(p.token_level, p.token_burst, p.tpm, p.refilled_at) AS tokens,
         p.max_in_flight - p.in_flight AS slots,
+        p.max_in_flight_tokens - p.in_flight_tokens AS kv_free_now,
         p.cooldown_until <= now() AS open,
         extract(epoch FROM greatest(p.cooldown_until, now()) - now())::double precision AS cooldown,
         greatest(p.refilled_at, now()) AS at
@@ -82,7 +84,8 @@ WITH current AS (
 ),
 reaped AS (
     -- Served by admission_permits_expiry_idx; skipped (a one-time filter)
-    -- while slots suffice. SKIP LOCKED: a permit whose release is deleting
+    -- while slots and the in-flight token budget suffice for every
+    -- request. SKIP LOCKED: a permit whose release is deleting
     -- it right now is left to that release, which locks the permit before
     -- the pool row; waiting for it here, under the pool row's lock, would
     -- be a deadlock.
@@ -90,13 +93,15 @@ reaped AS (
     WHERE x.id IN (
         SELECT e.id FROM /*schema*/admission_permits AS e
         WHERE e.pool = $1 AND e.expires_at <= now()
-          AND (SELECT c.slots FROM current AS c) < cardinality($2::uuid[])
+          AND (SELECT c.slots < cardinality($2::uuid[])
+                   OR (c.kv_max > 0 AND c.kv_free_now < (SELECT sum(t) FROM unnest($3::bigint[]) AS t))
+               FROM current AS c)
         FOR UPDATE SKIP LOCKED)
-    RETURNING 1
+    RETURNING x.tokens
 ),
 pool AS (
-    SELECT c.*, c.slots + r.n AS free, r.n AS reaped
-    FROM current AS c, (SELECT count(*)::integer AS n FROM reaped) AS r
+    SELECT c.*, c.slots + r.n AS free, r.n AS reaped, c.kv_free_now + r.tokens AS kv_free, r.tokens AS reaped_tokens
+    FROM current AS c, (SELECT count(*)::integer AS n, coalesce(sum(tokens), 0)::bigint AS tokens FROM reaped) AS r
 ),
 asked AS (
     SELECT a.ord, a.id, a.tokens, a.tenant, e.acquired_at, e.expires_at
@@ -108,13 +113,14 @@ asked AS (
 fresh AS (
     SELECT f.id, f.tokens, f.tenant, row_number() OVER w AS n, sum(f.tokens) OVER w AS cum
     FROM asked AS f, pool
-    WHERE f.acquired_at IS NULL AND f.tokens <= pool.token_burst
+    WHERE f.acquired_at IS NULL AND f.tokens <= pool.token_burst AND (pool.kv_max = 0 OR f.tokens <= pool.kv_max)
     WINDOW w AS (ORDER BY f.ord)
 ),
 granted AS (
     SELECT f.id, f.tokens, f.tenant
     FROM fresh AS f, pool
     WHERE pool.open AND f.n <= pool.free AND f.n <= pool.requests AND f.cum <= pool.tokens
+        AND (pool.kv_max = 0 OR f.cum <= pool.kv_free)
 ),
 total AS (
     SELECT count(*)::integer AS n, coalesce(sum(g.tokens), 0)::double precision AS tokens
@@ -125,7 +131,8 @@ charged AS (
         request_level = pool.requests - total.n,
         token_level = pool.tokens - total.tokens,
         refilled_at = pool.at,
-        in_flight = p.in_flight + total.n - pool.reaped
+        in_flight = p.in_flight + total.n - pool.reaped,
+        in_flight_tokens = greatest(0, p.in_flight_tokens + total.tokens::bigint - pool.reaped_tokens)
     FROM pool, total
     WHERE p.name = $1 AND (total.n > 0 OR pool.reaped > 0)
     -- The bucket clock's time of these grants (never earlier than the
@@ -142,7 +149,7 @@ inserted AS (
 SELECT coalesce(i.acquired_at, a.acquired_at), coalesce(i.expires_at, a.expires_at),
     pool.rpm, pool.tpm, pool.max_in_flight, pool.token_burst,
     pool.requests - total.n, pool.tokens - total.tokens, pool.max_in_flight - pool.free + total.n,
-    pool.cooldown
+    pool.cooldown, pool.kv_max, pool.kv_max - pool.kv_free + total.tokens::bigint
 FROM asked AS a
 CROSS JOIN pool
 CROSS JOIN total
@@ -186,6 +193,7 @@ gone AS (
 refund AS (
     SELECT count(*)::integer AS released,
         count(*) FILTER (WHERE g.result = 0)::integer AS requests,
+        coalesce(sum(g.tokens), 0)::bigint AS reserved,
         coalesce(sum(CASE
             WHEN g.result = 0 THEN g.tokens
             WHEN g.result = 1 AND NOT p.charge_reserved THEN g.tokens - g.input_tokens - g.output_tokens
@@ -197,6 +205,7 @@ refund AS (
 settled AS (
     UPDATE /*schema*/admission_pools AS p SET
         in_flight = p.in_flight - r.released,
+        in_flight_tokens = greatest(0, p.in_flight_tokens - r.reserved),
         request_level = least(p.request_burst, p.request_level + r.requests),
         token_level = least(p.token_burst, p.token_level + r.tokens)
     FROM refund AS r
@@ -245,10 +254,12 @@ WITH granted AS (
         request_level = /*schema*/admission_level(p.request_level, p.request_burst, p.rpm, p.refilled_at) - 1,
         token_level = /*schema*/admission_level(p.token_level, p.token_burst, p.tpm, p.refilled_at) - $2::bigint,
         refilled_at = greatest(p.refilled_at, now()),
-        in_flight = p.in_flight + 1
+        in_flight = p.in_flight + 1,
+        in_flight_tokens = p.in_flight_tokens + $2::bigint
     WHERE p.name = $1
       AND p.cooldown_until <= now()
       AND p.in_flight < p.max_in_flight
+      AND (p.max_in_flight_tokens = 0 OR p.in_flight_tokens + $2::bigint <= p.max_in_flight_tokens)
       AND /*schema*/admission_level(p.request_level, p.request_burst, p.rpm, p.refilled_at) >= 1
       AND /*schema*/admission_level(p.token_level, p.token_burst, p.tpm, p.refilled_at) >= $2::bigint
     -- RETURNING sees the new row: refilled_at is the bucket clock's time of
@@ -291,6 +302,7 @@ WITH gone AS (
 settled AS (
     UPDATE /*schema*/admission_pools AS p SET
         in_flight = p.in_flight - 1,
+        in_flight_tokens = greatest(0, p.in_flight_tokens - gone.tokens),
         request_level = least(p.request_burst, p.request_level + CASE WHEN $2 = 0 THEN 1 ELSE 0 END),
         token_level = least(p.token_burst, p.token_level + CASE
             WHEN $2 = 0 THEN gone.tokens
@@ -324,8 +336,8 @@ FROM settled;
 -- burst nor takes away what was earned.
 INSERT INTO /*schema*/admission_pools AS p (
     name, rpm, tpm, max_in_flight, request_burst, token_burst,
-    charge_reserved, refund_uncertain, input_price, output_price, request_level, token_level)
-VALUES ($1, $2, $3, $4, $5::integer, $6::bigint, $7, $8, $9, $10, $5::integer, $6::bigint)
+    charge_reserved, refund_uncertain, input_price, output_price, request_level, token_level, max_in_flight_tokens)
+VALUES ($1, $2, $3, $4, $5::integer, $6::bigint, $7, $8, $9, $10, $5::integer, $6::bigint, $11)
 ON CONFLICT (name) DO UPDATE SET
     request_level = least(excluded.request_burst,
         /*schema*/admission_level(p.request_level, p.request_burst, p.rpm, p.refilled_at)),
@@ -341,6 +353,7 @@ ON CONFLICT (name) DO UPDATE SET
     refund_uncertain = excluded.refund_uncertain,
     input_price = excluded.input_price,
     output_price = excluded.output_price,
+    max_in_flight_tokens = excluded.max_in_flight_tokens,
     updated_at = now();
 
 -- name: SelectPool
@@ -353,7 +366,8 @@ SELECT rpm, tpm, max_in_flight, request_burst, token_burst, charge_reserved, ref
     /*schema*/admission_level(token_level, token_burst, tpm, refilled_at),
     in_flight,
     extract(epoch FROM greatest(cooldown_until, now()) - now())::double precision,
-    EXISTS (SELECT 1 FROM /*schema*/admission_permits AS e WHERE e.pool = p.name AND e.expires_at <= now())
+    EXISTS (SELECT 1 FROM /*schema*/admission_permits AS e WHERE e.pool = p.name AND e.expires_at <= now()),
+    max_in_flight_tokens, in_flight_tokens
 FROM /*schema*/admission_pools AS p
 WHERE name = $1;
 
@@ -368,17 +382,19 @@ GROUP BY tenant, pool, day
 ORDER BY day, pool;
 
 -- name: ReapPermits
--- Returns the slots of a pool's expired permits (their holders died or
--- overran the TTL), for Reap; a grant cycle short of slots does the same
--- itself. Their requests and tokens are not refunded: the calls
--- may have reached the provider. Served by admission_permits_expiry_idx.
+-- Returns the slots (and in-flight tokens) of a pool's expired permits
+-- (their holders died or overran the TTL), for Reap; a grant cycle short
+-- of either does the same itself. Their requests and tokens are not
+-- refunded to the buckets: the calls may have reached the provider.
+-- Served by admission_permits_expiry_idx.
 WITH gone AS (
     DELETE FROM /*schema*/admission_permits
     WHERE pool = $1 AND expires_at <= now()
-    RETURNING 1
+    RETURNING tokens
 )
 UPDATE /*schema*/admission_pools AS p SET
-    in_flight = p.in_flight - (SELECT count(*) FROM gone)
+    in_flight = p.in_flight - (SELECT count(*) FROM gone),
+    in_flight_tokens = greatest(0, p.in_flight_tokens - (SELECT sum(tokens) FROM gone))
 WHERE p.name = $1 AND EXISTS (SELECT 1 FROM gone)
 RETURNING (SELECT count(*) FROM gone);
 
@@ -416,6 +432,7 @@ SELECT name, rpm, tpm, max_in_flight, request_burst, token_burst, charge_reserve
     /*schema*/admission_level(token_level, token_burst, tpm, refilled_at),
     in_flight,
     extract(epoch FROM greatest(cooldown_until, now()) - now())::double precision,
-    EXISTS (SELECT 1 FROM /*schema*/admission_permits AS e WHERE e.pool = p.name AND e.expires_at <= now())
+    EXISTS (SELECT 1 FROM /*schema*/admission_permits AS e WHERE e.pool = p.name AND e.expires_at <= now()),
+    max_in_flight_tokens, in_flight_tokens
 FROM /*schema*/admission_pools AS p
 ORDER BY name;

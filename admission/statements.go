@@ -36,7 +36,7 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.acquireOne, "AcquireOne", 6, new(grantScan).acquiredDest()...).
 			Binds("", int64(0), uuid.UUID{}, "", "", time.Duration(0)),
 		dbsql.Discard(&q.releaseOne, "ReleaseOne", 5).Binds(uuid.UUID{}, 0, int64(0), int64(0), int16(0)),
-		dbsql.Exec(&q.upsertPool, "UpsertPool", 10),
+		dbsql.Exec(&q.upsertPool, "UpsertPool", 11),
 		dbsql.Query(&q.selectPool, "SelectPool", 1, new(poolScan).dest()...),
 		dbsql.Query(&q.selectPools, "SelectPools", 0, new(poolScan).namedDest()...),
 		dbsql.Query(&q.reapPermits, "ReapPermits", 1, new(int64)),
@@ -66,7 +66,7 @@ type grantScan struct {
 func (s *grantScan) dest() []any {
 	a := &s.g.after
 	return []any{&s.g.acquired, &s.g.expires, &a.RPM, &a.TPM, &a.MaxInFlight, &a.TokenBurst,
-		&a.RequestLevel, &a.TokenLevel, &a.InFlight, &s.cooldown}
+		&a.RequestLevel, &a.TokenLevel, &a.InFlight, &s.cooldown, &a.MaxInFlightTokens, &a.InFlightTokens}
 }
 
 func (s *grantScan) acquiredDest() []any { return []any{&s.g.acquired, &s.g.expires, &s.discard} }
@@ -80,7 +80,8 @@ type poolScan struct {
 func (p *poolScan) dest() []any {
 	s := &p.s
 	return []any{&s.RPM, &s.TPM, &s.MaxInFlight, &s.RequestBurst, &s.TokenBurst, &s.ChargeReserved, &s.RefundUncertain,
-		&s.InputPrice, &s.OutputPrice, &s.RequestLevel, &s.TokenLevel, &s.InFlight, &p.cooldown, &s.hasExpired}
+		&s.InputPrice, &s.OutputPrice, &s.RequestLevel, &s.TokenLevel, &s.InFlight, &p.cooldown, &s.hasExpired,
+		&s.MaxInFlightTokens, &s.InFlightTokens}
 }
 
 func (p *poolScan) namedDest() []any { return append([]any{&p.s.Name}, p.dest()...) }

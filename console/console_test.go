@@ -294,12 +294,16 @@ func TestPoolEdit(t *testing.T) {
 	}
 	rec := s.post("/pools/none", url.Values{"csrf_token": {token}, "rpm": {"5"}}, user)
 	require.Equal(t, http.StatusNotFound, rec.Code)
-	rec = s.post("/pools/openai-gpt", url.Values{"csrf_token": {token}, "rpm": {"1200"}, "max_in_flight": {"16"}}, user)
+	rec = s.post("/pools/openai-gpt", url.Values{"csrf_token": {token}, "rpm": {"1200"}, "max_in_flight": {"16"}, "max_in_flight_tokens": {"64000"}}, user)
 	require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
-	var rpm, inFlight int
-	require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT rpm, max_in_flight FROM "+f.schema+".admission_pools WHERE name = 'openai-gpt'").Scan(&rpm, &inFlight))
+	var rpm, inFlight, inFlightTokens int
+	require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT rpm, max_in_flight, max_in_flight_tokens FROM "+f.schema+".admission_pools WHERE name = 'openai-gpt'").
+		Scan(&rpm, &inFlight, &inFlightTokens))
 	require.Equal(t, 1200, rpm)
 	require.Equal(t, 16, inFlight)
+	require.Equal(t, 64000, inFlightTokens)
+	_, body = s.get("/pools")
+	require.Contains(t, body, "0 / 64,000", "the pool's tokens in flight against its budget")
 }
 
 // Listings page with cursors; a filter that matches little stops at the

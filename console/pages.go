@@ -500,7 +500,8 @@ func (h *Handler) setPool(w http.ResponseWriter, r *http.Request, actor string) 
 		return err
 	}
 	h.cfg.Logger.InfoContext(r.Context(), "console: pool limits changed", "actor", actor, "pool", name,
-		"rpm", p.RPM, "tpm", p.TPM, "max_in_flight", p.MaxInFlight, "request_burst", p.RequestBurst, "token_burst", p.TokenBurst,
+		"rpm", p.RPM, "tpm", p.TPM, "max_in_flight", p.MaxInFlight, "max_in_flight_tokens", p.MaxInFlightTokens,
+		"request_burst", p.RequestBurst, "token_burst", p.TokenBurst,
 		"input_price", p.InputPrice, "output_price", p.OutputPrice)
 	target := h.cfg.BasePath + "/pools?" + url.Values{"flash": {"pool-updated"}}.Encode()
 	http.Redirect(w, r, target, http.StatusSeeOther)
@@ -519,6 +520,7 @@ func poolFromForm(r *http.Request, p admission.Pool) (admission.Pool, error) {
 	ints := []intField{
 		{"rpm", &rpm}, {"tpm", &p.TPM}, {"max_in_flight", &inFlight}, {"request_burst", &reqBurst},
 		{"token_burst", &p.TokenBurst}, {"input_price", &p.InputPrice}, {"output_price", &p.OutputPrice},
+		{"max_in_flight_tokens", &p.MaxInFlightTokens},
 	}
 	for _, f := range ints {
 		s := r.PostFormValue(f.field)

@@ -141,8 +141,8 @@ func TestPruneRemovesExactlyWhatIsDue(t *testing.T) {
 	f.exec(t, `INSERT INTO %s.webhook_attempts (delivery_id, job_id, attempt, url, started_at, latency_ms, outcome, key_ids, request_headers)
 		SELECT id, gen_random_uuid(), 1, 'u', now(), 1, 'delivered', '{}', '{}' FROM %[1]s.webhook_deliveries`)
 	// A pool with two permits in flight, one of them expired.
-	f.exec(t, `INSERT INTO %s.admission_pools (name, rpm, tpm, max_in_flight, request_burst, token_burst, request_level, token_level, in_flight)
-		VALUES ('p', 60, 1000, 10, 60, 1000, 60, 1000, 2)`)
+	f.exec(t, `INSERT INTO %s.admission_pools (name, rpm, tpm, max_in_flight, request_burst, token_burst, request_level, token_level, in_flight, in_flight_tokens)
+		VALUES ('p', 60, 1000, 10, 60, 1000, 60, 1000, 2, 2)`)
 	f.exec(t, `INSERT INTO %s.admission_permits (id, pool, tokens, expires_at) VALUES
 		(gen_random_uuid(), 'p', 1, now() - interval '1 minute'), (gen_random_uuid(), 'p', 1, now() + interval '1 hour')`)
 
@@ -186,9 +186,10 @@ func TestPruneRemovesExactlyWhatIsDue(t *testing.T) {
 	require.Equal(t, 1, f.count(t, "webhook_deliveries"))
 	require.Equal(t, 1, f.count(t, "webhook_attempts"), "attempts follow their delivery")
 	require.Equal(t, 1, f.count(t, "admission_permits"))
-	var inFlight int
-	require.NoError(t, f.db.Pool.QueryRow(ctx, "SELECT in_flight FROM "+f.db.Schema+".admission_pools").Scan(&inFlight))
+	var inFlight, inFlightTokens int
+	require.NoError(t, f.db.Pool.QueryRow(ctx, "SELECT in_flight, in_flight_tokens FROM "+f.db.Schema+".admission_pools").Scan(&inFlight, &inFlightTokens))
 	require.Equal(t, 1, inFlight, "a reaped permit's slot is handed back")
+	require.Equal(t, 1, inFlightTokens, "and its reserved tokens")
 	got, err := f.store.Get(ctx, f.db.Pool, "acme", replay.Job.ID)
 	require.NoError(t, err)
 	require.Equal(t, uuid.Nil, got.ReplayOf, "a replay outlives the job it replayed, unlinked")

@@ -17,13 +17,14 @@ import (
 type poolRow struct {
 	admission.Pool
 	InFlight        int     `json:"in_flight"`
-	RequestLevel    float64 `json:"request_level"` // requests grantable now
-	TokenLevel      float64 `json:"token_level"`   // tokens grantable now
+	InFlightTokens  int64   `json:"in_flight_tokens"` // reserved by the permits in flight
+	RequestLevel    float64 `json:"request_level"`    // requests grantable now
+	TokenLevel      float64 `json:"token_level"`      // tokens grantable now
 	CooldownSeconds float64 `json:"cooldown_seconds"`
 }
 
 func newPoolRow(s admission.PoolState) poolRow {
-	return poolRow{Pool: s.Pool, InFlight: s.InFlight, RequestLevel: s.RequestLevel, TokenLevel: s.TokenLevel, CooldownSeconds: s.Cooldown.Seconds()}
+	return poolRow{Pool: s.Pool, InFlight: s.InFlight, InFlightTokens: s.InFlightTokens, RequestLevel: s.RequestLevel, TokenLevel: s.TokenLevel, CooldownSeconds: s.Cooldown.Seconds()}
 }
 
 func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -48,10 +49,11 @@ func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return printPools(stdout, c.json, rows)
 		})
 	}
-	var rpm, tpm, inFlight, requestBurst, tokenBurst, inputPrice, outputPrice count
+	var rpm, tpm, inFlight, inFlightTokens, requestBurst, tokenBurst, inputPrice, outputPrice count
 	fs.Var(&rpm, "rpm", "`requests` per minute the provider allows the pool")
 	fs.Var(&tpm, "tpm", "`tokens` per minute the provider allows the pool")
 	fs.Var(&inFlight, "in-flight", "`calls` in flight at once, across every process")
+	fs.Var(&inFlightTokens, "in-flight-tokens", "`tokens` the calls in flight may reserve together: a local server's KV-cache budget (0: no limit)")
 	fs.Var(&requestBurst, "request-burst", "`requests` granted at once after a quiet spell (0: RPM/60)")
 	fs.Var(&tokenBurst, "token-burst", "token bucket size in `tokens`, the largest request admitted (0: TPM/10)")
 	fs.Var(&inputPrice, "input-price", "price of a million input tokens, in `micro-units`, for the usage ledger")
@@ -68,13 +70,13 @@ func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	changes := 0
-	for _, f := range []string{"rpm", "tpm", "in-flight", "request-burst", "token-burst", "input-price", "output-price", "charge-reserved", "refund-uncertain"} {
+	for _, f := range []string{"rpm", "tpm", "in-flight", "in-flight-tokens", "request-burst", "token-burst", "input-price", "output-price", "charge-reserved", "refund-uncertain"} {
 		if set[f] {
 			changes++
 		}
 	}
 	if changes == 0 {
-		return fmt.Errorf("%w: pools set %s: give at least one of --rpm, --tpm, --in-flight, --request-burst, --token-burst, --input-price, --output-price, --charge-reserved, --refund-uncertain", errUsage, name)
+		return fmt.Errorf("%w: pools set %s: give at least one of --rpm, --tpm, --in-flight, --in-flight-tokens, --request-burst, --token-burst, --input-price, --output-price, --charge-reserved, --refund-uncertain", errUsage, name)
 	}
 	for _, f := range []struct {
 		name string
@@ -124,6 +126,7 @@ func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			{"rpm", func() { p.RPM = int(rpm) }},
 			{"tpm", func() { p.TPM = int64(tpm) }},
 			{"in-flight", func() { p.MaxInFlight = int(inFlight) }},
+			{"in-flight-tokens", func() { p.MaxInFlightTokens = int64(inFlightTokens) }},
 			{"request-burst", func() { p.RequestBurst = int(requestBurst) }},
 			{"token-burst", func() { p.TokenBurst = int64(tokenBurst) }},
 			{"input-price", func() { p.InputPrice = int64(inputPrice) }},
@@ -195,10 +198,10 @@ func printPools(w io.Writer, asJSON bool, rows []poolRow) error {
 		return writeJSON(w, rows)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprint(tw, "POOL\tRPM\tTPM\tIN FLIGHT\tREQUESTS NOW\tTOKENS NOW\tCOOLDOWN\tPRICE IN/OUT\n")
+	fmt.Fprint(tw, "POOL\tRPM\tTPM\tIN FLIGHT\tTOKENS IN FLIGHT\tREQUESTS NOW\tTOKENS NOW\tCOOLDOWN\tPRICE IN/OUT\n")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d/%d\t%.0f/%d\t%.0f/%d\t%s\t%d/%d\n", r.Name, r.RPM, r.TPM, r.InFlight, r.MaxInFlight,
-			math.Floor(r.RequestLevel), r.RequestBurst, math.Floor(r.TokenLevel), r.TokenBurst, age(r.CooldownSeconds), r.InputPrice, r.OutputPrice)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d/%d\t%d/%s\t%.0f/%d\t%.0f/%d\t%s\t%d/%d\n", r.Name, r.RPM, r.TPM, r.InFlight, r.MaxInFlight,
+			r.InFlightTokens, limit(r.MaxInFlightTokens), math.Floor(r.RequestLevel), r.RequestBurst, math.Floor(r.TokenLevel), r.TokenBurst, age(r.CooldownSeconds), r.InputPrice, r.OutputPrice)
 	}
 	if len(rows) == 0 {
 		fmt.Fprint(tw, "(no pools)\n")
