@@ -43,7 +43,7 @@ type localPool struct {
 func NewLocal(pools ...Pool) (*Local, error) {
 	l := &Local{pools: map[string]*localPool{}, inFlightRetry: DefaultInFlightRetry, now: time.Now}
 	for _, p := range pools {
-		if err := l.SetPool(context.Background(), p); err != nil {
+		if err := l.setPool(p); err != nil {
 			return nil, err
 		}
 	}
@@ -52,7 +52,9 @@ func NewLocal(pools ...Pool) (*Local, error) {
 
 // SetPool creates pool or changes its limits; buckets keep their levels
 // (clamped to the new bursts).
-func (l *Local) SetPool(_ context.Context, pool Pool) error {
+func (l *Local) SetPool(_ context.Context, pool Pool) error { return l.setPool(pool) }
+
+func (l *Local) setPool(pool Pool) error {
 	pool, err := pool.withDefaults()
 	if err != nil {
 		return err

@@ -81,8 +81,19 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Float64Var(&in.AttemptsPerJob, "attempts-per-job", 1, "mean attempts per job (1.1 when one job in ten is retried once)")
 	fs.Float64Var(&in.Backlog, "backlog", 10_000, "jobs waiting")
 	fs.Float64Var(&in.ArrivalsPerHour, "arrivals-per-hour", 0, "new jobs per hour while the backlog drains")
+	var local localPlanInput
+	var contexts string
+	fs.Float64Var(&local.KVTokens, "kv-tokens", 0, "plan a local inference pool with this in-flight token budget (its server's KV cache); the flags below apply")
+	fs.StringVar(&contexts, "contexts", "2500:0.8,60000:0.2", "local: the backlog's prompts as tokens:fraction,...")
+	fs.Float64Var(&local.MaxTokens, "max-tokens", 1000, "local: max_tokens of each call, reserved with its prompt")
+	fs.Float64Var(&local.OutputTokens, "output-tokens", 800, "local: tokens each call generates on average")
+	fs.DurationVar(&local.PrefillPerToken, "prefill-per-token", 50*time.Microsecond, "local: the server's prefill time per prompt token")
+	fs.DurationVar(&local.DecodeStep, "decode-step", 25*time.Millisecond, "local: one decode step of the server's batch")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if setFlags(fs)["kv-tokens"] {
+		return runLocalPlan(ctx, c, stdout, local, contexts, in.Backlog, pool)
 	}
 	if pool != "" {
 		if err := loadPlanPool(ctx, c, pool, &in, setFlags(fs)); err != nil {
@@ -114,6 +125,53 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(tw, "drain %g jobs\twith %g arrivals/h\t= %s\t\n", in.Backlog, in.ArrivalsPerHour, planDuration(r.DrainWithArrivals))
 	}
 	return tw.Flush()
+}
+
+// runLocalPlan is `llmq plan -kv-tokens`: the admissible concurrency and
+// drain time of a local inference pool (see computeLocalPlan). With -pool,
+// a pool's MaxInFlightTokens is the budget when -kv-tokens is 0.
+func runLocalPlan(ctx context.Context, c *common, stdout io.Writer, in localPlanInput, contexts string, backlog float64, pool string) error {
+	shares, err := parseContexts(contexts)
+	if err != nil {
+		return fmt.Errorf("%w: -contexts: %w", errUsage, err)
+	}
+	in.Contexts, in.Backlog = shares, backlog
+	if pool != "" && in.KVTokens == 0 {
+		budget, err := loadPlanBudget(ctx, c, pool)
+		if err != nil {
+			return err
+		}
+		in.KVTokens = budget
+	}
+	if err := checkLocalPlan(in); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	r := computeLocalPlan(in)
+	if c.json {
+		return writeJSON(stdout, r)
+	}
+	return printLocalPlan(stdout, r)
+}
+
+// loadPlanBudget reads a pool's in-flight token budget.
+func loadPlanBudget(ctx context.Context, c *common, name string) (float64, error) {
+	pool, err := c.connect(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer pool.Close()
+	l, err := admission.NewPostgres(pool, admission.Config{Schema: c.schema})
+	if err != nil {
+		return 0, err
+	}
+	s, err := l.State(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	if s.MaxInFlightTokens == 0 {
+		return 0, fmt.Errorf("%w: pool %q has no in-flight token budget; give -kv-tokens", errUsage, name)
+	}
+	return float64(s.MaxInFlightTokens), nil
 }
 
 // loadPlanPool fills the limits from an admission pool, except those given

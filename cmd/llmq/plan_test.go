@@ -73,3 +73,57 @@ func TestPlanFromPool(t *testing.T) {
 	require.Equal(t, 2, code, "an unknown pool is refused input")
 	require.Contains(t, stderr, "unknown pool")
 }
+
+// A local pool's plan: the admissible concurrency from the KV budget and
+// the mean reservation, and the drain time from the prefill and decode
+// times of the server's model.
+func TestPlanLocal(t *testing.T) {
+	t.Parallel()
+	code, out, stderr := runCLI(t, "plan", "-kv-tokens", "200000", "-contexts", "3000:0.5,37000:0.5", "-max-tokens", "1000",
+		"-output-tokens", "500", "-prefill-per-token", "100us", "-decode-step", "20ms", "-backlog", "100", "--json")
+	require.Equal(t, 0, code, stderr)
+	var r localPlanResult
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.InDelta(t, 21_000, r.MeanReservation, 1e-9, "a mean prompt of 20,000 plus 1,000 reserved for output")
+	require.InDelta(t, 9, r.Concurrency, 1e-9, "200,000 / 21,000, rounded down")
+	require.InDelta(t, 2, r.PrefillSecondsPerCall, 1e-9, "20,000 tokens at 100µs")
+	require.InDelta(t, 500*0.02/9, r.DecodeSecondsPerCall, 1e-9)
+	require.Equal(t, "prefill (the engine's prompt rate)", r.Binding)
+	require.InDelta(t, 100*(2+500*0.02/9), r.DrainSeconds, 1e-6)
+	require.True(t, r.LargestFits)
+
+	code, out, _ = runCLI(t, "plan", "-kv-tokens", "50000", "-contexts", "60000:1")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "never admissible")
+
+	for _, bad := range [][]string{
+		{"plan", "-kv-tokens", "0"},
+		{"plan", "-kv-tokens", "1000", "-contexts", "100:0.5"},
+		{"plan", "-kv-tokens", "1000", "-contexts", "abc"},
+		{"plan", "-kv-tokens", "1000", "-output-tokens", "2000"},
+	} {
+		code, _, _ := runCLI(t, bad...)
+		require.Equal(t, 2, code, "%v", bad)
+	}
+}
+
+// FuzzParseContexts: -contexts is parsed or refused, never a panic; what
+// is parsed has positive tokens and fractions summing to 1.
+func FuzzParseContexts(f *testing.F) {
+	for _, seed := range []string{"2500:0.8,60000:0.2", "1:1", "", ":", "1e400:1", "5:0.5,5:0.5", "NaN:1", "3:-1,3:2"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		shares, err := parseContexts(s)
+		if err != nil {
+			return
+		}
+		sum := 0.0
+		for _, c := range shares {
+			require.GreaterOrEqual(t, c.Tokens, 1.0)
+			require.Greater(t, c.Fraction, 0.0)
+			sum += c.Fraction
+		}
+		require.InDelta(t, 1, sum, 0.001)
+	})
+}

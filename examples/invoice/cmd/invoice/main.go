@@ -2,6 +2,7 @@
 //
 //	invoice -mode api    -addr :8080 -tokens tok-acme=acme,tok-ops=acme:operator
 //	invoice -mode worker -provider-url http://127.0.0.1:8090/v1 -rpm 600 -tpm 1000000 -metrics-addr :9091
+//	invoice -mode worker -provider-url http://127.0.0.1:8091/v1 -rpm 1000000 -tpm 1000000000 -in-flight-tokens 200000  # a local server
 //	invoice -mode register-endpoint -tenant acme -url https://erp.example.com/webhooks/acme
 //	invoice -mode put-supplier -tenant acme -name "Nordwind Papier GmbH" -iban DE89370400440532013000
 //
@@ -43,7 +44,7 @@ type options struct {
 	schema, tokens                       string
 	providerURL, apiKey, pool            string
 	rpm, workers, maxInFlight            int
-	tpm                                  int64
+	tpm, inFlightTokens                  int64
 	tenant, url, name, iban              string
 	allowLoopback, relay                 bool
 }
@@ -62,6 +63,7 @@ func main() {
 	flag.IntVar(&o.rpm, "rpm", 0, "the pool's requests per minute; 0 keeps the stored limits (worker)")
 	flag.Int64Var(&o.tpm, "tpm", 0, "the pool's tokens per minute (worker)")
 	flag.IntVar(&o.maxInFlight, "max-in-flight", 0, "the pool's concurrent calls; default -workers (worker)")
+	flag.Int64Var(&o.inFlightTokens, "in-flight-tokens", 0, "the tokens the pool's calls in flight may reserve together, for a local inference server's KV cache; 0: no limit (worker)")
 	flag.IntVar(&o.workers, "workers", 10, "extractions in flight in this process (worker)")
 	flag.StringVar(&o.tenant, "tenant", "", "tenant (register-endpoint, put-supplier)")
 	flag.StringVar(&o.name, "name", "", "supplier name (put-supplier)")
@@ -124,7 +126,7 @@ func run(ctx context.Context, o options) error {
 	case "worker":
 		runner, err := svc.NewRunner(ctx, invoice.WorkerConfig{
 			ProviderURL: o.providerURL, APIKey: o.apiKey, Pool: o.pool, Workers: o.workers, Logger: logger,
-			Limits:        admission.Pool{RPM: o.rpm, TPM: o.tpm, MaxInFlight: max(o.maxInFlight, o.workers)},
+			Limits:        admission.Pool{RPM: o.rpm, TPM: o.tpm, MaxInFlight: max(o.maxInFlight, o.workers), MaxInFlightTokens: o.inFlightTokens},
 			MeterProvider: mp,
 		})
 		if err != nil {
