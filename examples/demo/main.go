@@ -19,7 +19,12 @@
 // jobs (Runner.Wake), in place of Postgres NOTIFY; polling stays as the
 // fallback.
 //
-//	go run ./examples/demo [-invoices 300] [-scale 100] [-schema llmq_demo] [-broker memory|rabbitmq|kafka|none]
+// With -provider local, the provider's answers take as long as a simulated
+// local inference server's engine needs for them (examples/localserver:
+// a KV cache of -kv-tokens, continuous batching, preemption), and the
+// worker's pool admits by tokens in flight within the same budget.
+//
+//	go run ./examples/demo [-invoices 300] [-scale 100] [-schema llmq_demo] [-broker memory|rabbitmq|kafka|none] [-provider fake|local]
 package main
 
 import (
@@ -55,6 +60,8 @@ type options struct {
 	Timeout     time.Duration
 	Broker      string // none, memory, rabbitmq or kafka: the path of the job events
 	AMQPURL     string
+	Provider    string // fake, or local: the fake provider in front of a simulated local server
+	KVTokens    int64  // -provider local: the local server's KV cache, and the pool's budget
 }
 
 func main() {
@@ -70,7 +77,13 @@ func main() {
 	flag.DurationVar(&o.Timeout, "timeout", 100*time.Second, "give up after this long")
 	flag.StringVar(&o.Broker, "broker", "memory", "carry the job events through none, memory (in process), rabbitmq or kafka (KAFKA_BROKERS, else in-process kfake)")
 	flag.StringVar(&o.AMQPURL, "amqp-url", envOr("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL for -broker rabbitmq")
+	flag.StringVar(&o.Provider, "provider", "fake", "fake, or local: the fake provider's API, quotas and faults in front of a simulated local inference server, whose KV cache sets the latency, and a pool with an in-flight token budget")
+	flag.Int64Var(&o.KVTokens, "kv-tokens", 8000, "-provider local: the server's KV cache in tokens, and the pool's in-flight token budget")
 	flag.Parse()
+	if o.Provider != "fake" && o.Provider != "local" || o.KVTokens < 1 {
+		fmt.Fprintln(os.Stderr, "demo: -provider is fake or local, and -kv-tokens positive")
+		os.Exit(2)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout+30*time.Second)
 	err := run(ctx, o)
@@ -189,10 +202,14 @@ func run(ctx context.Context, o options) error {
 	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgIdent(o.Schema)+" CASCADE"); err != nil {
 		return err
 	}
-	s, err := startStack(ctx, pool, stackConfig{
+	cfg := stackConfig{
 		Schema: o.Schema, Scale: o.Scale, ProviderRPM: o.RPM, Workers: o.Workers,
 		SmallQuota: 2, SystemMax: int64(o.Invoices + o.Small + 100), Broker: o.Broker,
-	})
+	}
+	if o.Provider == "local" {
+		cfg.LocalKVTokens = o.KVTokens
+	}
+	s, err := startStack(ctx, pool, cfg)
 	if err != nil {
 		return err
 	}
@@ -205,7 +222,11 @@ func run(ctx context.Context, o options) error {
 			}
 		}
 	}
-	d.logf("pipeline up: provider %s (mean 15s / %.0f), API %s, ERP %s; ERP down for the first %s", s.provSrv.URL, o.Scale, s.api.URL, s.erpSrv.URL, o.Outage)
+	latency := fmt.Sprintf("mean 15s / %.0f", o.Scale)
+	if s.local != nil {
+		latency = fmt.Sprintf("a local server's engine, KV cache %d tokens, times / %.0f", o.KVTokens, o.Scale)
+	}
+	d.logf("pipeline up: provider %s (%s), API %s, ERP %s; ERP down for the first %s", s.provSrv.URL, latency, s.api.URL, s.erpSrv.URL, o.Outage)
 	s.erp.SetDown(true)
 	go func() {
 		select {
@@ -610,6 +631,11 @@ func (d *demo) report(ctx context.Context) error {
 	p := d.s.provider.Stats()
 	fmt.Printf("\nprovider: %d calls, %d answered, %d rate-limited (429), %d hung, %d malformed, %d plausible but wrong\n",
 		p.Calls, p.Answered, p.RateLimited, p.Timeouts, p.Malformed, p.Wrong)
+	if d.s.local != nil {
+		ls := d.s.local.Stats()
+		fmt.Printf("local server: %d requests completed, %d preempted, %d abandoned by their clients, KV cache %d tokens\n",
+			ls.Completed, ls.Preemptions, ls.Aborted, ls.KVTokens)
+	}
 	fmt.Printf("API: %d same-key resubmissions answered with their job, %d idempotency conflicts (409), %d quota refusals (429) retried\n",
 		d.repeats, d.conflicts, d.quota429)
 	fmt.Printf("ERP: %d deliveries accepted, %d invoices booked (%d distinct invoices succeeded), %d requests refused during the outage\n",

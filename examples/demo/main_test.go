@@ -32,6 +32,18 @@ func TestDemoRuns(t *testing.T) {
 	}))
 }
 
+// Against a simulated local inference server's engine, with the pool
+// admitting by tokens in flight: the same invariants hold.
+func TestDemoRunsAgainstALocalServer(t *testing.T) {
+	t.Parallel()
+	db := freshSchema(t)
+	require.NoError(t, run(t.Context(), options{
+		DatabaseURL: llmqtest.URL(), Schema: db.Schema, Invoices: 20, Small: 4,
+		Scale: 300, RPM: 3000, Workers: 8, Outage: time.Second, Timeout: 60 * time.Second, Broker: "memory",
+		Provider: "local", KVTokens: 6000,
+	}))
+}
+
 // With RabbitMQ carrying the job events.
 func TestDemoRunsWithRabbitMQ(t *testing.T) {
 	t.Parallel()

@@ -16,6 +16,7 @@ import (
 	"github.com/llmq/llmq/examples/fakeprovider"
 	"github.com/llmq/llmq/examples/internal/serve"
 	"github.com/llmq/llmq/examples/invoice"
+	"github.com/llmq/llmq/examples/localserver"
 	"github.com/llmq/llmq/lease"
 	"github.com/llmq/llmq/llmqtype"
 	"github.com/llmq/llmq/outbox"
@@ -43,6 +44,12 @@ type stackConfig struct {
 	GapWait     time.Duration // the event stream's longest hold at a gap (0: the default)
 	// Tracer, when set, traces acceptance and work (tests).
 	Tracer trace.TracerProvider
+	// LocalKVTokens, when set, puts the fake provider's API, quotas and
+	// faults in front of a simulated local inference server
+	// (examples/localserver) with a KV cache of this many tokens: the
+	// answers' latency is its engine's, and the worker's pool has the
+	// same in-flight token budget (-provider local).
+	LocalKVTokens int64
 	// Broker names the broker carrying the job events ("" or "none": no
 	// broker). With one, the runner does not LISTEN: the events' consumer
 	// wakes it (see signals).
@@ -58,6 +65,7 @@ type stack struct {
 	auth     *invoice.Auth
 	svc      *invoice.Service
 	provider *fakeprovider.Server
+	local    *localserver.Server // with -provider local: the engine behind the provider
 	erp      *erp.ERP
 	api      *httptest.Server
 	provSrv  *httptest.Server
@@ -109,7 +117,15 @@ func startStack(ctx context.Context, pool *pgxpool.Pool, cfg stackConfig) (*stac
 		return nil, err
 	}
 	s := &stack{schema: cfg.Schema, pool: pool, auth: auth, svc: svc, erp: e}
-	s.provider = fakeprovider.New(fakeprovider.Config{Scale: cfg.Scale, RPM: cfg.ProviderRPM, TPM: 2_000_000})
+	pcfg := fakeprovider.Config{Scale: cfg.Scale, RPM: cfg.ProviderRPM, TPM: 2_000_000}
+	if cfg.LocalKVTokens > 0 {
+		s.local = localserver.New(localserver.Config{KVTokens: cfg.LocalKVTokens, Scale: cfg.Scale})
+		pcfg.Latency = func(ctx context.Context, prompt, maxTokens int64) error {
+			_, err := s.local.Generate(ctx, prompt, maxTokens)
+			return err
+		}
+	}
+	s.provider = fakeprovider.New(pcfg)
 	s.provSrv = newServer(s.provider)
 	s.erpSrv = newServer(e)
 	s.api = newServer(svc.Handler())
@@ -117,6 +133,9 @@ func startStack(ctx context.Context, pool *pgxpool.Pool, cfg stackConfig) (*stac
 		s.api.Close()
 		s.erpSrv.Close()
 		s.provSrv.Close()
+		if s.local != nil {
+			s.local.Close()
+		}
 	}
 	for _, tenant := range []string{bigTenant, smallTenant} {
 		_, key, err := svc.Webhooks.RegisterEndpoint(ctx, pool, webhookParams(tenant, s.erpSrv.URL+"/webhooks/"+tenant))
@@ -134,7 +153,7 @@ func startStack(ctx context.Context, pool *pgxpool.Pool, cfg stackConfig) (*stac
 		// The limiter holds the workers to the provider's own limits; the
 		// provider's clock and buckets are not the limiter's, so a few 429s
 		// still come back, and cool the pool down for every worker.
-		Limits:          admission.Pool{RPM: cfg.ProviderRPM, TPM: 1_800_000, MaxInFlight: cfg.Workers},
+		Limits:          admission.Pool{RPM: cfg.ProviderRPM, TPM: 1_800_000, MaxInFlight: cfg.Workers, MaxInFlightTokens: cfg.LocalKVTokens},
 		Workers:         cfg.Workers,
 		AttemptTimeout:  2 * time.Second,
 		Retry:           llmqtype.BackoffPolicy{Base: 100 * time.Millisecond, Cap: time.Second},

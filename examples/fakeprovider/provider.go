@@ -1,6 +1,7 @@
 package fakeprovider
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -39,6 +40,11 @@ type Config struct {
 	// moment a client has its answer but has not yet used it. It runs on
 	// the request's goroutine and must be safe for concurrent use.
 	OnCall func(Call)
+	// Latency, when set, takes the place of the exponential latency of an
+	// answer: it is called with the call's prompt and max tokens and
+	// returns when the answer is ready (the demo's -provider local waits
+	// for a simulated local server's engine here). An error answers 500.
+	Latency func(ctx context.Context, promptTokens, maxTokens int64) error
 }
 
 // Call describes one request the server handled, for Config.OnCall.
@@ -299,12 +305,23 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, d dialect) {
 		d.writeError(w, http.StatusInternalServerError, errServer, "The server had an error while processing your request")
 		return
 	}
-	t := time.NewTimer(latency)
-	select {
-	case <-t.C:
-	case <-r.Context().Done():
-		t.Stop()
-		return
+	if s.cfg.Latency != nil {
+		if err := s.cfg.Latency(r.Context(), promptTokens, maxOut); err != nil {
+			if r.Context().Err() == nil {
+				s.serverErrors.Add(1)
+				call.Status = http.StatusInternalServerError
+				d.writeError(w, http.StatusInternalServerError, errServer, err.Error())
+			}
+			return
+		}
+	} else {
+		t := time.NewTimer(latency)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
 	}
 
 	var content string

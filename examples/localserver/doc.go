@@ -36,5 +36,8 @@
 // these metrics. Every time is divided by Config.Scale, so a test runs in
 // seconds what a GPU runs in minutes. The answer's content is the invoice
 // example's extraction (fakeprovider.Extract), so the invoice worker can
-// run against it.
+// run against it. Generate runs a request through the engine without
+// HTTP, for a front of the host's own: the demo's -provider local puts
+// the fake provider's API, quotas and faults in front of it
+// (fakeprovider.Config.Latency).
 package localserver

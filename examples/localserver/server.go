@@ -2,7 +2,9 @@ package localserver
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -281,28 +283,12 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("this model's maximum context length is %d tokens; the request has %d prompt tokens and max_tokens %d", s.cfg.MaxModelLen, prompt, maxTokens))
 		return
 	}
-	q := &seq{prompt: prompt, target: min(maxTokens, s.cfg.OutputTokens), arrived: time.Now(), done: make(chan struct{})}
-	s.mu.Lock()
-	s.waiting = append(s.waiting, q)
-	s.mu.Unlock()
-	s.signal()
-	select {
-	case <-q.done:
-	case <-r.Context().Done():
-		s.mu.Lock()
-		if !q.gone {
-			q.gone = true
-			s.stats.Aborted++
-		}
-		s.mu.Unlock()
-		s.signal()
-		return
-	}
-	s.mu.Lock()
-	aborted := q.gone
-	s.mu.Unlock()
-	if aborted {
-		writeError(w, http.StatusServiceUnavailable, "server_error", "the server is shutting down")
+	generated, err := s.Generate(r.Context(), prompt, maxTokens)
+	switch {
+	case r.Context().Err() != nil:
+		return // the client gave up
+	case err != nil:
+		writeError(w, http.StatusServiceUnavailable, "server_error", err.Error())
 		return
 	}
 	content, err := json.Marshal(fakeprovider.Extract(document))
@@ -314,6 +300,42 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(fakeprovider.ChatResponse{
 		ID: "local-" + strconv.FormatInt(time.Now().UnixNano(), 36), Object: "chat.completion", Created: time.Now().Unix(), Model: s.cfg.Model,
 		Choices: []fakeprovider.ChatChoice{{Message: fakeprovider.ChatMessage{Role: "assistant", Content: string(content)}, FinishReason: "stop"}},
-		Usage:   fakeprovider.Usage{PromptTokens: q.prompt, CompletionTokens: q.target, TotalTokens: q.prompt + q.target},
+		Usage:   fakeprovider.Usage{PromptTokens: prompt, CompletionTokens: generated, TotalTokens: prompt + generated},
 	})
+}
+
+// ErrClosed is returned by Generate once the server is closed.
+var ErrClosed = errors.New("localserver: the server is shutting down")
+
+// Generate runs one request of promptTokens through the engine, as the
+// HTTP endpoint does, and returns the tokens it generated: at most
+// maxTokens, Config.OutputTokens by default. It returns when the request
+// is finished, ctx ends (its cache is freed at the next step) or the
+// server is closed (ErrClosed). A host that has its own HTTP front (the
+// demo's fake provider) uses it as that front's latency.
+func (s *Server) Generate(ctx context.Context, promptTokens, maxTokens int64) (int64, error) {
+	q := &seq{prompt: max(1, promptTokens), target: max(1, min(maxTokens, s.cfg.OutputTokens)), arrived: time.Now(), done: make(chan struct{})}
+	s.mu.Lock()
+	s.waiting = append(s.waiting, q)
+	s.mu.Unlock()
+	s.signal()
+	select {
+	case <-q.done:
+	case <-ctx.Done():
+		s.mu.Lock()
+		if !q.gone {
+			q.gone = true
+			s.stats.Aborted++
+		}
+		s.mu.Unlock()
+		s.signal()
+		return 0, ctx.Err()
+	}
+	s.mu.Lock()
+	aborted := q.gone
+	s.mu.Unlock()
+	if aborted {
+		return 0, ErrClosed
+	}
+	return q.target, nil
 }
