@@ -46,5 +46,6 @@ func ExampleMigrate() {
 	// applied 0015_job_steps
 	// applied 0016_job_batches
 	// applied 0017_admission_in_flight_tokens
+	// applied 0018_kvfeedback_lease
 	// all applied: true
 }

@@ -10,8 +10,9 @@
 //
 //	obs, err := kvfeedback.New(limiter, kvfeedback.Config{
 //		Pool: "local-llama", MetricsURL: "http://127.0.0.1:8000/metrics", Ceiling: 200_000,
+//		DB: pool, // the observers of the pool take turns: run one in every process
 //	})
-//	go obs.Run(ctx) // one observer per pool, in one process
+//	go obs.Run(ctx)
 //
 // # What it reads
 //
@@ -59,7 +60,23 @@
 //     time, so a budget an operator set by hand is the starting point).
 //   - The budget bounds what llmq admits, not what the server runs: other
 //     clients of the same server are pressure too, and lower llmq's share.
-//   - One observer per pool: two would each apply their steps, and a
-//     decrease would count twice. With the Postgres limiter the budget is
-//     the pool row's, so every process sees the observer's changes.
+//   - With Config.DB, one observer of a pool applies the control law at a
+//     time: each reading first takes or renews the pool's lease (a row of
+//     admission_observer_leases, migration 0018, never the pool row the
+//     grant cycles lock), and an observer that does not hold it reads
+//     nothing and returns a Reading with Standby set. Run frees the lease
+//     when it returns, so a standby takes over at its next reading; a
+//     holder that dies is replaced when its lease (3×Interval) lapses. An
+//     observer that takes over starts its counters' baseline again, so
+//     only a queue counts as pressure in its first reading. The lease
+//     costs one short statement per reading on DB, on a connection
+//     borrowed for it, and none between readings.
+//   - The lease is not a fence on the change itself: a holder paused for
+//     longer than Lease between renewing it and writing the budget may
+//     apply one step after another observer took over. Either step is
+//     within [Floor, Ceiling], and the next readings correct it.
+//   - Without Config.DB, run exactly one observer per pool: two would each
+//     apply their steps, and a decrease would count twice. With the
+//     Postgres limiter the budget is the pool row's, so every process
+//     sees the observer's changes.
 package kvfeedback

@@ -3,18 +3,28 @@ package kvfeedback
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
 	"net/url"
+	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/llmq/llmq/admission"
+	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/retry"
 	"github.com/llmq/llmq/llmqtype"
 )
+
+//go:embed lease.sql
+var leaseSQL string
 
 // The metrics an Observer reads, by vLLM's names.
 const (
@@ -67,9 +77,26 @@ type Config struct {
 	MaxTTFT time.Duration
 	// Client reads the metrics. Default: a client with a 5s timeout.
 	Client *http.Client
-	// Logger receives each change of the budget (Info) and failed
-	// readings (Warn). Default slog.Default().
+	// Logger receives each change of the budget and of the lease's holder
+	// (Info) and failed readings (Warn). Default slog.Default().
 	Logger *slog.Logger
+
+	// DB, when set, makes the observers of one pool take turns through
+	// the pool's observer lease (a row, migration 0018), so one may run in
+	// every process: only the holder reads the server and applies the
+	// control law, the others stand by and one of them takes over when
+	// the holder stops or its lease lapses. Pass the pool the Postgres
+	// limiter runs on. Nil: this observer always applies, which is right
+	// with admission.Local or when a single process runs the pool's only
+	// observer.
+	DB llmqtype.DBTX
+	// Schema holds the lease table (with DB). Default "llmq".
+	Schema string
+	// Holder names this observer on the lease. Default host/pid/random.
+	Holder string
+	// Lease is how long the lease holds without a renewal; every reading
+	// renews it. Default 3×Interval; at least 2×Interval.
+	Lease time.Duration
 }
 
 // Observer lowers a pool's in-flight token budget while its server
@@ -78,7 +105,9 @@ type Config struct {
 type Observer struct {
 	l   Limiter
 	cfg Config
+	sql statements // with Config.DB
 
+	holding bool    // whether the last Step held the lease
 	last    Reading // the previous successful reading; zero before the first
 	hasLast bool
 }
@@ -96,6 +125,21 @@ type Reading struct {
 	Pressure string
 	// Budget is the pool's MaxInFlightTokens after this reading.
 	Budget int64
+	// Standby is true when another observer holds the pool's lease (see
+	// Config.DB): this one read nothing and changed nothing.
+	Standby bool
+}
+
+// statements are lease.sql's; dbsqltest checks them against the schema.
+type statements struct {
+	takeLease, releaseLease string
+}
+
+func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
+	return dbsql.Load(schema, []string{leaseSQL},
+		dbsql.Query(&q.takeLease, "TakeLease", 3, new(time.Time)),
+		dbsql.Exec(&q.releaseLease, "ReleaseLease", 2),
+	)
 }
 
 // New validates cfg and returns an observer of l's pool.
@@ -130,6 +174,29 @@ func New(l Limiter, cfg Config) (*Observer, error) {
 		return fail("Increase", "is %d; must be positive", cfg.Increase)
 	case cfg.MaxTTFT < 0:
 		return fail("MaxTTFT", "is %v; must not be negative", cfg.MaxTTFT)
+	case cfg.Lease < 0:
+		return fail("Lease", "is %v; use 0 for the default or a positive duration", cfg.Lease)
+	}
+	o := &Observer{l: l}
+	if cfg.DB != nil {
+		schema, err := dbsql.NewSchema(cfg.Schema)
+		if err != nil {
+			return fail("Schema", "%v", err)
+		}
+		cfg.Schema = schema.Name()
+		if _, err := o.sql.load(schema); err != nil {
+			return nil, fmt.Errorf("kvfeedback: %w", err)
+		}
+		cfg.Lease = cmp.Or(cfg.Lease, 3*cfg.Interval)
+		if cfg.Lease < 2*cfg.Interval {
+			return fail("Lease", "is %v; use at least twice Interval (%v), or the holder loses it between readings", cfg.Lease, cfg.Interval)
+		}
+		if cfg.Holder == "" {
+			host, _ := os.Hostname()
+			var b [4]byte
+			_, _ = rand.Read(b[:])
+			cfg.Holder = fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+		}
 	}
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{Timeout: 5 * time.Second}
@@ -137,13 +204,16 @@ func New(l Limiter, cfg Config) (*Observer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Observer{l: l, cfg: cfg}, nil
+	o.cfg = cfg
+	return o, nil
 }
 
 // Run reads the metrics every Interval and adjusts the budget until ctx
 // ends. A reading that fails (the server is down, the page is malformed)
-// is logged and leaves the budget where it is.
+// is logged and leaves the budget where it is. With Config.DB, Run frees
+// the pool's lease when it returns.
 func (o *Observer) Run(ctx context.Context) error {
+	defer o.release(context.WithoutCancel(ctx))
 	for {
 		if _, err := o.Step(ctx); err != nil && ctx.Err() == nil {
 			o.cfg.Logger.WarnContext(ctx, "kvfeedback: reading the server's metrics failed; the budget stays", "pool", o.cfg.Pool, "err", err)
@@ -154,8 +224,19 @@ func (o *Observer) Run(ctx context.Context) error {
 	}
 }
 
-// Step takes one reading and applies the control law once.
+// Step takes one reading and applies the control law once. With
+// Config.DB it first takes or renews the pool's lease, and while another
+// observer holds it returns a Reading with Standby set.
 func (o *Observer) Step(ctx context.Context) (Reading, error) {
+	if o.cfg.DB != nil {
+		held, err := o.takeLease(ctx)
+		if err != nil {
+			return Reading{}, err
+		}
+		if !held {
+			return Reading{Standby: true}, nil
+		}
+	}
 	r, err := o.read(ctx)
 	if err != nil {
 		return Reading{}, err
@@ -239,4 +320,45 @@ func (o *Observer) read(ctx context.Context) (Reading, error) {
 		Waiting: m[MetricWaiting], Running: m[MetricRunning], KVUsage: usage, Preemptions: m[MetricPreemptions],
 		TTFTSum: m[MetricTTFTSum], TTFTCount: m[MetricTTFTCount],
 	}, nil
+}
+
+// takeLease takes or renews the pool's lease and reports whether this
+// observer holds it. A reading taken before another held the lease is
+// no baseline for the counters: the server may have preempted many times
+// since, so preemptions and time to first token start again.
+func (o *Observer) takeLease(ctx context.Context) (bool, error) {
+	var until time.Time
+	err := o.cfg.DB.QueryRow(ctx, o.sql.takeLease, o.cfg.Pool, o.cfg.Holder, o.cfg.Lease.Milliseconds()).Scan(&until)
+	held := err == nil
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return false, fmt.Errorf("kvfeedback: taking pool %q's observer lease: %w", o.cfg.Pool, dbsql.Migrated(err, o.cfg.Schema, "kvfeedback.Config.Schema"))
+	}
+	if held != o.holding {
+		o.holding = held
+		if held {
+			o.cfg.Logger.InfoContext(ctx, "kvfeedback: this observer holds the pool's lease and adjusts its budget", "pool", o.cfg.Pool, "holder", o.cfg.Holder)
+		} else {
+			o.cfg.Logger.InfoContext(ctx, "kvfeedback: another observer holds the pool's lease; standing by", "pool", o.cfg.Pool, "holder", o.cfg.Holder)
+		}
+	}
+	if !held {
+		o.hasLast = false
+	}
+	return held, nil
+}
+
+// release frees the pool's lease if this observer holds it, so another
+// takes over at its next reading.
+func (o *Observer) release(ctx context.Context) {
+	if o.cfg.DB == nil || !o.holding {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := o.cfg.DB.Exec(ctx, o.sql.releaseLease, o.cfg.Pool, o.cfg.Holder); err != nil {
+		o.cfg.Logger.WarnContext(ctx, "kvfeedback: freeing the pool's observer lease failed; another observer takes over when it lapses",
+			"pool", o.cfg.Pool, "lease", o.cfg.Lease, "err", err)
+		return
+	}
+	o.holding = false
 }

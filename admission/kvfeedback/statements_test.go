@@ -1,0 +1,14 @@
+package kvfeedback
+
+import (
+	"testing"
+
+	"github.com/llmq/llmq/internal/dbsql/dbsqltest"
+)
+
+// Every statement of lease.sql matches what the code binds and scans.
+func TestStatements(t *testing.T) {
+	t.Parallel()
+	var q statements
+	dbsqltest.Check(t, &q, q.load)
+}

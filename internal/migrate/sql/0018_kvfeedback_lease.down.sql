@@ -1,0 +1,1 @@
+DROP TABLE /*schema*/admission_observer_leases;
