@@ -65,6 +65,51 @@ type Batch struct {
 // Done reports whether every job of the batch is finished.
 func (b *Batch) Done() bool { return b.Finished == b.Total }
 
+// batchCompletedPayload is the payload of a BatchCompletedEvent, as the
+// batch_event block of batches.sql writes it.
+type batchCompletedPayload struct {
+	BatchID        uuid.UUID `json:"batch_id"`
+	Tenant         string    `json:"tenant"`
+	Key            string    `json:"batch_key"`
+	Total          int       `json:"total"`
+	Succeeded      int       `json:"succeeded"`
+	ReviewRequired int       `json:"review_required"`
+	Failed         int       `json:"failed"`
+	Cancelled      int       `json:"cancelled"`
+}
+
+// ParseBatchCompleted decodes the payload of a BatchCompletedEvent: the
+// batch as its last job left it, so Finished equals Total. The event does
+// not carry CreatedAt and FinishedAt; they are zero (Store.Batch reads
+// them while the batch is kept). A payload that is not such an event is
+// an error naming the field that is wrong.
+func ParseBatchCompleted(payload []byte) (*Batch, error) {
+	var p batchCompletedPayload
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return nil, fmt.Errorf("jobs: a %s payload: %w", BatchCompletedEvent, err)
+	}
+	bad := func(field, problem string) error {
+		return fmt.Errorf("jobs: a %s payload: %s %s", BatchCompletedEvent, field, problem)
+	}
+	switch {
+	case p.BatchID == uuid.Nil:
+		return nil, bad("batch_id", "is missing")
+	case p.Tenant == "":
+		return nil, bad("tenant", "is missing")
+	case p.Total < 1:
+		return nil, bad("total", fmt.Sprintf("is %d; a batch has at least one job", p.Total))
+	case p.Succeeded < 0 || p.ReviewRequired < 0 || p.Failed < 0 || p.Cancelled < 0:
+		return nil, bad("succeeded, review_required, failed and cancelled", "must not be negative")
+	case p.Succeeded+p.ReviewRequired+p.Failed+p.Cancelled != p.Total:
+		return nil, bad("succeeded, review_required, failed and cancelled",
+			fmt.Sprintf("add up to %d, not to total %d", p.Succeeded+p.ReviewRequired+p.Failed+p.Cancelled, p.Total))
+	}
+	return &Batch{
+		ID: p.BatchID, Tenant: p.Tenant, Key: p.Key, Total: p.Total, Finished: p.Total,
+		Succeeded: p.Succeeded, ReviewRequired: p.ReviewRequired, Failed: p.Failed, Cancelled: p.Cancelled,
+	}, nil
+}
+
 // EnqueueBatchResult is what EnqueueBatch accepted.
 type EnqueueBatchResult struct {
 	Batch *Batch

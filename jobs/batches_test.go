@@ -148,10 +148,16 @@ func TestBatchProgressFollowsEveryTransition(t *testing.T) {
 	require.False(t, done.FinishedAt.IsZero())
 	require.Equal(t, 1, f.batchEvents(t, id), "one completion event")
 
+	var raw []byte
+	require.NoError(t, f.pool.QueryRow(ctx, "SELECT payload FROM "+f.schema+".outbox WHERE event_type = $1", jobs.BatchCompletedEvent).Scan(&raw))
 	var payload map[string]any
-	require.NoError(t, f.pool.QueryRow(ctx, "SELECT payload FROM "+f.schema+".outbox WHERE event_type = $1", jobs.BatchCompletedEvent).Scan(&payload))
+	require.NoError(t, json.Unmarshal(raw, &payload))
 	require.Equal(t, map[string]any{"batch_id": id.String(), "tenant": "acme", "batch_key": "upload-2", "total": 5.0,
 		"succeeded": 1.0, "review_required": 0.0, "failed": 3.0, "cancelled": 1.0}, payload)
+	parsed, err := jobs.ParseBatchCompleted(raw)
+	require.NoError(t, err)
+	done.CreatedAt, done.FinishedAt = time.Time{}, time.Time{} // not in the event
+	require.Equal(t, done, parsed, "the event parses into the batch as its last job left it")
 
 	// Every lifecycle event of a batch's job names its batch, so a
 	// consumer of the events can follow the batch; a job outside one

@@ -232,6 +232,7 @@
 //     locked in id order after the jobs' own rows, so the statements that
 //     finish a batch's last jobs at once, on any runners, take turns on it
 //     and one of them finishes it (batches.sql gives the reasoning).
+//     ParseBatchCompleted decodes its payload into the finished Batch.
 //   - Every lifecycle event of a batch's job carries "batch_id" in its
 //     payload, beside job_id, tenant, kind, queue, state, state_version
 //     and attempt, so a consumer of the events can follow a batch without
