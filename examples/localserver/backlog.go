@@ -185,28 +185,39 @@ func runOne(ctx context.Context, d Document, opts BacklogOptions, inFlight func(
 
 // complete sends one chat completion of a prompt of promptTokens tokens.
 func complete(ctx context.Context, url string, promptTokens, maxTokens int64) (fakeprovider.Usage, error) {
-	body, err := json.Marshal(fakeprovider.ChatRequest{Model: "local", MaxTokens: int(maxTokens),
-		Messages: []fakeprovider.ChatMessage{{Role: "user", Content: strings.Repeat("abcd", int(promptTokens-1))}}})
+	out, status, err := Post(ctx, url, int(promptTokens), int(maxTokens))
 	if err != nil {
 		return fakeprovider.Usage{}, err
+	}
+	if status != http.StatusOK {
+		return fakeprovider.Usage{}, fmt.Errorf("the server answered %d %s", status, http.StatusText(status))
+	}
+	return out.Usage, nil
+}
+
+// Post sends the server at url one chat completion of promptTokens
+// (counted as the server counts them) and maxTokens, and returns its
+// answer and status code; the answer is decoded only for a 200.
+func Post(ctx context.Context, url string, promptTokens, maxTokens int) (fakeprovider.ChatResponse, int, error) {
+	body, err := json.Marshal(fakeprovider.ChatRequest{Model: "local", MaxTokens: maxTokens,
+		Messages: []fakeprovider.ChatMessage{{Role: "user", Content: strings.Repeat("abcd", max(0, promptTokens-1))}}})
+	if err != nil {
+		return fakeprovider.ChatResponse{}, 0, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(body))
 	if err != nil {
-		return fakeprovider.Usage{}, err
+		return fakeprovider.ChatResponse{}, 0, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fakeprovider.Usage{}, err
+		return fakeprovider.ChatResponse{}, 0, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fakeprovider.Usage{}, fmt.Errorf("the server answered %s", resp.Status)
-	}
 	var out fakeprovider.ChatResponse
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return fakeprovider.Usage{}, err
+	if resp.StatusCode == http.StatusOK {
+		err = json.NewDecoder(resp.Body).Decode(&out)
 	}
-	return out.Usage, nil
+	return out, resp.StatusCode, err
 }
 
 func quantile(ds []time.Duration, q float64) time.Duration {

@@ -1,13 +1,10 @@
 package localserver_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -31,26 +28,6 @@ func start(t *testing.T, cfg localserver.Config) (*localserver.Server, *httptest
 	return s, srv
 }
 
-// call sends a chat completion of a prompt of about promptTokens tokens.
-func call(ctx context.Context, url string, promptTokens, maxTokens int) (fakeprovider.ChatResponse, int, error) {
-	body, _ := json.Marshal(fakeprovider.ChatRequest{Model: "local", MaxTokens: maxTokens,
-		Messages: []fakeprovider.ChatMessage{{Role: "user", Content: strings.Repeat("abcd", promptTokens-1)}}})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(body))
-	if err != nil {
-		return fakeprovider.ChatResponse{}, 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fakeprovider.ChatResponse{}, 0, err
-	}
-	defer resp.Body.Close()
-	var out fakeprovider.ChatResponse
-	if resp.StatusCode == http.StatusOK {
-		err = json.NewDecoder(resp.Body).Decode(&out)
-	}
-	return out, resp.StatusCode, err
-}
-
 // Requests whose contexts fit the cache together run at once, with no
 // preemption, and report the usage they ran with.
 func TestRequestsThatFitRunTogether(t *testing.T) {
@@ -59,7 +36,7 @@ func TestRequestsThatFitRunTogether(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
-			out, status, err := call(t.Context(), srv.URL, 1_000, 100)
+			out, status, err := localserver.Post(t.Context(), srv.URL, 1_000, 100)
 			require.NoError(t, err)
 			require.Equal(t, http.StatusOK, status)
 			require.Equal(t, fakeprovider.Usage{PromptTokens: 1_000, CompletionTokens: 50, TotalTokens: 1_050}, out.Usage)
@@ -82,7 +59,7 @@ func TestOvercommitPreemptsAndRecomputes(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Go(func() {
-			_, status, err := call(t.Context(), srv.URL, 401, 300)
+			_, status, err := localserver.Post(t.Context(), srv.URL, 401, 300)
 			require.NoError(t, err)
 			require.Equal(t, http.StatusOK, status)
 		})
@@ -94,7 +71,7 @@ func TestOvercommitPreemptsAndRecomputes(t *testing.T) {
 	require.Greater(t, st.PromptTokens, int64(2*401), "a preempted request is prefilled again, its generated tokens too")
 	require.Equal(t, int64(2*300), st.GenerationTokens, "what it had generated is kept, and recomputed")
 
-	_, status, err := call(t.Context(), srv.URL, 900, 200)
+	_, status, err := localserver.Post(t.Context(), srv.URL, 900, 200)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusBadRequest, status, "a context longer than the model's is refused")
 }
@@ -108,7 +85,7 @@ func TestMetricsAndDegrade(t *testing.T) {
 	defer cancel()
 	var wg sync.WaitGroup
 	for range 3 {
-		wg.Go(func() { _, _, _ = call(ctx, srv.URL, 3_000, 400) })
+		wg.Go(func() { _, _, _ = localserver.Post(ctx, srv.URL, 3_000, 400) })
 	}
 	require.Eventually(t, func() bool { return s.Stats().Running == 3 }, 10*time.Second, time.Millisecond)
 	s.Degrade(0.5)
