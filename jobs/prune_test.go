@@ -28,9 +28,13 @@ func TestPrunerReadsTheFinishedIndex(t *testing.T) {
 		_, err := f.store.EnqueueMany(ctx, f.pool, params)
 		require.NoError(t, err)
 	}
-	// Half the jobs finished, in two states.
+	// Half the jobs finished, in two states, within two days but never
+	// within a minute of the one-day line: the test counts the due jobs
+	// and then prunes them, and a job crossing the line in between would
+	// be pruned without having been counted.
 	_, err := f.pool.Exec(ctx, `UPDATE `+f.schema+`.jobs SET state = CASE WHEN random() < 0.8 THEN 'SUCCEEDED' ELSE 'FAILED_TERMINAL' END,
-		finished_at = now() - random() * interval '2 days' WHERE random() < 0.5`)
+		finished_at = now() - CASE WHEN random() < 0.5 THEN interval '1 day 1 minute' ELSE interval '0' END - random() * interval '23 hours'
+		WHERE random() < 0.5`)
 	require.NoError(t, err)
 	// Their attempt rows, as Complete writes them.
 	_, err = f.pool.Exec(ctx, `INSERT INTO `+f.schema+`.job_attempts (job_id, attempt, fence, worker, started_at, outcome)
