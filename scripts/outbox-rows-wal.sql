@@ -6,8 +6,10 @@
 -- and vacuums them, one statement per phase, and prints the WAL each phase
 -- wrote per event. With -v pending=on the rows are never updated: each has
 -- a narrow row in outbox_pending while any of its events is unpublished,
--- which the claim updates and the publication deletes. Run it on a server
--- nothing else writes to:
+-- which the claim updates and the publication deletes. With -v keys=gin
+-- as well, each pending row also holds the keys of its row's events, in a
+-- GIN index, as a claim's key-order probe ("no earlier pending row holds
+-- one of my keys") would need. Run it on a server nothing else writes to:
 --
 --   psql -X -q -v batch=100 -v pending=off -f scripts/outbox-rows-wal.sql
 --
@@ -15,6 +17,10 @@
 -- the end. The server's default_toast_compression applies (pglz unless
 -- set); lz4 measured the same within 4 %.
 \set ON_ERROR_STOP on
+\if :{?keys}
+\else
+\set keys none
+\endif
 DROP SCHEMA IF EXISTS outbox_rows_wal CASCADE;
 CREATE SCHEMA outbox_rows_wal;
 CREATE TABLE outbox_rows_wal.source AS
@@ -33,9 +39,13 @@ CREATE TABLE outbox_rows_wal.outbox_pending (
     seq           bigint      PRIMARY KEY,
     claimed_by    text,
     claimed_until timestamptz,
-    attempts      integer     NOT NULL DEFAULT 0
+    attempts      integer     NOT NULL DEFAULT 0,
+    keys          text[]
 ) WITH (fillfactor = 50);
-SELECT :'pending' = 'on' AS with_pending \gset
+SELECT :'pending' = 'on' AS with_pending, :'keys' = 'gin' AS with_keys \gset
+\if :with_keys
+CREATE INDEX ON outbox_rows_wal.outbox_pending USING gin (keys);
+\endif
 \if :with_pending
 \else
 CREATE INDEX ON outbox_rows_wal.outbox (seq) WHERE published_at IS NULL;
@@ -55,7 +65,9 @@ SELECT CASE WHEN :'pending' = 'on' THEN 'WITH r AS (' ELSE '' END || format($$
     FROM outbox_rows_wal.source AS s
     WHERE s.n > %1$s AND s.n <= %1$s + %2$s
     $$, first, :batch) || CASE WHEN :'pending' = 'on'
-        THEN ' RETURNING seq) INSERT INTO outbox_rows_wal.outbox_pending (seq) SELECT seq FROM r' ELSE '' END
+        THEN ' RETURNING seq, events) INSERT INTO outbox_rows_wal.outbox_pending (seq, keys) SELECT seq, '
+            || CASE WHEN :'keys' = 'gin' THEN '(SELECT array_agg(e->>''key'') FROM jsonb_array_elements(events) AS e)' ELSE 'NULL' END
+            || ' FROM r' ELSE '' END
 FROM generate_series(0, 100000 - 1, :batch) AS first
 \gexec
 SELECT pg_current_wal_insert_lsn() AS before_claim \gset
@@ -74,7 +86,7 @@ SELECT pg_current_wal_insert_lsn() AS before_vacuum \gset
 VACUUM outbox_rows_wal.outbox, outbox_rows_wal.outbox_pending;
 SELECT pg_current_wal_insert_lsn() AS after_vacuum \gset
 
-SELECT :batch AS events_per_row, :'pending' AS pending_table,
+SELECT :batch AS events_per_row, :'pending' AS pending_table, :'keys' AS keys,
     round(pg_wal_lsn_diff(:'before_claim', :'before_insert') / 100000) AS insert,
     round(pg_wal_lsn_diff(:'before_publish', :'before_claim') / 100000, 1) AS claim,
     round(pg_wal_lsn_diff(:'before_delete', :'before_publish') / 100000, 1) AS publish,
