@@ -133,7 +133,8 @@
 //     first and latest events are found however busy the outbox was; when
 //     the two reads leave a middle unread, the page says the scan limit was
 //     reached. Published events are pruned after their retention, so old
-//     jobs show none.
+//     jobs show none, and a relay with outbox.RelayConfig.DeletePublished
+//     keeps none, so jobs then show only events still waiting.
 //   - A tenant-scoped chart counts the tenant's jobs accepted in the last two
 //     hours (at most 20,000), read through its keys, rather than visiting
 //     every tenant's finished jobs.

@@ -120,6 +120,18 @@ SET published_at  = now(),
 WHERE event_id = ANY ($2::uuid[])
     AND claimed_by = $1;
 
+-- name: DeletePublished
+-- MarkPublished for RelayConfig.DeletePublished: the confirmed events are
+-- deleted instead of marked, under the same claim rule. A delete logs a
+-- small record per event and leaves its index entries to vacuum; the
+-- update it replaces is never heap-only (published_at is in every outbox
+-- index's predicate), so it writes a new version of the whole event and
+-- an entry in outbox_published_idx, and leaves the old version to vacuum
+-- and the new one to the pruner.
+DELETE FROM /*schema*/outbox
+WHERE event_id = ANY ($2::uuid[])
+    AND claimed_by = $1;
+
 -- name: MarkFailed
 -- Backs off events the broker did not confirm, by $4 ms each, keeping the
 -- error; same claim rule as MarkPublished. Failures are few, so the join

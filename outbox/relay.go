@@ -57,6 +57,15 @@ type RelayConfig struct {
 	// Retention is how long published events stay before the pruner
 	// deletes them. Default 24h.
 	Retention time.Duration
+	// DeletePublished deletes each event as soon as the broker confirmed
+	// it, instead of keeping it, marked published, for Retention. The
+	// relay then writes about a quarter of the WAL per event that
+	// relaying and pruning a kept event write (see the package
+	// documentation, Storage), and leaves no history of published events:
+	// Store.ListByAggregate, the console's job page and llmq inspect then
+	// show only the events still waiting. Events published before it was
+	// set are still pruned after Retention.
+	DeletePublished bool
 	// PruneInterval is how often the active relay prunes. Default 1
 	// minute.
 	PruneInterval time.Duration
@@ -221,7 +230,11 @@ func (r *Relay) queueVerdict(b *pgx.Batch, v *verdict) {
 	}
 	b.Queue(r.store.sql.relaxCommit)
 	if len(v.published) > 0 {
-		b.Queue(r.store.sql.markPublished, r.cfg.ID, v.published)
+		mark := r.store.sql.markPublished
+		if r.cfg.DeletePublished {
+			mark = r.store.sql.deletePublished
+		}
+		b.Queue(mark, r.cfg.ID, v.published)
 	}
 	if len(v.failed) > 0 {
 		b.Queue(r.store.sql.markFailed, r.cfg.ID, v.failed, v.errs, v.delays)

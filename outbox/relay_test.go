@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -515,4 +516,81 @@ func TestDrainRecordsConfirmedBatchesWhenStopped(t *testing.T) {
 	st, err := r.Stats(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, int64(marked), st.Published)
+}
+
+// With DeletePublished, a confirmed event is deleted instead of marked:
+// every event is still published, each key's first deliveries come in
+// write order through failed publications, an event the broker refused
+// stays until it is confirmed, and a verdict whose claim another relay
+// took deletes nothing.
+func TestDeletePublishedKeepsEveryGuarantee(t *testing.T) {
+	t.Parallel()
+	f := setupRelay(t)
+	var refusals atomic.Int32
+	b := memory.New(memory.Config{FailPublish: func(m broker.Message) error {
+		// Publications of events 0 and 3 of any key are refused, ten
+		// times in all.
+		if n, err := strconv.Atoi(m.Headers["n"]); err == nil && n%3 == 0 && refusals.Add(1) <= 10 {
+			return errors.New("injected: broker refused")
+		}
+		return nil
+	}})
+	const keys, perKey = 5, 6
+	for i := range perKey {
+		for k := range keys {
+			_, err := f.store.Write(t.Context(), f.db.Pool, outbox.Event{
+				Topic: "orders", Key: fmt.Sprintf("key-%d", k), Type: "order.changed",
+				Headers: map[string]string{"n": strconv.Itoa(i)}, Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)),
+			})
+			require.NoError(t, err)
+		}
+	}
+	r, err := f.store.NewRelay(f.db.Pool, b.Publisher(), outbox.RelayConfig{
+		DeletePublished: true, BatchSize: 7,
+		Backoff: llmqtype.BackoffPolicy{Base: time.Millisecond, Cap: 5 * time.Millisecond},
+	})
+	require.NoError(t, err)
+
+	res, err := r.RelayOnce(t.Context())
+	require.NoError(t, err)
+	require.Positive(t, res.Failed, "some publications were refused")
+	var left, failed int
+	require.NoError(t, f.db.Pool.QueryRow(t.Context(),
+		"SELECT count(*), count(*) FILTER (WHERE last_error LIKE '%injected%') FROM "+f.db.Schema+".outbox").Scan(&left, &failed))
+	require.Equal(t, keys*perKey-res.Published, left, "each confirmed event is deleted at once, and only those")
+	require.Equal(t, res.Failed, failed, "a refused event stays, with its error")
+
+	require.Eventually(t, func() bool {
+		_, err := r.RelayOnce(t.Context())
+		require.NoError(t, err)
+		return f.pending(t) == 0
+	}, 10*time.Second, 5*time.Millisecond, "every event is published in the end")
+	require.Zero(t, count(t, f.db.Pool, f.db.Schema), "nothing published is kept")
+
+	firsts := map[string][]string{}
+	seen := map[string]bool{}
+	for _, m := range drain(t, b, keys*perKey) {
+		if !seen[m.ID] {
+			seen[m.ID] = true
+			firsts[m.Key] = append(firsts[m.Key], m.Headers["n"])
+		}
+	}
+	for k, order := range firsts {
+		require.Equal(t, []string{"0", "1", "2", "3", "4", "5"}, order, "key %s in write order", k)
+	}
+
+	// A verdict on a claim another relay took deletes nothing.
+	rec, err := f.store.Write(t.Context(), f.db.Pool, outbox.Event{Topic: "orders", Key: "o-1", Type: "order.placed", Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	dying := &blockingPublisher{Publisher: b.Publisher(), published: make(chan struct{})}
+	first, err := f.store.NewRelay(f.db.Pool, dying, outbox.RelayConfig{ID: "dying", DeletePublished: true})
+	require.NoError(t, err)
+	ctx, kill := context.WithCancel(t.Context())
+	go func() {
+		<-dying.published
+		_, _ = f.db.Pool.Exec(context.Background(), "UPDATE "+f.db.Schema+".outbox SET claimed_by = 'someone-else' WHERE event_id = $1", rec.ID)
+		kill()
+	}()
+	_, _ = first.RelayOnce(ctx)
+	require.Equal(t, 1, f.pending(t), "the event whose claim was taken is still there")
 }

@@ -12,6 +12,7 @@ import (
 // shape the code binds and scans; dbsqltest checks it against the schema.
 type statements struct {
 	insertEvent, listByAggregate, lockClaims, claimEvents, relaxCommit, markPublished, markFailed  string
+	deletePublished                                                                                string
 	pendingStats, prunePublished, leaseFree, acquireLease, renewLease, releaseLease                string
 	countUnpublishedUpTo, countPublished, oldestEvents, pruneUnrelayed, countUnrelayed, relayLease string
 }
@@ -24,6 +25,7 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.claimEvents, "ClaimEvents", 6, new(claimedRow).dest()...),
 		dbsql.Discard(&q.relaxCommit, "RelaxCommit", 0),
 		dbsql.Exec(&q.markPublished, "MarkPublished", 2),
+		dbsql.Exec(&q.deletePublished, "DeletePublished", 2),
 		dbsql.Exec(&q.markFailed, "MarkFailed", 4),
 		dbsql.Query(&q.pendingStats, "PendingStats", 0, new(int64), new(float64)),
 		dbsql.Exec(&q.prunePublished, "PrunePublished", 2),
