@@ -47,6 +47,7 @@ type benchOptions struct {
 	hold       time.Duration // admission: how long each acquirer holds its permit, modelling the provider call
 	history    int           // drain: finished jobs written up front (bench_history.go)
 	batchSize  int           // drain: the backlog as batches (EnqueueBatch) of this many jobs; 0: no batches
+	deletePub  bool          // relay: outbox.RelayConfig.DeletePublished
 }
 
 const benchKind = "bench.noop"
@@ -67,6 +68,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.tenants, "tenants", 1, "drain: tenants the backlog is spread over, round robin (fair claiming shares claims among them)")
 	fs.IntVar(&o.backlog, "backlog", 0, "drain: jobs queued up front (0: -jobs); the bench times the first -jobs of them")
 	fs.IntVar(&o.batchSize, "batch-size", 0, fmt.Sprintf("drain: enqueue the backlog as batches (jobs.EnqueueBatch) of this many jobs, 1 to %d, so every completion also keeps its batch's counts; 0: no batches", jobs.MaxBatch))
+	fs.BoolVar(&o.deletePub, "delete-published", false, "relay: the relays delete each event once the broker confirmed it (outbox.RelayConfig.DeletePublished) instead of marking it published")
 	fs.BoolVar(&o.walDetail, "wal-detail", false, "drain, e2e: also print each relation's share of every phase's WAL (needs pg_walinspect)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the throwaway schema instead of dropping it")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file")
@@ -103,6 +105,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("%w: -batch-size %d: use 1 to %d, or 0 for no batches", errUsage, o.batchSize, jobs.MaxBatch)
 	case o.batchSize > 0 && (o.mode != "drain" || o.tenants != 1):
 		return fmt.Errorf("%w: -batch-size is for -mode drain with one tenant (a batch is one tenant's)", errUsage)
+	case o.deletePub && o.mode != "relay":
+		return fmt.Errorf("%w: -delete-published is for -mode relay", errUsage)
 	}
 	o.backlog = max(o.backlog, o.jobs)
 	pool, err := c.connectBench(ctx, o)

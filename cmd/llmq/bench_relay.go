@@ -73,6 +73,12 @@ type relayShare struct {
 // outbox.Relay.Drain).
 func (b *bench) relayBatch() int { return cmp.Or(b.o.batch, 500) }
 
+// benchRelayConfig is the configuration of the bench's relay id, in this
+// process or a relay process of its own.
+func benchRelayConfig(o benchOptions, id int, log io.Writer) outbox.RelayConfig {
+	return outbox.RelayConfig{ID: relayID(id), BatchSize: cmp.Or(o.batch, 500), DeletePublished: o.deletePub, Logger: benchRelayLogger(log)}
+}
+
 // relayAppName names a relay's connections in pg_stat_activity.
 func relayAppName(schema string, i int) string { return schema + "-relay-" + strconv.Itoa(i) }
 
@@ -115,7 +121,7 @@ func (b *bench) relay(ctx context.Context, c *common, stdout io.Writer) (float64
 				wg.Go(func() {
 					slots <- struct{}{}
 					defer func() { <-slots }()
-					errs <- procs[i].start(ctx, self, c.databaseURL, b.schema, b.relayBatch(), b.progress)
+					errs <- procs[i].start(ctx, self, c.databaseURL, b.schema, b.relayBatch(), b.o.deletePub, b.progress)
 				})
 			}
 			wg.Wait()
@@ -160,7 +166,7 @@ func (b *bench) runRelays(ctx context.Context, events *outbox.Store, pub broker.
 		b: b, kind: "goroutines",
 		start: func(context.Context) error {
 			for i := range b.o.workers {
-				r, err := events.NewRelay(b.pool, pub, outbox.RelayConfig{ID: relayID(i), BatchSize: b.relayBatch(), Logger: benchRelayLogger(b.progress)})
+				r, err := events.NewRelay(b.pool, pub, benchRelayConfig(b.o, i, b.progress))
 				if err != nil {
 					return err
 				}
@@ -231,12 +237,19 @@ func (f relayFleet) run(ctx context.Context, out io.Writer) (float64, error) {
 	if f.cpu != nil {
 		cpuBefore = f.cpu()
 	}
+	// With -delete-published no published event is left to count and time
+	// afterwards: the run's events are those waiting now (nothing can be
+	// published while the bench holds the lease).
+	var waiting int
+	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.schema+".outbox WHERE published_at IS NULL").Scan(&waiting); err != nil {
+		return 0, fmt.Errorf("llmq bench: counting the events to relay: %w", err)
+	}
 	released := time.Now()
 	if _, err := b.pool.Exec(ctx, "UPDATE "+lease+" SET lease_until = '-infinity' WHERE holder = $1", benchGateHolder); err != nil {
 		return 0, err
 	}
 	fmt.Fprintf(b.progress, "llmq bench: %d relays standing by; lease freed, relaying %d events\n", b.o.workers, b.o.jobs)
-	waitErr := f.waitDrained(ctx)
+	drainedAt, waitErr := f.waitDrained(ctx)
 	drained := time.Now()
 	var cpuAfter []time.Duration
 	if f.cpu != nil {
@@ -252,7 +265,20 @@ func (f relayFleet) run(ctx context.Context, out io.Writer) (float64, error) {
 		seconds  float64
 		takeover float64
 	)
-	if waitErr == nil {
+	timed := "from the takeover to the last event published"
+	switch {
+	case waitErr == nil && b.o.deletePub:
+		// Deleted events leave no publication time: the run ends at the
+		// database's time of the first look (every 20ms) that found none
+		// waiting, so it may overstate the time by that much.
+		events = waiting
+		timed = "from the takeover to the first look (every 20ms) finding no event waiting"
+		err := b.pool.QueryRow(ctx, "SELECT holder, extract(epoch FROM $1::timestamptz - acquired_at)::float8, extract(epoch FROM acquired_at - $2::timestamptz)::float8 FROM "+lease,
+			drainedAt, released).Scan(&holder, &seconds, &takeover)
+		if err != nil {
+			waitErr = fmt.Errorf("llmq bench: reading the run's times: %w", err)
+		}
+	case waitErr == nil:
 		// The events of this run are those published since the takeover
 		// (the rabbitmq mode runs several rounds on one outbox).
 		err := b.pool.QueryRow(ctx, "SELECT l.holder, count(*), extract(epoch FROM max(o.published_at) - l.acquired_at)::float8, extract(epoch FROM l.acquired_at - $1::timestamptz)::float8 FROM "+
@@ -284,7 +310,7 @@ func (f relayFleet) run(ctx context.Context, out io.Writer) (float64, error) {
 	if cpuAfter != nil {
 		line += relayCPU(cpuBefore, cpuAfter, active, drained.Sub(released))
 	}
-	line += fmt.Sprintf(" timed=from the takeover to the last event published, all %d relays started and standing by", b.o.workers)
+	line += fmt.Sprintf(" timed=%s, all %d relays started and standing by", timed, b.o.workers)
 	fmt.Fprintln(out, line)
 	return seconds, nil
 }
@@ -309,39 +335,43 @@ func relayCPU(before, after []time.Duration, active int, window time.Duration) s
 		activeCPU.Seconds(), standbys.Seconds(), 100*standbys.Seconds()/window.Seconds(), window.Seconds())
 }
 
-// waitDrained waits until no event is unpublished, reporting progress; it
-// fails, saying why, when nothing was published for a minute.
-func (f relayFleet) waitDrained(ctx context.Context) error {
+// waitDrained waits until no event is unpublished, reporting progress, and
+// returns the database's time of the look that found none; it fails,
+// saying why, when nothing was published for a minute.
+func (f relayFleet) waitDrained(ctx context.Context) (time.Time, error) {
 	b := f.b
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	lastReport, lastProgress := time.Now(), time.Now()
 	lastPending := -1
 	for {
-		var pending bool
-		if err := b.pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+b.schema+".outbox WHERE published_at IS NULL)").Scan(&pending); err != nil {
-			return fmt.Errorf("llmq bench: reading the backlog: %w", err)
+		var (
+			pending bool
+			at      time.Time
+		)
+		if err := b.pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+b.schema+".outbox WHERE published_at IS NULL), clock_timestamp()").Scan(&pending, &at); err != nil {
+			return time.Time{}, fmt.Errorf("llmq bench: reading the backlog: %w", err)
 		}
 		if !pending {
-			return nil
+			return at, nil
 		}
 		if time.Since(lastReport) >= time.Second {
 			lastReport = time.Now()
 			var n int
 			var holder *string
 			if err := b.pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+b.schema+".outbox WHERE published_at IS NULL), (SELECT holder FROM "+b.schema+".outbox_relay_lease)").Scan(&n, &holder); err != nil {
-				return fmt.Errorf("llmq bench: reading the backlog: %w", err)
+				return time.Time{}, fmt.Errorf("llmq bench: reading the backlog: %w", err)
 			}
 			fmt.Fprintf(b.progress, "llmq bench: %d of %d events unpublished; lease held by %s\n", n, b.o.jobs, cmp.Or(derefString(holder), "nobody"))
 			if n != lastPending {
 				lastPending, lastProgress = n, time.Now()
 			} else if time.Since(lastProgress) > time.Minute {
-				return fmt.Errorf("llmq bench: no event published for a minute (%d unpublished, lease held by %s): see the relays' messages above", n, cmp.Or(derefString(holder), "nobody"))
+				return time.Time{}, fmt.Errorf("llmq bench: no event published for a minute (%d unpublished, lease held by %s): see the relays' messages above", n, cmp.Or(derefString(holder), "nobody"))
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return time.Time{}, ctx.Err()
 		case <-tick.C:
 		}
 	}
@@ -438,8 +468,9 @@ type relayProcess struct {
 	stderr *tailWriter
 }
 
-func (p *relayProcess) start(ctx context.Context, self, databaseURL, schema string, batch int, progress io.Writer) error {
-	p.cmd = exec.CommandContext(ctx, self, "bench", "-mode", "relay", "-database-url", databaseURL, "-claim-batch", strconv.Itoa(batch))
+func (p *relayProcess) start(ctx context.Context, self, databaseURL, schema string, batch int, deletePublished bool, progress io.Writer) error {
+	p.cmd = exec.CommandContext(ctx, self, "bench", "-mode", "relay", "-database-url", databaseURL, "-claim-batch", strconv.Itoa(batch),
+		"-delete-published="+strconv.FormatBool(deletePublished))
 	p.cmd.Env = append(os.Environ(), benchRelayChild+"="+schema, benchRelayIndex+"="+strconv.Itoa(p.index))
 	p.stderr = &tailWriter{w: progress, prefix: fmt.Sprintf("relay %d: ", p.index)}
 	p.cmd.Stderr = p.stderr
@@ -612,7 +643,7 @@ func benchRelayWorker(ctx context.Context, c *common, o benchOptions, schema str
 	}
 	mem := memory.New(memory.Config{})
 	defer func() { _ = mem.Close() }()
-	r, err := events.NewRelay(pool, mem.Publisher(), outbox.RelayConfig{ID: relayID(index), BatchSize: cmp.Or(o.batch, 500), Logger: benchRelayLogger(stderr)})
+	r, err := events.NewRelay(pool, mem.Publisher(), benchRelayConfig(o, index, stderr))
 	if err != nil {
 		return err
 	}

@@ -92,7 +92,7 @@ func TestBenchRelayProcessFailureSaysWhy(t *testing.T) {
 	var progress syncWriter
 	p := &relayProcess{index: 5}
 	// /bin/sh runs "bench" as a script, which does not exist.
-	err := p.start(t.Context(), "/bin/sh", dbtest.URL(), "llmq_nowhere", 10, &progress)
+	err := p.start(t.Context(), "/bin/sh", dbtest.URL(), "llmq_nowhere", 10, false, &progress)
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "relay process 5 was not ready")
 	require.Contains(t, err.Error(), "exit status 2")
@@ -122,19 +122,37 @@ func (w *syncWriter) String() string {
 // their peak connections within the outbox package's budgets.
 func TestBenchRelayFleet(t *testing.T) {
 	t.Parallel()
-	code, out, stderr := runCLI(t, "bench", "-database-url", dbtest.URL(), "-mode", "relay", "-jobs", "300", "-workers", "3")
-	require.Equal(t, 0, code, stderr)
-	m := regexp.MustCompile(`llmq relay fleet: relays=3 as=processes active=bench-relay-\d events=300 seconds=[0-9.]+ events_per_s=\d+ takeover_after_free_s=[0-9.]+ ` +
-		`peak_connections: active_relay=(\d+) \(budget 4\) standby_relay=(\d+) \(budget 1\) all_relays=\d+`).FindStringSubmatch(out)
-	require.NotNil(t, m, out)
-	active, _ := strconv.Atoi(m[1])
-	standby, _ := strconv.Atoi(m[2])
-	require.LessOrEqual(t, active, relayBudgetActive)
-	require.LessOrEqual(t, standby, relayBudgetStandby)
-	require.Contains(t, stderr, `msg="llmq: outbox relay active"`, "the hand-over is logged")
-	require.Contains(t, out, "timed=from the takeover to the last event published, all 3 relays started and standing by")
-	if _, err := os.Stat("/proc/self/stat"); err == nil {
-		require.Regexp(t, `cpu_s: active_relay=[0-9.]+ standby_relays=[0-9.]+ \([0-9.]+% of a core over [0-9.]+s\)`, out)
+	for _, deletePublished := range []bool{false, true} {
+		t.Run("delete-published="+strconv.FormatBool(deletePublished), func(t *testing.T) {
+			t.Parallel()
+			code, out, stderr := runCLI(t, "bench", "-database-url", dbtest.URL(), "-mode", "relay", "-jobs", "300", "-workers", "3",
+				"-delete-published="+strconv.FormatBool(deletePublished), "-keep")
+			require.Equal(t, 0, code, stderr)
+			schema := regexp.MustCompile(`schema=(\S+)`).FindStringSubmatch(stderr)
+			require.NotNil(t, schema, stderr)
+			pool := dbtest.Pool(t, 2)
+			t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+schema[1]+" CASCADE") })
+			m := regexp.MustCompile(`llmq relay fleet: relays=3 as=processes active=bench-relay-\d events=300 seconds=[0-9.]+ events_per_s=\d+ takeover_after_free_s=[0-9.]+ ` +
+				`peak_connections: active_relay=(\d+) \(budget 4\) standby_relay=(\d+) \(budget 1\) all_relays=\d+`).FindStringSubmatch(out)
+			require.NotNil(t, m, out)
+			active, _ := strconv.Atoi(m[1])
+			standby, _ := strconv.Atoi(m[2])
+			require.LessOrEqual(t, active, relayBudgetActive)
+			require.LessOrEqual(t, standby, relayBudgetStandby)
+			require.Contains(t, stderr, `msg="llmq: outbox relay active"`, "the hand-over is logged")
+			var kept int
+			require.NoError(t, pool.QueryRow(t.Context(), "SELECT count(*) FROM "+schema[1]+".outbox").Scan(&kept))
+			if deletePublished {
+				require.Contains(t, out, "timed=from the takeover to the first look (every 20ms) finding no event waiting, all 3 relays started and standing by")
+				require.Zero(t, kept, "the relays deleted what they published")
+			} else {
+				require.Contains(t, out, "timed=from the takeover to the last event published, all 3 relays started and standing by")
+				require.Equal(t, 300, kept, "the relays kept what they published")
+			}
+			if _, err := os.Stat("/proc/self/stat"); err == nil {
+				require.Regexp(t, `cpu_s: active_relay=[0-9.]+ standby_relays=[0-9.]+ \([0-9.]+% of a core over [0-9.]+s\)`, out)
+			}
+		})
 	}
 }
 

@@ -124,7 +124,10 @@ func TestUsageErrors(t *testing.T) {
 		require.Equal(t, 2, code, strings.Join(args, " "))
 		require.Contains(t, stderr, "-batch-size")
 	}
-	code, _, stderr := runCLI(t, "migrate", "up", "-schema", "public", "-database-url", dbtest.URL())
+	code, _, stderr := runCLI(t, "bench", "-database-url", dbtest.URL(), "-delete-published")
+	require.Equal(t, 2, code, "-delete-published with the drain mode")
+	require.Contains(t, stderr, "-delete-published is for -mode relay")
+	code, _, stderr = runCLI(t, "migrate", "up", "-schema", "public", "-database-url", dbtest.URL())
 	require.Equal(t, 2, code, "a refused schema name is refused input")
 	require.Contains(t, stderr, "invalid schema name")
 
