@@ -594,3 +594,50 @@ func TestDeletePublishedKeepsEveryGuarantee(t *testing.T) {
 	_, _ = first.RelayOnce(ctx)
 	require.Equal(t, 1, f.pending(t), "the event whose claim was taken is still there")
 }
+
+// A claim takes no row lock before its update: one that meets an event a
+// late verdict is marking (a relay whose claim ran out, settling) waits
+// for that verdict, and then skips the event it published, instead of
+// publishing it again.
+func TestClaimWaitingForAVerdictSkipsWhatItPublished(t *testing.T) {
+	t.Parallel()
+	f := setupRelay(t)
+	rec, err := f.store.Write(t.Context(), f.db.Pool, outbox.Event{Topic: "orders", Key: "o-1", Type: "order.placed", Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	_, err = f.db.Pool.Exec(t.Context(), "UPDATE "+f.db.Schema+".outbox SET claimed_by = 'late', claimed_until = now() - interval '1 second', attempts = 1 WHERE event_id = $1", rec.ID)
+	require.NoError(t, err)
+
+	verdict, err := f.db.Pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = verdict.Rollback(context.Background()) }()
+	_, err = verdict.Exec(t.Context(), "UPDATE "+f.db.Schema+".outbox SET published_at = now(), claimed_by = NULL, claimed_until = NULL WHERE event_id = $1 AND claimed_by = 'late'", rec.ID)
+	require.NoError(t, err)
+	var verdictPID int32
+	require.NoError(t, verdict.QueryRow(t.Context(), "SELECT pg_backend_pid()").Scan(&verdictPID))
+
+	b := memory.New(memory.Config{})
+	r, err := f.store.NewRelay(f.db.Pool, b.Publisher(), outbox.RelayConfig{})
+	require.NoError(t, err)
+	type result struct {
+		res outbox.BatchResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := r.RelayOnce(t.Context())
+		done <- result{res, err}
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, f.db.Pool.QueryRow(t.Context(),
+			"SELECT EXISTS (SELECT FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid)))", verdictPID).Scan(&waiting))
+		return waiting
+	}, 10*time.Second, 5*time.Millisecond, "the claim waits for the verdict's row")
+	require.NoError(t, verdict.Commit(t.Context()))
+
+	got := <-done
+	require.NoError(t, got.err)
+	require.Zero(t, got.res.Claimed, "the event the verdict published is not claimed again")
+	require.Zero(t, b.Published("orders"))
+	require.Zero(t, f.pending(t))
+}
