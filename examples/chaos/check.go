@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -42,7 +41,9 @@ type Report struct {
 	// The usage ledger against the provider's own count: LedgerTokens is
 	// what admission's ledger holds for the pool, BilledTokens the usage of
 	// every answer the fake provider wrote, LostTokens that of the answers
-	// written to a worker SIGKILLed on them (it could not record them).
+	// no worker received: written to a worker SIGKILLed on them, or to one
+	// paused while they were in flight and resumed past its attempts'
+	// deadline (it settles them as uncertain timeouts, without usage).
 	LedgerTokens, BilledTokens, LostTokens int64
 	RPMLimit                               int
 	TPMLimit                               int64
@@ -249,20 +250,60 @@ func (c *controller) check(ctx context.Context, settled bool) (*Report, error) {
 			bad("job %s: %d correct answers paid for, but only %d attempts lost theirs: %s", id, n, lost, outcomes(attempts[id]))
 		}
 	}
-	// The usage ledger is the provider's count: every answer written is in
-	// it, but those whose worker was killed on them or paused on them past
-	// its permit's expiry (its release then finds no permit to record the
-	// usage under), no more and no less.
+	// The usage ledger is the provider's count, less the answers no worker
+	// received: every answer written is in it but those, no more and no
+	// less. A worker received an answer when the attempt that made the call
+	// recorded its usage, which is also what its permit is released with.
+	// One killed on its answers (the trigger's and any other in flight)
+	// never does; nor does one paused while answers to it were in flight:
+	// resumed past its attempts' deadline it cannot tell an answer that
+	// came during the pause from one that came too late, and settles each
+	// as an uncertain timeout with no usage. Such an answer must be
+	// explained by an attempt of that worker on that job that lost its
+	// answer (uncertain without usage, lease expired, stale or hung), and
+	// no attempt may record more than the provider billed it.
+	type workerJob struct {
+		job    uuid.UUID
+		worker string
+	}
+	billedBy, answersBy := map[workerJob]int64{}, map[workerJob]int{}
 	for _, call := range c.calls {
-		if call.Status == http.StatusOK {
-			r.BilledTokens += call.PromptTokens + call.CompletionTokens
+		if call.Status != http.StatusOK {
+			continue
+		}
+		tokens := call.PromptTokens + call.CompletionTokens
+		r.BilledTokens += tokens
+		if s := byNumber[invoiceNumber(call.Document)]; s != nil && s.accepted {
+			k := workerJob{s.jobID, strings.TrimPrefix(call.APIKey, "key-")}
+			billedBy[k] += tokens
+			answersBy[k]++
 		}
 	}
-	for _, k := range append(slices.Clone(c.killed), c.stalled...) {
-		r.LostTokens += k.call.PromptTokens + k.call.CompletionTokens
+	receivedBy, receivedN, lostN := map[workerJob]int64{}, map[workerJob]int{}, map[workerJob]int{}
+	for id, as := range attempts {
+		for _, a := range as {
+			k := workerJob{id, a.worker}
+			switch {
+			case a.tokens > 0:
+				receivedBy[k] += a.tokens
+				receivedN[k]++
+			case a.uncertain || a.outcome == jobs.AttemptLeaseExpired || a.outcome == jobs.AttemptStale || a.outcome == jobs.AttemptHung:
+				lostN[k]++
+			}
+		}
+	}
+	for k, billed := range billedBy {
+		switch missing := answersBy[k] - receivedN[k]; {
+		case receivedBy[k] > billed:
+			bad("job %s: the attempts of %s recorded %d tokens; the provider billed them %d", k.job, k.worker, receivedBy[k], billed)
+		case missing > lostN[k]:
+			bad("job %s: %d answers to %s were billed that no attempt of its received or lost: %s", k.job, missing-lostN[k], k.worker, outcomes(attempts[k.job]))
+		default:
+			r.LostTokens += billed - receivedBy[k]
+		}
 	}
 	if r.LedgerTokens > r.BilledTokens || r.LedgerTokens < r.BilledTokens-r.LostTokens {
-		bad("usage ledger holds %d tokens; the provider billed %d, of which %d were answered to killed or stalled workers",
+		bad("usage ledger holds %d tokens; the provider billed %d, of which %d were answered to workers that did not receive them (killed, or paused past their attempts' deadline)",
 			r.LedgerTokens, r.BilledTokens, r.LostTokens)
 	}
 	for id, n := range calls {
@@ -509,7 +550,7 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "\nduplicates prevented: %d same-key resubmissions answered with their job; %d broker redeliveries taken as duplicates by the inbox (%d job events, %d deliveries)\n",
 		r.SameKeyResubmissions, r.InboxDuplicates, r.SignalEvents, r.SignalDeliveries)
 	fmt.Fprintf(w, "provider: max %d calls and %d tokens in a 60s window (limits %d and %d)\n", r.MaxRPM, r.MaxTPM, r.RPMLimit, r.TPMLimit)
-	fmt.Fprintf(w, "usage ledger: %d tokens; the provider billed %d, %d of them answered to killed or stalled workers\n", r.LedgerTokens, r.BilledTokens, r.LostTokens)
+	fmt.Fprintf(w, "usage ledger: %d tokens; the provider billed %d, %d of them answered to workers that did not receive them\n", r.LedgerTokens, r.BilledTokens, r.LostTokens)
 	fmt.Fprintf(w, "ERP: %d invoices booked for %d SUCCEEDED jobs\n", r.Booked, r.States[jobs.StateSucceeded])
 	var faults []string
 	for _, k := range allFaults {

@@ -40,13 +40,21 @@
 //     bound admission documents for its token buckets;
 //   - the usage ledger (admission's, written as permits are released) holds
 //     what the provider counted: the usage of every answer the fake
-//     provider wrote, less at most that of the answers written to a worker
-//     killed on them (it cannot record them; one that recorded its answer
-//     before SIGKILL reached it leaves the ledger whole) or paused on them
-//     past its permit's expiry (its release finds no permit to record
-//     under; one that resumed in time leaves the ledger whole). The workers call
-//     the provider with openai-go through provider/openai, which records
-//     the usage each answer reports;
+//     provider wrote, less at most that of the answers no worker received.
+//     An answer is received when the attempt that made the call records
+//     its usage (its permit is released with the same); one is not when
+//     its worker was killed on it (the trigger's answer or any other in
+//     flight; one that recorded its answer before SIGKILL reached it leaves
+//     the ledger whole), or was paused while it was in flight and resumed
+//     past its attempt's deadline: it cannot tell an answer that came
+//     during the pause from one that came too late, and settles it as an
+//     uncertain timeout, without usage (one that resumed in time leaves
+//     the ledger whole). Every answer not received must be explained by an
+//     attempt of its worker on its job that lost its answer (uncertain
+//     without usage, lease expired, stale or hung), and no attempt records
+//     more than the provider billed. The workers call the provider with
+//     openai-go through provider/openai, which records the usage each
+//     answer reports;
 //   - the signal path handles every job event exactly once: the outbox
 //     relay publishes it, the inbox ingress records it, and its handler's
 //     effect (a counter in chaos_signals) is 1 however often the broker
