@@ -161,6 +161,24 @@ func (p *blockingPublisher) Publish(ctx context.Context, msgs []broker.Message) 
 	return ctx.Err()
 }
 
+// relayOnceLosingTheClaim runs RelayOnce with a relay configured by cfg,
+// which "dies" once the broker confirmed rec: its claim passes to another
+// relay and its context ends, so its verdict is settled against a claim
+// that is no longer its own.
+func (f relayFixture) relayOnceLosingTheClaim(t *testing.T, b *memory.Broker, rec outbox.Record, cfg outbox.RelayConfig) {
+	t.Helper()
+	dying := &blockingPublisher{Publisher: b.Publisher(), published: make(chan struct{})}
+	r, err := f.store.NewRelay(f.db.Pool, dying, cfg)
+	require.NoError(t, err)
+	ctx, kill := context.WithCancel(t.Context())
+	go func() {
+		<-dying.published
+		_, _ = f.db.Pool.Exec(context.Background(), "UPDATE "+f.db.Schema+".outbox SET claimed_by = 'someone-else' WHERE event_id = $1", rec.ID)
+		kill()
+	}()
+	_, _ = r.RelayOnce(ctx)
+}
+
 // A relay dies after the broker confirmed but before it marked the event
 // published: after its claim lease, another relay publishes the event again
 // (at-least-once), and the inbox downstream accepts it once.
@@ -171,17 +189,7 @@ func TestRelayCrashAfterConfirmRepublishes(t *testing.T) {
 	rec, err := f.store.Write(t.Context(), f.db.Pool, outbox.Event{Topic: "orders", Key: "o-1", Type: "order.placed", Payload: json.RawMessage(`{"id":1}`)})
 	require.NoError(t, err)
 
-	dying := &blockingPublisher{Publisher: b.Publisher(), published: make(chan struct{})}
-	first, err := f.store.NewRelay(f.db.Pool, dying, outbox.RelayConfig{ID: "dying", ClaimLease: time.Second})
-	require.NoError(t, err)
-	ctx, kill := context.WithCancel(t.Context())
-	go func() {
-		<-dying.published
-		// The relay "dies" here; its settle runs against a dropped claim.
-		_, _ = f.db.Pool.Exec(context.Background(), "UPDATE "+f.db.Schema+".outbox SET claimed_by = 'someone-else' WHERE event_id = $1", rec.ID)
-		kill()
-	}()
-	_, _ = first.RelayOnce(ctx)
+	f.relayOnceLosingTheClaim(t, b, rec, outbox.RelayConfig{ID: "dying", ClaimLease: time.Second})
 	require.Equal(t, 1, f.pending(t), "the confirmed event was not recorded as published")
 
 	_, err = f.db.Pool.Exec(t.Context(), "UPDATE "+f.db.Schema+".outbox SET claimed_until = now() - interval '1 second' WHERE event_id = $1", rec.ID)
@@ -582,16 +590,7 @@ func TestDeletePublishedKeepsEveryGuarantee(t *testing.T) {
 	// A verdict on a claim another relay took deletes nothing.
 	rec, err := f.store.Write(t.Context(), f.db.Pool, outbox.Event{Topic: "orders", Key: "o-1", Type: "order.placed", Payload: json.RawMessage(`{}`)})
 	require.NoError(t, err)
-	dying := &blockingPublisher{Publisher: b.Publisher(), published: make(chan struct{})}
-	first, err := f.store.NewRelay(f.db.Pool, dying, outbox.RelayConfig{ID: "dying", DeletePublished: true})
-	require.NoError(t, err)
-	ctx, kill := context.WithCancel(t.Context())
-	go func() {
-		<-dying.published
-		_, _ = f.db.Pool.Exec(context.Background(), "UPDATE "+f.db.Schema+".outbox SET claimed_by = 'someone-else' WHERE event_id = $1", rec.ID)
-		kill()
-	}()
-	_, _ = first.RelayOnce(ctx)
+	f.relayOnceLosingTheClaim(t, b, rec, outbox.RelayConfig{ID: "dying", DeletePublished: true})
 	require.Equal(t, 1, f.pending(t), "the event whose claim was taken is still there")
 }
 
