@@ -54,15 +54,14 @@
 //
 // An event is one row of the outbox table. A relay's claim updates the
 // row (claimed_by, claimed_until, attempts: heap-only on the half-filled
-// pages of migration 0007, and without a row lock before it, which would
-// be a WAL record of its own) and its publication marks it (published_at),
+// pages of migration 0007) and its publication marks it (published_at),
 // which moves the row, since published_at is in every index's predicate;
 // the pruner deletes it Retention later. RelayConfig.DeletePublished
 // deletes the row at publication instead, and keeps no history of
 // published events. Bytes of WAL per event (BenchmarkEventWAL, PostgreSQL
-// 15; docs/performance.md): written 695; kept, 408 to relay and 544 to
-// prune a day later; deleted at publication, 221 in all, and the one relay
-// of the benchmark published about 1.2× as many events a second.
+// 15; docs/performance.md): written 695; kept, 464 to relay and 544 to
+// prune a day later; deleted at publication, 277 in all, and the one relay
+// of the benchmark published 1.2× as many events a second.
 //
 // Relay.Run and Relay.Drain overlap the database with the broker: while one
 // batch is being published, the next is claimed, in the same transaction

@@ -24,10 +24,6 @@ ORDER BY seq;
 -- the claim's "no earlier event of this key is held elsewhere" check must
 -- see every claim committed before it, which concurrent claims would not.
 -- Claims are one short statement, so the lock is held for milliseconds.
--- The lock is the claim transaction's first statement, before the verdict
--- it records: a transaction that holds row locks of its verdict never
--- waits for this lock, so a claim waiting for such a row (ClaimEvents
--- takes no row lock first) cannot deadlock with it.
 --
 -- The claim's commit does not wait for its WAL flush (synchronous_commit
 -- off for this transaction only): a claim lost in a database crash only
@@ -92,6 +88,7 @@ WITH claimable AS (
         ))
     ORDER BY o.seq
     LIMIT $1
+    FOR UPDATE SKIP LOCKED
 )
 UPDATE /*schema*/outbox AS o
 SET claimed_by    = $2,
@@ -100,15 +97,6 @@ SET claimed_by    = $2,
 -- The claimed ids as an array probe the primary key; joining the CTE let the
 -- planner hash-join it against a scan of the whole outbox instead.
 WHERE o.event_id = ANY (ARRAY(SELECT event_id FROM claimable))
-    -- No row lock is taken before this update (no FOR UPDATE in claimable):
-    -- claims never run at once (LockClaims), and a row lock would be a WAL
-    -- record of its own, 54 bytes an event. What else writes an unpublished
-    -- event is a verdict committed or settling beside this claim; the update
-    -- waits for it, and these conditions, checked again on the row as that
-    -- verdict left it, skip an event it published or backed off meanwhile.
-    AND o.published_at IS NULL
-    AND o.next_attempt_at <= now()
-    AND (o.claimed_until IS NULL OR o.claimed_until < now())
 RETURNING o.event_id, o.aggregate_id, o.topic, o.key, o.event_type, o.payload, o.headers,
     o.seq, o.created_at, o.attempts;
 

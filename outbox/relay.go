@@ -59,7 +59,7 @@ type RelayConfig struct {
 	Retention time.Duration
 	// DeletePublished deletes each event as soon as the broker confirmed
 	// it, instead of keeping it, marked published, for Retention. The
-	// relay then writes less than a quarter of the WAL per event that
+	// relay then writes about a quarter of the WAL per event that
 	// relaying and pruning a kept event write (see the package
 	// documentation, Storage), and leaves no history of published events:
 	// Store.ListByAggregate, the console's job page and llmq inspect then
@@ -442,17 +442,17 @@ func (r *Relay) publish(ctx context.Context, recs []Record) *verdict {
 
 // claim records carried, then claims up to a batch with seq in [floor,
 // ceiling), fenced by the lease epoch (0: unfenced), in one transaction
-// whose statements are sent together. The claims' advisory lock comes
-// first (see LockClaims: a verdict's row locks are never held while
-// waiting for it), then the verdict, so the claim sees the keys it frees
-// (a key's next event is claimable once its previous one is marked
-// published). The records come back in write order.
+// whose statements are sent together. The
+// verdict goes first, before the claims' advisory lock is taken, so it
+// does not lengthen the time the lock is held, and so the claim sees the
+// keys it frees (a key's next event is claimable once its previous one is
+// marked published). The records come back in write order.
 func (r *Relay) claim(ctx context.Context, carried *verdict, floor, ceiling, epoch int64) ([]Record, error) {
 	var recs []Record
 	err := dbsql.WithTx(ctx, r.pool, func(tx pgx.Tx) error {
 		batch := &pgx.Batch{}
-		batch.Queue(r.store.sql.lockClaims, r.lockID, r.idleTimeoutMS())
 		r.queueVerdict(batch, carried)
+		batch.Queue(r.store.sql.lockClaims, r.lockID, r.idleTimeoutMS())
 		batch.Queue(r.store.sql.claimEvents, r.cfg.BatchSize, r.cfg.ID, r.cfg.ClaimLease.Milliseconds(), floor, ceiling, epoch).
 			Query(func(rows pgx.Rows) error {
 				var err error
