@@ -54,14 +54,20 @@
 //
 // An event is one row of the outbox table. A relay's claim updates the
 // row (claimed_by, claimed_until, attempts: heap-only on the half-filled
-// pages of migration 0007) and its publication marks it (published_at),
+// pages of migration 0007, and without a row lock before it, which would
+// be a WAL record of its own) and its publication marks it (published_at),
 // which moves the row, since published_at is in every index's predicate;
-// the pruner deletes it Retention later. RelayConfig.DeletePublished
+// the pruner deletes it Retention later. Without the row lock, a claim
+// would wait for any session holding an event's row; it waits 200ms at
+// most, and when some session holds one longer (an operator's open
+// transaction), the relay's claims skip locked rows for a minute, with
+// the lock, as they always did: a held event holds back only itself and
+// the later events of its key. RelayConfig.DeletePublished
 // deletes the row at publication instead, and keeps no history of
 // published events. Bytes of WAL per event (BenchmarkEventWAL, PostgreSQL
-// 15; docs/performance.md): written 695; kept, 464 to relay and 544 to
-// prune a day later; deleted at publication, 277 in all, and the one relay
-// of the benchmark published 1.2× as many events a second.
+// 15; docs/performance.md): written 695; kept, 408 to relay and 544 to
+// prune a day later; deleted at publication, 221 in all, and the one relay
+// of the benchmark published about 1.2× as many events a second.
 //
 // Relay.Run and Relay.Drain overlap the database with the broker: while one
 // batch is being published, the next is claimed, in the same transaction
@@ -146,8 +152,8 @@
 //
 // Warnings (events the broker refused, a failed pass, a lost lease) and
 // errors go to RelayConfig.Logger, by default slog.Default(), each with a
-// "relay" attribute; becoming active is logged at Info, standing by at
-// Debug. To silence the relay, configure a logger that drops them.
+// "relay" attribute; becoming active is logged at Info, and so is a claim
+// that waited for a row another session holds; standing by at Debug. To silence the relay, configure a logger that drops them.
 //
 // Decisions: claims are serialised by a transaction-scoped advisory lock
 // (one short statement each), because the key-order check must see every

@@ -5,3 +5,6 @@ import "time"
 // StandbyWait is one wait of a standby of r that saw the leader lease
 // expire in expiresIn.
 func StandbyWait(r *Relay, expiresIn time.Duration) time.Duration { return r.standbyWait(expiresIn) }
+
+// SetClaimLockTimeout sets how long r's lock-free claims wait for a row.
+func SetClaimLockTimeout(r *Relay, d time.Duration) { r.lockTimeout = d }

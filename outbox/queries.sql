@@ -24,6 +24,10 @@ ORDER BY seq;
 -- the claim's "no earlier event of this key is held elsewhere" check must
 -- see every claim committed before it, which concurrent claims would not.
 -- Claims are one short statement, so the lock is held for milliseconds.
+-- The lock is the claim transaction's first statement, before the verdict
+-- it records: a transaction that holds row locks of its verdict never
+-- waits for this lock, so a claim waiting for such a row (ClaimEvents
+-- takes no row lock first) cannot deadlock with it.
 --
 -- The claim's commit does not wait for its WAL flush (synchronous_commit
 -- off for this transaction only): a claim lost in a database crash only
@@ -42,29 +46,8 @@ SELECT pg_advisory_xact_lock(hashtextextended($1, 0)),
     set_config('synchronous_commit', 'off', true),
     set_config('idle_in_transaction_session_timeout', $2::bigint::text, true);
 
--- name: ClaimEvents
--- Claims up to $1 due, unclaimed (or claim-expired) events in write order
--- for relay $2, for $3 ms, with seq in [$4, $5), fenced by lease epoch $6. The relay passes the lowest
--- seq of its previous full batch while it keeps finding full batches, so
--- each claim does not step again over the index entries of everything
--- published since the last vacuum; it starts from 0 again whenever a batch
--- is not full, and at least once a second, so an event skipped meanwhile
--- (one backing off, or committed late with a low seq) is never left behind.
--- $5 bounds the claims a relay makes while its previous batch is still
--- being published: when that batch holds every key with events waiting,
--- each event in the range is held back by its key, and an unbounded claim
--- would step over the whole backlog to find nothing. Other claims pass the
--- largest bigint.
---
--- Key order: an event with a key is claimed only when it is the oldest
--- unpublished event of its key. So a key has at most one event in flight,
--- in any relay: a refused publication cannot let a later event of its key
--- overtake it (in the same call, or in the next claim while it backs off or
--- sits below the starting seq). outbox_pending_key_idx answers that probe,
--- outbox_pending_idx the order. The cost is one event per key per claim:
--- keys are for ordering, and should be as narrow as the order needed (a
--- job, an invoice), never one key for everything.
-WITH claimable AS (
+-- block: claimable_events
+-- The events a claim may take, in write order (see ClaimEvents).
     SELECT o.event_id
     FROM /*schema*/outbox AS o
     WHERE o.published_at IS NULL
@@ -88,8 +71,9 @@ WITH claimable AS (
         ))
     ORDER BY o.seq
     LIMIT $1
-    FOR UPDATE SKIP LOCKED
-)
+
+-- block: claim_events
+-- The update that claims them (see ClaimEvents).
 UPDATE /*schema*/outbox AS o
 SET claimed_by    = $2,
     claimed_until = now() + $3 * interval '1 millisecond',
@@ -97,8 +81,63 @@ SET claimed_by    = $2,
 -- The claimed ids as an array probe the primary key; joining the CTE let the
 -- planner hash-join it against a scan of the whole outbox instead.
 WHERE o.event_id = ANY (ARRAY(SELECT event_id FROM claimable))
+    -- Checked again on the row as a verdict settling beside a lock-free
+    -- claim left it (see ClaimEvents): an event it published or backed
+    -- off meanwhile is skipped.
+    AND o.published_at IS NULL
+    AND o.next_attempt_at <= now()
+    AND (o.claimed_until IS NULL OR o.claimed_until < now())
 RETURNING o.event_id, o.aggregate_id, o.topic, o.key, o.event_type, o.payload, o.headers,
-    o.seq, o.created_at, o.attempts;
+    o.seq, o.created_at, o.attempts
+
+-- name: ClaimEvents
+-- Claims up to $1 due, unclaimed (or claim-expired) events in write order
+-- for relay $2, for $3 ms, with seq in [$4, $5), fenced by lease epoch $6. The relay passes the lowest
+-- seq of its previous full batch while it keeps finding full batches, so
+-- each claim does not step again over the index entries of everything
+-- published since the last vacuum; it starts from 0 again whenever a batch
+-- is not full, and at least once a second, so an event skipped meanwhile
+-- (one backing off, or committed late with a low seq) is never left behind.
+-- $5 bounds the claims a relay makes while its previous batch is still
+-- being published: when that batch holds every key with events waiting,
+-- each event in the range is held back by its key, and an unbounded claim
+-- would step over the whole backlog to find nothing. Other claims pass the
+-- largest bigint.
+--
+-- Key order: an event with a key is claimed only when it is the oldest
+-- unpublished event of its key. So a key has at most one event in flight,
+-- in any relay: a refused publication cannot let a later event of its key
+-- overtake it (in the same call, or in the next claim while it backs off or
+-- sits below the starting seq). outbox_pending_key_idx answers that probe,
+-- outbox_pending_idx the order. The cost is one event per key per claim:
+-- keys are for ordering, and should be as narrow as the order needed (a
+-- job, an invoice), never one key for everything.
+--
+-- The claim takes no row lock before its update: claims never run at
+-- once (LockClaims), and a row lock is a WAL record of its own, 54 bytes
+-- an event. What else may write an unpublished event is a verdict
+-- committed or settling beside this claim, which the update waits for
+-- and then rechecks; or a session of someone else's holding its row (an
+-- operator's open transaction), which would hold every claim. So the
+-- claim runs under a short lock_timeout, and when that passes the relay
+-- claims with ClaimEventsSkippingLocked for a while instead (see
+-- Relay.claim).
+WITH claimable AS (
+/*claimable_events*/)
+/*claim_events*/;
+
+-- name: ClaimEventsSkippingLocked
+-- ClaimEvents, skipping the events whose rows another session holds, at
+-- the price of a row lock per claimed event.
+WITH claimable AS (
+/*claimable_events*/    FOR UPDATE SKIP LOCKED
+)
+/*claim_events*/;
+
+-- name: ClaimLockTimeout
+-- How long a lock-free claim (ClaimEvents) waits for the row of an event
+-- it would claim, in ms ($1), for the rest of its transaction.
+SELECT set_config('lock_timeout', $1::bigint::text, true);
 
 -- name: RelaxCommit
 -- The relay's verdicts (MarkPublished, MarkFailed) commit without waiting

@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
@@ -59,7 +60,7 @@ type RelayConfig struct {
 	Retention time.Duration
 	// DeletePublished deletes each event as soon as the broker confirmed
 	// it, instead of keeping it, marked published, for Retention. The
-	// relay then writes about a quarter of the WAL per event that
+	// relay then writes less than a quarter of the WAL per event that
 	// relaying and pruning a kept event write (see the package
 	// documentation, Storage), and leaves no history of published events:
 	// Store.ListByAggregate, the console's job page and llmq inspect then
@@ -117,6 +118,11 @@ type Relay struct {
 	// one Relay; Run makes them one at a time.
 	floor     atomic.Int64
 	fullScans atomic.Int64 // unix nanoseconds of the last claim from seq 0
+	// Until when (unix nanoseconds) claims skip locked rows instead of
+	// waiting for them, and how long a lock-free claim waits for a row
+	// (claimLockTimeout; tests lengthen it). See claim.
+	skipLockedUntil atomic.Int64
+	lockTimeout     time.Duration
 
 	published, failed atomic.Int64
 	active            atomic.Bool // Run holds the leader lease
@@ -172,7 +178,7 @@ func (s *Store) NewRelay(pool *pgxpool.Pool, pub broker.Publisher, cfg RelayConf
 	if err != nil {
 		return nil, fmt.Errorf("%w: instruments: %w", ErrInvalidRelayConfig, err)
 	}
-	return &Relay{store: s, pool: pool, pub: pub, cfg: cfg, obs: obs, lockID: "llmq.outbox.claim:" + s.schema.Name()}, nil
+	return &Relay{store: s, pool: pool, pub: pub, cfg: cfg, obs: obs, lockID: "llmq.outbox.claim:" + s.schema.Name(), lockTimeout: claimLockTimeout}, nil
 }
 
 // defaultGaugeRefresh is RelayConfig.GaugeRefresh's default.
@@ -442,18 +448,51 @@ func (r *Relay) publish(ctx context.Context, recs []Record) *verdict {
 
 // claim records carried, then claims up to a batch with seq in [floor,
 // ceiling), fenced by the lease epoch (0: unfenced), in one transaction
-// whose statements are sent together. The
-// verdict goes first, before the claims' advisory lock is taken, so it
-// does not lengthen the time the lock is held, and so the claim sees the
-// keys it frees (a key's next event is claimable once its previous one is
-// marked published). The records come back in write order.
+// whose statements are sent together. The claims' advisory lock comes
+// first (see LockClaims: a verdict's row locks are never held while
+// waiting for it), then the verdict, so the claim sees the keys it frees
+// (a key's next event is claimable once its previous one is marked
+// published). The records come back in write order.
+//
+// The claim is lock-free (ClaimEvents) and waits at most
+// claimLockTimeout for an event's row. When that passes, some other
+// session holds an unpublished event (a verdict does for milliseconds;
+// an operator's open transaction may for hours), and the claim is made
+// again, and for skipLockedFor after it, with ClaimEventsSkippingLocked,
+// which steps over that event as claims always did.
 func (r *Relay) claim(ctx context.Context, carried *verdict, floor, ceiling, epoch int64) ([]Record, error) {
+	if time.Now().UnixNano() < r.skipLockedUntil.Load() {
+		return r.claimWith(ctx, carried, floor, ceiling, epoch, r.store.sql.claimEventsSkippingLocked)
+	}
+	recs, err := r.claimWith(ctx, carried, floor, ceiling, epoch, r.store.sql.claimEvents)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" { // lock_not_available
+		return recs, err
+	}
+	r.skipLockedUntil.Store(time.Now().Add(skipLockedFor).UnixNano())
+	r.cfg.Logger.InfoContext(ctx, "llmq: outbox claim waited for a row another session holds; skipping locked rows for a while",
+		"for", skipLockedFor)
+	return r.claimWith(ctx, carried, floor, ceiling, epoch, r.store.sql.claimEventsSkippingLocked)
+}
+
+// How long a lock-free claim waits for an event's row, and how long the
+// claims after one that waited too long skip locked rows instead.
+const (
+	claimLockTimeout = 200 * time.Millisecond
+	skipLockedFor    = time.Minute
+)
+
+// claimWith is claim, with the claim statement given.
+func (r *Relay) claimWith(ctx context.Context, carried *verdict, floor, ceiling, epoch int64, claimEvents string) ([]Record, error) {
 	var recs []Record
 	err := dbsql.WithTx(ctx, r.pool, func(tx pgx.Tx) error {
 		batch := &pgx.Batch{}
-		r.queueVerdict(batch, carried)
 		batch.Queue(r.store.sql.lockClaims, r.lockID, r.idleTimeoutMS())
-		batch.Queue(r.store.sql.claimEvents, r.cfg.BatchSize, r.cfg.ID, r.cfg.ClaimLease.Milliseconds(), floor, ceiling, epoch).
+		if claimEvents == r.store.sql.claimEvents {
+			batch.Queue(r.store.sql.claimLockTimeout, r.lockTimeout.Milliseconds())
+		}
+		r.queueVerdict(batch, carried)
+		batch.Queue(claimEvents, r.cfg.BatchSize, r.cfg.ID, r.cfg.ClaimLease.Milliseconds(), floor, ceiling, epoch).
 			Query(func(rows pgx.Rows) error {
 				var err error
 				recs, err = pgx.CollectRows(rows, scanClaimed)

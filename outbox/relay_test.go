@@ -593,3 +593,99 @@ func TestDeletePublishedKeepsEveryGuarantee(t *testing.T) {
 	f.relayOnceLosingTheClaim(t, b, rec, outbox.RelayConfig{ID: "dying", DeletePublished: true})
 	require.Equal(t, 1, f.pending(t), "the event whose claim was taken is still there")
 }
+
+// A claim takes no row lock before its update: one that meets an event a
+// late verdict is marking (a relay whose claim ran out, settling) waits
+// for that verdict, and then skips the event it published, instead of
+// publishing it again.
+func TestClaimWaitingForAVerdictSkipsWhatItPublished(t *testing.T) {
+	t.Parallel()
+	f := setupRelay(t)
+	rec, err := f.store.Write(t.Context(), f.db.Pool, outbox.Event{Topic: "orders", Key: "o-1", Type: "order.placed", Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	_, err = f.db.Pool.Exec(t.Context(), "UPDATE "+f.db.Schema+".outbox SET claimed_by = 'late', claimed_until = now() - interval '1 second', attempts = 1 WHERE event_id = $1", rec.ID)
+	require.NoError(t, err)
+
+	verdict, err := f.db.Pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = verdict.Rollback(context.Background()) }()
+	_, err = verdict.Exec(t.Context(), "UPDATE "+f.db.Schema+".outbox SET published_at = now(), claimed_by = NULL, claimed_until = NULL WHERE event_id = $1 AND claimed_by = 'late'", rec.ID)
+	require.NoError(t, err)
+	var verdictPID int32
+	require.NoError(t, verdict.QueryRow(t.Context(), "SELECT pg_backend_pid()").Scan(&verdictPID))
+
+	b := memory.New(memory.Config{})
+	r, err := f.store.NewRelay(f.db.Pool, b.Publisher(), outbox.RelayConfig{})
+	require.NoError(t, err)
+	// Long enough that the claim waits for the verdict and does not give
+	// up on it (see TestARowHeldElsewhereHoldsBackOnlyItsEvent).
+	outbox.SetClaimLockTimeout(r, time.Minute)
+	type result struct {
+		res outbox.BatchResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := r.RelayOnce(t.Context())
+		done <- result{res, err}
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, f.db.Pool.QueryRow(t.Context(),
+			"SELECT EXISTS (SELECT FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid)))", verdictPID).Scan(&waiting))
+		return waiting
+	}, 10*time.Second, 5*time.Millisecond, "the claim waits for the verdict's row")
+	require.NoError(t, verdict.Commit(t.Context()))
+
+	got := <-done
+	require.NoError(t, got.err)
+	require.Zero(t, got.res.Claimed, "the event the verdict published is not claimed again")
+	require.Zero(t, b.Published("orders"))
+	require.Zero(t, f.pending(t))
+}
+
+// A session of someone else's holding the row of an unpublished event (an
+// operator's open transaction) holds back that event and the later ones of
+// its key, and nothing else: the lock-free claim gives up waiting for the
+// row and the relay claims skipping locked rows.
+func TestARowHeldElsewhereHoldsBackOnlyItsEvent(t *testing.T) {
+	t.Parallel()
+	f := setupRelay(t)
+	const keys = 5
+	var held outbox.Record
+	for i := range 2 {
+		for k := range keys {
+			rec, err := f.store.Write(t.Context(), f.db.Pool, outbox.Event{Topic: "orders", Key: fmt.Sprintf("key-%d", k), Type: "order.changed",
+				Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))})
+			require.NoError(t, err)
+			if i == 0 && k == 0 {
+				held = rec
+			}
+		}
+	}
+	operator, err := f.db.Pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = operator.Rollback(context.Background()) }()
+	_, err = operator.Exec(t.Context(), "SELECT FROM "+f.db.Schema+".outbox WHERE event_id = $1 FOR UPDATE", held.ID)
+	require.NoError(t, err)
+
+	b := memory.New(memory.Config{})
+	r, err := f.store.NewRelay(f.db.Pool, b.Publisher(), outbox.RelayConfig{})
+	require.NoError(t, err)
+	res, err := r.Drain(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, 2*keys-2, res.Published, "everything but the held event and the next of its key")
+	require.Equal(t, 2, f.pending(t))
+
+	require.NoError(t, operator.Rollback(t.Context()))
+	res, err = r.Drain(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Published, "once the row is free, its key goes on in order")
+	var order []string
+	for _, m := range drain(t, b, 2*keys) {
+		if m.Key == "key-0" {
+			order = append(order, string(m.Body))
+		}
+	}
+	require.Equal(t, []string{`{"n": 0}`, `{"n": 1}`}, order)
+}

@@ -12,7 +12,7 @@ import (
 // shape the code binds and scans; dbsqltest checks it against the schema.
 type statements struct {
 	insertEvent, listByAggregate, lockClaims, claimEvents, relaxCommit, markPublished, markFailed  string
-	deletePublished                                                                                string
+	deletePublished, claimEventsSkippingLocked, claimLockTimeout                                   string
 	pendingStats, prunePublished, leaseFree, acquireLease, renewLease, releaseLease                string
 	countUnpublishedUpTo, countPublished, oldestEvents, pruneUnrelayed, countUnrelayed, relayLease string
 }
@@ -23,6 +23,8 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.listByAggregate, "ListEventsByAggregate", 1, new(listedRow).dest()...),
 		dbsql.Discard(&q.lockClaims, "LockClaims", 2),
 		dbsql.Query(&q.claimEvents, "ClaimEvents", 6, new(claimedRow).dest()...),
+		dbsql.Query(&q.claimEventsSkippingLocked, "ClaimEventsSkippingLocked", 6, new(claimedRow).dest()...),
+		dbsql.Discard(&q.claimLockTimeout, "ClaimLockTimeout", 1),
 		dbsql.Discard(&q.relaxCommit, "RelaxCommit", 0),
 		dbsql.Exec(&q.markPublished, "MarkPublished", 2),
 		dbsql.Exec(&q.deletePublished, "DeletePublished", 2),
