@@ -462,9 +462,9 @@ func (r *Relay) publish(ctx context.Context, recs []Record) *verdict {
 // which steps over that event as claims always did.
 func (r *Relay) claim(ctx context.Context, carried *verdict, floor, ceiling, epoch int64) ([]Record, error) {
 	if time.Now().UnixNano() < r.skipLockedUntil.Load() {
-		return r.claimWith(ctx, carried, floor, ceiling, epoch, r.store.sql.claimEventsSkippingLocked)
+		return r.claimWith(ctx, carried, floor, ceiling, epoch, true)
 	}
-	recs, err := r.claimWith(ctx, carried, floor, ceiling, epoch, r.store.sql.claimEvents)
+	recs, err := r.claimWith(ctx, carried, floor, ceiling, epoch, false)
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" { // lock_not_available
 		return recs, err
@@ -472,7 +472,7 @@ func (r *Relay) claim(ctx context.Context, carried *verdict, floor, ceiling, epo
 	r.skipLockedUntil.Store(time.Now().Add(skipLockedFor).UnixNano())
 	r.cfg.Logger.InfoContext(ctx, "llmq: outbox claim waited for a row another session holds; skipping locked rows for a while",
 		"for", skipLockedFor)
-	return r.claimWith(ctx, carried, floor, ceiling, epoch, r.store.sql.claimEventsSkippingLocked)
+	return r.claimWith(ctx, carried, floor, ceiling, epoch, true)
 }
 
 // How long a lock-free claim waits for an event's row, and how long the
@@ -482,13 +482,18 @@ const (
 	skipLockedFor    = time.Minute
 )
 
-// claimWith is claim, with the claim statement given.
-func (r *Relay) claimWith(ctx context.Context, carried *verdict, floor, ceiling, epoch int64, claimEvents string) ([]Record, error) {
+// claimWith is claim, lock-free under the claim's lock timeout, or
+// skipping locked rows.
+func (r *Relay) claimWith(ctx context.Context, carried *verdict, floor, ceiling, epoch int64, skipLocked bool) ([]Record, error) {
+	claimEvents := r.store.sql.claimEvents
+	if skipLocked {
+		claimEvents = r.store.sql.claimEventsSkippingLocked
+	}
 	var recs []Record
 	err := dbsql.WithTx(ctx, r.pool, func(tx pgx.Tx) error {
 		batch := &pgx.Batch{}
 		batch.Queue(r.store.sql.lockClaims, r.lockID, r.idleTimeoutMS())
-		if claimEvents == r.store.sql.claimEvents {
+		if !skipLocked {
 			batch.Queue(r.store.sql.claimLockTimeout, r.lockTimeout.Milliseconds())
 		}
 		r.queueVerdict(batch, carried)

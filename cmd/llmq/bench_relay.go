@@ -67,16 +67,16 @@ type relayShare struct {
 	Confirmed int `json:"confirmed"` // messages its broker confirmed
 }
 
-// relayBatch is the relays' BatchSize: half the events' 1,000 keys, since
-// a relay claims the next batch while one is published, which finds
-// nothing when the batch in flight holds every key (see
-// outbox.Relay.Drain).
-func (b *bench) relayBatch() int { return cmp.Or(b.o.batch, 500) }
+// relayBatchOf is the relays' BatchSize under options o: by default half
+// the events' 1,000 keys, since a relay claims the next batch while one
+// is published, which finds nothing when the batch in flight holds every
+// key (see outbox.Relay.Drain).
+func relayBatchOf(o benchOptions) int { return cmp.Or(o.batch, 500) }
 
 // benchRelayConfig is the configuration of the bench's relay id, in this
 // process or a relay process of its own.
 func benchRelayConfig(o benchOptions, id int, log io.Writer) outbox.RelayConfig {
-	return outbox.RelayConfig{ID: relayID(id), BatchSize: cmp.Or(o.batch, 500), DeletePublished: o.deletePub, Logger: benchRelayLogger(log)}
+	return outbox.RelayConfig{ID: relayID(id), BatchSize: relayBatchOf(o), DeletePublished: o.deletePub, Logger: benchRelayLogger(log)}
 }
 
 // relayAppName names a relay's connections in pg_stat_activity.
@@ -121,7 +121,7 @@ func (b *bench) relay(ctx context.Context, c *common, stdout io.Writer) (float64
 				wg.Go(func() {
 					slots <- struct{}{}
 					defer func() { <-slots }()
-					errs <- procs[i].start(ctx, self, c.databaseURL, b.schema, b.relayBatch(), b.o.deletePub, b.progress)
+					errs <- procs[i].start(ctx, self, c.databaseURL, b.schema, relayBatchOf(b.o), b.o.deletePub, b.progress)
 				})
 			}
 			wg.Wait()
