@@ -150,19 +150,26 @@ func TestTimeToFirstToken(t *testing.T) {
 
 func TestConfigIsValidated(t *testing.T) {
 	t.Parallel()
-	l, err := admission.NewLocal()
-	require.NoError(t, err)
 	good := kvfeedback.Config{Pool: "p", MetricsURL: "http://127.0.0.1:1/metrics", Ceiling: 10}
-	for field, bad := range map[string]func(c *kvfeedback.Config){
+	requireRefused(t, good, map[string]func(c *kvfeedback.Config){
 		"Pool":       func(c *kvfeedback.Config) { c.Pool = "" },
 		"MetricsURL": func(c *kvfeedback.Config) { c.MetricsURL = "file:///etc/passwd" },
 		"Ceiling":    func(c *kvfeedback.Config) { c.Ceiling = 0 },
 		"Floor":      func(c *kvfeedback.Config) { c.Floor = 11 },
 		"Decrease":   func(c *kvfeedback.Config) { c.Decrease = 1.5 },
 		"MaxTTFT":    func(c *kvfeedback.Config) { c.MaxTTFT = -1 },
-	} {
+	})
+}
+
+// requireRefused checks that New accepts good, and refuses good changed by
+// each of bad, with an error naming the field it is keyed by.
+func requireRefused(t *testing.T, good kvfeedback.Config, bad map[string]func(c *kvfeedback.Config)) {
+	t.Helper()
+	l, err := admission.NewLocal()
+	require.NoError(t, err)
+	for field, spoil := range bad {
 		c := good
-		bad(&c)
+		spoil(&c)
 		_, err := kvfeedback.New(l, c)
 		require.ErrorIs(t, err, kvfeedback.ErrInvalidConfig, field)
 		require.ErrorContains(t, err, field)
