@@ -137,6 +137,18 @@
 //     with idle_in_transaction_session_timeout set to
 //     Config.ClaimIdleTimeout (5s): Postgres ends the stalled session and
 //     its locks go with it.
+//   - A claim takes no row lock on the jobs it takes (a row lock is a WAL
+//     record of its own, about 50 bytes a job): claims of a tenant are
+//     serialised by its row, and the claim's update checks each job again
+//     as a cancel or the deadline sweep committed beside it left it, so a
+//     cancelled job is never claimed. It waits at most 200 ms for a job's
+//     row held by another session (an operator's open transaction, say);
+//     past that, the store's claims skip locked rows, taking a row lock
+//     per job as they used to, for a minute. So a held job holds back only
+//     itself, and a claim gives up before PostgreSQL's deadlock detection
+//     (1 s by default) would have to. A claim inside the caller's
+//     transaction always skips locked rows: a timeout there would abort
+//     the caller's transaction.
 //
 // A tenant found with nothing to run (no eligible job, all held back by
 // their groups, or at its cap) is marked idle and leaves the claim's scan.

@@ -1,6 +1,10 @@
 package jobs
 
-import "github.com/llmq/llmq/internal/dbsql"
+import (
+	"time"
+
+	"github.com/llmq/llmq/internal/dbsql"
+)
 
 // QueryForTest returns one of the store's rendered statements, by its name
 // in the SQL files, so tests can EXPLAIN exactly what runs.
@@ -37,3 +41,7 @@ func ShareOutForTest(tenants [][4]float64, limit int, lowShare float64) (given, 
 	}
 	return given, relaxed
 }
+
+// SetClaimLockTimeoutForTest sets how long a lock-free claim waits for a
+// job's row.
+func (s *PostgresStore) SetClaimLockTimeoutForTest(d time.Duration) { s.claimLockTimeout = d }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/llmqtype"
@@ -47,24 +48,54 @@ type tenantCandidate struct {
 // LockClaimTenants locks the active tenants with the lowest virtual time,
 // the batch is shared out among them by weight (below), and ClaimJobs takes
 // each tenant's share under its cap and group order. See queries.sql.
+//
+// ClaimJobs takes no row lock and waits at most claimLockTimeout for a
+// job's row. When that passes, some other session holds a waiting job (a
+// cancel does for milliseconds; an operator's open transaction may for
+// hours), and the claim is made again, and for skipLockedFor after it,
+// with ClaimJobsSkippingLocked, which steps over that job as claims always
+// did. Inside the caller's transaction the claim always skips locked rows:
+// there the lock timeout would outlive the claim, and a claim that ran
+// into it would abort the caller's transaction.
 func (s *PostgresStore) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]*Job, error) {
 	if err := s.checkClaim(p); err != nil {
 		return nil, err
 	}
 	_, nested := db.(pgx.Tx)
+	skipLocked := nested || time.Now().UnixNano() < s.skipLockedUntil.Load()
+	claimed, err := s.claimWith(ctx, db, p, nested, skipLocked)
+	var pgErr *pgconn.PgError
+	if !skipLocked && errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+		s.skipLockedUntil.Store(time.Now().Add(skipLockedFor).UnixNano())
+		claimed, err = s.claimWith(ctx, db, p, nested, true)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jobs: claim from %s: %w", p.Queue, s.migrated(err))
+	}
+	return claimed, nil
+}
+
+// How long a lock-free claim waits for a job's row, and how long the
+// claims after one that waited too long skip locked rows instead.
+const (
+	claimLockTimeout = 200 * time.Millisecond
+	skipLockedFor    = time.Minute
+)
+
+// claimWith is Claim's transaction, lock-free under the claim's lock
+// timeout, or skipping locked rows.
+func (s *PostgresStore) claimWith(ctx context.Context, db DBTX, p ClaimParams, nested, skipLocked bool) ([]*Job, error) {
 	var claimed []*Job
 	err := dbsql.WithTx(ctx, db, func(tx pgx.Tx) error {
-		// In a transaction of its own, the claim turns JIT off: the
-		// statements' generic cost estimates are high enough to trigger JIT
-		// compilation, which costs tens of milliseconds per claim. It also
-		// bounds how long it may idle holding its tenants' locks
-		// (Config.ClaimIdleTimeout). SET LOCAL ends with the transaction;
-		// inside a caller's transaction it would outlive the claim, so
-		// there the server's settings apply.
+		// In a transaction of its own, the claim sets JIT off, bounds how
+		// long it may idle holding its tenants' locks
+		// (Config.ClaimIdleTimeout) and how long it waits for a job's row
+		// (ClaimSettings). They end with the transaction; inside a
+		// caller's transaction they would outlive the claim, so there the
+		// server's settings apply.
 		batch := &pgx.Batch{}
 		if !nested {
-			batch.Queue("SET LOCAL jit = off")
-			batch.Queue(fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", s.cfg.ClaimIdleTimeout.Milliseconds()))
+			batch.Queue(s.sql.claimSettings, s.cfg.ClaimIdleTimeout.Milliseconds(), s.claimLockTimeout.Milliseconds())
 		}
 		batch.Queue(s.sql.lockClaimTenants, p.Queue, tenantsPerClaim(p.Limit))
 		results := tx.SendBatch(ctx, batch)
@@ -95,7 +126,11 @@ func (s *PostgresStore) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]*J
 		if !nested && len(tenants) <= genericPlanTenants {
 			batch.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
 		}
-		batch.Queue(s.sql.claim, p.Queue, names, urgent, relaxed, caps, weights,
+		claim := s.sql.claim
+		if skipLocked {
+			claim = s.sql.claimSkippingLocked
+		}
+		batch.Queue(claim, p.Queue, names, urgent, relaxed, caps, weights,
 			p.Worker, p.LeaseDuration.Milliseconds(), p.Kinds)
 		results = tx.SendBatch(ctx, batch)
 		claimed, err = readClaimed(results, batch.Len()-1)
@@ -104,10 +139,7 @@ func (s *PostgresStore) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]*J
 		}
 		return err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("jobs: claim from %s: %w", p.Queue, s.migrated(err))
-	}
-	return claimed, nil
+	return claimed, err
 }
 
 // genericPlanTenants is the most tenants a claim runs ClaimJobs for on its
@@ -128,14 +160,12 @@ func readClaimed(results pgx.BatchResults, settings int) ([]*Job, error) {
 	return pgx.CollectRows(rows, scanJob)
 }
 
-// readClaimTenants reads the results of the claim's first round trip: the
-// two settings (unless nested), then LockClaimTenants.
+// readClaimTenants reads the results of the claim's first round trip: its
+// settings (unless nested), then LockClaimTenants.
 func readClaimTenants(results pgx.BatchResults, nested bool) ([]*tenantCandidate, error) {
 	if !nested {
-		for range 2 {
-			if _, err := results.Exec(); err != nil {
-				return nil, err
-			}
+		if _, err := results.Exec(); err != nil {
+			return nil, err
 		}
 	}
 	rows, err := results.Query()

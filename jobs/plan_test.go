@@ -79,12 +79,14 @@ func TestFencedStatementsProbeThePrimaryKey(t *testing.T) {
 	require.NotContains(t, plan, "Seq Scan on tenant_queues", plan)
 	require.NotContains(t, plan, "Seq Scan on jobs", plan)
 
-	plan = explain("ClaimJobs", 9)
-	for _, index := range []string{"jobs_tenant_claim_idx", "jobs_group_idx", "jobs_running_tenant_idx", "jobs_pkey", "tenant_queues_pkey"} {
-		require.Contains(t, plan, index, plan)
+	for _, name := range []string{"ClaimJobs", "ClaimJobsSkippingLocked"} {
+		plan = explain(name, 9)
+		for _, index := range []string{"jobs_tenant_claim_idx", "jobs_group_idx", "jobs_running_tenant_idx", "jobs_pkey", "tenant_queues_pkey"} {
+			require.Contains(t, plan, index, "%s:\n%s", name, plan)
+		}
+		require.NotContains(t, plan, "Seq Scan on jobs", "%s:\n%s", name, plan)
+		require.NotContains(t, plan, "Seq Scan on tenant_queues", "%s:\n%s", name, plan)
 	}
-	require.NotContains(t, plan, "Seq Scan on jobs", plan)
-	require.NotContains(t, plan, "Seq Scan on tenant_queues", plan)
 
 	// The reads that moved to job_keys go through its indexes, then jobs'
 	// primary key.

@@ -265,8 +265,10 @@ GROUP BY queue;
 -- (for capped tenants) how many jobs they have running. The scan walks
 -- tenant_queues_vtime_idx, which holds only active tenants, so it reads $2
 -- rows whatever the backlog or the number of tenants. SKIP LOCKED: a tenant
--- another runner is claiming for is skipped, not waited for; claims never
--- wait on a lock, so they cannot take part in a deadlock. The running count
+-- another runner is claiming for is skipped, not waited for. A claim waits
+-- only for a job's row (ClaimJobs), and at most its lock_timeout, shorter
+-- than deadlock_timeout: a claim in a deadlock gives up before it is
+-- found, and the other transaction goes on. The running count
 -- here is a hint for sharing out the batch; ClaimJobs counts again under
 -- the lock.
 WITH locked AS (
@@ -291,31 +293,9 @@ FROM locked AS l
 LEFT JOIN /*schema*/tenant_limits AS t ON t.tenant = l.tenant
 ORDER BY l.vtime, l.tenant;
 
--- name: ClaimJobs
--- The second statement of a claim transaction, for the tenants
--- LockClaimTenants locked: tenant $2[i] may take $3[i] jobs in priority
--- order and $4[i] more from its least urgent class (the low-priority
--- share), within its cap $5[i] (0: none). Being a new statement, it reads
--- with a fresh snapshot taken after the tenants' locks were granted, so the
--- running count and the group check see every earlier claim of those
--- tenants: caps and group order hold across runners.
---
--- Each tenant's jobs are read from jobs_tenant_claim_idx in (priority,
--- available_at, id) order, LIMIT its share: the cost is the batch size,
--- whatever the backlog. A grouped job is taken only when no earlier job of
--- its group is waiting or running (jobs_group_idx), so a group runs one job
--- at a time in acceptance (id) order; jobs held back by their group are
--- stepped over, so a tenant whose eligible backlog is mostly one group's
--- tail costs a scan of that tail. Deadlines passed are never claimed, and
--- only kinds the worker can run ($9). FOR UPDATE SKIP LOCKED leaves jobs a
--- concurrent cancel is touching to the next claim.
---
--- In the same statement: each tenant's virtual time advances by
--- claimed/weight ($6), and a tenant that took fewer jobs than it was
--- offered, or is at its cap, is marked idle: it leaves the claim's scan
--- until a job of its finishes (CompleteJobs), new work arrives
--- (InsertJobs), or the sweep (WakeIdleTenants) finds work for it.
-WITH share AS (
+-- block: claim_share
+-- The tenants' shares and the room under their caps (see ClaimJobs).
+share AS (
     SELECT a.tenant, a.hi, a.lo, a.weight,
         -- NULL for an uncapped tenant: least() ignores it.
         CASE WHEN a.cap > 0 THEN greatest(a.cap - (
@@ -325,10 +305,9 @@ WITH share AS (
     FROM unnest($2::text[], $3::integer[], $4::integer[], $5::integer[], $6::float8[])
         AS a (tenant, hi, lo, cap, weight)
 ),
-urgent AS (
-    SELECT p.id
-    FROM share AS a
-    CROSS JOIN LATERAL (
+
+-- block: urgent_jobs
+-- A tenant's share in priority order (see ClaimJobs).
         SELECT j.id
         FROM /*schema*/jobs AS j
         WHERE j.queue = $1 AND j.tenant = a.tenant
@@ -342,17 +321,11 @@ urgent AS (
                     AND g.group_key IS NOT NULL AND g.state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')))
         ORDER BY j.priority, j.available_at, j.id
         LIMIT least(a.hi, a.room)
-        FOR UPDATE SKIP LOCKED
-    ) AS p
-),
+
+-- block: relaxed_jobs
 -- The low-priority share reads the same tenant's least urgent class with
 -- eligible work (found by one descent of jobs_tenant_claim_idx), oldest
--- first, leaving out what urgent took: a job this transaction locked is not
--- skipped by its own SKIP LOCKED.
-relaxed AS (
-    SELECT p.id
-    FROM share AS a
-    CROSS JOIN LATERAL (
+-- first, leaving out what urgent took (it may hold jobs of that class too).
         SELECT j.id
         FROM /*schema*/jobs AS j
         WHERE j.queue = $1 AND j.tenant = a.tenant
@@ -372,10 +345,10 @@ relaxed AS (
             AND NOT (j.id = ANY (ARRAY(SELECT id FROM urgent)))
         ORDER BY j.available_at, j.id
         LIMIT CASE WHEN a.room IS NULL THEN a.lo ELSE least(a.lo, greatest(a.room - a.hi, 0)) END
-        FOR UPDATE SKIP LOCKED
-    ) AS p
-    WHERE a.lo > 0
-),
+
+-- block: claim_jobs
+-- The update that claims them, and the tenants' virtual times (see
+-- ClaimJobs).
 claimed AS (
     UPDATE /*schema*/jobs AS j
     SET state         = 'RUNNING',
@@ -389,6 +362,9 @@ claimed AS (
     -- The picked ids as an array probe the primary key, whatever the table's
     -- size; a join with the CTEs can be planned as a scan of the whole table.
     WHERE j.id = ANY (ARRAY(SELECT id FROM urgent UNION ALL SELECT id FROM relaxed))
+        -- Checked again on the row as a cancel or the deadline sweep
+        -- committing beside a lock-free claim left it (see ClaimJobs).
+        AND j.state IN ('READY', 'RETRY_SCHEDULED')
     RETURNING /*job_columns j*/
 ),
 tally AS MATERIALIZED (
@@ -408,7 +384,91 @@ advance AS (
         AND (t.taken > 0 OR t.offered > 0 OR t.room = 0)
 )
 SELECT /*job_columns*/
-FROM claimed;
+FROM claimed
+
+-- name: ClaimJobs
+-- The second statement of a claim transaction, for the tenants
+-- LockClaimTenants locked: tenant $2[i] may take $3[i] jobs in priority
+-- order and $4[i] more from its least urgent class (the low-priority
+-- share), within its cap $5[i] (0: none). Being a new statement, it reads
+-- with a fresh snapshot taken after the tenants' locks were granted, so the
+-- running count and the group check see every earlier claim of those
+-- tenants: caps and group order hold across runners.
+--
+-- Each tenant's jobs are read from jobs_tenant_claim_idx in (priority,
+-- available_at, id) order, LIMIT its share: the cost is the batch size,
+-- whatever the backlog. A grouped job is taken only when no earlier job of
+-- its group is waiting or running (jobs_group_idx), so a group runs one job
+-- at a time in acceptance (id) order; jobs held back by their group are
+-- stepped over, so a tenant whose eligible backlog is mostly one group's
+-- tail costs a scan of that tail. Deadlines passed are never claimed, and
+-- only kinds the worker can run ($9).
+--
+-- In the same statement: each tenant's virtual time advances by
+-- claimed/weight ($6), and a tenant that took fewer jobs than it was
+-- offered, or is at its cap, is marked idle: it leaves the claim's scan
+-- until a job of its finishes (CompleteJobs), new work arrives
+-- (InsertJobs), or the sweep (WakeIdleTenants) finds work for it.
+--
+-- The claim takes no row lock before its update: claims of a tenant never
+-- run at once (its tenant_queues row is locked), and a row lock is a WAL
+-- record of its own, about 50 bytes a job. What else may write a waiting
+-- job is a cancel or the deadline sweep, committed or committing beside
+-- this claim, which the update waits for and then rechecks (a job they
+-- finished is not claimed); or someone else's session holding its row (an
+-- operator's open transaction), which would hold the claim and the tenants
+-- it locked. So the claim runs under a short lock_timeout (ClaimSettings),
+-- and when that passes the store claims with ClaimJobsSkippingLocked for a
+-- while instead (see PostgresStore.Claim). A claim inside the caller's
+-- transaction, where the timeout cannot be set for the claim alone,
+-- always skips locked rows.
+WITH /*claim_share*/
+urgent AS (
+    SELECT p.id
+    FROM share AS a
+    CROSS JOIN LATERAL (
+/*urgent_jobs*/    ) AS p
+),
+relaxed AS (
+    SELECT p.id
+    FROM share AS a
+    CROSS JOIN LATERAL (
+/*relaxed_jobs*/    ) AS p
+    WHERE a.lo > 0
+),
+/*claim_jobs*/;
+
+-- name: ClaimJobsSkippingLocked
+-- ClaimJobs, skipping the jobs whose rows another session holds, at the
+-- price of a row lock per claimed job.
+WITH /*claim_share*/
+urgent AS (
+    SELECT p.id
+    FROM share AS a
+    CROSS JOIN LATERAL (
+/*urgent_jobs*/        FOR UPDATE SKIP LOCKED
+    ) AS p
+),
+relaxed AS (
+    SELECT p.id
+    FROM share AS a
+    CROSS JOIN LATERAL (
+/*relaxed_jobs*/        FOR UPDATE SKIP LOCKED
+    ) AS p
+    WHERE a.lo > 0
+),
+/*claim_jobs*/;
+
+-- name: ClaimSettings
+-- A claim's settings in a transaction of its own, for that transaction
+-- only: JIT off (the statements' generic cost estimates are high enough to
+-- trigger JIT compilation, which costs tens of milliseconds per claim); how
+-- long it may idle holding its tenants' locks ($1 ms,
+-- Config.ClaimIdleTimeout); and how long a lock-free claim (ClaimJobs)
+-- waits for a job's row ($2 ms).
+SELECT set_config('jit', 'off', true),
+    set_config('idle_in_transaction_session_timeout', $1::bigint::text, true),
+    set_config('lock_timeout', $2::bigint::text, true);
 
 -- name: WakeIdleTenants
 -- The sweep: marks active again the idle tenants of queue $1, marked idle

@@ -17,8 +17,9 @@ type statements struct {
 	// queries.sql: accepting and reading jobs.
 	insertJobs, selectByKey, get, list, cancel, stats, queueDepth string
 	// queries.sql: claiming, leases and transitions.
-	lockClaimTenants, claim, wakeIdleTenants, heartbeat, leases, complete     string
-	markStale, markHung, reap, failDeadlines, replay, attempts, unservedKinds string
+	claimSettings, lockClaimTenants, claim, claimSkippingLocked, wakeIdleTenants string
+	heartbeat, leases, complete                                                  string
+	markStale, markHung, reap, failDeadlines, replay, attempts, unservedKinds    string
 	// queries.sql: tenant limits and operator reads.
 	setTenantLimits, deleteTenantLimits, getTenantLimits, listTenantLimits string
 	lookup, deadLetters, tenantBacklogs, kindBacklogs                      string
@@ -50,7 +51,9 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.stats, "QueueStats", 0, new(string), new(string), new(int64), new(float64)),
 		dbsql.Query(&q.queueDepth, "QueueDepth", 0, new(depthRow).dest()...),
 		dbsql.Query(&q.lockClaimTenants, "LockClaimTenants", 2, new(tenantCandidate).dest()...),
+		dbsql.Query(&q.claimSettings, "ClaimSettings", 2, new(string), new(string), new(string)),
 		dbsql.Query(&q.claim, "ClaimJobs", 9, job...),
+		dbsql.Query(&q.claimSkippingLocked, "ClaimJobsSkippingLocked", 9, job...),
 		dbsql.Exec(&q.wakeIdleTenants, "WakeIdleTenants", 2),
 		dbsql.Query(&q.heartbeat, "HeartbeatLeases", 4, new([16]byte), new(bool)),
 		dbsql.Query(&q.leases, "ListLeases", 2, job...),

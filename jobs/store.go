@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -218,6 +219,12 @@ type PostgresStore struct {
 	channel string
 	notify  *notifyLimiter
 	sql     statements
+
+	// claimLockTimeout is how long a lock-free claim waits for a job's
+	// row; until skipLockedUntil (Unix ns), claims skip locked rows
+	// instead (see Claim).
+	claimLockTimeout time.Duration
+	skipLockedUntil  atomic.Int64
 }
 
 var (
@@ -275,6 +282,8 @@ func NewStore(cfg Config) (*PostgresStore, error) {
 		channel: schema.Channel("jobs"),
 		notify:  newNotifyLimiter(cfg.DisableNotify, cfg.NotifyInterval),
 		sql:     sql,
+
+		claimLockTimeout: claimLockTimeout,
 	}
 	return s, nil
 }
