@@ -47,5 +47,6 @@ func ExampleMigrate() {
 	// applied 0016_job_batches
 	// applied 0017_admission_in_flight_tokens
 	// applied 0018_kvfeedback_lease
+	// applied 0019_outbox_narrow_key_index
 	// all applied: true
 }

@@ -34,7 +34,10 @@
 //     relays and through failed publications: only the oldest unpublished
 //     event of a key is ever claimed, so a key has one event in flight at a
 //     time and a refused event holds back the later events of its key (and
-//     only those) until it is published. Write order is commit order when
+//     only those) until it is published. The check reads a 64-bit hash of
+//     the key (migration 0019, a narrower index entry per event): two keys
+//     sharing a hash, about one pair in 2^64, hold each other back, which
+//     delays and never reorders. Write order is commit order when
 //     the writers of a key serialise on a lock, as a job's transitions do on
 //     its row; writers of one key that do not are not ordered. Keys are for
 //     ordering: a key carries one event per claim, so make keys as narrow

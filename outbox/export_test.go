@@ -8,3 +8,12 @@ func StandbyWait(r *Relay, expiresIn time.Duration) time.Duration { return r.sta
 
 // SetClaimLockTimeout sets how long r's lock-free claims wait for a row.
 func SetClaimLockTimeout(r *Relay, d time.Duration) { r.lockTimeout = d }
+
+// ClaimSQL is the claim statement s runs, lock-free or skipping
+// locked rows, for tests to EXPLAIN.
+func ClaimSQL(s *Store, skipLocked bool) string {
+	if skipLocked {
+		return s.sql.claimEventsSkippingLocked
+	}
+	return s.sql.claimEvents
+}

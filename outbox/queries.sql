@@ -65,7 +65,12 @@ SELECT pg_advisory_xact_lock(hashtextextended($1, 0)),
         ))
         AND (o.key IS NULL OR NOT EXISTS (
             SELECT FROM /*schema*/outbox AS p
-            WHERE p.key = o.key
+            -- By the 64-bit hash outbox_pending_key_idx holds (migration
+            -- 0019), answered from the index alone. Two keys sharing a
+            -- hash are held back together: an event waits for the other
+            -- key's earlier event as for one of its own, which delays it
+            -- and never reorders anything.
+            WHERE hashtextextended(p.key, 0) = hashtextextended(o.key, 0)
                 AND p.seq < o.seq
                 AND p.published_at IS NULL
         ))
@@ -108,10 +113,12 @@ RETURNING o.event_id, o.aggregate_id, o.topic, o.key, o.event_type, o.payload, o
 -- unpublished event of its key. So a key has at most one event in flight,
 -- in any relay: a refused publication cannot let a later event of its key
 -- overtake it (in the same call, or in the next claim while it backs off or
--- sits below the starting seq). outbox_pending_key_idx answers that probe,
--- outbox_pending_idx the order. The cost is one event per key per claim:
--- keys are for ordering, and should be as narrow as the order needed (a
--- job, an invoice), never one key for everything.
+-- sits below the starting seq). outbox_pending_key_idx answers that probe
+-- (by a hash of the key, in seq order: the first entry it finds is the
+-- key's oldest unpublished event), outbox_pending_idx the order. The cost
+-- is one event per key per claim: keys are for ordering, and should be as
+-- narrow as the order needed (a job, an invoice), never one key for
+-- everything.
 --
 -- The claim takes no row lock before its update: claims never run at
 -- once (LockClaims), and a row lock is a WAL record of its own, 54 bytes

@@ -1,0 +1,65 @@
+package outbox_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/outbox"
+)
+
+// The claim reads as many events as it claims, whatever the backlog: the
+// waiting events in write order through outbox_pending_idx, and each
+// keyed event's "earlier unpublished event of its key?" through
+// outbox_pending_key_idx in order, never a scan of the table. Generic plans, which
+// a prepared statement ends up with, are what is checked.
+func TestClaimReadsThroughItsIndexes(t *testing.T) {
+	t.Parallel()
+	f := setupRelay(t)
+	ctx := t.Context()
+	// Enough rows, and keys, that the planner's choice reflects a real
+	// outbox; on a few hundred rows a sequential scan is legitimately
+	// cheapest.
+	tx, err := f.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	for i := range 5000 {
+		_, err = f.store.Write(ctx, tx, outbox.Event{Topic: "orders", Key: fmt.Sprintf("order-%d", i%2000), Type: "order.changed", Payload: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+	}
+	require.NoError(t, tx.Commit(ctx))
+	_, err = f.db.Pool.Exec(ctx, "UPDATE "+f.db.Schema+".outbox SET published_at = now() WHERE seq % 2 = 0")
+	require.NoError(t, err)
+	_, err = f.db.Pool.Exec(ctx, "ANALYZE "+f.db.Schema+".outbox")
+	require.NoError(t, err)
+
+	conn, err := f.db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
+	require.NoError(t, err)
+	defer func() { _, _ = conn.Exec(ctx, "RESET plan_cache_mode") }()
+	for _, skipLocked := range []bool{false, true} {
+		_, err := conn.Exec(ctx, "PREPARE plan_check AS "+outbox.ClaimSQL(f.store, skipLocked))
+		require.NoError(t, err)
+		// A generic plan does not depend on the values, and EXPLAIN
+		// without ANALYZE runs nothing.
+		rows, err := conn.Query(ctx, "EXPLAIN EXECUTE plan_check (500, 'relay', 1000, 0, 9223372036854775807, 0)")
+		require.NoError(t, err)
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		_, err = conn.Exec(ctx, "DEALLOCATE plan_check")
+		require.NoError(t, err)
+		plan := strings.Join(lines, "\n")
+		for _, index := range []string{"outbox_pending_idx", "outbox_pkey"} {
+			require.Contains(t, plan, index, "skipping locked rows: %v\n%s", skipLocked, plan)
+		}
+		// An index scan in (hash, seq) order stops at the key's first
+		// earlier event; a bitmap scan would collect all of them first.
+		require.Regexp(t, `Index (Only )?Scan using outbox_pending_key_idx`, plan, "skipping locked rows: %v", skipLocked)
+		require.NotRegexp(t, `Seq Scan on outbox\b`, plan, "skipping locked rows: %v", skipLocked)
+	}
+}
