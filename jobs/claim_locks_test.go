@@ -110,11 +110,58 @@ func TestAJobHeldElsewhereHoldsBackOnlyThatJob(t *testing.T) {
 	}
 
 	require.NoError(t, operator.Rollback(ctx))
-	// The claim that found fewer jobs than it was offered marked the tenant
-	// idle; the runners' sweep brings it back.
-	woken, err := f.store.WakeIdleTenants(ctx, f.pool, "default", 0)
-	require.NoError(t, err)
-	require.Equal(t, int64(1), woken)
+	// The claim took some of what it was offered, so the tenant stayed
+	// active and the next claim finds the freed jobs.
 	claimed = f.claimAll(t, f.pool)
 	require.Len(t, claimed, 2, "once the rows are free, their jobs are claimed")
+}
+
+// A tenant stays active while claims find work for it, and is marked idle
+// by the first claim that finds none: an enqueue for a tenant being served
+// writes no tenant row, so concurrent enqueuers and claims of one tenant do
+// not queue behind each other's commits. Here a transaction holding the
+// tenant's row stands for them: the enqueue, under a lock timeout, must not
+// wait for it.
+func TestATenantStaysActiveUntilAClaimFindsItEmpty(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	idle := func() bool {
+		t.Helper()
+		var idle bool
+		require.NoError(t, f.pool.QueryRow(ctx,
+			"SELECT idle FROM "+f.schema+".tenant_queues WHERE queue = 'default' AND tenant = 'acme'").Scan(&idle))
+		return idle
+	}
+	for range 2 {
+		_, err := f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k"})
+		require.NoError(t, err)
+	}
+	require.Len(t, f.claimAll(t, f.pool), 2)
+	require.False(t, idle(), "a claim that took fewer jobs than it was offered, but some, leaves the tenant active")
+
+	holder, err := f.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(context.Background()) }()
+	_, err = holder.Exec(ctx, "SELECT FROM "+f.schema+".tenant_queues WHERE tenant = 'acme' FOR UPDATE")
+	require.NoError(t, err)
+	enqueue, err := f.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = enqueue.Rollback(context.Background()) }()
+	_, err = enqueue.Exec(ctx, "SET LOCAL lock_timeout = '100ms'")
+	require.NoError(t, err)
+	_, err = f.store.Enqueue(ctx, enqueue, jobs.EnqueueParams{Tenant: "acme", Kind: "k"})
+	require.NoError(t, err, "the enqueue for an active tenant does not wait for its row")
+	require.NoError(t, enqueue.Commit(ctx))
+	require.NoError(t, holder.Rollback(ctx))
+
+	require.Len(t, f.claimAll(t, f.pool), 1)
+	require.False(t, idle())
+	require.Empty(t, f.claimAll(t, f.pool))
+	require.True(t, idle(), "the claim that found nothing marks the tenant idle")
+
+	_, err = f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k"})
+	require.NoError(t, err)
+	require.False(t, idle(), "new work makes it active again")
+	require.Len(t, f.claimAll(t, f.pool), 1)
 }

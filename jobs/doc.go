@@ -152,6 +152,10 @@
 //
 // A tenant found with nothing to run (no eligible job, all held back by
 // their groups, or at its cap) is marked idle and leaves the claim's scan.
+// A claim that takes some of a tenant's offer but not all leaves it active:
+// the next claim finds out whether it has more. So a tenant served as fast
+// as its work arrives stays active, and enqueues for it write no tenant row
+// and never wait for one another's commits.
 // It becomes active again when work arrives for it (Enqueue), when one of its
 // jobs finishes (Complete), or at a WakeIdleTenants sweep. A runner sweeps
 // every idle tenant once per poll interval, which brings back a tenant whose
