@@ -85,23 +85,39 @@ event AS (
 -- Makes the jobs' tenants active in their queues (see tenant_queues). Only a
 -- tenant not already active is written: the NOT EXISTS probe keeps the
 -- common case free of row locks, so concurrent enqueuers of one tenant never
--- queue behind each other. Rows are written in (queue, tenant) order, as
--- every statement that waits on these rows locks them, so two such
--- statements cannot deadlock.
--- The floor is read once per queue, before the first insert: read per row,
--- each read would step over the rows this statement already inserted.
+-- queue behind each other, and leaves inactive empty, so the floor below is
+-- not read at all. Rows are written in (queue, tenant) order, as every
+-- statement that waits on these rows locks them, so two such statements
+-- cannot deadlock.
+inactive AS MATERIALIZED (
+    SELECT a.queue, a.tenant
+    FROM (SELECT DISTINCT queue, tenant FROM job) AS a
+    WHERE NOT EXISTS (
+        SELECT 1 FROM /*schema*/tenant_queues AS t
+        WHERE t.queue = a.queue AND t.tenant = a.tenant AND NOT t.idle)
+),
+-- The virtual time a tenant becoming active starts from: the lowest of the
+-- queue's active tenants (their "now"), so a tenant that was idle cannot
+-- bank credit and starve the others when it returns; 0 when none is active.
+-- One entry of tenant_queues_vtime_idx per queue, read once per queue:
+-- read per row, each read would step over the index entries of the rows
+-- this statement already inserted (invisible to it, but in the index).
+-- Inline rather than through active_vtime_floor (migration 0003):
+-- PostgreSQL parses and plans a SQL function's body on every execution of
+-- the statement that calls it, which cost an enqueue more than the rest of
+-- its execution. The statements that wake idle tenants still call it:
+-- CompleteJobs only when it wakes one, WakeIdleTenants once per sweep.
 floor AS MATERIALIZED (
-    SELECT q.queue, coalesce(/*schema*/active_vtime_floor(q.queue), 0) AS vtime
-    FROM (SELECT DISTINCT queue FROM job) AS q
+    SELECT q.queue, coalesce((
+        SELECT min(t.vtime) FROM /*schema*/tenant_queues AS t
+        WHERE t.queue = q.queue AND NOT t.idle), 0) AS vtime
+    FROM (SELECT DISTINCT queue FROM inactive) AS q
 ),
 activate AS (
     INSERT INTO /*schema*/tenant_queues AS q (queue, tenant, vtime)
     SELECT a.queue, a.tenant, f.vtime
-    FROM (SELECT DISTINCT queue, tenant FROM job) AS a
+    FROM inactive AS a
     JOIN floor AS f ON f.queue = a.queue
-    WHERE NOT EXISTS (
-        SELECT 1 FROM /*schema*/tenant_queues AS t
-        WHERE t.queue = a.queue AND t.tenant = a.tenant AND NOT t.idle)
     ORDER BY a.queue, a.tenant
     ON CONFLICT (queue, tenant) DO UPDATE
     SET idle       = false,
