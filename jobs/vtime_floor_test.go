@@ -8,12 +8,14 @@ import (
 	"github.com/llmq/llmq/jobs"
 )
 
-// A tenant that becomes active starts from the virtual time of the queue's
-// most served active tenant, never from a lower one of its own, so that
+// A tenant that becomes active starts from the lowest virtual time among
+// the queue's active tenants, never from a lower one of its own, so that
 // time spent idle banks no credit over tenants that kept working. Every
 // statement that activates a tenant applies that floor: an enqueue (a new
 // tenant, an idle one, several in one batch), a completion that frees an
-// idle tenant, and the sweep of idle tenants with work.
+// idle tenant, and the sweep of idle tenants with work. The enqueue reads
+// it inline and the other two through active_vtime_floor, so this test is
+// also what keeps the two definitions alike.
 func TestATenantBecomingActiveStartsAtTheQueuesFloor(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
