@@ -43,6 +43,9 @@ type admissionShare struct {
 	GrantedAtUS []int64   `json:"granted_at_us"` // when each grant returned, Unix µs
 	Start       time.Time `json:"start"`
 	End         time.Time `json:"end"`
+	// CPU is what the process used (user and system) from Start to End,
+	// from /proc; negative when that cannot be read.
+	CPU time.Duration `json:"cpu_ns"`
 }
 
 // benchChild is one bench process as the parent sees it.
@@ -135,6 +138,7 @@ func runBenchAdmission(ctx context.Context, c *common, o benchOptions, stdout, s
 	}
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	peaks := sampleConnections(sampleCtx, pool)
+	cpuBefore := readMachineCPU()
 	for _, ch := range children {
 		_ = ch.stdin.Close()
 	}
@@ -145,6 +149,7 @@ func runBenchAdmission(ctx context.Context, c *common, o benchOptions, stdout, s
 			return children[i].failure(i, fmt.Errorf("reading its figures: %w", err))
 		}
 	}
+	machine := readMachineCPU().since(cpuBefore)
 	stopSampling()
 	peak := <-peaks
 	for i := range children {
@@ -163,7 +168,7 @@ func runBenchAdmission(ctx context.Context, c *common, o benchOptions, stdout, s
 	if err != nil {
 		return err
 	}
-	return reportAdmission(c, o, shares, peak, admissionTotals{inFlight: inFlight, permits: permits, poolWrites: writes}, stdout, stderr)
+	return reportAdmission(c, o, shares, peak, admissionTotals{inFlight: inFlight, permits: permits, poolWrites: writes, machine: machine}, stdout, stderr)
 }
 
 // admissionLoad says which load a run's latency is for.
@@ -182,6 +187,60 @@ func admissionLoad(o benchOptions) string {
 type admissionTotals struct {
 	inFlight, permits int
 	poolWrites        int64 // updates of the bench pool's row during the run (and the warm-up)
+	// machine is the whole machine's CPU from the start signal to the last
+	// process's figures: the bench processes, PostgreSQL when it runs on
+	// the same machine, and anything else.
+	machine machineCPU
+}
+
+// machineCPU is CPU time summed over every core of the machine, from the
+// first line of /proc/stat.
+type machineCPU struct {
+	busy, all float64 // seconds; all includes idle and I/O wait
+	ok        bool    // false when /proc/stat could not be read
+}
+
+// readMachineCPU reads the machine's CPU counters so far.
+func readMachineCPU() machineCPU {
+	stat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return machineCPU{}
+	}
+	return parseMachineCPU(string(stat))
+}
+
+// parseMachineCPU reads the "cpu" line of /proc/stat: user, nice, system,
+// idle, iowait, irq, softirq and steal, in ticks taken as 1/100s (Linux's
+// USER_HZ, as procCPU takes them). Guest time is already in user and nice.
+// Fields past steal, or a kernel that lists fewer than idle's, are
+// handled; anything else is not a stat line.
+func parseMachineCPU(stat string) machineCPU {
+	line, _, _ := strings.Cut(stat, "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 5 || fields[0] != "cpu" {
+		return machineCPU{}
+	}
+	// Seconds as floats: summed over many cores for months, ticks in
+	// nanoseconds would overflow a time.Duration.
+	var seconds [8]float64
+	for i := range min(len(seconds), len(fields)-1) {
+		ticks, err := strconv.ParseUint(fields[i+1], 10, 64)
+		if err != nil {
+			return machineCPU{}
+		}
+		seconds[i] = float64(ticks) / 100
+	}
+	idle := seconds[3] + seconds[4]
+	busy := seconds[0] + seconds[1] + seconds[2] + seconds[5] + seconds[6] + seconds[7]
+	return machineCPU{busy: busy, all: busy + idle, ok: true}
+}
+
+// since is the CPU used between earlier and m.
+func (m machineCPU) since(earlier machineCPU) machineCPU {
+	if !m.ok || !earlier.ok {
+		return machineCPU{}
+	}
+	return machineCPU{busy: m.busy - earlier.busy, all: m.all - earlier.all, ok: true}
 }
 
 // poolRowWrites reads how many times the bench pool's row was updated:
@@ -213,6 +272,11 @@ func reportAdmission(c *common, o benchOptions, shares []admissionShare, peak co
 	var all admissionShare
 	firstDone := time.Time{}
 	for _, s := range shares {
+		if s.CPU < 0 || all.CPU < 0 {
+			all.CPU = -1
+		} else {
+			all.CPU += s.CPU
+		}
 		all.Grants += s.Grants
 		all.Denials += s.Denials
 		all.Unavailable += s.Unavailable
@@ -264,6 +328,7 @@ func reportAdmission(c *common, o benchOptions, shares []admissionShare, peak co
 	if totals.poolWrites > 0 {
 		msPerWrite = seconds * 1000 / float64(totals.poolWrites)
 	}
+	cpu := grantCPU(all, totals.machine)
 	result := map[string]any{
 		"processes": o.producers, "workers": o.workers, "arrivals_per_s": o.arrivals, "hold_ms": o.hold.Seconds() * 1000,
 		"load": admissionLoad(o), "grants": all.Grants, "denials": all.Denials,
@@ -276,9 +341,14 @@ func reportAdmission(c *common, o benchOptions, shares []admissionShare, peak co
 		"conn_budget_per_process": admission.DefaultMaxConns,
 		"pool_row_writes":         totals.poolWrites, "ms_per_pool_row_write": msPerWrite, "lock_wait_share": lockWaitShare,
 		"in_flight_after": totals.inFlight, "permits_after": totals.permits,
+		"bench_cpu_us_per_grant": cpu.benchUS, "other_cpu_us_per_grant": cpu.otherUS, "machine_busy_share": cpu.busyShare,
 	}
 	if all.Unavailable > 0 {
 		fmt.Fprintf(stderr, "llmq bench: %d acquires were told the limiter is unavailable; the first: %s\n", all.Unavailable, all.FirstError)
+	}
+	if cpu.busyShare >= saturatedShare {
+		fmt.Fprintf(stderr, "llmq bench: the machine's CPU was %.0f%% busy during the run, so acquire latency includes waiting for a core; "+
+			"it describes this machine as much as the limiter (see machine_busy_share)\n", 100*cpu.busyShare)
 	}
 	if peak.err != nil {
 		fmt.Fprintf(stderr, "llmq bench: sampling pg_stat_activity failed, connection peaks are incomplete: %v\n", peak.err)
@@ -289,11 +359,47 @@ func reportAdmission(c *common, o benchOptions, shares []admissionShare, peak co
 	fmt.Fprintf(stdout, "llmq admission load=%q\n", admissionLoad(o))
 	fmt.Fprintf(stdout, "llmq admission processes=%d workers=%d arrivals_per_s=%.0f hold_ms=%.0f grants=%d seconds=%.3f grants_per_s=%.0f acquire_p50_ms=%.2f acquire_p99_ms=%.2f acquire_max_ms=%.2f "+
 		"unavailable=%d process_grants_min=%d process_grants_mean=%.0f peak_conns_per_process=%d peak_conns_total=%d conn_budget_per_process=%d "+
-		"closed_loop_round_ms=%.1f pool_row_writes=%d ms_per_pool_row_write=%.3f lock_wait_share=%.2f in_flight_after=%d permits_after=%d\n",
+		"closed_loop_round_ms=%.1f pool_row_writes=%d ms_per_pool_row_write=%.3f lock_wait_share=%.2f in_flight_after=%d permits_after=%d "+
+		"bench_cpu_us_per_grant=%.0f other_cpu_us_per_grant=%.0f machine_busy_share=%.2f\n",
 		o.producers, o.workers, o.arrivals, o.hold.Seconds()*1000, all.Grants, seconds, grantsPerS, result["acquire_p50_ms"], result["acquire_p99_ms"], result["acquire_max_ms"],
 		all.Unavailable, minGrants, mean, peak.perProcess, peak.total, admission.DefaultMaxConns,
-		littleMS, totals.poolWrites, msPerWrite, lockWaitShare, totals.inFlight, totals.permits)
+		littleMS, totals.poolWrites, msPerWrite, lockWaitShare, totals.inFlight, totals.permits,
+		cpu.benchUS, cpu.otherUS, cpu.busyShare)
 	return nil
+}
+
+// saturatedShare is the busy share of the machine's CPU above which the
+// bench warns that its latency includes waiting for a core.
+const saturatedShare = 0.9
+
+// grantCPUFigures is where a run's CPU went, per grant. Each figure is -1
+// when it could not be read (no /proc).
+type grantCPUFigures struct {
+	benchUS   float64 // the bench processes' own CPU, µs per grant
+	otherUS   float64 // the rest of the machine's busy CPU (PostgreSQL, if local), µs per grant
+	busyShare float64 // the machine's busy CPU over all of its CPU, 0 to 1
+}
+
+// grantCPU divides the run's CPU by its grants. The bench processes
+// measure their own CPU from their start to their end; the machine's is
+// measured by the parent over a slightly longer window (start signal to
+// last figures), so other_cpu_us_per_grant slightly overstates the rest.
+func grantCPU(all admissionShare, machine machineCPU) grantCPUFigures {
+	f := grantCPUFigures{benchUS: -1, otherUS: -1, busyShare: -1}
+	if all.Grants == 0 {
+		return f
+	}
+	perGrant := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(all.Grants) }
+	if all.CPU >= 0 {
+		f.benchUS = perGrant(all.CPU)
+	}
+	if machine.ok && machine.all > 0 {
+		f.busyShare = machine.busy / machine.all
+		if all.CPU >= 0 {
+			f.otherUS = max(machine.busy-all.CPU.Seconds(), 0) * 1e6 / float64(all.Grants)
+		}
+	}
+	return f
 }
 
 // connectionPeak is the most connections the bench processes held at once.
@@ -389,6 +495,7 @@ func benchAdmissionWorker(ctx context.Context, c *common, o benchOptions, schema
 		return left >= 0 && fail == nil
 	}
 	share.Start = time.Now()
+	cpuBefore := processCPU("self")
 	arrivals := scheduleArrivals(ctx, o.arrivals, o.jobs)
 	for range o.workers {
 		wg.Go(func() {
@@ -436,6 +543,10 @@ func benchAdmissionWorker(ctx context.Context, c *common, o benchOptions, schema
 	}
 	wg.Wait()
 	share.End = time.Now()
+	share.CPU = -1
+	if cpuAfter := processCPU("self"); cpuBefore >= 0 && cpuAfter >= 0 {
+		share.CPU = cpuAfter - cpuBefore
+	}
 	if fail != nil {
 		return fmt.Errorf("bench process: %w", fail)
 	}

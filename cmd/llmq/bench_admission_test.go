@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -64,6 +65,9 @@ func runBenchAdmissionWorker(t *testing.T, o benchOptions) admissionShare {
 	require.Equal(t, o.jobs, share.Grants)
 	require.Len(t, share.AcquireMS, o.jobs)
 	require.True(t, share.End.After(share.Start))
+	if _, err := os.Stat("/proc/self/stat"); err == nil {
+		require.GreaterOrEqual(t, share.CPU, time.Duration(0), "the process's CPU is read from /proc")
+	}
 	inFlight, permits, err := l.Counts(t.Context(), benchAdmissionPool.Name)
 	require.NoError(t, err)
 	require.Zero(t, inFlight)
@@ -104,12 +108,13 @@ func TestBenchAdmissionReport(t *testing.T) {
 		return us
 	}
 	shares := []admissionShare{
-		{Grants: 4, AcquireMS: []float64{1, 1, 1, 1}, GrantedAtUS: at(1, 2, 3, 4), Start: t0, End: t0.Add(4 * time.Millisecond)},
-		{Grants: 4, AcquireMS: []float64{1, 1, 1, 9}, GrantedAtUS: at(3, 10, 11, 12), Start: t0, End: t0.Add(12 * time.Millisecond)},
+		{Grants: 4, AcquireMS: []float64{1, 1, 1, 1}, GrantedAtUS: at(1, 2, 3, 4), Start: t0, End: t0.Add(4 * time.Millisecond), CPU: 3 * time.Millisecond},
+		{Grants: 4, AcquireMS: []float64{1, 1, 1, 9}, GrantedAtUS: at(3, 10, 11, 12), Start: t0, End: t0.Add(12 * time.Millisecond), CPU: 5 * time.Millisecond},
 	}
 	var out, errOut bytes.Buffer
+	machine := machineCPU{busy: 0.012, all: 0.024, ok: true}
 	err := reportAdmission(&common{json: true}, benchOptions{producers: 2, workers: 1}, shares,
-		connectionPeak{perProcess: 1, total: 2, samples: 10, lockWaits: 4}, admissionTotals{poolWrites: 6}, &out, &errOut)
+		connectionPeak{perProcess: 1, total: 2, samples: 10, lockWaits: 4}, admissionTotals{poolWrites: 6, machine: machine}, &out, &errOut)
 	require.NoError(t, err)
 	var r map[string]any
 	require.NoError(t, json.Unmarshal(out.Bytes(), &r))
@@ -121,7 +126,73 @@ func TestBenchAdmissionReport(t *testing.T) {
 	require.InDelta(t, 2, r["ms_per_pool_row_write"], 1e-9, "12ms over 6 writes")
 	require.InDelta(t, 3, r["closed_loop_round_ms"], 1e-9, "2 acquirers at 8 grants in 12ms: 3ms a round")
 	require.Contains(t, r["load"], "closed loop: 2 acquirers")
-	require.Empty(t, errOut.String())
+	require.InDelta(t, 1000, r["bench_cpu_us_per_grant"], 1e-9, "8ms of the processes' CPU over 8 grants")
+	require.InDelta(t, 500, r["other_cpu_us_per_grant"], 1e-9, "the machine's other 4ms over 8 grants")
+	require.InDelta(t, 0.5, r["machine_busy_share"], 1e-9)
+	require.Empty(t, errOut.String(), "a half-busy machine is not warned about")
+}
+
+// A run on a saturated machine says that its latency includes waiting for
+// a core; one whose CPU could not be read says so in its figures (-1).
+func TestBenchAdmissionReportSaturated(t *testing.T) {
+	t.Parallel()
+	t0 := time.Now()
+	shares := []admissionShare{{Grants: 2, AcquireMS: []float64{1, 2}, GrantedAtUS: []int64{t0.UnixMicro(), t0.UnixMicro()},
+		Start: t0, End: t0.Add(time.Millisecond), CPU: time.Millisecond}}
+	report := func(machine machineCPU, cpu time.Duration) (map[string]any, string) {
+		shares[0].CPU = cpu
+		var out, errOut bytes.Buffer
+		err := reportAdmission(&common{json: true}, benchOptions{producers: 1, workers: 1}, shares,
+			connectionPeak{}, admissionTotals{machine: machine}, &out, &errOut)
+		require.NoError(t, err)
+		var r map[string]any
+		require.NoError(t, json.Unmarshal(out.Bytes(), &r))
+		return r, errOut.String()
+	}
+	r, warned := report(machineCPU{busy: 0.095, all: 0.1, ok: true}, time.Millisecond)
+	require.InDelta(t, 0.95, r["machine_busy_share"], 1e-9)
+	require.Contains(t, warned, "the machine's CPU was 95% busy during the run")
+
+	r, warned = report(machineCPU{}, -1)
+	require.InDelta(t, -1, r["machine_busy_share"], 0)
+	require.InDelta(t, -1, r["bench_cpu_us_per_grant"], 0)
+	require.InDelta(t, -1, r["other_cpu_us_per_grant"], 0)
+	require.Empty(t, warned)
+}
+
+// The machine's CPU is read from the first line of /proc/stat.
+func TestParseMachineCPU(t *testing.T) {
+	t.Parallel()
+	m := parseMachineCPU("cpu  100 5 50 800 40 3 2 1 7 0\ncpu0 50 2 25 400 20 1 1 0 3 0\nintr 1\n")
+	require.True(t, m.ok)
+	require.InDelta(t, 1.61, m.busy, 1e-9, "user, nice, system, irq, softirq and steal")
+	require.InDelta(t, 10.01, m.all, 1e-9, "and idle and iowait")
+	require.InDelta(t, 0.1, parseMachineCPU("cpu 10 0 0 0\n").all, 1e-9, "an old kernel's four fields")
+	for _, bad := range []string{"", "cpu0 1 2 3 4", "cpu 1 2 x 4", "cpu 1 2 3", "cpu -1 2 3 4"} {
+		require.False(t, parseMachineCPU(bad).ok, "%q", bad)
+	}
+	later := machineCPU{busy: 3, all: 10, ok: true}
+	require.Equal(t, machineCPU{busy: 2, all: 6, ok: true}, later.since(machineCPU{busy: 1, all: 4, ok: true}))
+	require.False(t, later.since(machineCPU{}).ok, "no reading before: no figure")
+	if own := readMachineCPU(); !own.ok {
+		t.Logf("no /proc/stat here: only the parser is checked")
+	} else {
+		require.Positive(t, own.all)
+	}
+}
+
+func FuzzParseMachineCPU(f *testing.F) {
+	f.Add("cpu  100 5 50 800 40 3 2 1 7 0\ncpu0 1\n")
+	f.Add("cpu 1 2 3")
+	f.Fuzz(func(t *testing.T, stat string) {
+		m := parseMachineCPU(stat)
+		if m.ok {
+			require.GreaterOrEqual(t, m.busy, 0.0)
+			require.GreaterOrEqual(t, m.all, m.busy)
+		} else {
+			require.Zero(t, m.all)
+		}
+	})
 }
 
 // The load a run's latency is for is stated: closed or open loop, and the

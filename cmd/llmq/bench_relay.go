@@ -536,7 +536,13 @@ func (p *relayProcess) cpu() time.Duration {
 	if p.cmd == nil || p.cmd.Process == nil {
 		return -1
 	}
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/stat")
+	return processCPU(strconv.Itoa(p.cmd.Process.Pid))
+}
+
+// processCPU is the CPU time (user and system) process pid (a number, or
+// "self") has used, from /proc; -1 when that cannot be read.
+func processCPU(pid string) time.Duration {
+	stat, err := os.ReadFile("/proc/" + pid + "/stat")
 	if err != nil {
 		return -1
 	}
