@@ -96,7 +96,9 @@
 // A waiter's own context ends only that waiter: it takes nothing. Still
 // queued, it leaves the queue. Already in a running cycle, it returns at
 // once, and whatever the cycle grants it is given back as never sent, in
-// a later cycle. Flush waits for such give-backs before a process exits.
+// a later cycle. Flush waits for such give-backs before a process exits;
+// lease's runner calls it when Run ends, and a host that acquires outside
+// a runner calls it itself.
 //
 // A cycle whose connection is lost (pg_terminate_backend, a restart, a
 // broken socket) is tried once more on another connection with the same

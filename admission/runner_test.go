@@ -441,3 +441,79 @@ func TestRunnerReleasesPermitOnPanic(t *testing.T) {
 	require.Zero(t, s.InFlight, "the slot is back at once, not after the permit's expiry")
 	require.InDelta(t, 9, s.RequestLevel, 0.1, "the call may have been sent: no refund")
 }
+
+// flushSignal is the Postgres limiter with a signal when the runner starts
+// to flush it.
+type flushSignal struct {
+	*admission.Postgres
+	flushing chan struct{}
+}
+
+func (l *flushSignal) Flush(ctx context.Context) error {
+	close(l.flushing)
+	return l.Postgres.Flush(ctx)
+}
+
+// An acquire the shutdown cancels after its cycle took it is granted by
+// that cycle and given back in a later one. Run returns only after the
+// give-back ran, so a process that exits when Run returns leaves no permit
+// holding a slot until it expires.
+func TestRunnerShutdownWaitsForTheLimitersGiveBacks(t *testing.T) {
+	t.Parallel()
+	f := setupRunner(t)
+	ctx := t.Context()
+	pool := admission.Pool{Name: "flushed", RPM: 6000, TPM: 1e6, MaxInFlight: 4}
+	require.NoError(t, f.pg.SetPool(ctx, pool))
+	limiter := &flushSignal{Postgres: f.pg, flushing: make(chan struct{})}
+
+	// Hold the pool row, so that the attempt's acquire waits inside its
+	// cycle, past the point where leaving the queue would take nothing.
+	tx, err := f.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var holder int32
+	require.NoError(t, tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&holder))
+	_, err = tx.Exec(ctx, fmt.Sprintf("SELECT 1 FROM %s.admission_pools WHERE name = $1 FOR UPDATE", f.schema), pool.Name)
+	require.NoError(t, err)
+
+	ids := f.enqueue(1, 3)
+	cfg := runnerConfig(limiter, pool.Name, okProvider(t).URL, "w")
+	cfg.ShutdownGrace = 50 * time.Millisecond
+	r, err := lease.NewRunner(f.pool, f.store, cfg)
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+
+	require.Eventually(t, func() bool {
+		var waiting int
+		err := f.pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))", holder).Scan(&waiting)
+		return err == nil && waiting > 0
+	}, 10*time.Second, 5*time.Millisecond, "the attempt's acquire waits for the pool row")
+
+	stop() // the grace ends while the acquire waits: it is cancelled
+	select {
+	case <-limiter.flushing:
+	case err := <-done:
+		t.Fatalf("Run returned (%v) without flushing the limiter, while a cycle it queued was still running", err)
+	}
+	require.NoError(t, tx.Rollback(ctx)) // the cycle grants, then the give-back runs
+	require.NoError(t, <-done)
+
+	// Nothing is left for a process exiting now to lose.
+	require.NoError(t, f.pg.Flush(canceled(ctx)), "nothing queued once Run returned")
+	s, err := f.pg.State(ctx, pool.Name)
+	require.NoError(t, err)
+	require.Zero(t, s.InFlight, "the slot granted to the cancelled acquire is back")
+	var permits int
+	require.NoError(t, f.pool.QueryRow(ctx, fmt.Sprintf("SELECT count(*) FROM %s.admission_permits", f.schema)).Scan(&permits))
+	require.Zero(t, permits)
+	require.Equal(t, jobs.StateRetryScheduled, f.job(ids[0]).State, "the job was given back at shutdown")
+}
+
+func canceled(ctx context.Context) context.Context {
+	ctx, cancel := context.WithCancel(ctx)
+	cancel()
+	return ctx
+}

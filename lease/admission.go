@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -136,6 +137,30 @@ func (a *Admission) gate(ctx context.Context, queue string) time.Duration {
 		}
 	}
 	return min(max(soonest, time.Millisecond), maxGateSleep)
+}
+
+// flusher is a limiter that queues releases in the process and can wait
+// for them: *admission.Postgres.
+type flusher interface {
+	Flush(ctx context.Context) error
+}
+
+// flush waits, within admissionReleaseTimeout, until the limiter has been
+// through every release and give-back this process queued. An acquire the
+// shutdown cancelled after a cycle took it is granted and given back in a
+// later cycle, and a release whose cycle failed is retried in the
+// background: a process that exits before they ran leaves their slots
+// held until the permits expire (PermitTTL, longer than any attempt).
+func (a *Admission) flush(ctx context.Context, logger *slog.Logger) {
+	f, ok := a.Limiter.(flusher)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), admissionReleaseTimeout)
+	defer cancel()
+	if err := f.Flush(ctx); err != nil {
+		logger.Warn("llmq: admission releases still queued at shutdown; their permits hold their slots until they expire", "err", err)
+	}
 }
 
 // admitted runs a handler under a permit.

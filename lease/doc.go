@@ -87,6 +87,11 @@
 //   - Graceful shutdown: Run stops claiming, lets attempts finish within
 //     ShutdownGrace, cancels the rest and releases their jobs at once
 //     (RETRY_SCHEDULED, available now) instead of leaving them to expire.
+//     Under Config.Admission it then waits (at most 5s) for the limiter's
+//     queued releases and give-backs (admission.Postgres.Flush): an
+//     acquire cancelled after its cycle took it is granted and given back
+//     later, and a process that exited first would leave that slot held
+//     until the permit expired. A process can exit when Run returns.
 //
 // # Decisions
 //

@@ -251,6 +251,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	completer.close()
 	stopBackground()
 	bg.Wait()
+	if r.cfg.Admission != nil {
+		r.cfg.Admission.flush(ctx, r.cfg.Logger)
+	}
 	return err
 }
 
