@@ -113,7 +113,9 @@ func ParseBatchCompleted(payload []byte) (*Batch, error) {
 // EnqueueBatchResult is what EnqueueBatch accepted.
 type EnqueueBatchResult struct {
 	Batch *Batch
-	// Jobs are the batch's jobs in input order; nil when Existing.
+	// Jobs are the batch's jobs in input order. When Existing they are
+	// read back as they are now (a retried upload learns the ids the
+	// first answer carried), or nil once retention has pruned any of them.
 	Jobs []*Job
 	// Existing is true when the key had been accepted before: nothing was
 	// written.
@@ -156,7 +158,8 @@ func (s *PostgresStore) EnqueueBatch(ctx context.Context, db DBTX, params Enqueu
 				return fmt.Errorf("%w: tenant %q, key %q is batch %s", ErrBatchConflict, params.Tenant, params.Key, existing.b.ID)
 			}
 			res = EnqueueBatchResult{Batch: &existing.b, Existing: true}
-			return nil
+			res.Jobs, err = s.batchJobs(ctx, tx, params.Tenant, existing.b)
+			return err
 		}
 		results, err := s.enqueueBatch(ctx, tx, batch)
 		if err != nil {
@@ -175,6 +178,22 @@ func (s *PostgresStore) EnqueueBatch(ctx context.Context, db DBTX, params Enqueu
 		return EnqueueBatchResult{}, fmt.Errorf("jobs: enqueueing batch %q: %w", params.Key, err)
 	}
 	return res, nil
+}
+
+// batchJobs reads b's jobs in input order, or nil if any was pruned.
+func (s *PostgresStore) batchJobs(ctx context.Context, db DBTX, tenant string, b Batch) ([]*Job, error) {
+	rows, err := db.Query(ctx, s.sql.listBatchJobs, tenant, b.ID)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: reading batch %s's jobs: %w", b.ID, s.migrated(err))
+	}
+	js, err := pgx.CollectRows(rows, scanJob)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: reading batch %s's jobs: %w", b.ID, s.migrated(err))
+	}
+	if len(js) != b.Total {
+		return nil, nil
+	}
+	return js, nil
 }
 
 // prepareBatch validates params and returns its jobs as an insert batch,

@@ -85,6 +85,18 @@ SELECT /*batch_columns*/
 FROM /*schema*/job_batches
 WHERE tenant = $1 AND batch_key = $2;
 
+-- name: ListBatchJobs
+-- The tenant's batch $2's jobs, through jobs_batch_idx, in id order, which
+-- is input order: EnqueueBatch gives a batch's jobs UUIDv7 ids in input
+-- order, and they increase strictly within a process. For a repeated
+-- acceptance of the batch, so a caller that lost the first answer learns
+-- its jobs. Takes no lock.
+SELECT
+    /*job_columns*/
+FROM /*schema*/jobs
+WHERE tenant = $1 AND batch_id = $2
+ORDER BY id;
+
 -- name: CancelBatch
 -- Cancels the tenant's batch $2: its waiting jobs become CANCELLED, each
 -- with its "<kind>.cancelled" event (topic $3), and its running jobs

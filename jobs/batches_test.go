@@ -55,7 +55,7 @@ func TestEnqueueBatchIsIdempotent(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, again.Existing)
 	require.Equal(t, first.Batch.ID, again.Batch.ID)
-	require.Nil(t, again.Jobs)
+	require.Equal(t, ids(first.Jobs), ids(again.Jobs), "the same jobs, in input order")
 	require.Equal(t, 4, f.count(t, "jobs"), "nothing more was written")
 
 	_, err = f.store.EnqueueBatch(ctx, f.pool, batchOf("upload-1", 4))
@@ -84,6 +84,45 @@ func TestEnqueueBatchIsIdempotent(t *testing.T) {
 	}
 	require.Equal(t, 4, f.count(t, "jobs"), "no refused batch wrote a job")
 	require.Equal(t, 1, f.count(t, "job_batches"), "or a batch")
+}
+
+func ids(js []*jobs.Job) []uuid.UUID {
+	out := make([]uuid.UUID, len(js))
+	for i, j := range js {
+		out[i] = j.ID
+	}
+	return out
+}
+
+// A repeated acceptance of a batch returns its jobs in input order, also
+// for a batch as large as allowed, whose ids are made many to a
+// millisecond; once retention has pruned any of them, it returns none
+// rather than a list that no longer lines up with the input.
+func TestRepeatedBatchReturnsItsJobsInInputOrder(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	first, err := f.store.EnqueueBatch(ctx, f.pool, batchOf("upload-big", jobs.MaxBatch))
+	require.NoError(t, err)
+	again, err := f.store.EnqueueBatch(ctx, f.pool, batchOf("upload-big", jobs.MaxBatch))
+	require.NoError(t, err)
+	require.True(t, again.Existing)
+	require.Equal(t, ids(first.Jobs), ids(again.Jobs))
+	for i, j := range again.Jobs {
+		require.JSONEq(t, `{"doc":`+strconv.Itoa(i)+`}`, string(j.Payload), "job %d is input %d", i, i)
+	}
+
+	_, err = f.pool.Exec(ctx, "DELETE FROM "+f.schema+".jobs WHERE id = $1", first.Jobs[7].ID)
+	require.NoError(t, err)
+	pruned, err := f.store.EnqueueBatch(ctx, f.pool, batchOf("upload-big", jobs.MaxBatch))
+	require.NoError(t, err)
+	require.True(t, pruned.Existing)
+	require.Equal(t, first.Batch.ID, pruned.Batch.ID)
+	require.Nil(t, pruned.Jobs)
+
+	other, err := f.store.EnqueueBatch(ctx, f.pool, jobs.EnqueueBatchParams{Tenant: "globex", Key: "upload-big", Jobs: batchOf("", 2).Jobs})
+	require.NoError(t, err)
+	require.False(t, other.Existing, "another tenant's key is its own")
 }
 
 // A batch's counts follow its jobs through every way a job finishes
@@ -226,8 +265,8 @@ func TestCancelBatch(t *testing.T) {
 	require.ErrorIs(t, err, jobs.ErrNotFound)
 }
 
-// Reading a batch is one primary-key probe; cancelling it walks its own
-// jobs through jobs_batch_idx, whatever else the table holds; pruning
+// Reading a batch is one primary-key probe; listing or cancelling its
+// jobs walks them through jobs_batch_idx, whatever else the table holds; pruning
 // batches reads the due range of job_batches_finished_idx.
 func TestBatchStatementsUseTheirIndexes(t *testing.T) {
 	t.Parallel()
@@ -248,11 +287,12 @@ func TestBatchStatementsUseTheirIndexes(t *testing.T) {
 	want := map[string][]string{
 		"GetBatch":      {"job_batches_pkey"},
 		"GetBatchByKey": {"job_batches_tenant_batch_key_key"},
+		"ListBatchJobs": {"jobs_batch_idx"},
 		"CancelBatch":   {"jobs_batch_idx", "job_batches_pkey"},
 		"PruneBatches":  {"job_batches_finished_idx"},
 		"CountBatches":  {"job_batches_finished_idx"},
 	}
-	for name, plan := range f.genericPlans(t, map[string]int{"GetBatch": 2, "GetBatchByKey": 2, "CancelBatch": 3, "PruneBatches": 2, "CountBatches": 1}) {
+	for name, plan := range f.genericPlans(t, map[string]int{"GetBatch": 2, "GetBatchByKey": 2, "ListBatchJobs": 2, "CancelBatch": 3, "PruneBatches": 2, "CountBatches": 1}) {
 		for _, index := range want[name] {
 			require.Contains(t, plan, index, "%s:\n%s", name, plan)
 		}

@@ -230,9 +230,10 @@
 //
 // EnqueueBatch accepts up to MaxBatch jobs of one tenant as a batch, in one
 // transaction, idempotent per batch key (the same key with the same jobs
-// returns the batch already accepted and writes nothing; with other jobs
-// it is ErrBatchConflict). The batch's jobs carry no idempotency keys of
-// their own.
+// returns the batch already accepted, with its jobs in input order, and
+// writes nothing; with other jobs it is ErrBatchConflict). The batch's
+// jobs carry no idempotency keys of their own; their UUIDv7 ids increase
+// in input order, which is how a repeat reads them back in that order.
 //
 //   - Progress in constant time. A batch's row holds its total and its
 //     finished jobs by outcome (succeeded, review required, failed,

@@ -28,7 +28,7 @@ type statements struct {
 	// steps.sql
 	takeStep, saveStep, listSteps string
 	// batches.sql
-	insertBatch, getBatch, getBatchByKey, cancelBatch string
+	insertBatch, getBatch, getBatchByKey, listBatchJobs, cancelBatch string
 	// prune.sql
 	prune, countFinished, oldestFinished, countUpTo, estimateFinished string
 	pruneBatches, countBatches                                        string
@@ -79,6 +79,7 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.insertBatch, "InsertBatch", 6, batch...),
 		dbsql.Query(&q.getBatch, "GetBatch", 2, batch...),
 		dbsql.Query(&q.getBatchByKey, "GetBatchByKey", 2, batch...),
+		dbsql.Query(&q.listBatchJobs, "ListBatchJobs", 2, job...),
 		dbsql.Query(&q.cancelBatch, "CancelBatch", 3, new(int64), new(int64)),
 		dbsql.Query(&q.prune, "PruneFinished", 3, pruneDest(new(PruneResult))...),
 		dbsql.Query(&q.countFinished, "CountFinished", 2, new(int64)),

@@ -413,6 +413,9 @@ func (s *PostgresStore) prepare(params []EnqueueParams) (*insertBatch, error) {
 			}
 			return nil, err
 		}
+		// UUIDv7 ids made by one process increase strictly, also within a
+		// millisecond, so a batch's jobs sort in input order
+		// (ListBatchJobs).
 		jobID, err := uuid.NewV7()
 		if err != nil {
 			return nil, fmt.Errorf("jobs: new job id: %w", err)

@@ -75,7 +75,9 @@ func batchView(b *jobs.Batch) BatchView {
 // createBatch accepts an upload: one extraction per document, all in one
 // transaction, idempotent per Idempotency-Key. The first acceptance is
 // 202 with Location and the jobs; the same key and documents again are
-// 200 with the batch; the same key with other documents is 409.
+// 200 with the batch and the same jobs (a client that lost the first
+// answer learns them), without the jobs once retention has pruned any of
+// them; the same key with other documents is 409.
 func (s *Service) createBatch(w http.ResponseWriter, r *http.Request, _ string, c Credential) {
 	ctx := r.Context()
 	key := r.Header.Get("Idempotency-Key")
@@ -129,15 +131,17 @@ func (s *Service) createBatch(w http.ResponseWriter, r *http.Request, _ string, 
 		return
 	}
 	v := batchView(res.Batch)
+	if len(res.Jobs) == len(req.Documents) {
+		v.Jobs = make([]BatchJob, len(res.Jobs))
+		for i, j := range res.Jobs {
+			v.Jobs[i] = BatchJob{JobID: j.ID, StatusURL: "/extraction-jobs/" + j.ID.String(), Document: req.Documents[i]}
+		}
+	}
+	w.Header().Set("Location", v.StatusURL)
 	if res.Existing {
 		writeJSON(w, http.StatusOK, v)
 		return
 	}
-	v.Jobs = make([]BatchJob, len(res.Jobs))
-	for i, j := range res.Jobs {
-		v.Jobs[i] = BatchJob{JobID: j.ID, StatusURL: "/extraction-jobs/" + j.ID.String(), Document: req.Documents[i]}
-	}
-	w.Header().Set("Location", v.StatusURL)
 	writeJSON(w, http.StatusAccepted, v)
 }
 

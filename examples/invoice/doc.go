@@ -44,7 +44,8 @@
 //     documents, each named as in POST /extraction-jobs, as one batch
 //     (jobs.EnqueueBatch) in one transaction, idempotent per
 //     Idempotency-Key: 202 with Location and the jobs in document order,
-//     200 with the batch for the same key and documents, 409 for the same
+//     200 with the batch and the same jobs for the same key and documents
+//     (a client that lost the first answer learns them), 409 for the same
 //     key with others. Every document is checked in one query before
 //     anything is written; a bad one is 422 naming it
 //     ("documents[3].sha256"), a document named twice too (it would be
