@@ -562,9 +562,10 @@ func procCPU(stat string) time.Duration {
 	if len(fields) < 13 {
 		return -1
 	}
-	// 40 bits of ticks are 348 years of CPU: more is not a stat line.
-	utime, err1 := strconv.ParseUint(fields[11], 10, 40)
-	stime, err2 := strconv.ParseUint(fields[12], 10, 40)
+	// 36 bits of ticks are 21 years of CPU: more is not a stat line of a
+	// bench process, and two such sums still fit a Duration.
+	utime, err1 := strconv.ParseUint(fields[11], 10, 36)
+	stime, err2 := strconv.ParseUint(fields[12], 10, 36)
 	if err1 != nil || err2 != nil {
 		return -1
 	}

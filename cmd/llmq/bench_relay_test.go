@@ -182,6 +182,8 @@ func TestProcCPU(t *testing.T) {
 func FuzzProcCPU(f *testing.F) {
 	f.Add("4242 (llmq) S 1 4242 4242 0 -1 4194560 1000 0 0 0 150 25 0 0 20 0 8 0 100 0 0")
 	f.Add("1 ()) R")
+	f.Add("1 (x) S 1 1 1 0 -1 0 0 0 0 0 68719476735 68719476735 0 0") // the largest accepted ticks
+	f.Add("1 (x) S 1 1 1 0 -1 0 0 0 0 0 1099511627775 1099511627775 0 0")
 	f.Fuzz(func(t *testing.T, stat string) {
 		// Never a negative time but -1, and no overflow.
 		require.GreaterOrEqual(t, procCPU(stat), time.Duration(-1))
