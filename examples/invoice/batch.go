@@ -137,11 +137,11 @@ func (s *Service) createBatch(w http.ResponseWriter, r *http.Request, _ string, 
 			v.Jobs[i] = BatchJob{JobID: j.ID, StatusURL: "/extraction-jobs/" + j.ID.String(), Document: req.Documents[i]}
 		}
 	}
-	w.Header().Set("Location", v.StatusURL)
 	if res.Existing {
-		writeJSON(w, http.StatusOK, v)
+		writeJSON(w, http.StatusOK, v) // as for one job: the status URL is in the body
 		return
 	}
+	w.Header().Set("Location", v.StatusURL)
 	writeJSON(w, http.StatusAccepted, v)
 }
 
