@@ -41,7 +41,11 @@
 //   - Bad input is refused before anything is written, with a
 //     *llmqtype.ValidationError naming the field (errors.Is ErrInvalidParams, and
 //     ErrUnknownQueue or ErrPayloadTooLarge where they apply). A refused or
-//     conflicting call leaves the caller's transaction usable.
+//     conflicting call leaves the caller's transaction usable. A payload
+//     is refused unless jsonb can store it: valid JSON, valid UTF-8, no
+//     \u0000 or unpaired surrogate escape, and numbers within numeric's
+//     range (encoding/json accepts all of these; PostgreSQL would fail
+//     the statement, and the transaction with it).
 //   - EnqueueMany is all or nothing: a savepoint inside the caller's
 //     transaction, or a transaction of its own on a pool.
 //   - Config.OnAccept runs in the same transaction after the insert, with

@@ -159,7 +159,8 @@ func TestOutputAsResult(t *testing.T) {
 		`Sure! Here it is: {`: `"Sure! Here it is: {"`,
 		`{"a":"\u0000"}`:      `"{\"a\":\"\\u0000\"}"`,
 		"nul\x00 \xff":        "\"nul\uFFFD \uFFFD\"",
-		`{"x":1e1000000}`:     `{"x":1e1000000}`, // valid JSON: kept; Postgres' refusal is the runner's to isolate
+		`{"x":1e1000000}`:     `"{\"x\":1e1000000}"`, // valid JSON beyond numeric's range: kept as text
+		`"\ud800"`:            `"\"\\ud800\""`,
 	} {
 		got := jobs.OutputAsResult([]byte(in))
 		require.Equal(t, want, string(got), "input %q", in)

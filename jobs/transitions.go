@@ -74,7 +74,7 @@ const (
 	ClassCancelled     = "cancelled"      // cancelled on request
 	ClassShutdown      = "shutdown"       // released by a worker shutting down
 	ClassHandlerDefect = "handler_defect" // the handler broke its contract (a result that is not JSON): terminal at once
-	ClassUnrecordable  = "unrecordable"   // PostgreSQL refused to store the outcome (a host trigger or constraint, a value jsonb cannot hold): terminal at once
+	ClassUnrecordable  = "unrecordable"   // PostgreSQL refused to store the outcome (a host trigger or constraint): terminal at once
 	ClassHung          = "hung"           // the handler kept running past its timeout and grace; its lease was abandoned
 )
 

@@ -169,8 +169,9 @@ func (c *completer) recordWithRetry(ctx context.Context, completions []jobs.Comp
 // was refused. It tries with the hook a few times; if the hook keeps
 // failing, it records the attempt as a transient failure without the hook,
 // so the job is retried rather than left RUNNING until its lease expires.
-// If PostgreSQL refuses this outcome itself (a value jsonb cannot hold, a
-// host's trigger or constraint), the job fails at once with class
+// If PostgreSQL refuses this outcome itself (a host's trigger or
+// constraint; results jsonb cannot hold are refused before, as the
+// handler's defect), the job fails at once with class
 // unrecordable and the refusal as its error: retrying would pay the
 // provider again for an answer that cannot be stored.
 func (c *completer) applyOne(ctx context.Context, completion jobs.Completion) completionDone {

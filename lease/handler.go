@@ -23,8 +23,9 @@ import (
 //     job's fault: no admission permit yet, an open circuit breaker).
 //
 // The result contract: a successful result is one JSON value that
-// PostgreSQL's jsonb can hold (no \u0000), small, or a reference to where a
-// large result lives; nil means none. A result that breaks it is the
+// PostgreSQL's jsonb can hold (valid UTF-8, no \u0000 or unpaired
+// surrogate escape, numbers within numeric's range), small, or a
+// reference to where a large result lives; nil means none. A result that breaks it is the
 // handler's defect, not the model's: that job alone fails at once
 // (FAILED_TERMINAL, class jobs.ClassHandlerDefect, not retried, since a
 // retry would pay the provider again for the same bug), with the bytes

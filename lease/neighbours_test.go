@@ -84,19 +84,30 @@ func runBatch(t *testing.T, f *fixture, n int, handler func(i int) (json.RawMess
 // One handler returning a result that is not JSON, among 100 jobs claimed
 // and completed together, costs only its own job: the 99 others succeed on
 // their first attempt, nothing runs twice, and the bad job fails on its
-// first attempt as a handler defect, its output kept as text.
+// first attempt as a handler defect, its output kept as text. So does one
+// whose JSON jsonb cannot hold (a number beyond numeric's range).
 func TestOneBadResultHarmsOnlyItsJob(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	const n, bad = 100, 37
+	const n, bad, huge = 100, 37, 61
 	ended, calls := runBatch(t, f, n, func(i int) (json.RawMessage, error) {
-		if i == bad {
+		switch i {
+		case bad:
 			return json.RawMessage(`Sure! Here is the invoice: {"total": 41`), nil
+		case huge:
+			return json.RawMessage(`{"total":1e1000000}`), nil
 		}
 		return json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)), nil
 	})
 	require.Equal(t, n, calls, "no job ran twice")
+	h := ended[huge]
+	require.Equal(t, jobs.StateFailedTerminal, h.State)
+	require.Equal(t, jobs.ClassHandlerDefect, h.ErrorClass)
+	require.Contains(t, h.LastError, "numeric's range")
 	for i, j := range ended {
+		if i == huge {
+			continue
+		}
 		if i == bad {
 			continue
 		}
@@ -118,16 +129,19 @@ func TestOneBadResultHarmsOnlyItsJob(t *testing.T) {
 	require.Equal(t, jobs.ClassHandlerDefect, attempts[0].ErrorClass)
 }
 
-// An outcome that passes every check but that PostgreSQL refuses (a number
-// jsonb cannot hold) fails its batch's statement; the batch is then
-// recorded job by job, and only that job fails, as unrecordable.
+// An outcome that passes every check but that PostgreSQL refuses (here a
+// constraint of the host's own on results) fails its batch's statement;
+// the batch is then recorded job by job, and only that job fails, as
+// unrecordable.
 func TestRefusedOutcomeHarmsOnlyItsJob(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
+	_, err := f.pool.Exec(t.Context(), "ALTER TABLE "+f.schema+".jobs ADD CONSTRAINT result_not_poisoned CHECK (NOT coalesce(result ? 'poison', false))")
+	require.NoError(t, err)
 	const n, bad = 20, 5
 	ended, calls := runBatch(t, f, n, func(i int) (json.RawMessage, error) {
 		if i == bad {
-			return json.RawMessage(`{"total":1e1000000}`), nil
+			return json.RawMessage(`{"poison":true}`), nil
 		}
 		return json.RawMessage(`{}`), nil
 	})
@@ -143,7 +157,7 @@ func TestRefusedOutcomeHarmsOnlyItsJob(t *testing.T) {
 	require.Equal(t, jobs.StateFailedTerminal, j.State)
 	require.Equal(t, jobs.ClassUnrecordable, j.ErrorClass)
 	require.Equal(t, 1, j.Attempt)
-	require.Contains(t, j.LastError, "numeric")
+	require.Contains(t, j.LastError, "result_not_poisoned")
 }
 
 // A model's raw answer carried by InvalidOutput or NeedsReview is stored

@@ -3,7 +3,6 @@
 package validate
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,40 +56,7 @@ func JSON(b []byte, maxLen int) (problem string, tooLarge bool) {
 	if !json.Valid(b) {
 		return "is not valid JSON", false
 	}
-	// jsonb cannot store U+0000. Rejecting it here keeps a bad payload from
-	// failing the statement, which would abort the caller's transaction.
-	if bytes.Contains(b, []byte(`\u0000`)) && containsNUL(b) {
-		return `contains \u0000, which PostgreSQL jsonb cannot store`, false
-	}
-	return "", false
-}
-
-func containsNUL(b []byte) bool {
-	var v any
-	if err := json.Unmarshal(b, &v); err != nil {
-		return false
-	}
-	var walk func(any) bool
-	walk = func(v any) bool {
-		switch v := v.(type) {
-		case string:
-			return strings.ContainsRune(v, 0)
-		case []any:
-			for _, e := range v {
-				if walk(e) {
-					return true
-				}
-			}
-		case map[string]any:
-			for k, e := range v {
-				if strings.ContainsRune(k, 0) || walk(e) {
-					return true
-				}
-			}
-		}
-		return false
-	}
-	return walk(v)
+	return jsonbProblem(b), false
 }
 
 // Is reports whether err is a field error of kind, for tests.
