@@ -50,7 +50,15 @@
 // handler that fails because the ingress is stopping (its context ended
 // between two of its statements) has its savepoint rolled back all the
 // same, so no part of its work commits; should a savepoint fail to roll
-// back, its whole batch is rolled back and nacked.
+// back for a reason of the database's (the connection lost), its whole
+// batch is rolled back and nacked, uncounted. A handler that leaves its
+// savepoint unusable itself, typically by ignoring the error of one of its
+// statements (which aborts the transaction) and returning nil, is a bug of
+// that handler: the batch is rolled back and redone without running that
+// handler again, its delivery failing as a handler error does (below), and
+// an error is logged. Each delivery is settled within a deadline of its
+// own (10s), so a slow settle (a Kafka Reject's dead-letter produce)
+// cannot leave the next to be settled with an ended context.
 //
 // A bad message harms only itself:
 //   - What can never be accepted is quarantined and rejected (to the
@@ -66,7 +74,8 @@
 //     lock timeouts, a network peer unreachable, and failures of the
 //     inbox's own statements. A database outage therefore never
 //     quarantines anything.
-//   - Any other handler failure, a panic included, is counted by message
+//   - Any other handler failure, a panic or a savepoint the handler left
+//     unusable included, is counted by message
 //     id, once per delivery, when the delivery is settled (a handling redone
 //     after a failed commit is not counted twice, one that never committed
 //     for a transient reason not at all); at IngressConfig.MaxAttempts
@@ -104,7 +113,8 @@
 //
 // Logging: with no IngressConfig.Logger the ingress logs through
 // slog.Default(): a warning for each delivery nacked and each failed
-// receive, an error for each message quarantined and each handler panic.
+// receive, an error for each message quarantined, each handler panic and
+// each handler that left its savepoint unusable.
 // Nothing is logged for deliveries accepted.
 //
 // # Observability

@@ -32,6 +32,14 @@ var ErrTooManyAttempts = errors.New("inbox: message failed too many times")
 // failure of the message.
 var errHandlerPanicked = errors.New("inbox: the handler panicked")
 
+// errHandlerBrokeSavepoint reports a handler after which its savepoint
+// could be neither released nor rolled back, the database refusing: most
+// often a statement of the handler failed, aborting the transaction, and
+// the handler ignored the error and returned nil (or it ended the
+// savepoint or the transaction itself). It is a handler bug and counts as
+// a failure of the message.
+var errHandlerBrokeSavepoint = errors.New("inbox: the handler left its savepoint unusable (did it ignore a failed statement's error?)")
+
 // permanent reports whether err means the message can never be accepted,
 // however often it is delivered: ErrMalformed, or a *llmqtype.ValidationError
 // (llmq's typed bad-input error, such as one for a message the inbox

@@ -34,7 +34,11 @@ func Malformed(err error) error { return fmt.Errorf("%w: %w", ErrMalformed, err)
 // message in the inbox. Returning an error rolls both back; the message is
 // then redelivered, unless the error is permanent (ErrMalformed, a
 // *llmqtype.ValidationError) or the message failed IngressConfig.MaxAttempts
-// times. A panic counts as a failure.
+// times. A panic counts as a failure. So does returning nil after a
+// statement in tx failed: the failure aborted the transaction, the
+// handler's savepoint can be neither released nor rolled back, and the
+// ingress logs it as a handler bug and redoes the batch without that
+// message. Return every statement's error.
 type Handler func(ctx context.Context, tx pgx.Tx, msg broker.Message) error
 
 // Ingress batching defaults and limits.
@@ -112,8 +116,9 @@ type IngressConfig struct {
 //     database unreachable or shutting down, a serialization failure,
 //     deadlock or lock timeout, a network peer unreachable): rolled back
 //     and nacked, so the broker redelivers it, however often.
-//   - The handler fails otherwise (any other error, a panic): rolled back
-//     and nacked, and counted; at the MaxAttempts-th failure it is
+//   - The handler fails otherwise (any other error, a panic, a savepoint
+//     it left unusable by ignoring a failed statement): rolled back and
+//     nacked, and counted; at the MaxAttempts-th failure it is
 //     quarantined and rejected instead, with ErrTooManyAttempts and the
 //     last error as the reason. The count is kept by this ingress, in
 //     memory, by message id: it starts again after a restart, and each
@@ -126,7 +131,9 @@ type IngressConfig struct {
 // One bad message never poisons its batch: its savepoint is rolled back
 // alone, and if the batch's commit fails for a reason of its own (a
 // deferred constraint) each message is redone in its own transaction, so
-// the failure stays with the message that caused it. Messages of a batch
+// the failure stays with the message that caused it. A handler that leaves
+// its savepoint unusable aborts the whole transaction, which is then
+// redone without running that handler again. Messages of a batch
 // are handled in delivery order, and with Concurrency 1 batches are too.
 //
 // Connections: an ingress holds no database connection while it waits for
@@ -143,6 +150,9 @@ type Ingress struct {
 	failures *failureCounts
 	// unrejected are quarantined deliveries whose Reject failed.
 	unrejected *unrejectedSet
+	// settleTimeout bounds each delivery's settle (settleTimeout; tests
+	// shorten it).
+	settleTimeout time.Duration
 }
 
 // NewIngress validates cfg and returns an ingress reading from consumer
@@ -175,15 +185,16 @@ func (s *Store) NewIngress(db DBTX, consumer broker.Consumer, cfg IngressConfig)
 		return nil, fmt.Errorf("inbox: ingress instruments: %w", err)
 	}
 	return &Ingress{store: s, db: db, consumer: consumer, cfg: cfg, obs: obs,
-		conns: make(chan struct{}, cfg.Concurrency), failures: newFailureCounts(), unrejected: newUnrejectedSet()}, nil
+		conns: make(chan struct{}, cfg.Concurrency), failures: newFailureCounts(), unrejected: newUnrejectedSet(),
+		settleTimeout: settleTimeout}, nil
 }
 
 // Run handles deliveries until ctx ends or the consumer is closed. It runs
 // Concurrency loops; calling Run more than once adds loops, which share
 // the same Concurrency connection slots. When ctx ends, a batch whose
-// handlers have returned still commits and is settled (each within 10s)
-// before Run returns; one whose handlers were interrupted rolls back and
-// is nacked.
+// handlers have returned still commits and is settled (each delivery
+// within 10s of its own) before Run returns; one whose handlers were
+// interrupted rolls back and is nacked.
 func (in *Ingress) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for range in.cfg.Concurrency {
@@ -290,9 +301,10 @@ func (in *Ingress) handleBatch(ctx context.Context, batch []broker.Delivery) []e
 	spans := in.startSpans(ctx, batch)
 	verdicts := in.decide(ctx, spans, batch)
 	// Settle even if ctx ended meanwhile: what committed should not be
-	// delivered again for want of an ack.
-	settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	defer cancel()
+	// delivered again for want of an ack. Each delivery has a deadline of
+	// its own: a slow settle (a Kafka Reject's dead-letter produce) must
+	// not use up the next one's.
+	settleBase := context.WithoutCancel(ctx)
 	errs := make([]error, len(batch))
 	results := make([]string, len(batch))
 	for i, d := range batch {
@@ -304,13 +316,15 @@ func (in *Ingress) handleBatch(ctx context.Context, batch []broker.Delivery) []e
 			in.failures.add(d.Message().ID)
 		}
 		// Committed: only now may the broker forget the message.
+		settleCtx, cancel := context.WithTimeout(settleBase, in.settleTimeout)
 		settleErr := v.settle(settleCtx, d)
+		cancel()
 		if v.result == resultQuarantined {
 			in.unrejected.settled(d, v.err, settleErr == nil)
 		}
 		errs[i], results[i] = errors.Join(v.err, settleErr), v.result
 	}
-	in.report(settleCtx, results, errs, spans)
+	in.report(settleBase, results, errs, spans)
 	return errs
 }
 
@@ -384,20 +398,50 @@ func retryAll(n int, err error) []verdict {
 
 // inSavepoints processes batch in one transaction, each delivery in a
 // savepoint of its own; the deliveries are batch[first:] of the spans.
+//
+// A handler that leaves its savepoint unusable (errHandlerBrokeSavepoint:
+// typically it ignored a failed statement, which aborted the whole
+// transaction) fails that transaction. It is then redone without running
+// that handler again: its delivery fails as a handler error does (counted,
+// quarantined at MaxAttempts) and the other deliveries are processed
+// anew, so that the handler bug stays with its message.
 func (in *Ingress) inSavepoints(ctx context.Context, spans []trace.Span, batch []broker.Delivery, problems []error, first int) ([]verdict, error) {
-	verdicts := make([]verdict, len(batch))
-	err := in.withTx(ctx, func(tx pgx.Tx) error {
-		for i, d := range batch {
-			verdicts[i] = in.process(inSpan(ctx, spans, first+i), tx, d, problems[i])
-			if errors.Is(verdicts[i].err, dbsql.ErrSavepointLeftOpen) {
+	// broke[i] is why delivery i's handler broke its savepoint in an
+	// earlier pass. Each pass adds one, so there are at most len(batch)+1.
+	broke := make([]error, len(batch))
+	for {
+		verdicts := make([]verdict, len(batch))
+		culprit := -1
+		err := in.withTx(ctx, func(tx pgx.Tx) error {
+			for i, d := range batch {
+				if broke[i] != nil {
+					verdicts[i] = in.failed(ctx, tx, d, broke[i])
+				} else {
+					verdicts[i] = in.process(inSpan(ctx, spans, first+i), tx, d, problems[i])
+				}
+				if !errors.Is(verdicts[i].err, dbsql.ErrSavepointLeftOpen) {
+					continue
+				}
+				if errors.Is(verdicts[i].err, errHandlerBrokeSavepoint) {
+					if broke[i] != nil {
+						continue // the verdict on the earlier pass's failure: nothing open in tx
+					}
+					culprit = i
+				}
 				// Part of a failed delivery's work may still be in tx:
 				// committing it would lose the rest for good.
 				return verdicts[i].err
 			}
+			return nil
+		})
+		if culprit < 0 || ctx.Err() != nil {
+			return verdicts, err
 		}
-		return nil
-	})
-	return verdicts, err
+		broke[culprit] = verdicts[culprit].err
+		d := batch[culprit]
+		in.cfg.Logger.Error("llmq: inbox handler bug: it left its savepoint unusable, most likely by ignoring the error of a failed statement; the delivery counts as failed and the rest of its batch is redone without it",
+			"consumer", in.cfg.Consumer, "message", d.Message().ID, "source", d.Source(), "err", broke[culprit])
+	}
 }
 
 // wholeBatch processes batch in one transaction without savepoints, and
@@ -480,6 +524,8 @@ func (in *Ingress) callHandler(ctx context.Context, tx pgx.Tx, msg broker.Messag
 	return in.cfg.Handler(ctx, tx, msg)
 }
 
+// settleTimeout bounds a batch's commit once its context ended, and each
+// delivery's settle.
 const settleTimeout = 10 * time.Second
 
 // accepted is acceptMany's verdict on one message.
@@ -583,7 +629,7 @@ func (in *Ingress) process(ctx context.Context, tx pgx.Tx, d broker.Delivery, pr
 	}
 	msg, source := d.Message(), d.Source()
 	var mismatch, handlerErr error
-	dup := false
+	dup, handled := false, false
 	err := dbsql.WithTx(ctx, tx, func(sp pgx.Tx) error {
 		res, err := in.store.Accept(ctx, sp, in.cfg.Consumer, msg, source)
 		switch {
@@ -596,10 +642,16 @@ func (in *Ingress) process(ctx context.Context, tx pgx.Tx, d broker.Delivery, pr
 			dup = true
 			return nil
 		}
+		handled = true
 		handlerErr = in.callHandler(ctx, sp, msg)
 		return handlerErr
 	})
 	switch {
+	case errors.Is(err, dbsql.ErrSavepointLeftOpen) && handled && ctx.Err() == nil && !transient(err):
+		// The database answered, refusing to end the savepoint, after the
+		// handler ran: the handler's doing. The caller fails the whole
+		// transaction and redoes it with this delivery failed.
+		return retryLater(fmt.Errorf("%w: %w", errHandlerBrokeSavepoint, err))
 	case errors.Is(err, dbsql.ErrSavepointLeftOpen):
 		return retryLater(err) // and the caller fails the whole transaction
 	case mismatch != nil:

@@ -444,23 +444,27 @@ func (d *Delivery) Attempt() int { return d.attempt }
 // Ack marks the record done. Its offset is committed once every earlier
 // record of its partition is done too, at the next commit; a crash before
 // that commit delivers it again (receivers deduplicate by ID).
-func (d *Delivery) Ack(ctx context.Context) error {
-	return d.settle(ctx, "ack", func() { d.doneLocked() })
+// It takes effect at once, whatever ctx: an ended context does not leave
+// the record undone.
+func (d *Delivery) Ack(context.Context) error {
+	return d.settle("ack", func() { d.doneLocked() })
 }
 
 // Nack hands the record back: this consumer delivers it again after
 // NackDelay. Until it is settled its partition commits nothing past it.
-func (d *Delivery) Nack(ctx context.Context) error {
-	return d.settle(ctx, "nack", func() { d.redeliverLater() })
+// Like Ack it takes effect at once, whatever ctx.
+func (d *Delivery) Nack(context.Context) error {
+	return d.settle("nack", func() { d.redeliverLater() })
 }
 
 // Reject produces the record to the dead-letter topic, with
 // HeaderDeadLetterReason and HeaderDeadLetterSource added, and then marks
-// it done. If the dead-letter produce fails, the record is handed back as
-// by Nack and the error returned. A record dead-lettered just before its
-// partition was revoked may be dead-lettered again by the next owner.
+// it done. If the dead-letter produce fails (ctx ended included), the
+// record is handed back as by Nack and the error returned. A record
+// dead-lettered just before its partition was revoked may be dead-lettered
+// again by the next owner.
 func (d *Delivery) Reject(ctx context.Context, reason error) error {
-	if err := d.settle(ctx, "reject", func() {}); err != nil {
+	if err := d.settle("reject", func() {}); err != nil {
 		return err
 	}
 	c := d.c
@@ -478,8 +482,14 @@ func (d *Delivery) Reject(ctx context.Context, reason error) error {
 	return nil
 }
 
-// settle claims the delivery's one verdict and applies it under c.mu.
-func (d *Delivery) settle(ctx context.Context, verdict string, apply func()) error {
+// settle claims the delivery's one verdict and applies it under c.mu. The
+// context is not consulted: Ack and Nack only mark the record in memory,
+// so they take effect at once, and a verdict refused for an ended context
+// (a settle deadline that passed) would leave the record neither done nor
+// redelivered, its partition committing nothing past it for good.
+// Reject's produce honours its context, and hands the record back if it
+// fails.
+func (d *Delivery) settle(verdict string, apply func()) error {
 	c := d.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -490,9 +500,6 @@ func (d *Delivery) settle(ctx context.Context, verdict string, apply func()) err
 		return fmt.Errorf("kafka: %s %q: the consumer was closed, so it will be delivered again: %w", verdict, d.msg.ID, broker.ErrClosed)
 	case d.part.dropped:
 		return fmt.Errorf("kafka: %s %q: %w", verdict, d.msg.ID, ErrRevoked)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("kafka: %s %q: %w", verdict, d.msg.ID, err)
 	}
 	d.settled = true
 	apply()

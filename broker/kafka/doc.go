@@ -50,6 +50,11 @@
 //     exist) with HeaderDeadLetterReason and HeaderDeadLetterSource, and
 //     only then marks it settled. If that produce fails the record is
 //     handed back as by Nack.
+//   - No verdict strands a record: Ack and Nack take effect at once and
+//     ignore their context, as RabbitMQ's do, and a Reject whose produce
+//     fails, for an ended context too, hands the record back. A record
+//     neither done nor redelivered would hold its partition's commit, and
+//     then its fetching (MaxInFlight), for good.
 //   - Back-pressure: a partition whose records not yet committable reach
 //     MaxInFlight is paused (kgo PauseFetchPartitions) and resumed once
 //     they are down to half. Fetching stops, polling and heartbeats do

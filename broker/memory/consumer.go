@@ -146,8 +146,11 @@ func (d *Delivery) Reject(ctx context.Context, reason error) error {
 }
 
 // settle applies a verdict once. A verdict that fails (a second verdict, one
-// after Close, one with an ended context) changes nothing.
-func (d *Delivery) settle(ctx context.Context, verdict string, apply func(t *topic, now time.Time)) error {
+// after Close) changes nothing. The context is not consulted: a verdict
+// takes effect at once, as RabbitMQ's do, so one given with an ended
+// context (a shutdown's, a settle deadline that passed) is not lost, which
+// would hold the message, and its key's later ones, until Close.
+func (d *Delivery) settle(_ context.Context, verdict string, apply func(t *topic, now time.Time)) error {
 	b := d.c.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -158,9 +161,6 @@ func (d *Delivery) settle(ctx context.Context, verdict string, apply func(t *top
 		return fmt.Errorf("memory: %s message %q: its consumer was closed, so it will be delivered again: %w", verdict, d.msg.ID, broker.ErrClosed)
 	case b.closed:
 		return fmt.Errorf("memory: %s message %q: the broker was closed: %w", verdict, d.msg.ID, broker.ErrClosed)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memory: %s message %q: %w", verdict, d.msg.ID, err)
 	}
 	d.settled = true
 	delete(d.c.held, d)

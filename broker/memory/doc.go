@@ -33,6 +33,10 @@
 //     or none, flow past.
 //   - Rejected messages go to the topic's dead-letter list (DeadLetters), in
 //     rejection order, and are never delivered again.
+//   - Ack, Nack and Reject take effect at once and, like RabbitMQ's, ignore
+//     their context: a verdict given with an ended context still counts, so
+//     a message is never left held, with its key's later messages waiting
+//     behind it, until its consumer closes.
 //   - Every method is safe for concurrent use. A blocked Receive returns as
 //     soon as a message it may take is ready, its context ends, or its
 //     consumer or the broker is closed; it never polls.

@@ -640,17 +640,28 @@ func TestSettleOnce(t *testing.T) {
 func TestSettleFailures(t *testing.T) {
 	t.Parallel()
 
+	// A verdict given with an ended context (a settle deadline that passed)
+	// still takes effect: the message is never left held, its key's later
+	// messages waiting behind it until Close.
 	t.Run("ended context", func(t *testing.T) {
 		t.Parallel()
-		b := newBroker(t, memory.Config{})
-		c := b.Consumer("t")
-		publish(t, b, msg("1", ""))
-		d := receive(t, c)
 		ended, cancel := context.WithCancel(t.Context())
 		cancel()
-		require.ErrorIs(t, d.Ack(ended), context.Canceled)
-		requireNothing(t, c)
-		require.NoError(t, d.Ack(t.Context()), "a verdict that failed can be given again")
+		b := newBroker(t, memory.Config{})
+		c := b.Consumer("t")
+		publish(t, b, msg("1", "k"), msg("2", "k"), msg("3", "k"))
+
+		require.NoError(t, receive(t, c).Nack(ended))
+		again := receive(t, c)
+		require.Equal(t, "1", again.Message().ID, "nacked: delivered again")
+		require.Equal(t, 2, again.Attempt())
+		require.NoError(t, again.Ack(ended))
+		next := receive(t, c)
+		require.Equal(t, "2", next.Message().ID, "acked: the key's next message follows")
+		require.NoError(t, next.Reject(ended, errors.New("bad")))
+		require.Equal(t, "3", receive(t, c).Message().ID, "rejected: the key's next message follows")
+		require.Len(t, b.DeadLetters("t"), 1)
+		require.ErrorIs(t, again.Ack(t.Context()), memory.ErrAlreadySettled)
 	})
 	t.Run("closed broker", func(t *testing.T) {
 		t.Parallel()

@@ -122,8 +122,9 @@ type supervisor struct {
 	lastErr error   // why the last connection or dial failed
 	changed chan struct{}
 
-	stop chan struct{}
-	done chan struct{}
+	stop     chan struct{}
+	stopOnce sync.Once // close may be called concurrently
+	done     chan struct{}
 }
 
 func newSupervisor(cfg ConnConfig, publishes bool, setup func(*amqp.Connection) (session, error)) *supervisor {
@@ -165,13 +166,11 @@ func (s *supervisor) set(f func()) {
 	s.changed = make(chan struct{})
 }
 
-// close stops the supervisor and closes its connection.
+// close stops the supervisor and closes its connection. It is idempotent
+// and safe for concurrent use: every call returns once the supervisor has
+// stopped.
 func (s *supervisor) close() {
-	select {
-	case <-s.stop:
-	default:
-		close(s.stop)
-	}
+	s.stopOnce.Do(func() { close(s.stop) })
 	<-s.done
 }
 

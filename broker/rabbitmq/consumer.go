@@ -112,7 +112,8 @@ func (c *Consumer) Receive(ctx context.Context) (broker.Delivery, error) {
 }
 
 // Close stops consuming and closes the connection: the broker redelivers
-// every delivery not yet acknowledged or rejected.
+// every delivery not yet acknowledged or rejected. Close is idempotent and
+// may be called concurrently.
 func (c *Consumer) Close() error {
 	c.once.Do(func() { close(c.closing) })
 	c.sup.close()

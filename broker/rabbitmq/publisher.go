@@ -110,7 +110,8 @@ func waitConnected(ctx context.Context, sup *supervisor) error {
 }
 
 // Close closes the connection. Messages not yet confirmed fail; Publish
-// then returns broker.ErrClosed.
+// then returns broker.ErrClosed. Close is idempotent and may be called
+// concurrently.
 func (p *Publisher) Close() error {
 	p.closed.Store(true)
 	p.sup.close()
