@@ -48,5 +48,6 @@ func ExampleMigrate() {
 	// applied 0017_admission_in_flight_tokens
 	// applied 0018_kvfeedback_lease
 	// applied 0019_outbox_narrow_key_index
+	// applied 0020_webhook_delivery_jobs
 	// all applied: true
 }

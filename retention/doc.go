@@ -49,9 +49,10 @@
 //     message run twice.
 //   - Webhook deliveries and their attempts after 30 days, and never less
 //     than webhook.RetentionFloor of the default schedule (its whole span
-//     plus a day, about two days): a delivery still being retried, or a
-//     dead letter to replay, must find its row. A host with a longer
-//     schedule of its own must keep them longer still.
+//     plus a day, about two days). A delivery whose job is unfinished, or
+//     is a dead letter this policy still keeps (a replay must find its
+//     delivery), is kept however old: it goes once its jobs have succeeded
+//     or been pruned.
 //   - Expired admission permits at every pass, their slots handed back,
 //     one pool per batch (its expired permits, up to BatchSize): a batch
 //     locks one pool row, so only that pool's grant cycles wait for it.

@@ -89,9 +89,9 @@ type Policy struct {
 	InboxRecords time.Duration
 	// WebhookDeliveries is how long deliveries and their attempts are kept
 	// (default 30 days): at least webhook.RetentionFloor of the default
-	// schedule (its whole span plus a day, about two days), or a delivery
-	// still being retried, or a dead letter's replay, finds no delivery. A
-	// host with a longer schedule of its own must keep them longer still.
+	// schedule (its whole span plus a day, about two days). Whatever it
+	// is, a delivery whose job is unfinished, or is a dead letter still
+	// kept (FailedTerminal, ReviewRequired, Cancelled), is kept with it.
 	WebhookDeliveries time.Duration
 
 	// InboxQuarantine is how long quarantined messages (poison, undecodable
@@ -159,7 +159,7 @@ func (p Policy) validate() error {
 		return invalid("Policy.InboxRecords", "is %s; use at least %s, to outlast the brokers' redeliveries", p.InboxRecords, inbox.MinRetention)
 	}
 	if floor := webhook.RetentionFloor(nil); p.WebhookDeliveries != Never && p.WebhookDeliveries < floor {
-		return invalid("Policy.WebhookDeliveries", "is %s; use at least %s, the default delivery schedule's span plus a day, or deliveries still being retried are deleted", p.WebhookDeliveries, floor)
+		return invalid("Policy.WebhookDeliveries", "is %s; use at least %s, the default delivery schedule's span plus a day", p.WebhookDeliveries, floor)
 	}
 	return nil
 }

@@ -69,7 +69,8 @@
 //     a timeout per attempt.
 //   - Verify compares MACs in constant time (hmac.Equal), enforces the
 //     timestamp window in both directions and never accepts a signature of
-//     another scheme or over other bytes. The Receiver bounds the body,
+//     another scheme or over other bytes. Under "t1" it refuses an id
+//     holding a '.', which would let the id/body split move. The Receiver bounds the body,
 //     verifies, then accepts the delivery id in the inbox and runs the
 //     receiver's work in one transaction, answering 2xx only after commit.
 //
@@ -114,6 +115,12 @@
 //   - Deliveries and their attempts are kept for Config.Retention (default
 //     30 days, at least the schedule's span plus a day) and removed by Prune
 //     (or a Pruner batch by batch, as the retention package's service does).
+//     Age alone never removes a delivery whose job is waiting, running or
+//     retrying, nor one whose job is a dead letter jobs.Replay can replay:
+//     no schedule bounds a delivery's life (it waits behind its endpoint's
+//     earlier deliveries, and 401/403 slowdowns and Retry-After stretch its
+//     attempts), and a replay must find its delivery. Such deliveries go
+//     once every job of theirs has succeeded or been pruned by retention.
 //   - Garbage in one signature entry is skipped, not fatal: a header may hold
 //     several entries and another may match, as in the Standard Webhooks
 //     libraries. Timestamps are whole Unix seconds of at most 12 digits.
@@ -142,7 +149,9 @@
 // The dispatcher and the receiver log only warnings and errors, through
 // their Config's Logger, slog.Default() when none is given: an attempt that
 // was made but could not be recorded, a delivery a receiver could not
-// accept, a delivery id reused with another body.
+// accept, a delivery id reused with another body. A Key logged by the host
+// (any slog handler), formatted with fmt or marshalled to JSON shows its
+// id, never its secret.
 //
 // # Observability
 //

@@ -57,3 +57,9 @@ func DispatcherLogger(d *Dispatcher) *slog.Logger { return d.cfg.Logger }
 
 // ReceiverLogger is the logger rc reports through.
 func ReceiverLogger(rc *Receiver) *slog.Logger { return rc.cfg.Logger }
+
+// PruneQueriesForTest returns the statements of Store.Prune and
+// Pruner.Count, for plan checks.
+func PruneQueriesForTest(s *Store) (prune, count string) {
+	return s.sql.pruneDeliveries, s.sql.countDeliveries
+}

@@ -39,10 +39,11 @@ func NewPruner(schema string) (*Pruner, error) {
 }
 
 // Prune deletes up to limit deliveries created more than olderThan ago,
-// oldest first, with their attempts, and returns how many deliveries.
-// olderThan should exceed the delivery schedule's span by a day (see
-// Config.Retention): a dead letter replayed after its delivery was pruned
-// fails with ErrNotFound.
+// oldest first, with their attempts, and returns how many deliveries. It
+// never deletes a delivery whose job is waiting, running or retrying, or
+// a dead letter that jobs.Replay can replay (FAILED_TERMINAL,
+// REVIEW_REQUIRED, CANCELLED): those are kept whatever their age, until
+// every job of theirs has succeeded or retention has deleted it.
 func (p *Pruner) Prune(ctx context.Context, db DBTX, olderThan time.Duration, limit int) (int64, error) {
 	if err := checkPrune(olderThan, limit); err != nil {
 		return 0, err
@@ -54,7 +55,8 @@ func (p *Pruner) Prune(ctx context.Context, db DBTX, olderThan time.Duration, li
 	return tag.RowsAffected(), nil
 }
 
-// Count counts the deliveries Prune would delete with no limit.
+// Count counts the deliveries Prune would delete with no limit: like
+// Prune, one index probe of the jobs per delivery older than olderThan.
 func (p *Pruner) Count(ctx context.Context, db DBTX, olderThan time.Duration) (int64, error) {
 	if err := checkPrune(olderThan, 1); err != nil {
 		return 0, err
@@ -67,7 +69,8 @@ func (p *Pruner) Count(ctx context.Context, db DBTX, olderThan time.Duration) (i
 }
 
 // Oldest returns when the oldest delivery was created, or the zero time
-// when there is none.
+// when there is none. It may be one that Prune keeps (in flight, or a dead
+// letter's), so it is not a measure of pruning lag.
 func (p *Pruner) Oldest(ctx context.Context, db DBTX) (time.Time, error) {
 	var at *time.Time
 	if err := db.QueryRow(ctx, p.sql.oldestDelivery).Scan(&at); err != nil {
@@ -86,11 +89,14 @@ func checkPrune(olderThan time.Duration, limit int) error {
 	return nil
 }
 
-// RetentionFloor is the least retention of deliveries that keeps every
-// delivery until its schedule has run its course, plus a day to replay a
-// dead letter: schedule's whole span plus 24h. A nil schedule means
-// DefaultSchedule (a floor of about two days). Config.Retention is checked
-// against the same floor.
+// RetentionFloor is the least retention of deliveries llmq accepts:
+// schedule's whole span plus 24h. A nil schedule means DefaultSchedule (a
+// floor of about two days). Config.Retention is checked against the same
+// floor. It is not what keeps deliveries in flight or dead letters (Prune
+// keeps those whatever their age: no schedule bounds how long a delivery
+// waits behind its endpoint's earlier ones, or on Retry-After); it keeps a
+// finished delivery's attempts to look at, and its event id deduplicated
+// by Enqueue, for at least as long as a schedule may run.
 func RetentionFloor(schedule []time.Duration) time.Duration {
 	if schedule == nil {
 		schedule = DefaultSchedule()

@@ -163,16 +163,20 @@ WHERE d.tenant = $1 AND a.delivery_id = $2
 ORDER BY a.id;
 
 -- name: PruneDeliveries
--- Deliveries created more than $1 ms ago, oldest first, $2 at a time, with
--- their attempts (ON DELETE CASCADE). webhook_deliveries_created_idx serves
--- the scan; SKIP LOCKED lets several pruners run at once without waiting.
+-- Deliveries created more than $1 ms ago and not kept (delivery_unsent,
+-- prune.sql: their job may still send them or be replayed), oldest first,
+-- $2 at a time, with their attempts (ON DELETE CASCADE). A kept delivery is
+-- skipped, not counted against the limit, so old deliveries still in flight
+-- never stop the batches behind them. webhook_deliveries_created_idx serves
+-- the range; SKIP LOCKED lets several pruners run at once without waiting.
 DELETE FROM /*schema*/webhook_deliveries
 WHERE id IN (
-    SELECT id FROM /*schema*/webhook_deliveries
-    WHERE created_at < now() - $1 * interval '1 millisecond'
-    ORDER BY created_at
+    SELECT d.id FROM /*schema*/webhook_deliveries AS d
+    WHERE d.created_at < now() - $1 * interval '1 millisecond'
+        AND NOT /*delivery_unsent*/
+    ORDER BY d.created_at
     LIMIT $2
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF d SKIP LOCKED
 );
 
 -- name: BreakerStates

@@ -6,8 +6,11 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -55,7 +58,11 @@ const (
 	SchemeStandard Scheme = "v1"
 	// SchemeTimestampFirst is the base64 HMAC-SHA256 of
 	// "timestamp.id.body", the layout llmq's first receivers verified,
-	// tagged "t1" so that it can never be mistaken for v1.
+	// tagged "t1" so that it can never be mistaken for v1. Its ids hold no
+	// '.' (Verify refuses one with ErrMalformedHeader): the timestamp is
+	// digits only, so the signed string then splits one way only. With a
+	// '.' allowed, the MAC of id "a" and body "b.c" would also be the MAC
+	// of id "a.b" and body "c". Delivery ids are UUIDs, which have none.
 	SchemeTimestampFirst Scheme = "t1"
 )
 
@@ -84,6 +91,11 @@ var (
 
 // Key is one signing secret and the id it is known by. During a rotation an
 // endpoint has two keys and every delivery carries a signature of each.
+//
+// A Key written out names its id only, never its secret: fmt (every verb),
+// slog (any handler) and encoding/json all go through String, LogValue or
+// MarshalJSON, so logging or marshalling a key cannot leak the secret.
+// Show a secret on purpose with FormatSecret(k.Secret).
 type Key struct {
 	// ID names the key in attempt records and in KeyIDHeader: at most
 	// MaxKeyIDLen bytes of letters, digits, '.', '_' and '-'.
@@ -92,8 +104,25 @@ type Key struct {
 	Secret []byte
 }
 
-// String keeps secrets out of logs.
+// String names the key by its id, without the secret.
 func (k Key) String() string { return "webhook.Key{ID: " + strconv.Quote(k.ID) + "}" }
+
+// Format writes String for every verb: without it %#v, %d and friends
+// print the fields, secret included, since they ignore String.
+func (k Key) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, k.String()) }
+
+// LogValue is the key as slog handlers write it: its id only. The JSON
+// handler ignores String and would otherwise marshal the struct, secret
+// included.
+func (k Key) LogValue() slog.Value { return slog.GroupValue(slog.String("id", k.ID)) }
+
+// MarshalJSON writes {"id": ...} and no secret, so that a Key marshalled
+// into a log line or an API answer by mistake does not carry it.
+func (k Key) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		ID string `json:"id"`
+	}{k.ID})
+}
 
 // Validate reports a key llmq cannot sign or verify with.
 func (k Key) Validate() error {
@@ -149,7 +178,8 @@ func NewSecret() []byte {
 }
 
 // Signature computes one signature entry ("v1,<base64>") of body under
-// scheme and secret.
+// scheme and secret. Under SchemeTimestampFirst id must not hold a '.': a
+// Verifier refuses such an id.
 func Signature(scheme Scheme, secret []byte, id string, ts time.Time, body []byte) string {
 	return string(scheme) + "," + base64.StdEncoding.EncodeToString(mac(scheme, secret, id, ts.Unix(), body))
 }
@@ -261,6 +291,10 @@ func (v *Verifier) Verify(h http.Header, body []byte) (Verified, error) {
 		return Verified{}, fmt.Errorf("%w: %s", ErrMissingHeader, SignatureHeader)
 	case len(id) > MaxIDLen:
 		return Verified{}, fmt.Errorf("%w: %s is longer than %d bytes", ErrMalformedHeader, IDHeader, MaxIDLen)
+	case v.scheme == SchemeTimestampFirst && strings.Contains(id, "."):
+		// "timestamp.id.body" is ambiguous once the id may hold a '.': the
+		// id/body split could be moved to any '.' of the body.
+		return Verified{}, fmt.Errorf("%w: %s holds a '.', which scheme %s does not allow", ErrMalformedHeader, IDHeader, v.scheme)
 	case len(sigText) > MaxSignatureHeader:
 		return Verified{}, fmt.Errorf("%w: %s is longer than %d bytes", ErrMalformedHeader, SignatureHeader, MaxSignatureHeader)
 	}

@@ -3,7 +3,10 @@ package webhook_test
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -250,4 +253,69 @@ func FuzzParseSecret(f *testing.F) {
 			t.Fatalf("%q does not round-trip: %v", s, err)
 		}
 	})
+}
+
+// t1 signs "timestamp.id.body": were a '.' allowed in the id, the same MAC
+// would cover id "a" with body "b.c" and id "a.b" with body "c", so a
+// captured delivery could be replayed under another id with a shorter body.
+// Verify refuses a t1 id with a '.', which makes the split unambiguous
+// (the timestamp is digits only).
+func TestTimestampFirstRefusesAMovedSplit(t *testing.T) {
+	t.Parallel()
+	key := vectorKey(t)
+	ts := time.Unix(vectorTimestamp, 0)
+	v, err := webhook.NewVerifier(webhook.VerifierConfig{Keys: []webhook.Key{key}, Scheme: webhook.SchemeTimestampFirst, Now: func() time.Time { return ts }})
+	require.NoError(t, err)
+	const id = "0190f6b2-7c1e-7000-8000-000000000001"
+	body := []byte(`{"type":"invoice.extract.completed","data":{}}`)
+	h := webhook.Sign(webhook.SchemeTimestampFirst, []webhook.Key{key}, id, ts, body, false)
+	_, err = v.Verify(h, body)
+	require.NoError(t, err)
+
+	// The forgery: the same signature, the split moved to the first '.' of
+	// the body.
+	cut := bytes.IndexByte(body, '.')
+	forged := h.Clone()
+	forged.Set(webhook.IDHeader, id+"."+string(body[:cut]))
+	_, err = v.Verify(forged, body[cut+1:])
+	require.ErrorIs(t, err, webhook.ErrMalformedHeader)
+
+	// v1 puts the id first and Standard Webhooks lets ids hold a '.': they
+	// stay accepted there.
+	std := webhook.Sign(webhook.SchemeStandard, []webhook.Key{key}, "msg.1", ts, body, false)
+	_, err = verifier(t, ts, key).Verify(std, body)
+	require.NoError(t, err)
+}
+
+// A Key's secret stays out of every way a Key is commonly written out:
+// slog's JSON and text handlers, encoding/json and the fmt verbs.
+func TestKeyKeepsItsSecretOutOfLogs(t *testing.T) {
+	t.Parallel()
+	key := webhook.Key{ID: "k1", Secret: []byte("0123456789abcdef-SECRET-0123456789")}
+	forbidden := []string{string(key.Secret), base64.StdEncoding.EncodeToString(key.Secret), webhook.FormatSecret(key.Secret)}
+	check := func(what, out string) {
+		t.Helper()
+		require.Contains(t, out, "k1", "%s names the key", what)
+		for _, s := range forbidden {
+			require.NotContains(t, out, s, "%s writes the secret", what)
+		}
+		require.NotContains(t, out, "48 49 50", "%s writes the secret's bytes", what) // %v of a []byte
+	}
+
+	var js bytes.Buffer
+	slog.New(slog.NewJSONHandler(&js, nil)).Info("rotated", "key", key, "ptr", &key, "keys", []webhook.Key{key})
+	check("slog.JSONHandler", js.String())
+	var txt bytes.Buffer
+	slog.New(slog.NewTextHandler(&txt, nil)).Info("rotated", "key", key)
+	check("slog.TextHandler", txt.String())
+
+	b, err := json.Marshal(map[string]any{"key": key, "ptr": &key})
+	require.NoError(t, err)
+	check("json.Marshal", string(b))
+	require.JSONEq(t, `{"key":{"id":"k1"},"ptr":{"id":"k1"}}`, string(b))
+
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%d"} {
+		check(verb, fmt.Sprintf(verb, key))
+		check(verb+" of a pointer", fmt.Sprintf(verb, &key))
+	}
 }

@@ -212,11 +212,10 @@ type Config struct {
 	// cannot be used: the delivery fails with ErrSealed until a sealer is
 	// configured. SealSecrets seals the raw ones already stored.
 	Sealer SecretSealer
-	// Retention is how long Prune keeps deliveries and their attempts.
-	// Default 30 days; it must exceed the schedule's whole span by a day,
-	// so that no delivery is pruned while it may still be retried (a
-	// dead letter replayed after its delivery was pruned fails with
-	// ErrNotFound).
+	// Retention is how long Prune keeps deliveries and their attempts,
+	// counted from their creation. Default 30 days; it must be at least
+	// RetentionFloor(Schedule). A delivery whose job is not finished, or
+	// is a dead letter that can be replayed, is kept however old it is.
 	Retention time.Duration
 }
 
@@ -262,12 +261,8 @@ func NewStore(cfg Config) (*Store, error) {
 	}
 	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes)
 	cfg.Retention = cmp.Or(cfg.Retention, DefaultRetention)
-	var span time.Duration
-	for _, d := range cfg.Schedule {
-		span += d
-	}
-	if cfg.Retention < span+24*time.Hour {
-		return nil, invalid("Retention", fmt.Sprintf("%s does not exceed the schedule's span %s by a day", cfg.Retention, span))
+	if floor := RetentionFloor(cfg.Schedule); cfg.Retention < floor {
+		return nil, invalid("Retention", fmt.Sprintf("%s does not exceed the schedule's span %s by a day", cfg.Retention, floor-24*time.Hour))
 	}
 	cfg.AlertTopic = cmp.Or(cfg.AlertTopic, DefaultAlertTopic)
 	s := &Store{cfg: cfg, schema: schema}
@@ -664,8 +659,10 @@ func (s *Store) Attempts(ctx context.Context, db DBTX, tenant string, deliveryID
 }
 
 // Prune deletes deliveries older than Config.Retention with their attempts,
-// in batches of up to limit (0 means DefaultPruneBatch), and returns how many
-// deliveries it deleted. Several pruners may run at once.
+// up to limit of them (0 means DefaultPruneBatch), and returns how many
+// deliveries it deleted. Like Pruner.Prune it keeps, whatever their age,
+// deliveries whose job is not finished or is a replayable dead letter.
+// Several pruners may run at once.
 func (s *Store) Prune(ctx context.Context, db DBTX, limit int) (int64, error) {
 	if limit < 0 {
 		return 0, &llmqtype.ValidationError{Kind: ErrInvalidConfig, Field: "limit", Problem: "must not be negative"}
