@@ -7,10 +7,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/llmq/llmq/internal/dbsql"
@@ -59,7 +62,7 @@ func Setup(t testing.TB, opts ...Options) *DB {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+db.Schema+" CASCADE"); err != nil {
+		if err := dropSchema(ctx, pool, db.Schema); err != nil {
 			t.Errorf("dbtest: dropping schema %s: %v", db.Schema, err)
 		}
 	})
@@ -129,5 +132,28 @@ func ForExample(ctx context.Context, schema string) (*pgxpool.Pool, func()) {
 	return pool, func() {
 		drop(context.WithoutCancel(ctx))
 		pool.Close()
+	}
+}
+
+// dropSchema drops schema and everything in it. A test that killed a
+// process may leave that process's backend finishing a statement on the
+// schema's tables for a moment (the server notices the lost client only
+// when it next talks to it); the drop can then deadlock with it, and is
+// tried again while the deadlock is all that stops it.
+func dropSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	const deadlockDetected = "40P01"
+	pause := 50 * time.Millisecond
+	for {
+		_, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != deadlockDetected {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (after %w)", err, ctx.Err())
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, time.Second)
 	}
 }
