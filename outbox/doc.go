@@ -65,7 +65,13 @@
 // most, and when some session holds one longer (an operator's open
 // transaction), the relay's claims skip locked rows for a minute, with
 // the lock, as they always did: a held event holds back only itself and
-// the later events of its key. RelayConfig.DeletePublished
+// the later events of its key. The verdicts do the same: one on a held
+// event is kept by the relay and recorded by a later transaction once the
+// row is free (so the event is not published again unless the relay
+// stops, or its claim passes to another relay, first), and a takeover
+// releases the previous holder's claims except those on held rows, which
+// become claimable when their claim runs out. No statement of a relay
+// waits long for a row while it holds the claims' lock. RelayConfig.DeletePublished
 // deletes the row at publication instead, and keeps no history of
 // published events. Bytes of WAL per event (BenchmarkEventWAL, PostgreSQL
 // 15; docs/performance.md): written 695; kept, 408 to relay and 544 to
@@ -120,7 +126,8 @@
 // relay frozen inside a claim's transaction, which holds the claims' lock,
 // would stop the takeover with it: the transaction sets
 // idle_in_transaction_session_timeout to half the lease, so Postgres ends
-// that session, rolls the claim back and frees the lock in time.
+// that session, rolls the claim back and frees the lock in time (a
+// verdict's transaction of its own sets it too, for the rows it locks).
 //
 // Why a leader and not key-hash partitions shared among relays: one relay
 // already keeps the claim path busy (claims are serialised by the claims'
@@ -163,7 +170,14 @@
 // other relay's committed claims. When a relay crashes after the broker
 // confirmed but before it recorded that, the event is published again (by
 // the relay taking the lease over, or after the claim lease): duplicates
-// happen only around crashes, pauses and lost connections.
+// happen around crashes, pauses and lost connections, and when a
+// publication takes longer than ClaimLease (a broker stall). The claim
+// then runs out while its batch is in flight, and a later claim, of the
+// same relay or another, may claim those events again and publish them a
+// second time, so keep ClaimLease well above the longest publication (the
+// publisher's own timeouts). First deliveries stay in key order either
+// way: a key's next event is claimed only once a publication of the one
+// before it was confirmed and recorded.
 //
 // # Observability
 //

@@ -174,7 +174,7 @@ func (s *Store) withTraceContext(ctx context.Context, headers map[string]string)
 func (s *Store) ListByAggregate(ctx context.Context, db DBTX, aggregateID uuid.UUID) ([]Record, error) {
 	rows, err := db.Query(ctx, s.sql.listByAggregate, aggregateID)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: listing events of %s: %w", aggregateID, err)
+		return nil, fmt.Errorf("outbox: listing events of %s: %w", aggregateID, s.migrated(err))
 	}
 	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Record, error) {
 		var l listedRow
@@ -194,9 +194,15 @@ func (s *Store) ListByAggregate(ctx context.Context, db DBTX, aggregateID uuid.U
 		return r, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("outbox: listing events of %s: %w", aggregateID, err)
+		return nil, fmt.Errorf("outbox: listing events of %s: %w", aggregateID, s.migrated(err))
 	}
 	return recs, nil
+}
+
+// migrated turns an undefined-table error into a *llmqtype.NotMigratedError
+// naming the store's schema.
+func (s *Store) migrated(err error) error {
+	return dbsql.Migrated(err, s.schema.Name(), "outbox.Config.Schema")
 }
 
 func (s *Store) validate(ev *Event) error {

@@ -21,7 +21,8 @@ const MaxPruneBatch = 10_000
 // runs the relay's own statement, so relays and pruners may run at once.
 // It holds no connections and is safe for concurrent use.
 type Pruner struct {
-	sql statements
+	schema string
+	sql    statements
 }
 
 // NewPruner prepares the pruner's SQL for schema ("" is the default
@@ -31,7 +32,7 @@ func NewPruner(schema string) (*Pruner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
-	p := &Pruner{}
+	p := &Pruner{schema: s.Name()}
 	if _, err := p.sql.load(s); err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
@@ -46,7 +47,7 @@ func (p *Pruner) PrunePublished(ctx context.Context, db DBTX, olderThan time.Dur
 	}
 	tag, err := db.Exec(ctx, p.sql.prunePublished, olderThan.Milliseconds(), limit)
 	if err != nil {
-		return 0, fmt.Errorf("outbox: pruning published events: %w", err)
+		return 0, fmt.Errorf("outbox: pruning published events: %w", p.migrated(err))
 	}
 	return tag.RowsAffected(), nil
 }
@@ -62,7 +63,7 @@ func (p *Pruner) PruneUnrelayed(ctx context.Context, db DBTX, olderThan time.Dur
 	}
 	tag, err := db.Exec(ctx, p.sql.pruneUnrelayed, olderThan.Milliseconds(), limit)
 	if err != nil {
-		return 0, fmt.Errorf("outbox: pruning unrelayed events: %w", err)
+		return 0, fmt.Errorf("outbox: pruning unrelayed events: %w", p.migrated(err))
 	}
 	return tag.RowsAffected(), nil
 }
@@ -75,7 +76,7 @@ func (p *Pruner) CountPublished(ctx context.Context, db DBTX, olderThan time.Dur
 	}
 	var n int64
 	if err := db.QueryRow(ctx, p.sql.countPublished, olderThan.Milliseconds()).Scan(&n); err != nil {
-		return 0, fmt.Errorf("outbox: counting published events: %w", err)
+		return 0, fmt.Errorf("outbox: counting published events: %w", p.migrated(err))
 	}
 	return n, nil
 }
@@ -88,7 +89,7 @@ func (p *Pruner) CountUnrelayed(ctx context.Context, db DBTX, olderThan time.Dur
 	}
 	var n int64
 	if err := db.QueryRow(ctx, p.sql.countUnrelayed, olderThan.Milliseconds()).Scan(&n); err != nil {
-		return 0, fmt.Errorf("outbox: counting unrelayed events: %w", err)
+		return 0, fmt.Errorf("outbox: counting unrelayed events: %w", p.migrated(err))
 	}
 	return n, nil
 }
@@ -104,7 +105,7 @@ func (p *Pruner) Backlog(ctx context.Context, db DBTX, limit int) (n int64, capp
 	}
 	var seconds float64
 	if err := db.QueryRow(ctx, p.sql.countUnpublishedUpTo, limit).Scan(&n, &seconds); err != nil {
-		return 0, false, 0, fmt.Errorf("outbox: counting the unpublished backlog: %w", err)
+		return 0, false, 0, fmt.Errorf("outbox: counting the unpublished backlog: %w", p.migrated(err))
 	}
 	return n, n >= int64(limit), time.Duration(seconds * float64(time.Second)), nil
 }
@@ -114,7 +115,7 @@ func (p *Pruner) Backlog(ctx context.Context, db DBTX, limit int) (n int64, capp
 func (p *Pruner) Oldest(ctx context.Context, db DBTX) (published, unpublished time.Time, err error) {
 	var pub, unpub *time.Time
 	if err := db.QueryRow(ctx, p.sql.oldestEvents).Scan(&pub, &unpub); err != nil {
-		return time.Time{}, time.Time{}, fmt.Errorf("outbox: reading the oldest events: %w", err)
+		return time.Time{}, time.Time{}, fmt.Errorf("outbox: reading the oldest events: %w", p.migrated(err))
 	}
 	return dbsql.Deref(pub), dbsql.Deref(unpub), nil
 }
@@ -133,10 +134,16 @@ func (p *Pruner) RelayLease(ctx context.Context, db DBTX) (RelayLeaseState, erro
 	var s RelayLeaseState
 	var until *time.Time // NULL: never held, or released
 	if err := db.QueryRow(ctx, p.sql.relayLease).Scan(&s.Holder, &until, &s.Acquisitions); err != nil {
-		return s, fmt.Errorf("outbox: reading the relay lease: %w", err)
+		return s, fmt.Errorf("outbox: reading the relay lease: %w", p.migrated(err))
 	}
 	s.LeaseUntil = dbsql.Deref(until)
 	return s, nil
+}
+
+// migrated turns an undefined-table error into a *llmqtype.NotMigratedError
+// naming the pruner's schema.
+func (p *Pruner) migrated(err error) error {
+	return dbsql.Migrated(err, p.schema, "the schema given to outbox.NewPruner")
 }
 
 func checkPrune(olderThan time.Duration, limit int) error {

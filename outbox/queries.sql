@@ -127,8 +127,9 @@ RETURNING o.event_id, o.aggregate_id, o.topic, o.key, o.event_type, o.payload, o
 -- and then rechecks; or a session of someone else's holding its row (an
 -- operator's open transaction), which would hold every claim. So the
 -- claim runs under a short lock_timeout, and when that passes the relay
--- claims with ClaimEventsSkippingLocked for a while instead (see
--- Relay.claim).
+-- claims with ClaimEventsSkippingLocked for a while instead, and records
+-- the verdicts in the same transaction with MarkPublishedSkippingLocked
+-- and MarkFailedSkippingLocked (see Relay.claim).
 WITH claimable AS (
 /*claimable_events*/)
 /*claim_events*/;
@@ -142,9 +143,22 @@ WITH claimable AS (
 /*claim_events*/;
 
 -- name: ClaimLockTimeout
--- How long a lock-free claim (ClaimEvents) waits for the row of an event
--- it would claim, in ms ($1), for the rest of its transaction.
+-- How long a statement waits for the row of an event, in ms ($1), for the
+-- rest of its transaction: a lock-free claim (ClaimEvents) or verdict
+-- (MarkPublished, MarkFailed) for a row another session holds, and every
+-- other statement of a relay's transactions, which step over held rows
+-- and so should not wait at all. Set after LockClaims, so it never bounds
+-- the wait for the claims' lock itself.
 SELECT set_config('lock_timeout', $1::bigint::text, true);
+
+-- name: SettleTimeouts
+-- A verdict's transaction of its own (Relay.settle, outside the claims'
+-- lock): the lock timeout of ClaimLockTimeout ($1 ms), and, as in
+-- LockClaims, idle_in_transaction_session_timeout ($2 ms) so a relay
+-- frozen before its COMMIT does not keep its verdict's rows locked, which
+-- would hold up the claims and the takeover that meet them.
+SELECT set_config('lock_timeout', $1::bigint::text, true),
+    set_config('idle_in_transaction_session_timeout', $2::bigint::text, true);
 
 -- name: RelaxCommit
 -- The relay's verdicts (MarkPublished, MarkFailed) commit without waiting
@@ -158,7 +172,10 @@ SELECT set_config('synchronous_commit', 'off', true);
 -- is still this relay's: if it expired and another relay re-claimed an
 -- event, that relay's verdict is the one that counts (the event may then be
 -- published twice: delivery is at-least-once). A plain id list, so the
--- primary key is probed once per event; no join to misplan.
+-- primary key is probed once per event; no join to misplan. Lock-free: it
+-- waits for a row another session holds, under the transaction's short
+-- lock_timeout (ClaimLockTimeout); when that passes, the relay records
+-- the verdict with MarkPublishedSkippingLocked instead.
 UPDATE /*schema*/outbox
 SET published_at  = now(),
     claimed_by    = NULL,
@@ -178,6 +195,59 @@ DELETE FROM /*schema*/outbox
 WHERE event_id = ANY ($2::uuid[])
     AND claimed_by = $1;
 
+-- block: verdict_locked
+-- The rows of a verdict skipping locked rows (see MarkPublishedSkippingLocked):
+-- its events still claimed by relay $1, locked unless another session holds them.
+locked AS (
+    SELECT event_id
+    FROM /*schema*/outbox
+    WHERE event_id = ANY ($2::uuid[])
+        AND claimed_by = $1
+    FOR UPDATE SKIP LOCKED
+)
+
+-- block: verdict_skipped
+-- The events of a verdict skipping locked rows that it could not record:
+-- still claimed by relay $1 as of the statement's snapshot, but held by
+-- another session.
+SELECT event_id
+FROM /*schema*/outbox
+WHERE event_id = ANY ($2::uuid[])
+    AND claimed_by = $1
+    AND event_id NOT IN (SELECT event_id FROM locked)
+
+-- name: MarkPublishedSkippingLocked
+-- MarkPublished, stepping over the rows another session holds (an
+-- operator's open transaction) instead of waiting for them, and returning
+-- those events. The relay runs it where MarkPublished waited too long
+-- (ClaimLockTimeout), as claims then run ClaimEventsSkippingLocked: a
+-- verdict runs in the claims' lock, and waiting there for such a row would
+-- stop every relay and the takeover. The relay keeps what it returns and
+-- records it in a later transaction, once the row is free (while the
+-- relay's claim lasts; if it ran out and another relay re-claimed the
+-- event meanwhile, that relay's verdict counts and the event is
+-- published again, at-least-once). The row locks cost a WAL record per
+-- event, in this mode only. The update finds each row it locked above
+-- unchanged, so it waits for nothing.
+WITH /*verdict_locked*/, marked AS (
+    UPDATE /*schema*/outbox AS o
+    SET published_at  = now(),
+        claimed_by    = NULL,
+        claimed_until = NULL
+    FROM locked
+    WHERE o.event_id = locked.event_id
+)
+/*verdict_skipped*/;
+
+-- name: DeletePublishedSkippingLocked
+-- DeletePublished as MarkPublishedSkippingLocked is MarkPublished.
+WITH /*verdict_locked*/, deleted AS (
+    DELETE FROM /*schema*/outbox AS o
+    USING locked
+    WHERE o.event_id = locked.event_id
+)
+/*verdict_skipped*/;
+
 -- name: MarkFailed
 -- Backs off events the broker did not confirm, by $4 ms each, keeping the
 -- error; same claim rule as MarkPublished. Failures are few, so the join
@@ -190,6 +260,20 @@ SET last_error      = v.error,
 FROM unnest($2::uuid[], $3::text[], $4::bigint[]) AS v (event_id, error, delay_ms)
 WHERE o.event_id = v.event_id
     AND o.claimed_by = $1;
+
+-- name: MarkFailedSkippingLocked
+-- MarkFailed as MarkPublishedSkippingLocked is MarkPublished.
+WITH /*verdict_locked*/, failed AS (
+    UPDATE /*schema*/outbox AS o
+    SET last_error      = v.error,
+        next_attempt_at = now() + v.delay_ms * interval '1 millisecond',
+        claimed_by      = NULL,
+        claimed_until   = NULL
+    FROM unnest($2::uuid[], $3::text[], $4::bigint[]) AS v (event_id, error, delay_ms)
+    JOIN locked USING (event_id)
+    WHERE o.event_id = v.event_id
+)
+/*verdict_skipped*/;
 
 -- name: LeaseFree
 -- A standby's check: whether the leader lease is free (released, or not
@@ -223,6 +307,17 @@ FROM /*schema*/outbox_relay_lease;
 -- when they are few beside the published ones kept for Retention (the
 -- steady state), by a scan of the table during a large backlog; either is
 -- paid once per takeover.
+--
+-- SKIP LOCKED: a row another session holds (an operator's open
+-- transaction) would otherwise stop the takeover, in the claims' lock,
+-- for as long as it is held, and the standby would never become active.
+-- Such an event keeps the previous holder's claim, and is claimable again
+-- when that runs out (claimed_until, ClaimLease after it was made), like
+-- any expired claim, and once the row is free (claims step over held rows
+-- meanwhile: see ClaimEvents). The row locks cost a WAL record each, once
+-- per takeover. The transaction also sets a short lock_timeout
+-- (ClaimLockTimeout) for the lease row, which a renewal holds for
+-- milliseconds only.
 WITH old AS (
     SELECT holder FROM /*schema*/outbox_relay_lease FOR UPDATE
 ), acquired AS (
@@ -234,12 +329,17 @@ WITH old AS (
     FROM old
     WHERE l.lease_until < now()
     RETURNING l.epoch, old.holder AS previous
+), releasable AS (
+    SELECT p.event_id
+    FROM /*schema*/outbox AS p
+    WHERE p.published_at IS NULL
+        AND p.claimed_by = (SELECT previous FROM acquired)
+    FOR UPDATE OF p SKIP LOCKED
 ), released AS (
     UPDATE /*schema*/outbox AS o
     SET claimed_by = NULL, claimed_until = NULL
-    FROM acquired
-    WHERE o.published_at IS NULL
-        AND o.claimed_by = acquired.previous
+    FROM releasable
+    WHERE o.event_id = releasable.event_id
     RETURNING 1
 )
 SELECT epoch, previous, (SELECT count(*) FROM released) FROM acquired;

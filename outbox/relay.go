@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,7 +48,12 @@ type RelayConfig struct {
 	// ClaimLease is how long a claim holds its events. When an active
 	// relay (Run) dies mid-batch, the relay taking the leader lease over
 	// releases its claims at once; claims of RelayOnce and Drain callers
-	// are reclaimed this long after they were made. Default 30s.
+	// are reclaimed this long after they were made. A publication that
+	// takes longer (a broker stall) lets a later claim take its events
+	// again, and they are published twice (see the package
+	// documentation): keep it well above the longest publication, whose
+	// claim may have been made while the batch before it was published.
+	// Default 30s.
 	ClaimLease time.Duration
 	// PollInterval is the fallback claim interval when no NOTIFY arrives.
 	// Default 500ms.
@@ -123,6 +129,11 @@ type Relay struct {
 	// (claimLockTimeout; tests lengthen it). See claim.
 	skipLockedUntil atomic.Int64
 	lockTimeout     time.Duration
+	// What verdicts could not record because another session held the
+	// events' rows: recorded by the next transaction that records one
+	// (see queueVerdict).
+	heldMu sync.Mutex
+	held   *verdict
 
 	published, failed atomic.Int64
 	active            atomic.Bool // Run holds the leader lease
@@ -227,24 +238,104 @@ func (v *verdict) merge(o *verdict) *verdict {
 	}
 }
 
+// only returns the part of v about the events in ids.
+func (v *verdict) only(ids map[[16]byte]bool) *verdict {
+	if v.empty() || len(ids) == 0 {
+		return nil
+	}
+	o := &verdict{firstSeq: v.firstSeq}
+	for _, id := range v.published {
+		if ids[id] {
+			o.published = append(o.published, id)
+		}
+	}
+	for i, id := range v.failed {
+		if ids[id] {
+			o.failed = append(o.failed, id)
+			o.errs = append(o.errs, v.errs[i])
+			o.delays = append(o.delays, v.delays[i])
+		}
+	}
+	return o
+}
+
+// without returns v without the events in ids.
+func (v *verdict) without(ids map[[16]byte]bool) *verdict {
+	if len(ids) == 0 {
+		return v
+	}
+	o := &verdict{firstSeq: v.firstSeq}
+	for _, id := range v.published {
+		if !ids[id] {
+			o.published = append(o.published, id)
+		}
+	}
+	for i, id := range v.failed {
+		if !ids[id] {
+			o.failed = append(o.failed, id)
+			o.errs = append(o.errs, v.errs[i])
+			o.delays = append(o.delays, v.delays[i])
+		}
+	}
+	return o
+}
+
 // queueVerdict adds the statements recording v to b, which must run in one
 // transaction. RelaxCommit (see queries.sql) makes it commit without
-// waiting for its WAL flush.
-func (r *Relay) queueVerdict(b *pgx.Batch, v *verdict) {
+// waiting for its WAL flush. Lock-free, the statements wait for a row
+// another session holds (under the transaction's lock timeout); skipping
+// locked rows, they step over it and add its event to skipped, whose part
+// of v the caller keeps for a later transaction (see
+// MarkPublishedSkippingLocked).
+func (r *Relay) queueVerdict(b *pgx.Batch, v *verdict, skipLocked bool, skipped map[[16]byte]bool) {
 	if v.empty() {
 		return
 	}
+	collect := func(rows pgx.Rows) error {
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
+		for _, id := range ids {
+			skipped[id] = true
+		}
+		return err
+	}
 	b.Queue(r.store.sql.relaxCommit)
 	if len(v.published) > 0 {
-		mark := r.store.sql.markPublished
+		mark, markSkipping := r.store.sql.markPublished, r.store.sql.markPublishedSkippingLocked
 		if r.cfg.DeletePublished {
-			mark = r.store.sql.deletePublished
+			mark, markSkipping = r.store.sql.deletePublished, r.store.sql.deletePublishedSkippingLocked
 		}
-		b.Queue(mark, r.cfg.ID, v.published)
+		if skipLocked {
+			b.Queue(markSkipping, r.cfg.ID, v.published).Query(collect)
+		} else {
+			b.Queue(mark, r.cfg.ID, v.published)
+		}
 	}
 	if len(v.failed) > 0 {
-		b.Queue(r.store.sql.markFailed, r.cfg.ID, v.failed, v.errs, v.delays)
+		if skipLocked {
+			b.Queue(r.store.sql.markFailedSkippingLocked, r.cfg.ID, v.failed, v.errs, v.delays).Query(collect)
+		} else {
+			b.Queue(r.store.sql.markFailed, r.cfg.ID, v.failed, v.errs, v.delays)
+		}
 	}
+}
+
+// takeHeld returns the verdicts kept for a later transaction, and forgets
+// them; keepHeld keeps v.
+func (r *Relay) takeHeld() *verdict {
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+	v := r.held
+	r.held = nil
+	return v
+}
+
+func (r *Relay) keepHeld(v *verdict) {
+	if v.empty() {
+		return
+	}
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+	r.held = r.held.merge(v)
 }
 
 // RelayOnce claims one batch, publishes it and records the broker's
@@ -255,7 +346,7 @@ func (r *Relay) queueVerdict(b *pgx.Batch, v *verdict) {
 func (r *Relay) RelayOnce(ctx context.Context) (BatchResult, error) {
 	recs, err := r.claim(ctx, nil, r.startSeq(r.floor.Load()), math.MaxInt64, unfenced)
 	if err != nil {
-		return BatchResult{}, fmt.Errorf("outbox: claiming events: %w", err)
+		return BatchResult{}, fmt.Errorf("outbox: claiming events: %w", r.store.migrated(err))
 	}
 	if len(recs) < r.cfg.BatchSize {
 		r.floor.Store(0)
@@ -263,7 +354,7 @@ func (r *Relay) RelayOnce(ctx context.Context) (BatchResult, error) {
 		r.floor.Store(recs[0].Seq)
 	}
 	v := r.publish(ctx, recs)
-	return v.result(), r.settle(ctx, v)
+	return v.result(), r.store.migrated(r.settle(ctx, v))
 }
 
 // Drain relays until a claim finds no event due, and returns what it did
@@ -276,7 +367,7 @@ func (r *Relay) RelayOnce(ctx context.Context) (BatchResult, error) {
 // active relay; Drain, like RelayOnce, does not take the leader lease.
 func (r *Relay) Drain(ctx context.Context) (BatchResult, error) {
 	res, err := r.drain(ctx, unfenced)
-	return res, dbsql.Migrated(err, r.store.schema.Name(), "outbox.Config.Schema")
+	return res, r.store.migrated(err)
 }
 
 // unfenced is the epoch of claims made outside the leader lease.
@@ -320,8 +411,7 @@ func (r *Relay) drain(ctx context.Context, epoch int64) (BatchResult, error) {
 			}
 			return total, errors.Join(fmt.Errorf("outbox: claiming events: %w", err), r.settle(ctx, carried))
 		}
-		r.recorded(ctx, carried)
-		carried = nil
+		carried = nil // recorded, or kept for later (see claim)
 		if flight != nil && len(recs) == 0 {
 			serial = serialAfterEmptyOverlap
 		}
@@ -452,27 +542,51 @@ func (r *Relay) publish(ctx context.Context, recs []Record) *verdict {
 // first (see LockClaims: a verdict's row locks are never held while
 // waiting for it), then the verdict, so the claim sees the keys it frees
 // (a key's next event is claimable once its previous one is marked
-// published). The records come back in write order.
+// published). The records come back in write order. The verdict includes
+// what earlier verdicts could not record (see below).
 //
-// The claim is lock-free (ClaimEvents) and waits at most
-// claimLockTimeout for an event's row. When that passes, some other
-// session holds an unpublished event (a verdict does for milliseconds;
-// an operator's open transaction may for hours), and the claim is made
-// again, and for skipLockedFor after it, with ClaimEventsSkippingLocked,
-// which steps over that event as claims always did.
+// The claim and the verdict are lock-free (ClaimEvents, MarkPublished)
+// and wait at most claimLockTimeout for an event's row. When that passes,
+// some other session holds an unpublished event (a verdict does for
+// milliseconds; an operator's open transaction may for hours), and the
+// transaction is made again, and for skipLockedFor after it, skipping
+// locked rows (ClaimEventsSkippingLocked, MarkPublishedSkippingLocked),
+// which steps over that event as claims always did. A verdict on a held
+// event is kept and recorded by a later transaction of this relay, once
+// the row is free: it never waits in the claims' lock, and nothing the
+// broker confirmed is lost (at worst, if the relay stops first or its
+// claim passes to another relay, the event is published again).
+//
+// When claim fails, carried is not recorded and stays the caller's.
 func (r *Relay) claim(ctx context.Context, carried *verdict, floor, ceiling, epoch int64) ([]Record, error) {
-	if time.Now().UnixNano() < r.skipLockedUntil.Load() {
-		return r.claimWith(ctx, carried, floor, ceiling, epoch, true)
-	}
-	recs, err := r.claimWith(ctx, carried, floor, ceiling, epoch, false)
+	return r.transact(ctx, carried, &claimRange{floor: floor, ceiling: ceiling, epoch: epoch})
+}
+
+// claimRange is what a claim claims: seq in [floor, ceiling), fenced by
+// epoch.
+type claimRange struct{ floor, ceiling, epoch int64 }
+
+// transact records carried and the verdicts kept from before, and then
+// claims c unless c is nil, as claim describes.
+func (r *Relay) transact(ctx context.Context, carried *verdict, c *claimRange) ([]Record, error) {
+	held := r.takeHeld()
+	v := carried.merge(held)
+	skipLocked := time.Now().UnixNano() < r.skipLockedUntil.Load()
+	recs, skipped, err := r.transactWith(ctx, v, c, skipLocked)
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" { // lock_not_available
-		return recs, err
+	if !skipLocked && errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+		r.skipLockedUntil.Store(time.Now().Add(skipLockedFor).UnixNano())
+		r.cfg.Logger.InfoContext(ctx, "llmq: outbox claim waited for a row another session holds; skipping locked rows for a while",
+			"for", skipLockedFor)
+		recs, skipped, err = r.transactWith(ctx, v, c, true)
 	}
-	r.skipLockedUntil.Store(time.Now().Add(skipLockedFor).UnixNano())
-	r.cfg.Logger.InfoContext(ctx, "llmq: outbox claim waited for a row another session holds; skipping locked rows for a while",
-		"for", skipLockedFor)
-	return r.claimWith(ctx, carried, floor, ceiling, epoch, true)
+	if err != nil {
+		r.keepHeld(held) // carried stays the caller's
+		return nil, err
+	}
+	r.keepHeld(v.only(skipped))
+	r.recorded(ctx, v.without(skipped))
+	return recs, nil
 }
 
 // How long a lock-free claim waits for an event's row, and how long the
@@ -482,57 +596,71 @@ const (
 	skipLockedFor    = time.Minute
 )
 
-// claimWith is claim, lock-free under the claim's lock timeout, or
-// skipping locked rows.
-func (r *Relay) claimWith(ctx context.Context, carried *verdict, floor, ceiling, epoch int64, skipLocked bool) ([]Record, error) {
-	claimEvents := r.store.sql.claimEvents
-	if skipLocked {
-		claimEvents = r.store.sql.claimEventsSkippingLocked
-	}
+// transactWith is transact, lock-free under the lock timeout, or skipping
+// locked rows; it returns the claimed records and the events of v whose
+// verdict was not recorded because another session held their rows.
+// Every statement after the claims' lock runs under the lock timeout,
+// also those that skip locked rows, so nothing in this transaction waits
+// long for a row while it holds the claims' lock.
+func (r *Relay) transactWith(ctx context.Context, v *verdict, c *claimRange, skipLocked bool) ([]Record, map[[16]byte]bool, error) {
 	var recs []Record
+	skipped := map[[16]byte]bool{}
 	err := dbsql.WithTx(ctx, r.pool, func(tx pgx.Tx) error {
+		clear(skipped)
 		batch := &pgx.Batch{}
-		batch.Queue(r.store.sql.lockClaims, r.lockID, r.idleTimeoutMS())
-		if !skipLocked {
+		if c != nil {
+			batch.Queue(r.store.sql.lockClaims, r.lockID, r.idleTimeoutMS())
 			batch.Queue(r.store.sql.claimLockTimeout, r.lockTimeout.Milliseconds())
+		} else {
+			batch.Queue(r.store.sql.settleTimeouts, r.lockTimeout.Milliseconds(), r.idleTimeoutMS())
 		}
-		r.queueVerdict(batch, carried)
-		batch.Queue(claimEvents, r.cfg.BatchSize, r.cfg.ID, r.cfg.ClaimLease.Milliseconds(), floor, ceiling, epoch).
-			Query(func(rows pgx.Rows) error {
-				var err error
-				recs, err = pgx.CollectRows(rows, scanClaimed)
-				return err
-			})
+		r.queueVerdict(batch, v, skipLocked, skipped)
+		if c != nil {
+			claimEvents := r.store.sql.claimEvents
+			if skipLocked {
+				claimEvents = r.store.sql.claimEventsSkippingLocked
+			}
+			batch.Queue(claimEvents, r.cfg.BatchSize, r.cfg.ID, r.cfg.ClaimLease.Milliseconds(), c.floor, c.ceiling, c.epoch).
+				Query(func(rows pgx.Rows) error {
+					var err error
+					recs, err = pgx.CollectRows(rows, scanClaimed)
+					return err
+				})
+		}
 		return tx.SendBatch(ctx, batch).Close()
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// UPDATE ... RETURNING has no order: restore write order, which the
 	// messages of one key must keep.
 	slices.SortFunc(recs, func(a, b Record) int { return cmp.Compare(a.Seq, b.Seq) })
-	return recs, nil
+	return recs, skipped, nil
 }
 
-// settle records v in a transaction of its own. It runs even if ctx has
-// ended: what the broker confirmed must be marked, or it is published
-// again.
+// settle records v, and the verdicts kept from before, in a transaction
+// of its own. It runs even if ctx has ended: what the broker confirmed
+// must be marked, or it is published again. Like a claim's, it waits at
+// most the lock timeout for a row, and keeps the verdict on an event whose
+// row another session holds for a later transaction.
 func (r *Relay) settle(ctx context.Context, v *verdict) error {
-	if v.empty() {
+	if v.empty() && r.heldEmpty() {
 		return nil
 	}
 	settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ClaimLease)
 	defer cancel()
-	err := dbsql.WithTx(settleCtx, r.pool, func(tx pgx.Tx) error {
-		batch := &pgx.Batch{}
-		r.queueVerdict(batch, v)
-		return tx.SendBatch(settleCtx, batch).Close()
-	})
-	if err != nil {
-		return fmt.Errorf("outbox: recording %d publications and %d failures: %w", len(v.published), len(v.failed), err)
+	if _, err := r.transact(settleCtx, v, nil); err != nil {
+		res := v.result()
+		return fmt.Errorf("outbox: recording %d publications and %d failures: %w", res.Published, res.Failed, err)
 	}
-	r.recorded(ctx, v)
 	return nil
+}
+
+// heldEmpty reports whether no verdict is kept for later.
+func (r *Relay) heldEmpty() bool {
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+	return r.held.empty()
 }
 
 // recorded counts a verdict once it is durable.
@@ -591,7 +719,7 @@ func (r *Relay) Stats(ctx context.Context) (Stats, error) {
 	st := Stats{Published: r.published.Load(), Failed: r.failed.Load()}
 	var ageSeconds float64
 	if err := r.pool.QueryRow(ctx, r.store.sql.pendingStats).Scan(&st.Pending, &ageSeconds); err != nil {
-		return st, fmt.Errorf("outbox: reading the backlog: %w", err)
+		return st, fmt.Errorf("outbox: reading the backlog: %w", r.store.migrated(err))
 	}
 	st.OldestPending = time.Duration(ageSeconds * float64(time.Second))
 	return st, nil
@@ -605,7 +733,7 @@ func (r *Relay) Prune(ctx context.Context) (int64, error) {
 	for {
 		tag, err := r.pool.Exec(ctx, r.store.sql.prunePublished, r.cfg.Retention.Milliseconds(), batch)
 		if err != nil {
-			return total, fmt.Errorf("outbox: pruning: %w", err)
+			return total, fmt.Errorf("outbox: pruning: %w", r.store.migrated(err))
 		}
 		total += tag.RowsAffected()
 		if tag.RowsAffected() < batch {

@@ -44,10 +44,15 @@ func (r *Relay) Run(ctx context.Context) error {
 		l, err := r.tryAcquire(ctx)
 		wait := r.standbyWait(l.expiresIn)
 		switch {
+		case l.epoch > 0 && ctx.Err() != nil:
+			// ctx ended just after the lease was taken: hand it on at
+			// once rather than leave it held for a whole lease.
+			r.release(ctx, l.epoch)
+			return nil
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
-			err = dbsql.Migrated(err, r.store.schema.Name(), "outbox.Config.Schema")
+			err = r.store.migrated(err)
 			r.cfg.Logger.Warn("llmq: outbox relay could not check the leader lease; trying again", "err", err, "retry_in", wait)
 		case l.epoch > 0:
 			standingBy = false
@@ -121,6 +126,10 @@ func (r *Relay) tryAcquire(ctx context.Context) (leaderLease, error) {
 		if _, err := tx.Exec(checkCtx, r.store.sql.lockClaims, r.lockID, r.idleTimeoutMS()); err != nil {
 			return err
 		}
+		// In the claims' lock, wait for no row for long (see AcquireLease).
+		if _, err := tx.Exec(checkCtx, r.store.sql.claimLockTimeout, r.lockTimeout.Milliseconds()); err != nil {
+			return err
+		}
 		var previous *string
 		err := tx.QueryRow(checkCtx, r.store.sql.acquireLease, r.cfg.ID, r.cfg.LeaderLease.Milliseconds()).
 			Scan(&l.epoch, &previous, &l.released)
@@ -155,6 +164,12 @@ func (r *Relay) lead(ctx context.Context, l leaderLease) error {
 	err := r.serve(leadCtx, l.epoch)
 	stepDown()
 	<-renewing
+	// A verdict kept for a row another session held gets a last try (it
+	// waits for no row): if it is still held, the event is published
+	// again once its claim runs out.
+	if serr := r.settle(ctx, nil); serr != nil {
+		r.cfg.Logger.Warn("llmq: outbox relay could not record its last verdicts; their events will be published again", "err", serr)
+	}
 	// Released whatever ended the lead: a lease another relay took is not
 	// touched (the statement names this relay's epoch).
 	r.release(ctx, l.epoch)

@@ -1,0 +1,127 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/broker"
+	"github.com/llmq/llmq/broker/memory"
+	"github.com/llmq/llmq/outbox"
+)
+
+// lockingPublisher publishes, and once the broker confirmed its first
+// message, has an operator's transaction take that event's row, so the
+// verdict on it meets a row another session holds.
+type lockingPublisher struct {
+	broker.Publisher
+	once sync.Once
+	lock func(id string)
+}
+
+func (p *lockingPublisher) Publish(ctx context.Context, msgs []broker.Message) error {
+	if err := p.Publisher.Publish(ctx, msgs); err != nil {
+		return err
+	}
+	p.once.Do(func() { p.lock(msgs[0].ID) })
+	return nil
+}
+
+// A verdict on an event whose row another session holds neither waits for
+// it (holding the claims' lock, which would stop every relay) nor is lost:
+// the relay goes on, other relays claim, and the verdict is recorded once
+// the row is free, without publishing the event again.
+func TestAVerdictOnAHeldRowWaitsForNothing(t *testing.T) {
+	t.Parallel()
+	for _, deletePublished := range []bool{false, true} {
+		t.Run(fmt.Sprintf("DeletePublished=%v", deletePublished), func(t *testing.T) {
+			t.Parallel()
+			f := setupRelay(t)
+			const events = 3
+			for k := range events {
+				_, err := f.store.Write(t.Context(), f.db.Pool, outbox.Event{Topic: "orders", Key: fmt.Sprintf("key-%d", k), Type: "x", Payload: json.RawMessage(`{}`)})
+				require.NoError(t, err)
+			}
+			locked := make(chan pgx.Tx, 1)
+			b := memory.New(memory.Config{})
+			pub := &lockingPublisher{Publisher: b.Publisher(), lock: func(id string) {
+				operator, err := f.db.Pool.Begin(context.Background())
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = operator.Rollback(context.Background()) }) // before the schema is dropped
+				_, err = operator.Exec(context.Background(), "SELECT FROM "+f.db.Schema+".outbox WHERE event_id = $1 FOR UPDATE", id)
+				require.NoError(t, err)
+				locked <- operator
+			}}
+			r, err := f.store.NewRelay(f.db.Pool, pub, outbox.RelayConfig{BatchSize: 1, DeletePublished: deletePublished})
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			res, err := r.Drain(ctx)
+			require.NoError(t, err, "the verdict on the held row did not stop the relay")
+			require.Equal(t, events, res.Published)
+			operator := <-locked
+			require.Equal(t, 1, f.pending(t), "the held event's verdict waits for its row")
+
+			// Another relay claims beside it: the claims' lock is free.
+			_, err = f.store.Write(t.Context(), f.db.Pool, outbox.Event{Topic: "orders", Key: "other", Type: "x", Payload: json.RawMessage(`{}`)})
+			require.NoError(t, err)
+			other, err := f.store.NewRelay(f.db.Pool, b.Publisher(), outbox.RelayConfig{})
+			require.NoError(t, err)
+			res, err = other.RelayOnce(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, res.Published)
+
+			// Once the row is free, the kept verdict is recorded: the event
+			// is not published again.
+			require.NoError(t, operator.Rollback(t.Context()))
+			res, err = r.Drain(ctx)
+			require.NoError(t, err)
+			require.Zero(t, res.Claimed)
+			require.Zero(t, f.pending(t))
+			require.Equal(t, events+1, b.Published("orders"), "nothing was published twice")
+			st, err := r.Stats(ctx)
+			require.NoError(t, err)
+			require.Equal(t, int64(events), st.Published, "the kept verdict counts once recorded")
+		})
+	}
+}
+
+// RelayOnce keeps a verdict it could not record for its next call.
+func TestRelayOnceKeepsAVerdictOnAHeldRow(t *testing.T) {
+	t.Parallel()
+	f := setupRelay(t)
+	_, err := f.store.Write(t.Context(), f.db.Pool, outbox.Event{Topic: "orders", Key: "k", Type: "x", Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	locked := make(chan pgx.Tx, 1)
+	b := memory.New(memory.Config{})
+	pub := &lockingPublisher{Publisher: b.Publisher(), lock: func(id string) {
+		operator, err := f.db.Pool.Begin(context.Background())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = operator.Rollback(context.Background()) }) // before the schema is dropped
+		_, err = operator.Exec(context.Background(), "SELECT FROM "+f.db.Schema+".outbox WHERE event_id = $1 FOR UPDATE", id)
+		require.NoError(t, err)
+		locked <- operator
+	}}
+	r, err := f.store.NewRelay(f.db.Pool, pub, outbox.RelayConfig{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	res, err := r.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Published)
+	operator := <-locked
+	require.Equal(t, 1, f.pending(t))
+
+	require.NoError(t, operator.Rollback(t.Context()))
+	res, err = r.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, res.Claimed)
+	require.Zero(t, f.pending(t))
+	require.Equal(t, 1, b.Published("orders"))
+}
