@@ -1,11 +1,9 @@
 package inbox_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,25 +14,8 @@ import (
 	"github.com/llmq/llmq/broker"
 	"github.com/llmq/llmq/broker/memory"
 	"github.com/llmq/llmq/inbox"
+	"github.com/llmq/llmq/internal/telemetry/telemetrytest"
 )
-
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // A handler that ignores the error of one of its own statements, which
 // aborted the transaction, and returns nil leaves its savepoint unusable.
@@ -66,7 +47,7 @@ func TestIngressHandlerIgnoringAFailedStatementIsItsFailure(t *testing.T) {
 				}
 			}
 			require.NoError(t, b.Publisher().Publish(t.Context(), msgs))
-			var logs syncBuffer
+			var logs telemetrytest.LogBuffer
 			in, err := f.store.NewIngress(f.pool, b.Consumer("erp"), inbox.IngressConfig{
 				Consumer: "erp", Handler: handler, MaxAttempts: 2, MaxBatch: maxBatch, Linger: 50 * time.Millisecond,
 				Logger: slog.New(slog.NewTextHandler(&logs, nil))})

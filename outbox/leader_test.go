@@ -1,7 +1,6 @@
 package outbox_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,7 @@ import (
 	"github.com/llmq/llmq/broker"
 	"github.com/llmq/llmq/broker/memory"
 	"github.com/llmq/llmq/internal/dbtest"
+	"github.com/llmq/llmq/internal/telemetry/telemetrytest"
 	"github.com/llmq/llmq/outbox"
 )
 
@@ -157,29 +157,11 @@ func TestDeposedRelayClaimsNothing(t *testing.T) {
 	require.Len(t, drain(t, b, 20), 20)
 }
 
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // Without a configured Logger, the relay's warnings go to slog.Default().
 func TestRelayWarnsThroughTheDefaultLogger(t *testing.T) {
 	t.Parallel()
 	f := setupRelay(t)
-	var out syncBuffer
+	var out telemetrytest.LogBuffer
 	// The default logger is the process's: other tests' relays may log
 	// here too, so the check looks for this relay's attribute.
 	prev := slog.Default()

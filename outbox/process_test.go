@@ -22,6 +22,7 @@ import (
 	"github.com/llmq/llmq/broker"
 	"github.com/llmq/llmq/broker/rabbitmq"
 	"github.com/llmq/llmq/internal/dbtest"
+	"github.com/llmq/llmq/internal/telemetry/telemetrytest"
 	"github.com/llmq/llmq/outbox"
 )
 
@@ -166,14 +167,14 @@ type failoverRun struct {
 	total      int
 	keys       int
 	child      *exec.Cmd
-	childLog   *syncBuffer
+	childLog   *telemetrytest.LogBuffer
 	successor  *outbox.Relay
 	writerDone chan struct{}
 }
 
 func startFailoverRun(t *testing.T, childID string, lease time.Duration) *failoverRun {
 	t.Helper()
-	run := &failoverRun{f: setupRelay(t), mq: setupRabbit(t), total: 1500, keys: 20, childLog: &syncBuffer{}, writerDone: make(chan struct{})}
+	run := &failoverRun{f: setupRelay(t), mq: setupRabbit(t), total: 1500, keys: 20, childLog: &telemetrytest.LogBuffer{}, writerDone: make(chan struct{})}
 	f := run.f
 
 	// One writer: write order is commit order.
