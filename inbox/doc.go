@@ -75,8 +75,8 @@
 //     inbox's own statements. A database outage therefore never
 //     quarantines anything.
 //   - Any other handler failure, a panic or a savepoint the handler left
-//     unusable included, is counted by message
-//     id, once per delivery, when the delivery is settled (a handling redone
+//     unusable included, is counted by message id, once per delivery,
+//     when the delivery is settled (a handling redone
 //     after a failed commit is not counted twice, one that never committed
 //     for a transient reason not at all); at IngressConfig.MaxAttempts
 //     failures (default 20) the message is

@@ -71,12 +71,13 @@
 // stops, or its claim passes to another relay, first), and a takeover
 // releases the previous holder's claims except those on held rows, which
 // become claimable when their claim runs out. No statement of a relay
-// waits long for a row while it holds the claims' lock. RelayConfig.DeletePublished
-// deletes the row at publication instead, and keeps no history of
-// published events. Bytes of WAL per event (BenchmarkEventWAL, PostgreSQL
-// 15; docs/performance.md): written 695; kept, 408 to relay and 544 to
-// prune a day later; deleted at publication, 221 in all, and the one relay
-// of the benchmark published about 1.2× as many events a second.
+// waits long for a row while it holds the claims' lock.
+// RelayConfig.DeletePublished deletes the row at publication instead, and
+// keeps no history of published events. Bytes of WAL per event
+// (BenchmarkEventWAL, PostgreSQL 15; docs/performance.md): written 695;
+// kept, 408 to relay and 544 to prune a day later; deleted at
+// publication, 221 in all, and the one relay of the benchmark published
+// about 1.2× as many events a second.
 //
 // Relay.Run and Relay.Drain overlap the database with the broker: while one
 // batch is being published, the next is claimed, in the same transaction
