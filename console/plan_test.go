@@ -39,38 +39,11 @@ func TestPlansUseIndexes(t *testing.T) {
 
 func genericPlans(t *testing.T, pool *pgxpool.Pool, h http.Handler) {
 	t.Helper()
-	ctx := t.Context()
-	conn, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	_, err = conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
-	require.NoError(t, err)
-	defer func() { _, _ = conn.Exec(ctx, "RESET plan_cache_mode") }()
-
 	large := regexp.MustCompile(`Seq Scan on (jobs|job_keys|job_attempts|outbox|admission_usage)\b`)
 	names := console.QueryNamesForTest(h)
 	slices.Sort(names)
 	for _, name := range names {
-		sql := console.QueryForTest(h, name)
-		_, err := conn.Exec(ctx, "PREPARE plan_check AS "+sql)
-		require.NoError(t, err, name)
-		params := 0
-		for _, m := range regexp.MustCompile(`\$(\d+)`).FindAllStringSubmatch(sql, -1) {
-			var n int
-			_, _ = fmt.Sscan(m[1], &n)
-			params = max(params, n)
-		}
-		execute := "EXECUTE plan_check"
-		if params > 0 {
-			execute += "(" + strings.TrimSuffix(strings.Repeat("NULL, ", params), ", ") + ")"
-		}
-		rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) "+execute)
-		require.NoError(t, err, name)
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		require.NoError(t, err, name)
-		_, err = conn.Exec(ctx, "DEALLOCATE plan_check")
-		require.NoError(t, err)
-		plan := strings.Join(lines, "\n")
+		plan := dbtest.GenericPlan(t, pool, console.QueryForTest(h, name))
 		require.NotRegexp(t, large, plan, "%s reads a large table whole:\n%s", name, plan)
 	}
 }

@@ -292,7 +292,7 @@ func TestBatchStatementsUseTheirIndexes(t *testing.T) {
 		"PruneBatches":  {"job_batches_finished_idx"},
 		"CountBatches":  {"job_batches_finished_idx"},
 	}
-	for name, plan := range f.genericPlans(t, map[string]int{"GetBatch": 2, "GetBatchByKey": 2, "ListBatchJobs": 2, "CancelBatch": 3, "PruneBatches": 2, "CountBatches": 1}) {
+	for name, plan := range f.genericPlans(t, "GetBatch", "GetBatchByKey", "ListBatchJobs", "CancelBatch", "PruneBatches", "CountBatches") {
 		for _, index := range want[name] {
 			require.Contains(t, plan, index, "%s:\n%s", name, plan)
 		}

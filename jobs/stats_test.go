@@ -1,13 +1,12 @@
 package jobs_test
 
 import (
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/jobs"
 )
 
@@ -69,20 +68,7 @@ func TestStatsDoesNotScanJobs(t *testing.T) {
 	_, err = f.pool.Exec(ctx, "VACUUM ANALYZE "+f.schema+".jobs")
 	require.NoError(t, err)
 
-	conn, err := f.pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	_, err = conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
-	require.NoError(t, err)
-	defer func() { _, _ = conn.Exec(ctx, "RESET plan_cache_mode") }()
-	_, err = conn.Exec(ctx, "PREPARE stats_check AS "+f.store.StatsQueryForTest())
-	require.NoError(t, err)
-	defer func() { _, _ = conn.Exec(ctx, "DEALLOCATE stats_check") }()
-	rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE stats_check")
-	require.NoError(t, err)
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	plan := strings.Join(lines, "\n")
+	plan := dbtest.GenericPlan(t, f.pool, f.store.StatsQueryForTest())
 	require.NotContains(t, plan, "Seq Scan on jobs", plan)
 	require.Contains(t, plan, "jobs_finished_idx", plan)
 }

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/llmqtype"
 )
@@ -154,7 +154,7 @@ func TestStepStatementsProbeThePrimaryKeys(t *testing.T) {
 	require.NoError(t, err)
 	_, err = f.pool.Exec(ctx, "ANALYZE "+f.schema+".jobs, "+f.schema+".job_steps")
 	require.NoError(t, err)
-	for name, plan := range f.genericPlans(t, map[string]int{"TakeStep": 3, "SaveStep": 6, "ListSteps": 2}) {
+	for name, plan := range f.genericPlans(t, "TakeStep", "SaveStep", "ListSteps") {
 		require.Contains(t, plan, "jobs_pkey", "%s:\n%s", name, plan)
 		require.Contains(t, plan, "job_steps_pkey", "%s:\n%s", name, plan)
 		require.NotContains(t, plan, "Seq Scan", "%s:\n%s", name, plan)
@@ -173,29 +173,12 @@ func (f *fixture) enqueueSpread(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// genericPlans returns the generic plan of each named statement, given
-// how many parameters each takes (a generic plan does not depend on the
-// values: NULLs will do, and EXPLAIN without ANALYZE runs nothing).
-func (f *fixture) genericPlans(t *testing.T, params map[string]int) map[string]string {
+// genericPlans returns the generic plan of each named statement.
+func (f *fixture) genericPlans(t *testing.T, names ...string) map[string]string {
 	t.Helper()
-	ctx := t.Context()
-	conn, err := f.pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	_, err = conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
-	require.NoError(t, err)
-	defer func() { _, _ = conn.Exec(ctx, "RESET plan_cache_mode") }()
-	plans := make(map[string]string, len(params))
-	for name, n := range params {
-		_, err := conn.Exec(ctx, "PREPARE generic_check AS "+f.store.QueryForTest(name))
-		require.NoError(t, err)
-		rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE generic_check("+strings.TrimSuffix(strings.Repeat("NULL, ", n), ", ")+")")
-		require.NoError(t, err)
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		require.NoError(t, err)
-		_, err = conn.Exec(ctx, "DEALLOCATE generic_check")
-		require.NoError(t, err)
-		plans[name] = strings.Join(lines, "\n")
+	plans := make(map[string]string, len(names))
+	for _, name := range names {
+		plans[name] = dbtest.GenericPlan(t, f.pool, f.store.QueryForTest(name))
 	}
 	return plans
 }

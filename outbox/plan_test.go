@@ -3,12 +3,11 @@ package outbox_test
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/outbox"
 )
 
@@ -36,24 +35,8 @@ func TestClaimReadsThroughItsIndexes(t *testing.T) {
 	_, err = f.db.Pool.Exec(ctx, "ANALYZE "+f.db.Schema+".outbox")
 	require.NoError(t, err)
 
-	conn, err := f.db.Pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	_, err = conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
-	require.NoError(t, err)
-	defer func() { _, _ = conn.Exec(ctx, "RESET plan_cache_mode") }()
 	for _, skipLocked := range []bool{false, true} {
-		_, err := conn.Exec(ctx, "PREPARE plan_check AS "+outbox.ClaimSQL(f.store, skipLocked))
-		require.NoError(t, err)
-		// A generic plan does not depend on the values, and EXPLAIN
-		// without ANALYZE runs nothing.
-		rows, err := conn.Query(ctx, "EXPLAIN EXECUTE plan_check (500, 'relay', 1000, 0, 9223372036854775807, 0)")
-		require.NoError(t, err)
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		require.NoError(t, err)
-		_, err = conn.Exec(ctx, "DEALLOCATE plan_check")
-		require.NoError(t, err)
-		plan := strings.Join(lines, "\n")
+		plan := dbtest.GenericPlan(t, f.db.Pool, outbox.ClaimSQL(f.store, skipLocked), "500", "'relay'", "1000", "0", "9223372036854775807", "0")
 		for _, index := range []string{"outbox_pending_idx", "outbox_pkey"} {
 			require.Contains(t, plan, index, "skipping locked rows: %v\n%s", skipLocked, plan)
 		}

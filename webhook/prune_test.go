@@ -3,14 +3,13 @@ package webhook_test
 import (
 	"fmt"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/webhook"
 )
@@ -129,27 +128,9 @@ func TestPruneProbesTheDeliveryJobsIndex(t *testing.T) {
 	_, err = f.pool.Exec(ctx, "ANALYZE "+f.schema+".jobs, "+f.schema+".webhook_deliveries")
 	require.NoError(t, err)
 
-	conn, err := f.pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	_, err = conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
-	require.NoError(t, err)
-	defer func() { _, _ = conn.Exec(ctx, "RESET plan_cache_mode") }()
 	prune, count := webhook.PruneQueriesForTest(f.store)
-	for name, q := range map[string]struct {
-		sql, args string
-	}{"PruneDeliveries": {prune, "(NULL, NULL)"}, "CountDeliveries": {count, "(NULL)"}} {
-		_, err := conn.Exec(ctx, "PREPARE plan_check AS "+q.sql)
-		require.NoError(t, err)
-		// A generic plan does not depend on the values; EXPLAIN without
-		// ANALYZE runs nothing.
-		rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE plan_check"+q.args)
-		require.NoError(t, err)
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		require.NoError(t, err)
-		_, err = conn.Exec(ctx, "DEALLOCATE plan_check")
-		require.NoError(t, err)
-		plan := strings.Join(lines, "\n")
+	for name, q := range map[string]string{"PruneDeliveries": prune, "CountDeliveries": count} {
+		plan := dbtest.GenericPlan(t, f.pool, q)
 		require.Contains(t, plan, "jobs_webhook_delivery_idx", "%s:\n%s", name, plan)
 		require.NotContains(t, plan, "Seq Scan on jobs", "%s:\n%s", name, plan)
 	}

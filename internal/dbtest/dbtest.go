@@ -10,9 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -156,4 +160,57 @@ func dropSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 		}
 		pause = min(2*pause, time.Second)
 	}
+}
+
+// GenericPlan is the plan PostgreSQL would run sql with once it is a
+// prepared statement on its generic plan (plan_cache_mode
+// force_generic_plan): the plan whose index choice does not depend on the
+// values, and the one a statement prepared by pgx ends up with. args are
+// SQL literals for its parameters; with none given, each parameter is
+// NULL, which a generic plan does not look at. EXPLAIN without ANALYZE
+// runs nothing.
+func GenericPlan(t testing.TB, pool *pgxpool.Pool, sql string, args ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("dbtest: a connection for a plan: %v", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	defer func() { _, _ = conn.Exec(ctx, "RESET plan_cache_mode") }()
+	if _, err := conn.Exec(ctx, "PREPARE dbtest_plan AS "+sql); err != nil {
+		t.Fatalf("dbtest: preparing %q: %v", sql, err)
+	}
+	defer func() { _, _ = conn.Exec(ctx, "DEALLOCATE dbtest_plan") }()
+	if len(args) == 0 {
+		for range maxParam(sql) {
+			args = append(args, "NULL")
+		}
+	}
+	execute := "EXECUTE dbtest_plan"
+	if len(args) > 0 {
+		execute += "(" + strings.Join(args, ", ") + ")"
+	}
+	rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) "+execute)
+	if err != nil {
+		t.Fatalf("dbtest: explaining %q: %v", sql, err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("dbtest: explaining %q: %v", sql, err)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// maxParam is the highest $n in sql.
+func maxParam(sql string) int {
+	highest := 0
+	for _, m := range regexp.MustCompile(`\$(\d+)`).FindAllStringSubmatch(sql, -1) {
+		n, _ := strconv.Atoi(m[1])
+		highest = max(highest, n)
+	}
+	return highest
 }
