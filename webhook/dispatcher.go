@@ -67,8 +67,9 @@ type DispatcherConfig struct {
 	// AlertAuthFailing event. Default 3.
 	AuthAlertThreshold int
 	// AuthSlowdown multiplies the schedule's delay after a 401/403, so that
-	// a misconfigured receiver is retried slowly rather than given up on.
-	// Default 4.
+	// a misconfigured receiver is retried slowly rather than given up on;
+	// the slowed delay is at most llmqtype.MaxRetryAfter (24h), so the
+	// default schedule's 10h steps wait 24h, not 40h. Default 4.
 	AuthSlowdown int
 	// Worker names this dispatcher in attempt records. Default: the job's
 	// lease owner (the runner's WorkerID).

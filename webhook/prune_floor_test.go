@@ -33,3 +33,18 @@ func TestRetentionFloorIsTheStoresFloor(t *testing.T) {
 	_, err = webhook.NewStore(webhook.Config{Jobs: js, Outbox: ob, Schedule: schedule, Retention: floor - time.Second})
 	require.ErrorIs(t, err, webhook.ErrInvalidConfig)
 }
+
+// A schedule step longer than a retry may wait is refused, naming the
+// step, rather than shortened without a word.
+func TestScheduleStepsFitARetrysWait(t *testing.T) {
+	t.Parallel()
+	js, err := jobs.NewStore(jobs.Config{Queues: []string{jobs.DefaultQueue, webhook.DefaultQueue}})
+	require.NoError(t, err)
+	ob, err := outbox.NewStore(outbox.Config{})
+	require.NoError(t, err)
+	_, err = webhook.NewStore(webhook.Config{Jobs: js, Outbox: ob, Schedule: []time.Duration{0, 24 * time.Hour}, Retention: 30 * 24 * time.Hour})
+	require.NoError(t, err)
+	_, err = webhook.NewStore(webhook.Config{Jobs: js, Outbox: ob, Schedule: []time.Duration{0, 48 * time.Hour}, Retention: 30 * 24 * time.Hour})
+	require.ErrorIs(t, err, webhook.ErrInvalidConfig)
+	require.ErrorContains(t, err, "Schedule[1]")
+}

@@ -192,8 +192,9 @@ type Config struct {
 	// Queue is the job queue of deliveries; it must be one of the job
 	// store's queues. Default "webhooks".
 	Queue string
-	// Schedule is the delay before each attempt (the first is usually 0).
-	// Its length is the number of attempts. Default DefaultSchedule().
+	// Schedule is the delay before each attempt (the first is usually 0),
+	// each at most llmqtype.MaxRetryAfter (24h). Its length is the number
+	// of attempts. Default DefaultSchedule().
 	Schedule []time.Duration
 	// AllowHTTP lets endpoints register plain-http URLs (tests, private
 	// networks). Default off.
@@ -255,8 +256,13 @@ func NewStore(cfg Config) (*Store, error) {
 		cfg.Schedule = DefaultSchedule()
 	}
 	for i, d := range cfg.Schedule {
-		if d < 0 {
+		switch {
+		case d < 0:
 			return nil, invalid(fmt.Sprintf("Schedule[%d]", i), "must not be negative")
+		case d > llmqtype.MaxRetryAfter:
+			// The runner waits at most that long before a retry: a longer
+			// step would be shortened without a word.
+			return nil, invalid(fmt.Sprintf("Schedule[%d]", i), fmt.Sprintf("is %s; a retry waits at most %s (llmqtype.MaxRetryAfter)", d, llmqtype.MaxRetryAfter))
 		}
 	}
 	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes)
