@@ -39,14 +39,7 @@ func TestIngressHandlerIgnoringAFailedStatementIsItsFailure(t *testing.T) {
 				}
 				return f.handler(ctx, tx, msg)
 			}
-			var msgs []broker.Message
-			for i := range 20 {
-				msgs = append(msgs, broker.Message{ID: fmt.Sprintf("op-%d", i), Topic: "erp", Body: []byte(`{}`)})
-				if i == 4 {
-					msgs = append(msgs, broker.Message{ID: "ignores-its-error", Topic: "erp", Body: []byte(`{}`)})
-				}
-			}
-			require.NoError(t, b.Publisher().Publish(t.Context(), msgs))
+			require.NoError(t, b.Publisher().Publish(t.Context(), opsWith(20, 4, "ignores-its-error")))
 			var logs telemetrytest.LogBuffer
 			in, err := f.store.NewIngress(f.pool, b.Consumer("erp"), inbox.IngressConfig{
 				Consumer: "erp", Handler: handler, MaxAttempts: 2, MaxBatch: maxBatch, Linger: 50 * time.Millisecond,

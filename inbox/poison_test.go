@@ -234,14 +234,7 @@ func TestIngressCommitFailureStaysWithItsMessage(t *testing.T) {
 		}
 		return f.handler(ctx, tx, msg)
 	}
-	var msgs []broker.Message
-	for i := range 20 {
-		msgs = append(msgs, broker.Message{ID: fmt.Sprintf("op-%d", i), Topic: "erp", Body: []byte(`{}`)})
-		if i == 10 {
-			msgs = append(msgs, broker.Message{ID: "orphan", Topic: "erp", Body: []byte(`{}`)})
-		}
-	}
-	require.NoError(t, b.Publisher().Publish(t.Context(), msgs))
+	require.NoError(t, b.Publisher().Publish(t.Context(), opsWith(20, 10, "orphan")))
 	in, err := f.store.NewIngress(f.pool, b.Consumer("erp"), inbox.IngressConfig{Consumer: "erp", Handler: handler, MaxAttempts: 2, MaxBatch: 21, Linger: time.Second})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -453,4 +446,17 @@ func TestIngressCountsAFailureOncePerDelivery(t *testing.T) {
 	require.Equal(t, map[string]bool{"forever nack": true, "orphan nack": true}, settled,
 		"the first delivery's failure was counted more than once")
 	require.Empty(t, b.DeadLetters("erp"))
+}
+
+// opsWith is n ERP operations op-0 … op-(n-1) on topic erp, with a message
+// of id special after op-<after>.
+func opsWith(n, after int, special string) []broker.Message {
+	var msgs []broker.Message
+	for i := range n {
+		msgs = append(msgs, broker.Message{ID: fmt.Sprintf("op-%d", i), Topic: "erp", Body: []byte(`{}`)})
+		if i == after {
+			msgs = append(msgs, broker.Message{ID: special, Topic: "erp", Body: []byte(`{}`)})
+		}
+	}
+	return msgs
 }

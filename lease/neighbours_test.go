@@ -305,7 +305,7 @@ func TestHungHandlerIsTakenOver(t *testing.T) {
 func TestUnservedKindsAreReported(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	logs := &syncBuffer{}
+	logs := &telemetrytest.LogBuffer{}
 	cfg := fastConfig(map[string]lease.Handler{"k": lease.HandlerFunc(func(context.Context, *jobs.Job) (json.RawMessage, error) {
 		return json.RawMessage(`{}`), nil
 	})})
@@ -317,7 +317,7 @@ func TestUnservedKindsAreReported(t *testing.T) {
 	f.enqueue(jobs.EnqueueParams{Kind: "invoice.extract.v2"})
 	require.Equal(t, jobs.StateSucceeded, f.await(served.ID).State)
 	require.Eventually(t, func() bool {
-		for _, l := range logs.lines() {
+		for _, l := range jsonLines(logs) {
 			msg, _ := l["msg"].(string)
 			if l["level"] == "WARN" && l["kind"] == "invoice.extract.v2" && l["jobs"] == float64(2) &&
 				strings.Contains(msg, "no handler") && strings.Contains(msg, "lease.Config.Handlers") {
@@ -326,7 +326,7 @@ func TestUnservedKindsAreReported(t *testing.T) {
 		}
 		return false
 	}, 5*time.Second, 20*time.Millisecond)
-	for _, l := range logs.lines() {
+	for _, l := range jsonLines(logs) {
 		require.NotEqual(t, "k", l["kind"], "a served kind is never reported: %v", l)
 	}
 }

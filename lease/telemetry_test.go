@@ -1,7 +1,6 @@
 package lease_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -178,23 +177,10 @@ func TestOnSucceededRunsInTheJobsTrace(t *testing.T) {
 	require.Equal(t, accept.SpanContext().TraceID(), (<-inHook).TraceID())
 }
 
-// syncBuffer is a bytes.Buffer safe for the runner's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) lines() []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+// jsonLines decodes the JSON log lines of a slog JSON handler's output.
+func jsonLines(logs *telemetrytest.LogBuffer) []map[string]any {
 	var out []map[string]any
-	for line := range strings.Lines(b.buf.String()) {
+	for line := range strings.Lines(logs.String()) {
 		var m map[string]any
 		if json.Unmarshal([]byte(line), &m) == nil {
 			out = append(out, m)
@@ -208,7 +194,7 @@ func (b *syncBuffer) lines() []map[string]any {
 func TestAttemptLogLinesCarryTheJob(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	var buf syncBuffer
+	var buf telemetrytest.LogBuffer
 	cfg := fastConfig(map[string]lease.Handler{
 		"k": lease.HandlerFunc(func(ctx context.Context, _ *jobs.Job) (json.RawMessage, error) {
 			lease.Logger(ctx).Info("calling the provider")
@@ -222,7 +208,7 @@ func TestAttemptLogLinesCarryTheJob(t *testing.T) {
 
 	byMsg := map[string]map[string]any{}
 	require.Eventually(t, func() bool {
-		for _, l := range buf.lines() {
+		for _, l := range jsonLines(&buf) {
 			if msg, ok := l["msg"].(string); ok {
 				byMsg[msg] = l
 			}

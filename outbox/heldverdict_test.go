@@ -33,6 +33,21 @@ func (p *lockingPublisher) Publish(ctx context.Context, msgs []broker.Message) e
 	return nil
 }
 
+// lockingFirst wraps pub so that an operator's transaction, sent on the
+// channel, holds the row of the first event it publishes.
+func lockingFirst(t *testing.T, f relayFixture, pub broker.Publisher) (*lockingPublisher, <-chan pgx.Tx) {
+	t.Helper()
+	locked := make(chan pgx.Tx, 1)
+	return &lockingPublisher{Publisher: pub, lock: func(id string) {
+		operator, err := f.db.Pool.Begin(context.Background())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = operator.Rollback(context.Background()) }) // before the schema is dropped
+		_, err = operator.Exec(context.Background(), "SELECT FROM "+f.db.Schema+".outbox WHERE event_id = $1 FOR UPDATE", id)
+		require.NoError(t, err)
+		locked <- operator
+	}}, locked
+}
+
 // A verdict on an event whose row another session holds neither waits for
 // it (holding the claims' lock, which would stop every relay) nor is lost:
 // the relay goes on, other relays claim, and the verdict is recorded once
@@ -48,16 +63,8 @@ func TestAVerdictOnAHeldRowWaitsForNothing(t *testing.T) {
 				_, err := f.store.Write(t.Context(), f.db.Pool, outbox.Event{Topic: "orders", Key: fmt.Sprintf("key-%d", k), Type: "x", Payload: json.RawMessage(`{}`)})
 				require.NoError(t, err)
 			}
-			locked := make(chan pgx.Tx, 1)
 			b := memory.New(memory.Config{})
-			pub := &lockingPublisher{Publisher: b.Publisher(), lock: func(id string) {
-				operator, err := f.db.Pool.Begin(context.Background())
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = operator.Rollback(context.Background()) }) // before the schema is dropped
-				_, err = operator.Exec(context.Background(), "SELECT FROM "+f.db.Schema+".outbox WHERE event_id = $1 FOR UPDATE", id)
-				require.NoError(t, err)
-				locked <- operator
-			}}
+			pub, locked := lockingFirst(t, f, b.Publisher())
 			r, err := f.store.NewRelay(f.db.Pool, pub, outbox.RelayConfig{BatchSize: 1, DeletePublished: deletePublished})
 			require.NoError(t, err)
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -98,16 +105,8 @@ func TestRelayOnceKeepsAVerdictOnAHeldRow(t *testing.T) {
 	f := setupRelay(t)
 	_, err := f.store.Write(t.Context(), f.db.Pool, outbox.Event{Topic: "orders", Key: "k", Type: "x", Payload: json.RawMessage(`{}`)})
 	require.NoError(t, err)
-	locked := make(chan pgx.Tx, 1)
 	b := memory.New(memory.Config{})
-	pub := &lockingPublisher{Publisher: b.Publisher(), lock: func(id string) {
-		operator, err := f.db.Pool.Begin(context.Background())
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = operator.Rollback(context.Background()) }) // before the schema is dropped
-		_, err = operator.Exec(context.Background(), "SELECT FROM "+f.db.Schema+".outbox WHERE event_id = $1 FOR UPDATE", id)
-		require.NoError(t, err)
-		locked <- operator
-	}}
+	pub, locked := lockingFirst(t, f, b.Publisher())
 	r, err := f.store.NewRelay(f.db.Pool, pub, outbox.RelayConfig{})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -124,4 +123,49 @@ func TestRelayOnceKeepsAVerdictOnAHeldRow(t *testing.T) {
 	require.Zero(t, res.Claimed)
 	require.Zero(t, f.pending(t))
 	require.Equal(t, 1, b.Published("orders"))
+}
+
+// A key's next event waits while the verdict on its previous one is kept
+// for a held row: the relay goes on with other keys, and publishes the
+// next event of the held one's key only once that verdict is recorded, so
+// the key's order holds.
+func TestAKeptVerdictHoldsBackOnlyItsKey(t *testing.T) {
+	t.Parallel()
+	f := setupRelay(t)
+	var heldIDs []string
+	for _, key := range []string{"held", "held", "free"} {
+		rec, err := f.store.Write(t.Context(), f.db.Pool, outbox.Event{Topic: "orders", Key: key, Type: "x", Payload: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		if key == "held" {
+			heldIDs = append(heldIDs, rec.ID.String())
+		}
+	}
+	b := memory.New(memory.Config{})
+	pub, locked := lockingFirst(t, f, b.Publisher())
+	r, err := f.store.NewRelay(f.db.Pool, pub, outbox.RelayConfig{BatchSize: 1})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	res, err := r.Drain(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Published, "the held key's first event and the other key's")
+	operator := <-locked
+	require.Equal(t, 2, b.Published("orders"), "the held key's second event waits")
+
+	require.NoError(t, operator.Rollback(t.Context()))
+	res, err = r.Drain(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Published)
+	require.Zero(t, f.pending(t))
+	c := b.Consumer("orders")
+	var order []string
+	for range 3 {
+		d, err := c.Receive(ctx)
+		require.NoError(t, err)
+		if d.Message().Key == "held" {
+			order = append(order, d.Message().ID)
+		}
+		require.NoError(t, d.Ack(ctx))
+	}
+	require.Equal(t, heldIDs, order, "the held key's events in write order")
 }
