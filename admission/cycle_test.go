@@ -582,7 +582,11 @@ func TestReleaseUnderContentionIsTriedAgain(t *testing.T) {
 			f := setup(t)
 			require.NoError(t, f.pg.SetPool(t.Context(), slow("busy")))
 			logs := &recordedLogs{}
-			l, err := admission.NewPostgres(f.pool, admission.Config{Schema: f.schema, Timeout: 200 * time.Millisecond, Logger: slog.New(logs)})
+			// The lock timeout is half of Timeout; the other half is the
+			// margin for the server's answer on a busy machine. With less,
+			// the client's deadline can pass first on every try, and the
+			// release never reports contention at all.
+			l, err := admission.NewPostgres(f.pool, admission.Config{Schema: f.schema, Timeout: 3 * time.Second, Logger: slog.New(logs)})
 			require.NoError(t, err)
 			p, err := l.Acquire(t.Context(), admission.Request{Pool: "busy"})
 			require.NoError(t, err)
