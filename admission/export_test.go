@@ -42,3 +42,9 @@ func GrantTwice(ctx context.Context, l *Postgres, pool string, reqs []Request) (
 	second, err = permits(l.try(ctx, pool, acquires, nil, true))
 	return first, second, err
 }
+
+// CycleSQLForTest returns the grant and the release cycle's statements as
+// l runs them, for plan tests.
+func CycleSQLForTest(l *Postgres) (grant, release string) {
+	return l.sql.grantGroup, l.sql.releaseGroup
+}

@@ -64,8 +64,9 @@ SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout',
 -- On a second try ($7), a request whose permit row already exists was
 -- granted by the first try, whose answer was lost (a dropped connection
 -- after commit): it is reported granted again and not charged twice. The
--- look-up is a primary-key probe per request, and on a first try a
--- one-time filter skips it.
+-- look-up probes the primary key with the ids as an array (a join per
+-- request could be planned as a scan of the table per request, under the
+-- pool row's lock), and on a first try a one-time filter skips it.
 -- One row per request, in order: its permit's times when granted (NULL
 -- otherwise) and the pool's state after the cycle, for denials' waits. No
 -- row at all for an unknown pool.
@@ -103,12 +104,15 @@ pool AS (
     SELECT c.*, c.slots + r.n AS free, r.n AS reaped, c.kv_free_now + r.tokens AS kv_free, r.tokens AS reaped_tokens
     FROM current AS c, (SELECT count(*)::integer AS n, coalesce(sum(tokens), 0)::bigint AS tokens FROM reaped) AS r
 ),
+granted_before AS (
+    SELECT x.id, x.acquired_at, x.expires_at
+    FROM /*schema*/admission_permits AS x
+    WHERE $7::boolean AND x.id = ANY ($2::uuid[])
+),
 asked AS (
     SELECT a.ord, a.id, a.tokens, a.tenant, e.acquired_at, e.expires_at
     FROM unnest($2::uuid[], $3::bigint[], $4::text[]) WITH ORDINALITY AS a(id, tokens, tenant, ord)
-    LEFT JOIN LATERAL (
-        SELECT x.acquired_at, x.expires_at FROM /*schema*/admission_permits AS x WHERE $7::boolean AND x.id = a.id
-    ) AS e ON true
+    LEFT JOIN granted_before AS e ON e.id = a.id
 ),
 fresh AS (
     SELECT f.id, f.tokens, f.tenant, row_number() OVER w AS n, sum(f.tokens) OVER w AS cum
@@ -166,8 +170,12 @@ ORDER BY a.ord;
 -- the newest version (EvalPlanQual); only the refund policy (read in
 -- refund) comes from the snapshot, and only SetPool changes it.
 -- Permits are deleted by primary key (their ids are this process's, all of
--- pool $1). Deleting the permits first makes release and the reaper
--- exclusive:
+-- pool $1), probed with the ids as an array: a limiter plans the statement
+-- once per connection (CycleSetup), often while the permits table is
+-- empty, and a join with the unnested ids was then planned as a hash join
+-- over a scan of the whole table, kept for the connection's life while
+-- the table grew (TestCyclePlansProbeThePermitsKey). Deleting the permits
+-- first makes release and the reaper exclusive:
 -- whichever deletes a row adjusts the pool; the other finds no row and
 -- changes nothing, so a release retried after a lost answer refunds
 -- nothing twice. Refunds follow the pool's policy:
@@ -184,11 +192,15 @@ WITH settle AS (
     SELECT s.id, s.result, s.input_tokens, s.output_tokens
     FROM unnest($2::uuid[], $3::smallint[], $4::bigint[], $5::bigint[]) AS s(id, result, input_tokens, output_tokens)
 ),
-gone AS (
+deleted AS (
     DELETE FROM /*schema*/admission_permits AS e
-    USING settle AS s
-    WHERE e.id = s.id
-    RETURNING e.tenant, e.tokens, s.result, s.input_tokens, s.output_tokens
+    WHERE e.id = ANY ($2::uuid[])
+    RETURNING e.id, e.tenant, e.tokens
+),
+gone AS (
+    SELECT d.tenant, d.tokens, s.result, s.input_tokens, s.output_tokens
+    FROM deleted AS d
+    JOIN settle AS s ON s.id = d.id
 ),
 refund AS (
     SELECT count(*)::integer AS released,
