@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/google/uuid"
+
+	"github.com/llmq/llmq/internal/dbsql"
 )
 
 // QueuedAcquires reports how many acquires wait in pool's queue in this
@@ -43,8 +45,21 @@ func GrantTwice(ctx context.Context, l *Postgres, pool string, reqs []Request) (
 	return first, second, err
 }
 
-// CycleSQLForTest returns the grant and the release cycle's statements as
-// l runs them, for plan tests.
-func CycleSQLForTest(l *Postgres) (grant, release string) {
-	return l.sql.grantGroup, l.sql.releaseGroup
+// QueryForTest returns statement name of the package's SQL files as a
+// limiter on schema runs it, for plan tests.
+func QueryForTest(schema, name string) string {
+	s, err := dbsql.NewSchema(schema)
+	if err != nil {
+		panic(err)
+	}
+	var q statements
+	set, err := q.load(s)
+	if err != nil {
+		panic(err)
+	}
+	sql, ok := set.SQL(name)
+	if !ok {
+		panic("admission: no statement " + name)
+	}
+	return sql
 }

@@ -32,7 +32,9 @@ FROM /*schema*/admission_permits;
 -- permit whose release or grant cycle is deleting it is left to that),
 -- then the pool row, which a grant cycle holds while it reaps with SKIP
 -- LOCKED too, so neither waits on the other for long and neither
--- deadlocks. Served by admission_permits_expiry_idx (pool, expires_at).
+-- deadlocks. Served by admission_permits_expiry_idx (pool, expires_at),
+-- then the primary key, probed with the batch's ids as an array (a
+-- semi-join with them can be planned as a scan of the whole table).
 WITH target AS (
     SELECT p.name
     FROM /*schema*/admission_pools AS p
@@ -44,12 +46,12 @@ WITH target AS (
 ),
 gone AS (
     DELETE FROM /*schema*/admission_permits AS x
-    WHERE x.id IN (
+    WHERE x.id = ANY (ARRAY(
         SELECT e.id FROM /*schema*/admission_permits AS e
         WHERE e.pool = (SELECT name FROM target) AND e.expires_at <= now()
         ORDER BY e.expires_at
         LIMIT $1
-        FOR UPDATE SKIP LOCKED)
+        FOR UPDATE SKIP LOCKED))
     RETURNING x.tokens
 ),
 handed AS (

@@ -86,18 +86,20 @@ WITH current AS (
 reaped AS (
     -- Served by admission_permits_expiry_idx; skipped (a one-time filter)
     -- while slots and the in-flight token budget suffice for every
-    -- request. SKIP LOCKED: a permit whose release is deleting
+    -- request. The expired ids, as an array, probe the primary key: a
+    -- semi-join with them can be planned as a scan of the table, under
+    -- the pool row's lock. SKIP LOCKED: a permit whose release is deleting
     -- it right now is left to that release, which locks the permit before
     -- the pool row; waiting for it here, under the pool row's lock, would
     -- be a deadlock.
     DELETE FROM /*schema*/admission_permits AS x
-    WHERE x.id IN (
+    WHERE x.id = ANY (ARRAY(
         SELECT e.id FROM /*schema*/admission_permits AS e
         WHERE e.pool = $1 AND e.expires_at <= now()
           AND (SELECT c.slots < cardinality($2::uuid[])
                    OR (c.kv_max > 0 AND c.kv_free_now < (SELECT sum(t) FROM unnest($3::bigint[]) AS t))
                FROM current AS c)
-        FOR UPDATE SKIP LOCKED)
+        FOR UPDATE SKIP LOCKED))
     RETURNING x.tokens
 ),
 pool AS (

@@ -11,12 +11,11 @@ import (
 // QueryForTest returns the rendered statement name of a handler built by
 // New, for the plan tests.
 func QueryForTest(h any, name string) string {
-	for _, s := range statementsForTest(h).Specs {
-		if s.Name() == name {
-			return s.SQL()
-		}
+	sql, ok := statementsForTest(h).SQL(name)
+	if !ok {
+		panic("console: no statement named " + name)
 	}
-	panic("console: no statement named " + name)
+	return sql
 }
 
 func handler(h any) *Handler {

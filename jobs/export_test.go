@@ -18,12 +18,11 @@ func (s *PostgresStore) QueryForTest(name string) string {
 	if err != nil {
 		panic(err)
 	}
-	for _, spec := range set.Specs {
-		if spec.Name() == name {
-			return spec.SQL()
-		}
+	sql, ok := set.SQL(name)
+	if !ok {
+		panic("unknown statement " + name)
 	}
-	panic("unknown statement " + name)
+	return sql
 }
 
 // ShareOutForTest runs the claim's batch sharing on tenants given as

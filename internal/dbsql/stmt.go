@@ -97,6 +97,17 @@ type Set struct {
 	Specs  []Spec
 }
 
+// SQL is the rendered statement named name, and whether the set has one:
+// what plan tests EXPLAIN.
+func (s Set) SQL(name string) (string, bool) {
+	for _, spec := range s.Specs {
+		if spec.Name() == name {
+			return spec.SQL(), true
+		}
+	}
+	return "", false
+}
+
 // Load parses the package's SQL files (srcs, one text per file, whose names
 // must not repeat across them), renders them for schema, and stores every
 // declared statement's SQL in its destination. It fails when a spec names a
