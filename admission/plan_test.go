@@ -2,6 +2,7 @@ package admission_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -11,39 +12,47 @@ import (
 )
 
 // A limiter plans its cycle statements once per connection (CycleSetup
-// forces generic plans) and keeps those plans for the connection's life,
-// so a plan made while the permits table was empty runs unchanged once it
-// holds thousands of rows, or thousands of dead ones between vacuums.
-// Every statement that deletes permits must therefore reach them through
-// the primary key whatever the table held when it was planned. The
+// forces generic plans) and keeps each plan until the connection ends or
+// the table's statistics change. A plan made while admission_permits was
+// empty therefore runs while it fills with live and dead permits. The
 // release's join with its ids was planned, on an empty table, as a scan of
-// the whole table, and each release cycle then read every permit row, live
-// or dead: a fifth of the database's CPU in a 16-process bench, and
-// growing with the table (docs/performance.md). The reaping statements
-// (the grant cycle's, under the pool row's lock, and the maintenance
-// service's) were planned the same way once the table held expired
-// permits.
+// the whole table, and each release cycle then read every permit row: a
+// fifth of the database's CPU in a 16-process bench, and growing with the
+// table (docs/performance.md). So every cycle statement must reach its
+// permits through an index, whatever the table held when it was planned:
+// never analyzed, full, or vacuumed empty (where a scan of no pages is the
+// cheapest plan there is, and CycleSetup turns sequential scans off).
 func TestCyclePlansProbeThePermitsKey(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	// The arguments as the limiter binds them: one permit id each, and
-	// for the grant a second try, so that its look-up of earlier grants is
-	// planned as it then runs.
+	// Planned in the cycle's transaction, after CycleSetup, as they run.
+	cycleSetup := strings.ReplaceAll(admission.QueryForTest(f.schema, "CycleSetup"), "$1", "'1000ms'")
 	const id = "ARRAY['00000000-0000-7000-8000-000000000001'::uuid]"
-	args := map[string][]string{
-		"GrantGroup":       {"'p'", id, "ARRAY[500::bigint]", "ARRAY['t']", "'h'", "'2 minutes'::interval", "true"},
-		"ReleaseGroup":     {"'p'", id, "ARRAY[1::smallint]", "ARRAY[1::bigint]", "ARRAY[1::bigint]", "0::smallint"},
-		"ReapExpiredBatch": {"1000", "''"},
+	cycle := map[string][]string{
+		"GrantGroup":   {"'p'", id, "ARRAY[500::bigint]", "ARRAY['t']", "'h'", "'2 minutes'::interval", "true"},
+		"ReleaseGroup": {"'p'", id, "ARRAY[1::smallint]", "ARRAY[1::bigint]", "ARRAY[1::bigint]", "0::smallint"},
+		"AcquireOne":   {"'p'", "500", "'00000000-0000-7000-8000-000000000001'", "'t'", "'h'", "'2 minutes'::interval"},
+		"ReleaseOne":   {"'00000000-0000-7000-8000-000000000001'", "1", "1", "1", "0::smallint"},
 	}
 	check := func(when string) {
 		t.Helper()
-		for name, a := range args {
-			plan := dbtest.GenericPlan(t, f.pool, admission.QueryForTest(f.schema, name), a...)
-			require.NotContains(t, plan, "Seq Scan on admission_permits", "%s, %s:\n%s", name, when, plan)
-			require.Contains(t, plan, "admission_permits_pkey", "%s, %s:\n%s", name, when, plan)
+		for name, args := range cycle {
+			plan := dbtest.GenericPlanAfter(t, f.pool, cycleSetup, admission.QueryForTest(f.schema, name), args...)
+			require.NotContains(t, plan, "Seq Scan", "%s, %s:\n%s", name, when, plan)
+			require.Contains(t, plan, "admission_permits", "%s, %s:\n%s", name, when, plan)
 		}
 	}
-	check("on an empty permits table")
+	check("on a permits table never analyzed")
+
+	// The maintenance service's batch reaping runs on its own, with the
+	// plans PostgreSQL chooses; it deletes by primary key too.
+	reapBatch := func(when string) {
+		t.Helper()
+		plan := dbtest.GenericPlan(t, f.pool, admission.QueryForTest(f.schema, "ReapExpiredBatch"), "1000", "''")
+		require.NotContains(t, plan, "Seq Scan on admission_permits", "ReapExpiredBatch, %s:\n%s", when, plan)
+		require.Contains(t, plan, "admission_permits_pkey", "ReapExpiredBatch, %s:\n%s", when, plan)
+	}
+	reapBatch("on a permits table never analyzed")
 
 	require.NoError(t, f.pg.SetPool(t.Context(), admission.Pool{Name: "p", RPM: 1e6, TPM: 1e9, MaxInFlight: 100_000}))
 	// A tenth of them expired, as after holders died.
@@ -54,4 +63,11 @@ func TestCyclePlansProbeThePermitsKey(t *testing.T) {
 	_, err = f.pool.Exec(t.Context(), "ANALYZE "+f.schema+".admission_permits")
 	require.NoError(t, err)
 	check("on 20,000 permits, 2,000 of them expired")
+	reapBatch("on 20,000 permits, 2,000 of them expired")
+
+	_, err = f.pool.Exec(t.Context(), "DELETE FROM "+f.schema+".admission_permits")
+	require.NoError(t, err)
+	_, err = f.pool.Exec(t.Context(), "VACUUM ANALYZE "+f.schema+".admission_permits")
+	require.NoError(t, err)
+	check("on a permits table vacuumed empty")
 }

@@ -1,8 +1,10 @@
--- Retention of admission permits (see prune.go). Expired permits are
--- reaped with ReapPermits (queries.sql), the statement every grant cycle
--- runs, pool by pool: it deletes the pool's expired permits and hands
--- their slots back in one statement. The usage ledger (admission_usage)
--- is never pruned: it is what tenants are billed from.
+-- Retention of admission permits (see prune.go). A pool with acquirers
+-- reaps its own expired permits in its grant cycles (GrantGroup, when
+-- slots are short); an idle pool's wait for Pruner.ReapExpired, which
+-- reaps them pool by pool with ReapPermits (queries.sql), or for
+-- ReapExpiredBatch below, a batch at a time. Each deletes a pool's expired
+-- permits and hands their slots back in one statement. The usage ledger
+-- (admission_usage) is never pruned: it is what tenants are billed from.
 
 -- name: PoolsWithExpiredPermits
 -- Pools holding at least one expired permit: a scan of admission_pools (a

@@ -29,8 +29,17 @@
 -- connection; left to choose, Postgres re-plans them on every execution
 -- (their generic plans' estimates look worse than they are), and planning
 -- GrantGroup costs more than running it.
+-- enable_seqscan off: a plan is kept until the connection ends or the
+-- table's statistics change (a vacuum or an analyze), and planned while
+-- admission_permits was empty (a new schema, or vacuumed empty while the
+-- pools were idle) a scan of the whole table is the cheapest plan; it
+-- then runs on every cycle while the table fills with live and dead
+-- permits, until autovacuum comes (on a server without autovacuum, for
+-- the connection's life). Every statement of a cycle reaches its rows by
+-- a key (the pool by name, permits by id or by pool and expiry), so none
+-- needs a sequential scan (TestCyclePlansProbeThePermitsKey).
 SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout', $1, true),
-    set_config('plan_cache_mode', 'force_generic_plan', true);
+    set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true);
 
 -- name: GrantGroup
 -- $1 pool, $2 permit ids, $3 tokens, $4 tenants (one element per queued
@@ -64,9 +73,9 @@ SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout',
 -- On a second try ($7), a request whose permit row already exists was
 -- granted by the first try, whose answer was lost (a dropped connection
 -- after commit): it is reported granted again and not charged twice. The
--- look-up probes the primary key with the ids as an array (a join per
--- request could be planned as a scan of the table per request, under the
--- pool row's lock), and on a first try a one-time filter skips it.
+-- look-up reads the permits of the ids given (a join per request was
+-- planned, on an empty table, as a scan of the table per request, under
+-- the pool row's lock), and on a first try a one-time filter skips it.
 -- One row per request, in order: its permit's times when granted (NULL
 -- otherwise) and the pool's state after the cycle, for denials' waits. No
 -- row at all for an unknown pool.
@@ -172,12 +181,11 @@ ORDER BY a.ord;
 -- the newest version (EvalPlanQual); only the refund policy (read in
 -- refund) comes from the snapshot, and only SetPool changes it.
 -- Permits are deleted by primary key (their ids are this process's, all of
--- pool $1), probed with the ids as an array: a limiter plans the statement
--- once per connection (CycleSetup), often while the permits table is
--- empty, and a join with the unnested ids was then planned as a hash join
--- over a scan of the whole table, kept for the connection's life while
--- the table grew (TestCyclePlansProbeThePermitsKey). Deleting the permits
--- first makes release and the reaper exclusive:
+-- pool $1), probed with the ids as an array: a join with the unnested ids
+-- was planned, on an empty permits table, as a hash join over a scan of
+-- the whole table (see CycleSetup). An id given twice counts once, as it
+-- did when the delete joined the ids. Deleting the permits first makes
+-- release and the reaper exclusive:
 -- whichever deletes a row adjusts the pool; the other finds no row and
 -- changes nothing, so a release retried after a lost answer refunds
 -- nothing twice. Refunds follow the pool's policy:
@@ -191,7 +199,7 @@ ORDER BY a.ord;
 -- statement, one row per tenant (an upsert may touch a row once per
 -- statement), at the pool's prices, each call's cost rounded as before.
 WITH settle AS (
-    SELECT s.id, s.result, s.input_tokens, s.output_tokens
+    SELECT DISTINCT ON (s.id) s.id, s.result, s.input_tokens, s.output_tokens
     FROM unnest($2::uuid[], $3::smallint[], $4::bigint[], $5::bigint[]) AS s(id, result, input_tokens, output_tokens)
 ),
 deleted AS (

@@ -171,12 +171,35 @@ func dropSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 // runs nothing.
 func GenericPlan(t testing.TB, pool *pgxpool.Pool, sql string, args ...string) string {
 	t.Helper()
+	return genericPlan(t, pool, "", sql, args)
+}
+
+// GenericPlanAfter is GenericPlan for a statement that runs after setup in
+// one transaction, as a limiter cycle's statements run after the statement
+// that sets the cycle's options (set_config(..., true)): the plan is made
+// under those options. The transaction is rolled back.
+func GenericPlanAfter(t testing.TB, pool *pgxpool.Pool, setup, sql string, args ...string) string {
+	t.Helper()
+	return genericPlan(t, pool, setup, sql, args)
+}
+
+func genericPlan(t testing.TB, pool *pgxpool.Pool, setup, sql string, args []string) string {
+	t.Helper()
 	ctx := context.Background()
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		t.Fatalf("dbtest: a connection for a plan: %v", err)
 	}
 	defer conn.Release()
+	if setup != "" {
+		if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+			t.Fatalf("dbtest: %v", err)
+		}
+		defer func() { _, _ = conn.Exec(ctx, "ROLLBACK") }()
+		if _, err := conn.Exec(ctx, setup); err != nil {
+			t.Fatalf("dbtest: running %q before the plan: %v", setup, err)
+		}
+	}
 	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
 		t.Fatalf("dbtest: %v", err)
 	}
