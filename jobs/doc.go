@@ -215,6 +215,16 @@
 //     same rows, lock them in one order and cannot deadlock. Rows of
 //     tenant_queues are locked in (queue, tenant) order for the same
 //     reason.
+//   - Heartbeat, Complete, MarkHung and a claim in a transaction of its own
+//     plan with sequential scans off, for their own statements only: a
+//     setting sent with them in the same round trip, put back after them
+//     in a caller's transaction (where a claim plans under the caller's
+//     settings). A connection keeps a statement's plan until the table's
+//     statistics change, and one made while jobs held a page (a new
+//     deployment's first jobs, a queue pruned empty) scanned the whole
+//     table on every later run while a burst filled it, until autovacuum
+//     analyzed it again, or for the connection's life without autovacuum.
+//     Every row they touch is found by a key.
 //   - Enqueue expects READ COMMITTED (Postgres' default). Under REPEATABLE
 //     READ a key taken by a concurrent transaction surfaces as a
 //     serialization failure for the caller to retry.

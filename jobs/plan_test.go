@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,4 +117,38 @@ func TestFencedStatementsProbeThePrimaryKey(t *testing.T) {
 		require.Contains(t, plan, "jobs_running_tenant_idx", "%s:\n%s", name, plan)
 		require.NotContains(t, plan, "Seq Scan on jobs", "%s:\n%s", name, plan)
 	}
+}
+
+// A connection keeps a statement's plan until the table's statistics
+// change, so the runner's statements must reach jobs by their keys however
+// few rows the table held when they were planned: never analyzed (a new
+// deployment), or vacuumed empty (a queue pruned empty while idle), where a
+// scan of the table is the cheapest plan and stays the plan while a burst
+// fills it. A claim runs after ClaimSettings, the fenced statements after
+// KeyedPlans, in their round trip; both turn sequential scans off.
+func TestRunnerPlansNeedNoScanOfAnEmptyTable(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	claimSettings := strings.NewReplacer("$1", "1000", "$2", "200").Replace(f.store.QueryForTest("ClaimSettings"))
+	statements := map[string]string{
+		"LockClaimTenants":        claimSettings,
+		"ClaimJobs":               claimSettings,
+		"ClaimJobsSkippingLocked": claimSettings,
+		"HeartbeatLeases":         f.store.QueryForTest("KeyedPlans"),
+		"CompleteJobs":            f.store.QueryForTest("KeyedPlans"),
+		"MarkHungAttempts":        f.store.QueryForTest("KeyedPlans"),
+	}
+	check := func(when string) {
+		t.Helper()
+		for name, settings := range statements {
+			plan := dbtest.GenericPlanAfter(t, f.pool, settings, f.store.QueryForTest(name))
+			require.NotContains(t, plan, "Seq Scan", "%s, %s:\n%s", name, when, plan)
+		}
+	}
+	check("on tables never analyzed")
+	_, err := f.pool.Exec(ctx, "VACUUM ANALYZE "+f.schema+".jobs, "+f.schema+".tenant_queues, "+f.schema+".job_attempts, "+
+		f.schema+".outbox, "+f.schema+".job_batches, "+f.schema+".tenant_limits")
+	require.NoError(t, err)
+	check("on tables vacuumed empty")
 }

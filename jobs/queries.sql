@@ -487,11 +487,34 @@ relaxed AS (
 -- only: JIT off (the statements' generic cost estimates are high enough to
 -- trigger JIT compilation, which costs tens of milliseconds per claim); how
 -- long it may idle holding its tenants' locks ($1 ms,
--- Config.ClaimIdleTimeout); and how long a lock-free claim (ClaimJobs)
--- waits for a job's row ($2 ms).
+-- Config.ClaimIdleTimeout); how long a lock-free claim (ClaimJobs) waits
+-- for a job's row ($2 ms); and no sequential scans (see KeyedPlans).
 SELECT set_config('jit', 'off', true),
     set_config('idle_in_transaction_session_timeout', $1::bigint::text, true),
-    set_config('lock_timeout', $2::bigint::text, true);
+    set_config('lock_timeout', $2::bigint::text, true),
+    set_config('enable_seqscan', 'off', true);
+
+-- name: KeyedPlans
+-- Sent before the runner's fenced statements (HeartbeatLeases,
+-- CompleteJobs, MarkHungAttempts) in the same round trip: no sequential
+-- scans for them. A connection keeps a statement's plan until the table's
+-- statistics change (autovacuum's analyze, or never on a server without
+-- it), and a plan made while jobs held a few rows (a new deployment's
+-- first jobs, or a table pruned empty) reads the whole table: the
+-- cheapest plan then, and one that stays while a burst fills the table.
+-- Measured: 50 jobs run one by one, then 100,000 at once, and 10,000
+-- sequential scans read about a billion rows of jobs (docs/performance.md).
+-- Every row these statements touch is found by a key, so none needs a
+-- sequential scan. The setting in force is kept aside for RestorePlans.
+SELECT set_config('llmq.enable_seqscan', current_setting('enable_seqscan'), true),
+    set_config('enable_seqscan', 'off', true);
+
+-- name: RestorePlans
+-- After a KeyedPlans statement in a caller's transaction (Complete with
+-- the runner's OnSucceeded hooks, or a host's own), in the same round trip:
+-- puts back the setting KeyedPlans found, so the rest of the transaction
+-- plans as it would have.
+SELECT set_config('enable_seqscan', current_setting('llmq.enable_seqscan'), true);
 
 -- name: WakeIdleTenants
 -- The sweep: marks active again the idle tenants of queue $1, marked idle

@@ -18,6 +18,7 @@ type statements struct {
 	insertJobs, selectByKey, get, list, cancel, stats, queueDepth string
 	// queries.sql: claiming, leases and transitions.
 	claimSettings, lockClaimTenants, claim, claimSkippingLocked, wakeIdleTenants string
+	keyedPlans, restorePlans                                                     string
 	heartbeat, leases, complete                                                  string
 	markStale, markHung, reap, failDeadlines, replay, attempts, unservedKinds    string
 	// queries.sql: tenant limits and operator reads.
@@ -51,7 +52,9 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.stats, "QueueStats", 0, new(string), new(string), new(int64), new(float64)),
 		dbsql.Query(&q.queueDepth, "QueueDepth", 0, new(depthRow).dest()...),
 		dbsql.Query(&q.lockClaimTenants, "LockClaimTenants", 2, new(tenantCandidate).dest()...),
-		dbsql.Query(&q.claimSettings, "ClaimSettings", 2, new(string), new(string), new(string)),
+		dbsql.Query(&q.claimSettings, "ClaimSettings", 2, new(string), new(string), new(string), new(string)),
+		dbsql.Query(&q.keyedPlans, "KeyedPlans", 0, new(string), new(string)),
+		dbsql.Query(&q.restorePlans, "RestorePlans", 0, new(string)),
 		dbsql.Query(&q.claim, "ClaimJobs", 9, job...),
 		dbsql.Query(&q.claimSkippingLocked, "ClaimJobsSkippingLocked", 9, job...),
 		dbsql.Exec(&q.wakeIdleTenants, "WakeIdleTenants", 2),

@@ -248,24 +248,27 @@ func (s *PostgresStore) Heartbeat(ctx context.Context, db DBTX, worker string, l
 	for i, l := range lockOrder(leases, func(l Lease) uuid.UUID { return l.JobID }) {
 		ids[i], fences[i] = l.JobID, l.Fence
 	}
-	rows, err := db.Query(ctx, s.sql.heartbeat, worker, leaseDuration.Milliseconds(), ids, fences)
+	rows, err := dbsql.QueryUnder(ctx, db, s.sql.keyedPlans, s.sql.restorePlans, s.sql.heartbeat, worker, leaseDuration.Milliseconds(), ids, fences)
 	if err != nil {
 		return res, fmt.Errorf("jobs: heartbeat: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var id uuid.UUID
-		var cancel bool
-		if err := rows.Scan((*[16]byte)(&id), &cancel); err != nil {
-			return res, fmt.Errorf("jobs: heartbeat: %w", err)
-		}
-		res.Kept[id] = true
-		if cancel {
-			res.CancelRequested[id] = true
-		}
+	type kept struct {
+		id     [16]byte
+		cancel bool
 	}
-	if err := rows.Err(); err != nil {
+	leased, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (kept, error) {
+		var k kept
+		err := row.Scan(&k.id, &k.cancel)
+		return k, err
+	})
+	if err != nil {
 		return res, fmt.Errorf("jobs: heartbeat: %w", err)
+	}
+	for _, k := range leased {
+		res.Kept[k.id] = true
+		if k.cancel {
+			res.CancelRequested[k.id] = true
+		}
 	}
 	return res, nil
 }
@@ -349,7 +352,7 @@ func (s *PostgresStore) Complete(ctx context.Context, db DBTX, completions []Com
 		delays[i], margins[i] = c.RetryDelay.Milliseconds(), c.DeadlineMargin.Milliseconds()
 		inTokens[i], outTokens[i], uncertain[i] = c.Usage.InputTokens, c.Usage.OutputTokens, c.Usage.Uncertain
 	}
-	rows, err := db.Query(ctx, s.sql.complete,
+	rows, err := dbsql.QueryUnder(ctx, db, s.sql.keyedPlans, s.sql.restorePlans, s.sql.complete,
 		ids, fences, outcomes, results, classes,
 		messages, delays, margins, uncertain, inTokens,
 		outTokens, eventIDs, s.cfg.EventTopic)
@@ -587,7 +590,7 @@ func (s *PostgresStore) MarkHung(ctx context.Context, db DBTX, worker string, hu
 	for i, h := range lockOrder(hung, func(h HungAttempt) uuid.UUID { return h.JobID }) {
 		ids[i], fences[i], messages[i] = h.JobID, h.Fence, validate.MakeStorable(h.Error)
 	}
-	rows, err := db.Query(ctx, s.sql.markHung, worker, ids, fences, messages)
+	rows, err := dbsql.QueryUnder(ctx, db, s.sql.keyedPlans, s.sql.restorePlans, s.sql.markHung, worker, ids, fences, messages)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: marking hung attempts: %w", err)
 	}

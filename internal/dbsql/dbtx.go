@@ -68,3 +68,72 @@ func WithTx(ctx context.Context, db Beginner, fn func(tx pgx.Tx) error) error {
 	}
 	return nil
 }
+
+// batchSender sends a pipelined batch; *pgxpool.Pool, *pgx.Conn and pgx.Tx
+// have it.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// QueryUnder runs sql in one round trip after set, a statement of
+// transaction-local settings (set_config(..., true)), so that they apply to
+// sql's planning and execution. On a pool or a connection the statements
+// form one implicit transaction, and the settings end with it. In a
+// caller's transaction (db is a pgx.Tx), which they would outlast, restore
+// follows sql in the same round trip and puts back what set changed. On a
+// DBTX that cannot send a batch, sql runs alone. Closing the rows ends the
+// batch, and their Err then includes its error.
+func QueryUnder(ctx context.Context, db DBTX, set, restore, sql string, args ...any) (pgx.Rows, error) {
+	sender, ok := db.(batchSender)
+	if !ok {
+		return db.Query(ctx, sql, args...)
+	}
+	b := &pgx.Batch{}
+	b.Queue(set)
+	b.Queue(sql, args...)
+	if _, nested := db.(pgx.Tx); nested {
+		b.Queue(restore)
+	}
+	results := sender.SendBatch(ctx, b)
+	if _, err := results.Exec(); err != nil {
+		return nil, errors.Join(err, results.Close())
+	}
+	rows, err := results.Query()
+	if err != nil {
+		return nil, errors.Join(err, results.Close())
+	}
+	return &batchRows{Rows: rows, results: results}, nil
+}
+
+// batchRows are the rows of a batch's statement. The rest of the batch is
+// read when they run out or are closed, whichever comes first, so that Err
+// reports its error to a caller that checks Err before it closes the rows
+// (pgx.CollectRows does).
+type batchRows struct {
+	pgx.Rows
+	results  pgx.BatchResults
+	closeErr error
+}
+
+func (r *batchRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.Close()
+	return false
+}
+
+func (r *batchRows) Close() {
+	r.Rows.Close()
+	if r.results != nil {
+		r.closeErr = r.results.Close()
+		r.results = nil
+	}
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.closeErr
+}

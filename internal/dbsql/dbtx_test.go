@@ -39,3 +39,75 @@ func TestWithTxRollsBackASavepointWhoseContextEnded(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(t.Context(), "SELECT count(*) FROM "+db.Schema+".writes").Scan(&n))
 	require.Zero(t, n, "the savepoint's first write committed")
 }
+
+const (
+	planSet     = "SELECT set_config('llmq.enable_seqscan', current_setting('enable_seqscan'), true), set_config('enable_seqscan', 'off', true)"
+	planRestore = "SELECT set_config('enable_seqscan', current_setting('llmq.enable_seqscan'), true)"
+	planSeen    = "SELECT current_setting('enable_seqscan')"
+)
+
+// seen runs planSeen through QueryUnder on db and returns what it read.
+func seen(t *testing.T, db dbsql.DBTX) string {
+	t.Helper()
+	rows, err := dbsql.QueryUnder(t.Context(), db, planSet, planRestore, planSeen)
+	require.NoError(t, err)
+	got, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return got
+}
+
+// The statement runs under the settings, on a connection of its own, and
+// the settings end with it.
+func TestQueryUnderAppliesTheSettingsToItsStatementOnly(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Setup(t, dbtest.Options{Unmigrated: true})
+	conn, err := db.Pool.Acquire(t.Context())
+	require.NoError(t, err)
+	defer conn.Release()
+	require.Equal(t, "off", seen(t, conn.Conn()))
+	var after string
+	require.NoError(t, conn.QueryRow(t.Context(), planSeen).Scan(&after))
+	require.Equal(t, "on", after, "the setting outlived its statement")
+}
+
+// In a caller's transaction the setting in force before is put back, for
+// the rest of that transaction, whatever it was.
+func TestQueryUnderRestoresTheCallersSettings(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Setup(t, dbtest.Options{Unmigrated: true})
+	for _, before := range []string{"on", "off"} {
+		tx, err := db.Pool.Begin(t.Context())
+		require.NoError(t, err)
+		_, err = tx.Exec(t.Context(), "SELECT set_config('enable_seqscan', $1, true)", before)
+		require.NoError(t, err)
+		require.Equal(t, "off", seen(t, tx))
+		var after string
+		require.NoError(t, tx.QueryRow(t.Context(), planSeen).Scan(&after))
+		require.Equal(t, before, after, "the caller's transaction kept the statement's setting")
+		require.NoError(t, tx.Rollback(t.Context()))
+	}
+}
+
+// An error of the settings, of the statement or of the batch's end reaches
+// the caller, and the connection goes back to its pool usable.
+func TestQueryUnderReportsEveryStatementsError(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Setup(t, dbtest.Options{Unmigrated: true, MaxConns: 1})
+	_, err := dbsql.QueryUnder(t.Context(), db.Pool, "SELECT no_such_function()", planRestore, planSeen)
+	require.ErrorContains(t, err, "no_such_function")
+	rows, err := dbsql.QueryUnder(t.Context(), db.Pool, planSet, planRestore, "SELECT 1/0")
+	if err == nil {
+		_, err = pgx.CollectRows(rows, pgx.RowTo[int])
+	}
+	require.ErrorContains(t, err, "division by zero")
+	tx, err := db.Pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	// Fails as it runs, after the statement's rows were read.
+	rows, err = dbsql.QueryUnder(t.Context(), tx, planSet, "SELECT current_setting('llmq.no_such_setting')", planSeen)
+	require.NoError(t, err)
+	_, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.ErrorContains(t, err, "llmq.no_such_setting", "the restore's failure is the caller's to see")
+	require.NoError(t, tx.Rollback(t.Context()))
+	require.Equal(t, "off", seen(t, db.Pool), "the pool's one connection is usable again")
+}
