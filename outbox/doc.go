@@ -79,6 +79,12 @@
 // publication, 221 in all, and the one relay of the benchmark published
 // about 1.2× as many events a second.
 //
+// The verdicts plan with sequential scans off. A connection keeps a
+// statement's plan until the table's statistics change, and a verdict
+// planned on an outbox of a few rows (DeletePublished, with events
+// trickling in) scanned the table for every batch while a burst filled it,
+// until autovacuum analyzed it (for ever on a server without autovacuum).
+//
 // Relay.Run and Relay.Drain overlap the database with the broker: while one
 // batch is being published, the next is claimed, in the same transaction
 // that records the verdict on the batch before it. Key order is unaffected

@@ -317,6 +317,7 @@ func (r *Relay) queueVerdict(b *pgx.Batch, v *verdict, skipLocked bool, skipped 
 			b.Queue(r.store.sql.markFailed, r.cfg.ID, v.failed, v.errs, v.delays)
 		}
 	}
+	b.Queue(r.store.sql.restorePlans)
 }
 
 // takeHeld returns the verdicts kept for a later transaction, and forgets

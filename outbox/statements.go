@@ -16,6 +16,7 @@ type statements struct {
 	markPublishedSkippingLocked, deletePublishedSkippingLocked, markFailedSkippingLocked           string
 	pendingStats, prunePublished, leaseFree, acquireLease, renewLease, releaseLease                string
 	countUnpublishedUpTo, countPublished, oldestEvents, pruneUnrelayed, countUnrelayed, relayLease string
+	restorePlans                                                                                   string
 }
 
 func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
@@ -31,6 +32,7 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.deletePublishedSkippingLocked, "DeletePublishedSkippingLocked", 2, new([16]byte)).Binds("relay", [][16]byte{}),
 		dbsql.Query(&q.markFailedSkippingLocked, "MarkFailedSkippingLocked", 4, new([16]byte)).Binds("relay", [][16]byte{}, []string{}, []int64{}),
 		dbsql.Discard(&q.relaxCommit, "RelaxCommit", 0),
+		dbsql.Discard(&q.restorePlans, "RestorePlans", 0),
 		dbsql.Exec(&q.markPublished, "MarkPublished", 2),
 		dbsql.Exec(&q.deletePublished, "DeletePublished", 2),
 		dbsql.Exec(&q.markFailed, "MarkFailed", 4),
