@@ -17,18 +17,3 @@ func ClaimSQL(s *Store, skipLocked bool) string {
 	}
 	return s.sql.claimEvents
 }
-
-// QueryForTest is statement name of the package's SQL files as s runs it,
-// for plan tests.
-func QueryForTest(s *Store, name string) string {
-	var q statements
-	set, err := q.load(s.schema)
-	if err != nil {
-		panic(err)
-	}
-	sql, ok := set.SQL(name)
-	if !ok {
-		panic("outbox: no statement " + name)
-	}
-	return sql
-}
