@@ -248,19 +248,17 @@ func (s *PostgresStore) Heartbeat(ctx context.Context, db DBTX, worker string, l
 	for i, l := range lockOrder(leases, func(l Lease) uuid.UUID { return l.JobID }) {
 		ids[i], fences[i] = l.JobID, l.Fence
 	}
-	rows, err := dbsql.QueryUnder(ctx, db, s.sql.keyedPlans, s.sql.restorePlans, s.sql.heartbeat, worker, leaseDuration.Milliseconds(), ids, fences)
-	if err != nil {
-		return res, fmt.Errorf("jobs: heartbeat: %w", err)
-	}
 	type kept struct {
 		id     [16]byte
 		cancel bool
 	}
-	leased, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (kept, error) {
-		var k kept
-		err := row.Scan(&k.id, &k.cancel)
-		return k, err
-	})
+	leased, err := dbsql.CollectUnder(ctx, db, s.sql.keyedPlans, s.sql.restorePlans, s.sql.heartbeat,
+		[]any{worker, leaseDuration.Milliseconds(), ids, fences},
+		func(row pgx.CollectableRow) (kept, error) {
+			var k kept
+			err := row.Scan(&k.id, &k.cancel)
+			return k, err
+		})
 	if err != nil {
 		return res, fmt.Errorf("jobs: heartbeat: %w", err)
 	}
@@ -352,14 +350,11 @@ func (s *PostgresStore) Complete(ctx context.Context, db DBTX, completions []Com
 		delays[i], margins[i] = c.RetryDelay.Milliseconds(), c.DeadlineMargin.Milliseconds()
 		inTokens[i], outTokens[i], uncertain[i] = c.Usage.InputTokens, c.Usage.OutputTokens, c.Usage.Uncertain
 	}
-	rows, err := dbsql.QueryUnder(ctx, db, s.sql.keyedPlans, s.sql.restorePlans, s.sql.complete,
-		ids, fences, outcomes, results, classes,
-		messages, delays, margins, uncertain, inTokens,
-		outTokens, eventIDs, s.cfg.EventTopic)
-	if err != nil {
-		return nil, fmt.Errorf("jobs: complete: %w", err)
-	}
-	applied, err := pgx.CollectRows(rows, scanJob)
+	applied, err := dbsql.CollectUnder(ctx, db, s.sql.keyedPlans, s.sql.restorePlans, s.sql.complete,
+		[]any{ids, fences, outcomes, results, classes,
+			messages, delays, margins, uncertain, inTokens,
+			outTokens, eventIDs, s.cfg.EventTopic},
+		scanJob)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: complete: %w", err)
 	}
@@ -590,15 +585,13 @@ func (s *PostgresStore) MarkHung(ctx context.Context, db DBTX, worker string, hu
 	for i, h := range lockOrder(hung, func(h HungAttempt) uuid.UUID { return h.JobID }) {
 		ids[i], fences[i], messages[i] = h.JobID, h.Fence, validate.MakeStorable(h.Error)
 	}
-	rows, err := dbsql.QueryUnder(ctx, db, s.sql.keyedPlans, s.sql.restorePlans, s.sql.markHung, worker, ids, fences, messages)
-	if err != nil {
-		return nil, fmt.Errorf("jobs: marking hung attempts: %w", err)
-	}
-	marked, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Lease, error) {
-		var l Lease
-		err := row.Scan((*[16]byte)(&l.JobID), &l.Fence)
-		return l, err
-	})
+	marked, err := dbsql.CollectUnder(ctx, db, s.sql.keyedPlans, s.sql.restorePlans, s.sql.markHung,
+		[]any{worker, ids, fences, messages},
+		func(row pgx.CollectableRow) (Lease, error) {
+			var l Lease
+			err := row.Scan((*[16]byte)(&l.JobID), &l.Fence)
+			return l, err
+		})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: marking hung attempts: %w", err)
 	}

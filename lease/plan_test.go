@@ -46,7 +46,7 @@ func TestARunnerStartedOnFewJobsMeetsABurstThroughItsIndexes(t *testing.T) {
 	r, err := lease.NewRunner(runnerPool, f.store, cfg)
 	require.NoError(t, err)
 	stop := sync.OnceValue(r.Start(t.Context()))
-	defer stop()
+	defer func() { _ = stop() }()
 
 	const few, burst = 20, 20_000
 	for i := range few {
@@ -62,7 +62,7 @@ func TestARunnerStartedOnFewJobsMeetsABurstThroughItsIndexes(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Eventually(t, func() bool { return ran.Load() == few+burst }, time.Minute, 10*time.Millisecond)
-	stop()
+	require.NoError(t, stop())
 	runnerPool.Close()
 
 	// Each job was claimed and completed by the runner's sessions: once

@@ -39,7 +39,7 @@ func TestARelayAfterATrickleMeetsABurstThroughItsIndexes(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- r.Run(runCtx) }()
 	stop := sync.OnceValue(func() error { cancel(); return <-done })
-	defer stop()
+	defer func() { _ = stop() }()
 
 	// Waiting reads the broker, not the outbox, whose scans are counted.
 	published := func(n int) func() bool {

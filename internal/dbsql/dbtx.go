@@ -75,18 +75,22 @@ type batchSender interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// QueryUnder runs sql in one round trip after set, a statement of
+// CollectUnder runs sql in one round trip after set, a statement of
 // transaction-local settings (set_config(..., true)), so that they apply to
-// sql's planning and execution. On a pool or a connection the statements
-// form one implicit transaction, and the settings end with it. In a
-// caller's transaction (db is a pgx.Tx), which they would outlast, restore
-// follows sql in the same round trip and puts back what set changed. On a
-// DBTX that cannot send a batch, sql runs alone. Closing the rows ends the
-// batch, and their Err then includes its error.
-func QueryUnder(ctx context.Context, db DBTX, set, restore, sql string, args ...any) (pgx.Rows, error) {
+// sql's planning and execution, and collects its rows with scan. On a pool
+// or a connection the statements form one implicit transaction, and the
+// settings end with it. In a caller's transaction (db is a pgx.Tx), which
+// they would outlast, restore follows sql in the same round trip and puts
+// back what set changed. On a DBTX that cannot send a batch, sql runs
+// alone.
+func CollectUnder[T any](ctx context.Context, db DBTX, set, restore, sql string, args []any, scan pgx.RowToFunc[T]) ([]T, error) {
 	sender, ok := db.(batchSender)
 	if !ok {
-		return db.Query(ctx, sql, args...)
+		rows, err := db.Query(ctx, sql, args...)
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, scan)
 	}
 	b := &pgx.Batch{}
 	b.Queue(set)
@@ -102,38 +106,12 @@ func QueryUnder(ctx context.Context, db DBTX, set, restore, sql string, args ...
 	if err != nil {
 		return nil, errors.Join(err, results.Close())
 	}
-	return &batchRows{Rows: rows, results: results}, nil
-}
-
-// batchRows are the rows of a batch's statement. The rest of the batch is
-// read when they run out or are closed, whichever comes first, so that Err
-// reports its error to a caller that checks Err before it closes the rows
-// (pgx.CollectRows does).
-type batchRows struct {
-	pgx.Rows
-	results  pgx.BatchResults
-	closeErr error
-}
-
-func (r *batchRows) Next() bool {
-	if r.Rows.Next() {
-		return true
+	collected, err := pgx.CollectRows(rows, scan)
+	if err != nil {
+		return nil, errors.Join(err, results.Close())
 	}
-	r.Close()
-	return false
-}
-
-func (r *batchRows) Close() {
-	r.Rows.Close()
-	if r.results != nil {
-		r.closeErr = r.results.Close()
-		r.results = nil
+	if err := results.Close(); err != nil {
+		return nil, err
 	}
-}
-
-func (r *batchRows) Err() error {
-	if err := r.Rows.Err(); err != nil {
-		return err
-	}
-	return r.closeErr
+	return collected, nil
 }

@@ -46,19 +46,18 @@ const (
 	planSeen    = "SELECT current_setting('enable_seqscan')"
 )
 
-// seen runs planSeen through QueryUnder on db and returns what it read.
+// seen runs planSeen through CollectUnder on db and returns what it read.
 func seen(t *testing.T, db dbsql.DBTX) string {
 	t.Helper()
-	rows, err := dbsql.QueryUnder(t.Context(), db, planSet, planRestore, planSeen)
+	got, err := dbsql.CollectUnder(t.Context(), db, planSet, planRestore, planSeen, nil, pgx.RowTo[string])
 	require.NoError(t, err)
-	got, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	return got
+	require.Len(t, got, 1)
+	return got[0]
 }
 
 // The statement runs under the settings, on a connection of its own, and
 // the settings end with it.
-func TestQueryUnderAppliesTheSettingsToItsStatementOnly(t *testing.T) {
+func TestCollectUnderAppliesTheSettingsToItsStatementOnly(t *testing.T) {
 	t.Parallel()
 	db := dbtest.Setup(t, dbtest.Options{Unmigrated: true})
 	conn, err := db.Pool.Acquire(t.Context())
@@ -72,7 +71,7 @@ func TestQueryUnderAppliesTheSettingsToItsStatementOnly(t *testing.T) {
 
 // In a caller's transaction the setting in force before is put back, for
 // the rest of that transaction, whatever it was.
-func TestQueryUnderRestoresTheCallersSettings(t *testing.T) {
+func TestCollectUnderRestoresTheCallersSettings(t *testing.T) {
 	t.Parallel()
 	db := dbtest.Setup(t, dbtest.Options{Unmigrated: true})
 	for _, before := range []string{"on", "off"} {
@@ -90,23 +89,18 @@ func TestQueryUnderRestoresTheCallersSettings(t *testing.T) {
 
 // An error of the settings, of the statement or of the batch's end reaches
 // the caller, and the connection goes back to its pool usable.
-func TestQueryUnderReportsEveryStatementsError(t *testing.T) {
+func TestCollectUnderReportsEveryStatementsError(t *testing.T) {
 	t.Parallel()
 	db := dbtest.Setup(t, dbtest.Options{Unmigrated: true, MaxConns: 1})
-	_, err := dbsql.QueryUnder(t.Context(), db.Pool, "SELECT no_such_function()", planRestore, planSeen)
+	_, err := dbsql.CollectUnder(t.Context(), db.Pool, "SELECT no_such_function()", planRestore, planSeen, nil, pgx.RowTo[string])
 	require.ErrorContains(t, err, "no_such_function")
-	rows, err := dbsql.QueryUnder(t.Context(), db.Pool, planSet, planRestore, "SELECT 1/0")
-	if err == nil {
-		_, err = pgx.CollectRows(rows, pgx.RowTo[int])
-	}
+	_, err = dbsql.CollectUnder(t.Context(), db.Pool, planSet, planRestore, "SELECT 1/0", nil, pgx.RowTo[int])
 	require.ErrorContains(t, err, "division by zero")
 	tx, err := db.Pool.Begin(t.Context())
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	// Fails as it runs, after the statement's rows were read.
-	rows, err = dbsql.QueryUnder(t.Context(), tx, planSet, "SELECT current_setting('llmq.no_such_setting')", planSeen)
-	require.NoError(t, err)
-	_, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	_, err = dbsql.CollectUnder(t.Context(), tx, planSet, "SELECT current_setting('llmq.no_such_setting')", planSeen, nil, pgx.RowTo[string])
 	require.ErrorContains(t, err, "llmq.no_such_setting", "the restore's failure is the caller's to see")
 	require.NoError(t, tx.Rollback(t.Context()))
 	require.Equal(t, "off", seen(t, db.Pool), "the pool's one connection is usable again")
