@@ -488,7 +488,11 @@ relaxed AS (
 -- trigger JIT compilation, which costs tens of milliseconds per claim); how
 -- long it may idle holding its tenants' locks ($1 ms,
 -- Config.ClaimIdleTimeout); how long a lock-free claim (ClaimJobs) waits
--- for a job's row ($2 ms); and no sequential scans (see KeyedPlans).
+-- for a job's row ($2 ms); and no sequential scans (see KeyedPlans). On a
+-- table vacuumed empty, where every index costs the planner the same, the
+-- claim's update is planned through jobs_tenant_claim_idx rather than the
+-- primary key, and reads the waiting jobs until autovacuum's analyze:
+-- less than the scan of the whole table it was planned as before.
 SELECT set_config('jit', 'off', true),
     set_config('idle_in_transaction_session_timeout', $1::bigint::text, true),
     set_config('lock_timeout', $2::bigint::text, true),
