@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -143,12 +144,17 @@ func TestRunnerPlansNeedNoScanOfAnEmptyTable(t *testing.T) {
 		"CompleteJobs":            {keyed, "jobs_pkey"},
 		"MarkHungAttempts":        {keyed, "jobs_pkey"},
 	}
+	// And every statement that updates jobs by id probes the primary key.
+	probe := regexp.MustCompile(`(Index Scan using jobs_pkey on jobs \w+|Bitmap Index Scan on jobs_pkey)\s+Index Cond: \(id = ANY`)
 	check := func(when string) {
 		t.Helper()
 		for name, s := range statements {
 			plan := dbtest.GenericPlanAfter(t, f.pool, s.settings, f.store.QueryForTest(name))
 			require.NotContains(t, plan, "Seq Scan", "%s, %s:\n%s", name, when, plan)
 			require.Contains(t, plan, s.index, "%s, %s:\n%s", name, when, plan)
+			if name != "LockClaimTenants" {
+				require.Regexp(t, probe, plan, "%s, %s", name, when)
+			}
 		}
 	}
 	check("on tables never analyzed")

@@ -380,7 +380,12 @@ claimed AS (
     WHERE j.id = ANY (ARRAY(SELECT id FROM urgent UNION ALL SELECT id FROM relaxed))
         -- Checked again on the row as a cancel or the deadline sweep
         -- committing beside a lock-free claim left it (see ClaimJobs).
-        AND j.state IN ('READY', 'RETRY_SCHEDULED')
+        -- IS TRUE (state is never NULL) keeps jobs_tenant_claim_idx, whose
+        -- predicate this would otherwise imply, from serving the update:
+        -- planned on a table vacuumed empty, where every index costs the
+        -- planner the same, the update read the whole claim index for its
+        -- ids instead of probing the primary key (ClaimSettings).
+        AND (j.state IN ('READY', 'RETRY_SCHEDULED')) IS TRUE
     RETURNING /*job_columns j*/
 ),
 tally AS MATERIALIZED (
@@ -488,11 +493,7 @@ relaxed AS (
 -- trigger JIT compilation, which costs tens of milliseconds per claim); how
 -- long it may idle holding its tenants' locks ($1 ms,
 -- Config.ClaimIdleTimeout); how long a lock-free claim (ClaimJobs) waits
--- for a job's row ($2 ms); and no sequential scans (see KeyedPlans). On a
--- table vacuumed empty, where every index costs the planner the same, the
--- claim's update is planned through jobs_tenant_claim_idx rather than the
--- primary key, and reads the waiting jobs until autovacuum's analyze:
--- less than the scan of the whole table it was planned as before.
+-- for a job's row ($2 ms); and no sequential scans (see KeyedPlans).
 SELECT set_config('jit', 'off', true),
     set_config('idle_in_transaction_session_timeout', $1::bigint::text, true),
     set_config('lock_timeout', $2::bigint::text, true),
