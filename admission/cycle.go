@@ -13,6 +13,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/llmq/llmq/internal/dbsql"
 )
 
 // Group sizes of one cycle. A cycle's statements grow with its group, and
@@ -372,16 +374,10 @@ func (l *Postgres) releaseOne(ctx context.Context, pool string, r *releaseWaiter
 	return cycleResult{}
 }
 
-// batchSender is what runs a cycle in one round trip; *pgxpool.Pool,
-// *pgx.Conn and pgx.Tx have it.
-type batchSender interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
-
 // sendBatch runs b as one transaction: the implicit transaction of a
 // batch, or an explicit one on a DBTX that cannot send batches.
 func (l *Postgres) sendBatch(ctx context.Context, b *pgx.Batch) error {
-	if s, ok := l.db.(batchSender); ok {
+	if s, ok := l.db.(dbsql.BatchSender); ok {
 		return s.SendBatch(ctx, b).Close()
 	}
 	tx, err := l.db.Begin(ctx)

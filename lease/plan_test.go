@@ -67,12 +67,7 @@ func TestARunnerStartedOnFewJobsMeetsABurstThroughItsIndexes(t *testing.T) {
 
 	// Each job was claimed and completed by the runner's sessions: once
 	// their updates are counted, so are their scans.
-	var updates, scanned int64
-	require.Eventually(t, func() bool {
-		require.NoError(t, f.pool.QueryRow(t.Context(), `SELECT n_tup_upd, seq_tup_read FROM pg_stat_user_tables
-			WHERE schemaname = $1 AND relname = 'jobs'`, f.schema).Scan(&updates, &scanned))
-		return updates >= 2*(few+burst)
-	}, 10*time.Second, 20*time.Millisecond, "the runner's sessions never reported their statistics")
+	scanned := dbtest.ScannedRows(t, f.pool, f.schema, "jobs", "n_tup_upd", 2*(few+burst))
 	t.Logf("the runner's sessions read %d rows of jobs by scanning it", scanned)
 	require.Less(t, scanned, int64(burst), "the runner's statements scanned jobs")
 }

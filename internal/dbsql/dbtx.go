@@ -69,9 +69,9 @@ func WithTx(ctx context.Context, db Beginner, fn func(tx pgx.Tx) error) error {
 	return nil
 }
 
-// batchSender sends a pipelined batch; *pgxpool.Pool, *pgx.Conn and pgx.Tx
-// have it.
-type batchSender interface {
+// BatchSender sends a pipelined batch in one round trip; *pgxpool.Pool,
+// *pgx.Conn and pgx.Tx have it, DBTX does not require it.
+type BatchSender interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
@@ -84,7 +84,7 @@ type batchSender interface {
 // back what set changed. On a DBTX that cannot send a batch, sql runs
 // alone.
 func CollectUnder[T any](ctx context.Context, db DBTX, set, restore, sql string, args []any, scan pgx.RowToFunc[T]) ([]T, error) {
-	sender, ok := db.(batchSender)
+	sender, ok := db.(BatchSender)
 	if !ok {
 		rows, err := db.Query(ctx, sql, args...)
 		if err != nil {

@@ -237,3 +237,33 @@ func maxParam(sql string) int {
 	}
 	return highest
 }
+
+// ScannedRows waits until the statistics of schema's table count at least
+// n of counter (n_tup_ins, n_tup_upd or n_tup_del: what the sessions under
+// test wrote; a session's statistics reach the view at the latest when it
+// ends, so close their pool first) and returns how many rows sequential
+// scans of the table had read by then.
+func ScannedRows(t testing.TB, pool *pgxpool.Pool, schema, table, counter string, n int64) int64 {
+	t.Helper()
+	switch counter {
+	case "n_tup_ins", "n_tup_upd", "n_tup_del":
+	default:
+		t.Fatalf("dbtest: %q is not a counter of written rows", counter)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var written, scanned int64
+		err := pool.QueryRow(context.Background(), `SELECT `+counter+`, seq_tup_read FROM pg_stat_user_tables
+			WHERE schemaname = $1 AND relname = $2`, schema, table).Scan(&written, &scanned)
+		if err != nil {
+			t.Fatalf("dbtest: statistics of %s.%s: %v", schema, table, err)
+		}
+		if written >= n {
+			return scanned
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dbtest: %s.%s counts %d of %s, not %d: the sessions never reported their statistics", schema, table, written, counter, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
