@@ -1,6 +1,7 @@
 -- The relay's cost for "batch rows", the outbox shape proposed for storage v2
--- (docs/performance.md, "Batch rows that split on failure"), against the
--- outbox of one row per event the relay claims today. It writes 100,000
+-- (docs/performance.md, "What the targets need, and batch rows that split
+-- on failure"), against the outbox of one row per event the relay claims
+-- today. It writes 100,000
 -- job events of each shape, :per_row per statement: single-event rows as
 -- the job store's statements write them now, and batch rows (all of a
 -- statement's events in one jsonb array, each event with its own seq from
@@ -9,8 +10,11 @@
 -- event) followed by the publication's update, and the batch rows' claim
 -- of whole rows up to :batch events, whose events are read out of the
 -- array and probed against the single-event rows' key index, followed by
--- one update per row. Relaying runs in PL/pgSQL, so the figures are the
--- server's time and WAL alone (no client decodes anything). It prints
+-- one update per row. The batch rows' claim stands in for the cost only:
+-- it takes unclaimed rows in seq order, where the design's relay also
+-- waits for every earlier unpublished row, claimed elsewhere or not.
+-- Relaying runs in PL/pgSQL, so the figures are the server's time and WAL
+-- alone (no client decodes anything). It prints
 -- milliseconds and WAL bytes per event for each phase. Run it on a server
 -- nothing else writes to:
 --
