@@ -99,19 +99,24 @@ func CollectUnder[T any](ctx context.Context, db DBTX, set, restore, sql string,
 		b.Queue(restore)
 	}
 	results := sender.SendBatch(ctx, b)
-	if _, err := results.Exec(); err != nil {
-		return nil, errors.Join(err, results.Close())
-	}
-	rows, err := results.Query()
-	if err != nil {
-		return nil, errors.Join(err, results.Close())
-	}
-	collected, err := pgx.CollectRows(rows, scan)
-	if err != nil {
-		return nil, errors.Join(err, results.Close())
-	}
-	if err := results.Close(); err != nil {
+	collected, err := collectSecond(results, scan)
+	// Closing reads the rest of the batch (the restore), whose error is
+	// the caller's to see too.
+	if err := errors.Join(err, results.Close()); err != nil {
 		return nil, err
 	}
 	return collected, nil
+}
+
+// collectSecond reads a batch's first result (the settings) and collects
+// the rows of its second.
+func collectSecond[T any](results pgx.BatchResults, scan pgx.RowToFunc[T]) ([]T, error) {
+	if _, err := results.Exec(); err != nil {
+		return nil, err
+	}
+	rows, err := results.Query()
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scan)
 }
