@@ -49,5 +49,6 @@ func ExampleMigrate() {
 	// applied 0018_kvfeedback_lease
 	// applied 0019_outbox_narrow_key_index
 	// applied 0020_webhook_delivery_jobs
+	// applied 0021_outbox_batches
 	// all applied: true
 }

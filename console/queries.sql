@@ -251,7 +251,7 @@ LIMIT 500;
 -- The outbox relays' leader lease and the retention service's lease: one
 -- row each.
 -- A released lease holds '-infinity', which reads as NULL here.
-SELECT 'outbox relay', holder, epoch, CASE WHEN isfinite(lease_until) THEN lease_until END, acquired_at, lease_until > now()
+SELECT 'outbox relay', holder, lease_epoch, CASE WHEN isfinite(lease_until) THEN lease_until END, acquired_at, lease_until > now()
 FROM /*schema*/outbox_relay_lease
 UNION ALL
 SELECT 'retention', holder, NULL, CASE WHEN isfinite(lease_until) THEN lease_until END, acquired_at, lease_until > now()

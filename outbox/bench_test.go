@@ -25,16 +25,20 @@ import (
 // relayed-events/s times the relay's Drain alone (one relay, BatchSize 500).
 // "keep" marks events published and prunes them after the retention;
 // "delete" is RelayConfig.DeletePublished, which leaves nothing to prune.
+// "batch-" writes each transaction's 100 events with one
+// Store.WriteBatch, one batch row, instead of 100 Store.Write calls.
 // Run it on a server nothing else writes to:
 //
 //	go test -run '^$' -bench EventWAL -benchtime 20000x ./outbox/
 func BenchmarkEventWAL(b *testing.B) {
-	b.Run("keep", func(b *testing.B) { benchEventWAL(b, false) })
-	b.Run("delete", func(b *testing.B) { benchEventWAL(b, true) })
+	b.Run("keep", func(b *testing.B) { benchEventWAL(b, false, false) })
+	b.Run("delete", func(b *testing.B) { benchEventWAL(b, true, false) })
+	b.Run("batch-keep", func(b *testing.B) { benchEventWAL(b, false, true) })
+	b.Run("batch-delete", func(b *testing.B) { benchEventWAL(b, true, true) })
 }
 
 // benchEventWAL is one run of BenchmarkEventWAL.
-func benchEventWAL(b *testing.B, deletePublished bool) {
+func benchEventWAL(b *testing.B, deletePublished, batched bool) {
 	b.Helper()
 	n := b.N
 	db := dbtest.Setup(b)
@@ -55,11 +59,19 @@ func benchEventWAL(b *testing.B, deletePublished bool) {
 	start := walLSN(b, db.Pool)
 	for done := 0; done < n; done += 100 {
 		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-			for range min(100, n-done) {
+			events := make([]outbox.Event, min(100, n-done))
+			for i := range events {
 				job := uuid.New()
 				payload := fmt.Sprintf(`{"job_id":%q,"tenant":"tenant-1","kind":"bench.noop","queue":"default","state":"SUCCEEDED","state_version":3,"attempt":1}`, job)
-				if _, err := store.Write(ctx, tx, outbox.Event{AggregateID: job, Topic: "llmq.jobs", Key: job.String(),
-					Type: "bench.noop.completed", Payload: json.RawMessage(payload)}); err != nil {
+				events[i] = outbox.Event{AggregateID: job, Topic: "llmq.jobs", Key: job.String(),
+					Type: "bench.noop.completed", Payload: json.RawMessage(payload)}
+			}
+			if batched {
+				_, err := store.WriteBatch(ctx, tx, events)
+				return err
+			}
+			for _, ev := range events {
+				if _, err := store.Write(ctx, tx, ev); err != nil {
 					return err
 				}
 			}
@@ -91,14 +103,14 @@ func benchEventWAL(b *testing.B, deletePublished bool) {
 	}
 	// What the relay left for vacuum (the row versions its claims and
 	// publications replaced) is its cost too.
-	exec("VACUUM " + db.Schema + ".outbox")
+	exec("VACUUM " + db.Schema + ".outbox, " + db.Schema + ".outbox_batches")
 	relayed := walLSN(b, db.Pool) - start
 	b.ReportMetric(float64(written)/float64(n), "write-wal-B/event")
 	b.ReportMetric(float64(relayed)/float64(n), "relay-wal-B/event")
 	b.ReportMetric(float64(n)/drained.Seconds(), "relayed-events/s")
 	if deletePublished {
 		var left int
-		if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+db.Schema+".outbox").Scan(&left); err != nil {
+		if err := db.Pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+db.Schema+".outbox) + (SELECT count(*) FROM "+db.Schema+".outbox_batches)").Scan(&left); err != nil {
 			b.Fatal(err)
 		}
 		if left != 0 {
@@ -110,7 +122,8 @@ func benchEventWAL(b *testing.B, deletePublished bool) {
 	// As if the retention had passed: the events are moved back in time,
 	// outside the measured phase.
 	exec("UPDATE " + db.Schema + ".outbox SET published_at = now() - interval '2 days'")
-	exec("VACUUM " + db.Schema + ".outbox")
+	exec("UPDATE " + db.Schema + ".outbox_batches SET published_at = now() - interval '2 days'")
+	exec("VACUUM " + db.Schema + ".outbox, " + db.Schema + ".outbox_batches")
 	exec("CHECKPOINT")
 	start = walLSN(b, db.Pool)
 	pruner, err := outbox.NewPruner(db.Schema)
@@ -127,7 +140,7 @@ func benchEventWAL(b *testing.B, deletePublished bool) {
 		}
 		pruned += deleted
 	}
-	exec("VACUUM " + db.Schema + ".outbox")
+	exec("VACUUM " + db.Schema + ".outbox, " + db.Schema + ".outbox_batches")
 	pruned := walLSN(b, db.Pool) - start
 	b.StopTimer()
 	b.ReportMetric(float64(pruned)/float64(n), "prune-wal-B/event")

@@ -17,3 +17,7 @@ func ClaimSQL(s *Store, skipLocked bool) string {
 	}
 	return s.sql.claimEvents
 }
+
+// ClaimBatchSQL is the statement that claims a batch row, for tests to
+// EXPLAIN.
+func ClaimBatchSQL(s *Store) string { return s.sql.claimBatches }

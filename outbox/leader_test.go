@@ -130,7 +130,7 @@ func TestDeposedRelayClaimsNothing(t *testing.T) {
 		return held == 10
 	}, 10*time.Second, 5*time.Millisecond)
 	// Another relay takes the lease over, as after the lease ran out.
-	_, err := f.db.Pool.Exec(t.Context(), "UPDATE "+f.db.Schema+".outbox_relay_lease SET holder = 'usurper', epoch = epoch + 1, lease_until = now() + interval '1 hour'")
+	_, err := f.db.Pool.Exec(t.Context(), "UPDATE "+f.db.Schema+".outbox_relay_lease SET holder = 'usurper', lease_epoch = lease_epoch + 1, lease_until = now() + interval '1 hour'")
 	require.NoError(t, err)
 	f.writeEvents(t, 10, 10, 10)
 	close(pub.open)

@@ -33,7 +33,7 @@ func (c *cancelAfterAcquire) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, dat
 	sql, _ := ctx.Value(traceSQL{}).(string)
 	switch {
 	case data.Err != nil:
-	case strings.Contains(sql, "epoch       = l.epoch + 1"):
+	case strings.Contains(sql, "lease_epoch = l.lease_epoch + 1"):
 		c.acquired.Store(true)
 	case strings.EqualFold(sql, "commit") && c.acquired.Load():
 		c.cancel()

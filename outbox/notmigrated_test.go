@@ -31,6 +31,9 @@ func TestEveryCallSaysNotMigrated(t *testing.T) {
 	require.NoError(t, err)
 	_, err = store.ListByAggregate(ctx, db.Pool, uuid.Must(uuid.NewV7()))
 	requireNotMigrated(t, err, "ListByAggregate")
+	two := []outbox.Event{{Topic: "t", Type: "x", Payload: []byte(`{}`)}, {Topic: "t", Type: "y", Payload: []byte(`{}`)}}
+	_, err = store.WriteBatch(ctx, db.Pool, two)
+	requireNotMigrated(t, err, "WriteBatch")
 
 	relay, err := store.NewRelay(db.Pool, memory.New(memory.Config{}).Publisher(), outbox.RelayConfig{})
 	require.NoError(t, err)

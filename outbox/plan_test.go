@@ -46,3 +46,32 @@ func TestClaimReadsThroughItsIndexes(t *testing.T) {
 		require.NotRegexp(t, `Seq Scan on outbox\b`, plan, "skipping locked rows: %v", skipLocked)
 	}
 }
+
+// The claim of a batch row reads the first entry of
+// outbox_batches_pending_idx, however many batch rows are kept published,
+// and probes each keyed event's key through outbox_pending_key_idx.
+func TestClaimBatchReadsThroughItsIndexes(t *testing.T) {
+	t.Parallel()
+	f := setupRelay(t)
+	ctx := t.Context()
+	tx, err := f.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	for i := range 2000 {
+		_, err = f.store.Write(ctx, tx, outbox.Event{Topic: "orders", Key: fmt.Sprintf("order-%d", i%500), Type: "order.changed", Payload: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+	}
+	for i := range 500 {
+		_, err = f.store.WriteBatch(ctx, tx, orderEvents(i*4, 4, func(n int) string { return fmt.Sprintf("order-%d", n%500) }))
+		require.NoError(t, err)
+	}
+	require.NoError(t, tx.Commit(ctx))
+	_, err = f.db.Pool.Exec(ctx, "UPDATE "+f.db.Schema+".outbox_batches SET published_at = now() WHERE first_seq % 10 <> 0")
+	require.NoError(t, err)
+	_, err = f.db.Pool.Exec(ctx, "ANALYZE "+f.db.Schema+".outbox, "+f.db.Schema+".outbox_batches")
+	require.NoError(t, err)
+
+	plan := dbtest.GenericPlan(t, f.db.Pool, outbox.ClaimBatchSQL(f.store), "'relay'", "1000", "0", "500")
+	require.Contains(t, plan, "outbox_batches_pending_idx", plan)
+	require.Regexp(t, `Index (Only )?Scan using outbox_pending_key_idx`, plan)
+	require.NotRegexp(t, `Seq Scan on outbox(_batches)?\b`, plan)
+}

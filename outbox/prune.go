@@ -39,33 +39,36 @@ func NewPruner(schema string) (*Pruner, error) {
 	return p, nil
 }
 
-// PrunePublished deletes up to limit events published more than olderThan
-// ago, oldest first, and returns how many.
+// PrunePublished deletes up to limit events and up to limit batch rows
+// (Store.WriteBatch) published more than olderThan ago, oldest first, and
+// returns how many events went. Fewer than limit means none are left to
+// prune; a batch row's events count, so a call may return more.
 func (p *Pruner) PrunePublished(ctx context.Context, db DBTX, olderThan time.Duration, limit int) (int64, error) {
 	if err := checkPrune(olderThan, limit); err != nil {
 		return 0, err
 	}
-	tag, err := db.Exec(ctx, p.sql.prunePublished, olderThan.Milliseconds(), limit)
-	if err != nil {
+	var n int64
+	if err := db.QueryRow(ctx, p.sql.prunePublished, olderThan.Milliseconds(), limit).Scan(&n); err != nil {
 		return 0, fmt.Errorf("outbox: pruning published events: %w", p.migrated(err))
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
-// PruneUnrelayed deletes up to limit unpublished events written more than
-// olderThan ago, for hosts that run no relay and leave their events to
-// retention. It deletes nothing on a schema where a relay has ever held
-// the leader lease: a relay that stopped or is restarting must find its
-// events.
+// PruneUnrelayed deletes up to limit unpublished events and up to limit
+// batch rows written more than olderThan ago, for hosts that run no relay
+// and leave their events to retention, and returns how many events went
+// (as PrunePublished). It deletes nothing on a schema where a relay has
+// ever held the leader lease: a relay that stopped or is restarting must
+// find its events.
 func (p *Pruner) PruneUnrelayed(ctx context.Context, db DBTX, olderThan time.Duration, limit int) (int64, error) {
 	if err := checkPrune(olderThan, limit); err != nil {
 		return 0, err
 	}
-	tag, err := db.Exec(ctx, p.sql.pruneUnrelayed, olderThan.Milliseconds(), limit)
-	if err != nil {
+	var n int64
+	if err := db.QueryRow(ctx, p.sql.pruneUnrelayed, olderThan.Milliseconds(), limit).Scan(&n); err != nil {
 		return 0, fmt.Errorf("outbox: pruning unrelayed events: %w", p.migrated(err))
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // CountPublished counts the events PrunePublished would delete with no

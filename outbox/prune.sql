@@ -6,26 +6,36 @@
 -- name: CountPublished
 -- Events published more than $1 ms ago: what PrunePublished would delete.
 -- Served by outbox_published_idx.
-SELECT count(*)
-FROM /*schema*/outbox
-WHERE published_at < now() - $1 * interval '1 millisecond';
+SELECT (SELECT count(*)
+        FROM /*schema*/outbox
+        WHERE published_at < now() - $1 * interval '1 millisecond')
+    + (SELECT coalesce(sum(event_count - cardinality(split)), 0)
+        FROM /*schema*/outbox_batches
+        WHERE published_at < now() - $1 * interval '1 millisecond');
 
 -- name: CountUnrelayed
 -- What PruneUnrelayed would delete with no limit: unpublished events
 -- written more than $1 ms ago, none on a schema where a relay has ever
 -- held the leader lease.
-SELECT count(*)
-FROM /*schema*/outbox
-WHERE published_at IS NULL
-    AND created_at < now() - $1 * interval '1 millisecond'
-    AND NOT EXISTS (SELECT FROM /*schema*/outbox_relay_lease WHERE epoch > 0 OR holder IS NOT NULL);
+SELECT ((SELECT count(*)
+            FROM /*schema*/outbox
+            WHERE published_at IS NULL
+                AND created_at < now() - $1 * interval '1 millisecond')
+        + (SELECT coalesce(sum(event_count), 0)
+            FROM /*schema*/outbox_batches
+            WHERE published_at IS NULL
+                AND created_at < now() - $1 * interval '1 millisecond'))
+    * (NOT EXISTS (SELECT FROM /*schema*/outbox_relay_lease WHERE lease_epoch > 0 OR holder IS NOT NULL))::int;
 
 -- name: OldestEvents
 -- The oldest published and the oldest unpublished event's times (NULL when
 -- none), each the first entry of an index: outbox_published_idx, and
--- outbox_pending_idx in write order.
-SELECT (SELECT min(published_at) FROM /*schema*/outbox WHERE published_at IS NOT NULL),
-       (SELECT created_at FROM /*schema*/outbox WHERE published_at IS NULL ORDER BY seq LIMIT 1);
+-- outbox_pending_idx in write order, and the same of outbox_batches through
+-- its two partial indexes (least ignores a NULL).
+SELECT least((SELECT min(published_at) FROM /*schema*/outbox WHERE published_at IS NOT NULL),
+             (SELECT min(published_at) FROM /*schema*/outbox_batches WHERE published_at IS NOT NULL)),
+       least((SELECT created_at FROM /*schema*/outbox WHERE published_at IS NULL ORDER BY seq LIMIT 1),
+             (SELECT created_at FROM /*schema*/outbox_batches WHERE published_at IS NULL ORDER BY first_seq LIMIT 1));
 
 -- name: PruneUnrelayed
 -- For hosts that run no relay: deletes up to $2 unpublished events written
@@ -38,25 +48,43 @@ SELECT (SELECT min(published_at) FROM /*schema*/outbox WHERE published_at IS NOT
 -- locked whatever the planner does with the CTE): a relay's first
 -- AcquireLease (FOR UPDATE) waits for this delete to commit, and then
 -- sees what is left. SKIP LOCKED: an event someone holds is left alone.
+-- Batch rows go the same way, up to $2 of them; the statement returns the
+-- events deleted, fewer than $2 when none are left (as PrunePublished).
 WITH lease AS MATERIALIZED (
-    SELECT epoch, holder FROM /*schema*/outbox_relay_lease FOR SHARE
+    SELECT lease_epoch, holder FROM /*schema*/outbox_relay_lease FOR SHARE
+), singles AS (
+    DELETE FROM /*schema*/outbox
+    WHERE event_id IN (
+        SELECT event_id
+        FROM /*schema*/outbox
+        WHERE published_at IS NULL
+            AND created_at < now() - $1 * interval '1 millisecond'
+            AND NOT EXISTS (SELECT FROM lease WHERE lease_epoch > 0 OR holder IS NOT NULL)
+        ORDER BY seq
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING 1
+), batches AS (
+    DELETE FROM /*schema*/outbox_batches
+    WHERE first_seq IN (
+        SELECT first_seq
+        FROM /*schema*/outbox_batches
+        WHERE published_at IS NULL
+            AND created_at < now() - $1 * interval '1 millisecond'
+            AND NOT EXISTS (SELECT FROM lease WHERE lease_epoch > 0 OR holder IS NOT NULL)
+        ORDER BY first_seq
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING event_count
 )
-DELETE FROM /*schema*/outbox
-WHERE event_id IN (
-    SELECT event_id
-    FROM /*schema*/outbox
-    WHERE published_at IS NULL
-        AND created_at < now() - $1 * interval '1 millisecond'
-        AND NOT EXISTS (SELECT FROM lease WHERE epoch > 0 OR holder IS NOT NULL)
-    ORDER BY seq
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-);
+SELECT (SELECT count(*) FROM singles) + (SELECT coalesce(sum(event_count), 0) FROM batches);
 
 -- name: RelayLease
 -- The relays' leader lease, for operators: who holds it, until when, and
 -- how many times it was acquired (0: no relay ever ran on this schema).
-SELECT coalesce(holder, ''), nullif(lease_until, '-infinity'), epoch
+SELECT coalesce(holder, ''), nullif(lease_until, '-infinity'), lease_epoch
 FROM /*schema*/outbox_relay_lease;
 
 -- name: CountUnpublishedUpTo
@@ -64,7 +92,12 @@ FROM /*schema*/outbox_relay_lease;
 -- outbox_pending_idx, and its oldest event's age: for llmq stats, whose
 -- cost must stay bounded on a host that runs no relay, where the backlog
 -- is history that only grows.
+-- Batch rows count their events, reading no more than $1 rows of
+-- outbox_batches_pending_idx.
 SELECT (SELECT count(*) FROM (
-            SELECT FROM /*schema*/outbox WHERE published_at IS NULL LIMIT $1) AS b),
-    coalesce(extract(epoch FROM now() - (
-        SELECT created_at FROM /*schema*/outbox WHERE published_at IS NULL ORDER BY seq LIMIT 1)), 0)::float8;
+            SELECT FROM /*schema*/outbox WHERE published_at IS NULL LIMIT $1) AS s)
+        + (SELECT coalesce(sum(event_count), 0) FROM (
+            SELECT event_count FROM /*schema*/outbox_batches WHERE published_at IS NULL LIMIT $1) AS b),
+    coalesce(extract(epoch FROM now() - least(
+        (SELECT created_at FROM /*schema*/outbox WHERE published_at IS NULL ORDER BY seq LIMIT 1),
+        (SELECT created_at FROM /*schema*/outbox_batches WHERE published_at IS NULL ORDER BY first_seq LIMIT 1))), 0)::float8;

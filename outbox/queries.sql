@@ -13,10 +13,21 @@ RETURNING seq, created_at;
 -- deliberately no index on aggregate_id: every index costs each event write,
 -- and the table only holds events until they are published and pruned, so
 -- this scan is bounded by the unpublished backlog plus the retention window.
+-- Events of batch rows are read out of every row (no index either), an
+-- event split out of its row once, by its copy (split lists it). A batch
+-- event's attempts are its row's.
 SELECT event_id, aggregate_id, topic, key, event_type, payload, headers,
     seq, created_at, attempts, published_at, last_error
 FROM /*schema*/outbox
 WHERE aggregate_id = $1
+UNION ALL
+SELECT (e ->> 'id')::uuid, (e ->> 'aggregate')::uuid, e ->> 'topic', e ->> 'key', e ->> 'type',
+    e -> 'payload', coalesce(e -> 'headers', '{}'),
+    (e ->> 'seq')::bigint, b.created_at, b.attempts, b.published_at, NULL
+FROM /*schema*/outbox_batches AS b
+CROSS JOIN jsonb_array_elements(b.events) AS e
+WHERE e ->> 'aggregate' = $1::text
+    AND (e ->> 'seq')::bigint <> ALL (b.split)
 ORDER BY seq;
 
 -- name: LockClaims
@@ -61,7 +72,15 @@ SELECT pg_advisory_xact_lock(hashtextextended($1, 0)),
         -- one-time filter; RelayOnce and Drain pass 0 and claim unfenced.
         AND ($6 = 0 OR EXISTS (
             SELECT FROM /*schema*/outbox_relay_lease AS l
-            WHERE l.holder = $2 AND l.epoch = $6
+            WHERE l.holder = $2 AND l.lease_epoch = $6
+        ))
+        -- A keyed event waits for every batch row below it (see
+        -- ClaimBatch): a batch row holds events of any key. Uncorrelated,
+        -- the first entry of outbox_batches_pending_idx, read once.
+        AND (o.key IS NULL OR o.seq < (
+            SELECT coalesce(min(b.first_seq), 9223372036854775807)
+            FROM /*schema*/outbox_batches AS b
+            WHERE b.published_at IS NULL
         ))
         AND (o.key IS NULL OR NOT EXISTS (
             SELECT FROM /*schema*/outbox AS p
@@ -153,7 +172,7 @@ SELECT set_config('lock_timeout', $1::bigint::text, true);
 
 -- name: SettleTimeouts
 -- A verdict's transaction of its own (Relay.settle, outside the claims'
--- lock): the lock timeout of ClaimLockTimeout ($1 ms), and, as in
+-- lock unless it records batch rows, see Relay.transactWith): the lock timeout of ClaimLockTimeout ($1 ms), and, as in
 -- LockClaims, idle_in_transaction_session_timeout ($2 ms) so a relay
 -- frozen before its COMMIT does not keep its verdict's rows locked, which
 -- would hold up the claims and the takeover that meet them.
@@ -340,12 +359,12 @@ WITH old AS (
 ), acquired AS (
     UPDATE /*schema*/outbox_relay_lease AS l
     SET holder      = $1,
-        epoch       = l.epoch + 1,
+        lease_epoch = l.lease_epoch + 1,
         lease_until = now() + $2 * interval '1 millisecond',
         acquired_at = now()
     FROM old
     WHERE l.lease_until < now()
-    RETURNING l.epoch, old.holder AS previous
+    RETURNING l.lease_epoch, old.holder AS previous
 ), releasable AS (
     SELECT p.event_id
     FROM /*schema*/outbox AS p
@@ -358,8 +377,22 @@ WITH old AS (
     FROM releasable
     WHERE o.event_id = releasable.event_id
     RETURNING 1
+), releasable_batches AS (
+    SELECT p.first_seq
+    FROM /*schema*/outbox_batches AS p
+    WHERE p.published_at IS NULL
+        AND p.claimed_by = (SELECT previous FROM acquired)
+    FOR UPDATE OF p SKIP LOCKED
+), released_batches AS (
+    UPDATE /*schema*/outbox_batches AS b
+    SET claimed_by = NULL, claimed_until = NULL
+    FROM releasable_batches
+    WHERE b.first_seq = releasable_batches.first_seq
+    RETURNING b.event_count
 )
-SELECT epoch, previous, (SELECT count(*) FROM released) FROM acquired;
+SELECT lease_epoch, previous,
+    (SELECT count(*) FROM released) + (SELECT coalesce(sum(event_count), 0) FROM released_batches)
+FROM acquired;
 
 -- name: RenewLease
 -- Extends relay $1's lease of epoch $2 by $3 ms from now. No row: another
@@ -367,7 +400,7 @@ SELECT epoch, previous, (SELECT count(*) FROM released) FROM acquired;
 -- are fenced already). An expired lease nobody took is still this relay's.
 UPDATE /*schema*/outbox_relay_lease
 SET lease_until = now() + $3 * interval '1 millisecond'
-WHERE holder = $1 AND epoch = $2;
+WHERE holder = $1 AND lease_epoch = $2;
 
 -- name: ReleaseLease
 -- A relay stopping hands the lease on at once: it is free from now, for
@@ -375,25 +408,45 @@ WHERE holder = $1 AND epoch = $2;
 -- settle is released by the next acquirer.
 UPDATE /*schema*/outbox_relay_lease
 SET lease_until = '-infinity'
-WHERE holder = $1 AND epoch = $2;
+WHERE holder = $1 AND lease_epoch = $2;
 
 -- name: PendingStats
 -- The unpublished backlog: its size and the age of its oldest event, read
--- through outbox_pending_idx.
-SELECT count(*),
-    coalesce(extract(epoch FROM now() - (
-        SELECT created_at FROM /*schema*/outbox WHERE published_at IS NULL ORDER BY seq LIMIT 1)), 0)::float8
-FROM /*schema*/outbox
-WHERE published_at IS NULL;
+-- through outbox_pending_idx and outbox_batches_pending_idx (an
+-- unpublished batch row has split none of its events yet).
+SELECT (SELECT count(*) FROM /*schema*/outbox WHERE published_at IS NULL)
+        + (SELECT coalesce(sum(event_count), 0) FROM /*schema*/outbox_batches WHERE published_at IS NULL),
+    coalesce(extract(epoch FROM now() - least(
+        (SELECT created_at FROM /*schema*/outbox WHERE published_at IS NULL ORDER BY seq LIMIT 1),
+        (SELECT created_at FROM /*schema*/outbox_batches WHERE published_at IS NULL ORDER BY first_seq LIMIT 1))), 0)::float8;
 
 -- name: PrunePublished
--- Deletes up to $2 events published more than $1 ms ago, oldest first.
-DELETE FROM /*schema*/outbox
-WHERE event_id IN (
-    SELECT event_id
-    FROM /*schema*/outbox
-    WHERE published_at < now() - $1 * interval '1 millisecond'
-    ORDER BY published_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-);
+-- Deletes up to $2 events and up to $2 batch rows published more than $1
+-- ms ago, oldest first, and returns how many events went (a batch row's,
+-- less those split out of it, which went or go as their copies). Fewer
+-- than $2 means both tables have none left to prune: a batch row holds at
+-- least one event.
+WITH singles AS (
+    DELETE FROM /*schema*/outbox
+    WHERE event_id IN (
+        SELECT event_id
+        FROM /*schema*/outbox
+        WHERE published_at < now() - $1 * interval '1 millisecond'
+        ORDER BY published_at
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING 1
+), batches AS (
+    DELETE FROM /*schema*/outbox_batches
+    WHERE first_seq IN (
+        SELECT first_seq
+        FROM /*schema*/outbox_batches
+        WHERE published_at < now() - $1 * interval '1 millisecond'
+        ORDER BY published_at
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING event_count - cardinality(split) AS events
+)
+SELECT (SELECT count(*) FROM singles) + (SELECT coalesce(sum(events), 0) FROM batches);

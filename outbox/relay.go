@@ -195,9 +195,15 @@ func (s *Store) NewRelay(pool *pgxpool.Pool, pub broker.Publisher, cfg RelayConf
 // defaultGaugeRefresh is RelayConfig.GaugeRefresh's default.
 const defaultGaugeRefresh = 15 * time.Second
 
-// BatchResult counts what one RelayOnce did.
+// BatchResult counts what one RelayOnce did. Claimed is Published +
+// Failed + Deferred.
 type BatchResult struct {
 	Claimed, Published, Failed int
+	// Deferred counts events of batch rows (Store.WriteBatch) moved into
+	// single-event rows unpublished, to wait for an earlier event of their
+	// key, or because their row was claimed before and never settled (see
+	// the package documentation, Batch rows).
+	Deferred int
 }
 
 // verdict is the broker's answer for one batch, to be recorded in the
@@ -208,18 +214,30 @@ type verdict struct {
 	failed    [][16]byte
 	errs      []string
 	delays    []int64
+	batches   []batchVerdict // batch rows, settled by SettleBatch
 }
 
 // result counts what the batch behind v came to: every claimed event was
-// either confirmed or not.
+// either confirmed, not, or split out unpublished.
 func (v *verdict) result() BatchResult {
 	if v == nil {
 		return BatchResult{}
 	}
-	return BatchResult{Claimed: len(v.published) + len(v.failed), Published: len(v.published), Failed: len(v.failed)}
+	res := BatchResult{Published: len(v.published), Failed: len(v.failed)}
+	for _, bv := range v.batches {
+		res.Published += bv.published
+		res.Failed += bv.refused
+		res.Deferred += len(bv.split) - bv.refused
+	}
+	res.Claimed = res.Published + res.Failed + res.Deferred
+	return res
 }
 
-func (v *verdict) empty() bool { return v == nil || len(v.published) == 0 && len(v.failed) == 0 }
+func (v *verdict) hasBatches() bool { return v != nil && len(v.batches) > 0 }
+
+func (v *verdict) empty() bool {
+	return v == nil || len(v.published) == 0 && len(v.failed) == 0 && len(v.batches) == 0
+}
 
 // merge returns the verdicts of both batches as one.
 func (v *verdict) merge(o *verdict) *verdict {
@@ -235,15 +253,35 @@ func (v *verdict) merge(o *verdict) *verdict {
 		failed:    append(slices.Clip(v.failed), o.failed...),
 		errs:      append(slices.Clip(v.errs), o.errs...),
 		delays:    append(slices.Clip(v.delays), o.delays...),
+		batches:   append(slices.Clip(v.batches), o.batches...),
 	}
 }
 
-// only returns the part of v about the events in ids.
-func (v *verdict) only(ids map[[16]byte]bool) *verdict {
-	if v.empty() || len(ids) == 0 {
+// skippedSet is what a verdict's transaction could not record because
+// another session held the rows: events by id, batch rows by first seq.
+type skippedSet struct {
+	ids     map[[16]byte]bool
+	batches map[int64]bool
+}
+
+func newSkippedSet() skippedSet {
+	return skippedSet{ids: map[[16]byte]bool{}, batches: map[int64]bool{}}
+}
+
+func (s skippedSet) empty() bool { return len(s.ids) == 0 && len(s.batches) == 0 }
+
+// only returns the part of v about what skipped holds.
+func (v *verdict) only(skipped skippedSet) *verdict {
+	if v.empty() || skipped.empty() {
 		return nil
 	}
+	ids := skipped.ids
 	o := &verdict{firstSeq: v.firstSeq}
+	for _, bv := range v.batches {
+		if skipped.batches[bv.firstSeq] {
+			o.batches = append(o.batches, bv)
+		}
+	}
 	for _, id := range v.published {
 		if ids[id] {
 			o.published = append(o.published, id)
@@ -259,12 +297,18 @@ func (v *verdict) only(ids map[[16]byte]bool) *verdict {
 	return o
 }
 
-// without returns v without the events in ids.
-func (v *verdict) without(ids map[[16]byte]bool) *verdict {
-	if len(ids) == 0 {
+// without returns v without what skipped holds.
+func (v *verdict) without(skipped skippedSet) *verdict {
+	if v == nil || skipped.empty() {
 		return v
 	}
+	ids := skipped.ids
 	o := &verdict{firstSeq: v.firstSeq}
+	for _, bv := range v.batches {
+		if !skipped.batches[bv.firstSeq] {
+			o.batches = append(o.batches, bv)
+		}
+	}
 	for _, id := range v.published {
 		if !ids[id] {
 			o.published = append(o.published, id)
@@ -286,15 +330,17 @@ func (v *verdict) without(ids map[[16]byte]bool) *verdict {
 // another session holds (under the transaction's lock timeout); skipping
 // locked rows, they step over it and add its event to skipped, whose part
 // of v the caller keeps for a later transaction (see
-// MarkPublishedSkippingLocked).
-func (r *Relay) queueVerdict(b *pgx.Batch, v *verdict, skipLocked bool, skipped map[[16]byte]bool) {
+// MarkPublishedSkippingLocked). A batch row's verdict always skips a
+// locked row (SettleBatch: one row lock per batch row costs next to
+// nothing).
+func (r *Relay) queueVerdict(b *pgx.Batch, v *verdict, skipLocked bool, skipped skippedSet) {
 	if v.empty() {
 		return
 	}
 	collect := func(rows pgx.Rows) error {
 		ids, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
 		for _, id := range ids {
-			skipped[id] = true
+			skipped.ids[id] = true
 		}
 		return err
 	}
@@ -316,6 +362,19 @@ func (r *Relay) queueVerdict(b *pgx.Batch, v *verdict, skipLocked bool, skipped 
 		} else {
 			b.Queue(r.store.sql.markFailed, r.cfg.ID, v.failed, v.errs, v.delays)
 		}
+	}
+	for _, bv := range v.batches {
+		b.Queue(r.store.sql.settleBatch, bv.firstSeq, r.cfg.ID, bv.split, bv.errs, bv.delays, r.cfg.DeletePublished).
+			QueryRow(func(row pgx.Row) error {
+				var held int64
+				if err := row.Scan(&held); err != nil {
+					return err
+				}
+				if held > 0 {
+					skipped.batches[bv.firstSeq] = true
+				}
+				return nil
+			})
 	}
 	b.Queue(r.store.sql.restorePlans)
 }
@@ -345,16 +404,16 @@ func (r *Relay) keepHeld(v *verdict) {
 // take the leader lease (see Run): it claims beside whichever relay is
 // active, which is safe (key order holds across relays) but not faster.
 func (r *Relay) RelayOnce(ctx context.Context) (BatchResult, error) {
-	recs, err := r.claim(ctx, nil, r.startSeq(r.floor.Load()), math.MaxInt64, unfenced)
+	c, err := r.claim(ctx, nil, r.startSeq(r.floor.Load()), math.MaxInt64, unfenced)
 	if err != nil {
 		return BatchResult{}, fmt.Errorf("outbox: claiming events: %w", r.store.migrated(err))
 	}
-	if len(recs) < r.cfg.BatchSize {
+	if len(c.recs) < r.cfg.BatchSize {
 		r.floor.Store(0)
 	} else {
-		r.floor.Store(recs[0].Seq)
+		r.floor.Store(c.recs[0].Seq)
 	}
-	v := r.publish(ctx, recs)
+	v := r.publish(ctx, c)
 	return v.result(), r.store.migrated(r.settle(ctx, v))
 }
 
@@ -403,7 +462,7 @@ func (r *Relay) drain(ctx context.Context, epoch int64) (BatchResult, error) {
 		if flight != nil {
 			ceiling = flight.lastSeq + overlapWindow*int64(r.cfg.BatchSize)
 		}
-		recs, err := r.claim(ctx, carried, r.startSeq(floor), ceiling, epoch)
+		c, err := r.claim(ctx, carried, r.startSeq(floor), ceiling, epoch)
 		if err != nil {
 			if flight != nil {
 				v := flight.wait()
@@ -413,7 +472,7 @@ func (r *Relay) drain(ctx context.Context, epoch int64) (BatchResult, error) {
 			return total, errors.Join(fmt.Errorf("outbox: claiming events: %w", err), r.settle(ctx, carried))
 		}
 		carried = nil // recorded, or kept for later (see claim)
-		if flight != nil && len(recs) == 0 {
+		if flight != nil && c.empty() {
 			serial = serialAfterEmptyOverlap
 		}
 		if flight != nil {
@@ -429,10 +488,10 @@ func (r *Relay) drain(ctx context.Context, epoch int64) (BatchResult, error) {
 		//     above that batch's first seq.
 		// Anything else (an event whose backoff ended, a late commit) waits
 		// for the once-a-second claim from the beginning.
-		full := len(recs) == r.cfg.BatchSize
+		full := len(c.recs) == r.cfg.BatchSize
 		switch {
 		case full:
-			floor = recs[0].Seq
+			floor = c.recs[0].Seq
 		case ceiling < math.MaxInt64:
 			floor = ceiling
 		default:
@@ -441,8 +500,8 @@ func (r *Relay) drain(ctx context.Context, epoch int64) (BatchResult, error) {
 		if !carried.empty() {
 			floor = min(floor, carried.firstSeq)
 		}
-		if len(recs) > 0 {
-			flight = r.startPublish(ctx, recs)
+		if !c.empty() {
+			flight = r.startPublish(ctx, c)
 			continue
 		}
 		if carried.empty() {
@@ -467,11 +526,11 @@ type flight struct {
 	v       *verdict
 }
 
-func (r *Relay) startPublish(ctx context.Context, recs []Record) *flight {
-	f := &flight{lastSeq: recs[len(recs)-1].Seq, done: make(chan struct{})}
+func (r *Relay) startPublish(ctx context.Context, c claimed) *flight {
+	f := &flight{lastSeq: c.lastSeq(), done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
-		f.v = r.publish(ctx, recs)
+		f.v = r.publish(ctx, c)
 	}()
 	return f
 }
@@ -485,6 +544,7 @@ func (b *BatchResult) add(o BatchResult) {
 	b.Claimed += o.Claimed
 	b.Published += o.Published
 	b.Failed += o.Failed
+	b.Deferred += o.Deferred
 }
 
 // startSeq is the seq a claim starts from: floor, except at least once a
@@ -500,14 +560,48 @@ func (r *Relay) startSeq(floor int64) int64 {
 	return floor
 }
 
-// publish publishes recs, which are in write order, and returns the
-// broker's verdict on each.
-func (r *Relay) publish(ctx context.Context, recs []Record) *verdict {
-	if len(recs) == 0 {
-		return nil
+// claimed is what one claim took: single-event rows and batch rows, each
+// in write order.
+type claimed struct {
+	recs    []Record
+	batches []*claimedBatch
+}
+
+func (c claimed) empty() bool { return len(c.recs) == 0 && len(c.batches) == 0 }
+
+// lastSeq is the highest seq claimed.
+func (c claimed) lastSeq() int64 {
+	var last int64
+	if len(c.recs) > 0 {
+		last = c.recs[len(c.recs)-1].Seq
 	}
-	// Claims are ordered by seq, and so are the messages: events sharing a
-	// key reach the publisher in write order.
+	if len(c.batches) > 0 {
+		last = max(last, c.batches[len(c.batches)-1].lastSeq())
+	}
+	return last
+}
+
+// publish publishes what c claimed and returns the broker's verdict on
+// each event: the single-event rows first, then the batch rows' events
+// (publishBatches). Their order does not matter: a batch row's event whose
+// key has an earlier unpublished single-event row is never published from
+// the row (ClaimBatches).
+func (r *Relay) publish(ctx context.Context, c claimed) *verdict {
+	v := r.publishSingles(ctx, c.recs)
+	if len(c.batches) > 0 {
+		first := c.batches[0].firstSeq
+		if v == nil {
+			v = &verdict{firstSeq: first}
+		}
+		v.firstSeq = min(v.firstSeq, first)
+		v.batches = r.publishBatches(ctx, c.batches)
+	}
+	return v
+}
+
+// send publishes recs, in their order, and returns the broker's verdict on
+// each (nil: confirmed) and its error.
+func (r *Relay) send(ctx context.Context, recs []Record) ([]error, error) {
 	msgs := make([]broker.Message, len(recs))
 	for i, rec := range recs {
 		msgs[i] = toMessage(rec)
@@ -520,7 +614,18 @@ func (r *Relay) publish(ctx context.Context, recs []Record) *verdict {
 	}
 	failures := broker.Failures(len(msgs), pubErr)
 	endPublishSpans(spans, failures)
+	return failures, pubErr
+}
 
+// publishSingles publishes recs, which are in write order, and returns the
+// broker's verdict on each.
+func (r *Relay) publishSingles(ctx context.Context, recs []Record) *verdict {
+	if len(recs) == 0 {
+		return nil
+	}
+	// Claims are ordered by seq, and so are the messages: events sharing a
+	// key reach the publisher in write order.
+	failures, pubErr := r.send(ctx, recs)
 	v := &verdict{firstSeq: recs[0].Seq}
 	for i, rec := range recs {
 		if failures[i] == nil {
@@ -559,7 +664,7 @@ func (r *Relay) publish(ctx context.Context, recs []Record) *verdict {
 // claim passes to another relay, the event is published again).
 //
 // When claim fails, carried is not recorded and stays the caller's.
-func (r *Relay) claim(ctx context.Context, carried *verdict, floor, ceiling, epoch int64) ([]Record, error) {
+func (r *Relay) claim(ctx context.Context, carried *verdict, floor, ceiling, epoch int64) (claimed, error) {
 	return r.transact(ctx, carried, &claimRange{floor: floor, ceiling: ceiling, epoch: epoch})
 }
 
@@ -569,25 +674,25 @@ type claimRange struct{ floor, ceiling, epoch int64 }
 
 // transact records carried and the verdicts kept from before, and then
 // claims c unless c is nil, as claim describes.
-func (r *Relay) transact(ctx context.Context, carried *verdict, c *claimRange) ([]Record, error) {
+func (r *Relay) transact(ctx context.Context, carried *verdict, c *claimRange) (claimed, error) {
 	held := r.takeHeld()
 	v := carried.merge(held)
 	skipLocked := time.Now().UnixNano() < r.skipLockedUntil.Load()
-	recs, skipped, err := r.transactWith(ctx, v, c, skipLocked)
+	got, skipped, err := r.transactWith(ctx, v, c, skipLocked)
 	var pgErr *pgconn.PgError
 	if !skipLocked && errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
 		r.skipLockedUntil.Store(time.Now().Add(skipLockedFor).UnixNano())
 		r.cfg.Logger.InfoContext(ctx, "llmq: outbox claim waited for a row another session holds; skipping locked rows for a while",
 			"for", skipLockedFor)
-		recs, skipped, err = r.transactWith(ctx, v, c, true)
+		got, skipped, err = r.transactWith(ctx, v, c, true)
 	}
 	if err != nil {
 		r.keepHeld(held) // carried stays the caller's
-		return nil, err
+		return claimed{}, err
 	}
 	r.keepHeld(v.only(skipped))
 	r.recorded(ctx, v.without(skipped))
-	return recs, nil
+	return got, nil
 }
 
 // How long a lock-free claim waits for an event's row, and how long the
@@ -603,13 +708,22 @@ const (
 // Every statement after the claims' lock runs under the lock timeout,
 // also those that skip locked rows, so nothing in this transaction waits
 // long for a row while it holds the claims' lock.
-func (r *Relay) transactWith(ctx context.Context, v *verdict, c *claimRange, skipLocked bool) ([]Record, map[[16]byte]bool, error) {
-	var recs []Record
-	skipped := map[[16]byte]bool{}
+func (r *Relay) transactWith(ctx context.Context, v *verdict, c *claimRange, skipLocked bool) (claimed, skippedSet, error) {
+	var (
+		recs      []Record
+		batchRows []claimedBatchRow
+	)
+	skipped := newSkippedSet()
 	err := dbsql.WithTx(ctx, r.pool, func(tx pgx.Tx) error {
-		clear(skipped)
+		clear(skipped.ids)
+		clear(skipped.batches)
 		batch := &pgx.Batch{}
-		if c != nil {
+		// A verdict on batch rows is recorded in the claims' lock too, also
+		// outside a claim: it may split events out of a row into
+		// single-event rows, and a claim whose snapshot missed those copies
+		// could take a later batch row of their keys (one whose earlier
+		// row's claim had expired) without seeing them hold it back.
+		if c != nil || v.hasBatches() {
 			batch.Queue(r.store.sql.lockClaims, r.lockID, r.idleTimeoutMS())
 			batch.Queue(r.store.sql.claimLockTimeout, r.lockTimeout.Milliseconds())
 		} else {
@@ -627,16 +741,43 @@ func (r *Relay) transactWith(ctx context.Context, v *verdict, c *claimRange, ski
 					recs, err = pgx.CollectRows(rows, scanClaimed)
 					return err
 				})
+			// After the single-event rows, so that one claimed here holds
+			// back its key's events in the batch rows (see ClaimBatches).
+			claimBatches := r.store.sql.claimBatches
+			if skipLocked {
+				claimBatches = r.store.sql.claimBatchSkippingLocked
+			}
+			batch.Queue(claimBatches, r.cfg.ID, r.cfg.ClaimLease.Milliseconds(), c.epoch, r.cfg.BatchSize).
+				Query(func(rows pgx.Rows) error {
+					var err error
+					batchRows, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimedBatchRow, error) {
+						var b claimedBatchRow
+						return b, row.Scan(b.dest()...)
+					})
+					return err
+				})
 		}
 		return tx.SendBatch(ctx, batch).Close()
 	})
 	if err != nil {
-		return nil, nil, err
+		return claimed{}, skippedSet{}, err
 	}
 	// UPDATE ... RETURNING has no order: restore write order, which the
 	// messages of one key must keep.
 	slices.SortFunc(recs, func(a, b Record) int { return cmp.Compare(a.Seq, b.Seq) })
-	return recs, skipped, nil
+	got := claimed{recs: recs}
+	slices.SortFunc(batchRows, func(a, b claimedBatchRow) int { return cmp.Compare(a.firstSeq, b.firstSeq) })
+	for _, row := range batchRows {
+		// The claim is committed: a row that cannot be read is split whole
+		// by the next claim (it was claimed before and never settled), so
+		// it never stops the relay for good.
+		b, err := scanClaimedBatch(row)
+		if err != nil {
+			return claimed{}, skippedSet{}, err
+		}
+		got.batches = append(got.batches, b)
+	}
+	return got, skipped, nil
 }
 
 // settle records v, and the verdicts kept from before, in a transaction
@@ -669,14 +810,15 @@ func (r *Relay) recorded(ctx context.Context, v *verdict) {
 	if v == nil {
 		return
 	}
-	r.published.Add(int64(len(v.published)))
-	r.failed.Add(int64(len(v.failed)))
+	res := v.result()
+	r.published.Add(int64(res.Published))
+	r.failed.Add(int64(res.Failed))
 	if r.obs.events.Enabled(ctx) {
-		if len(v.published) > 0 {
-			r.obs.events.Add(ctx, int64(len(v.published)), metric.WithAttributeSet(r.obs.published))
+		if res.Published > 0 {
+			r.obs.events.Add(ctx, int64(res.Published), metric.WithAttributeSet(r.obs.published))
 		}
-		if len(v.failed) > 0 {
-			r.obs.events.Add(ctx, int64(len(v.failed)), metric.WithAttributeSet(r.obs.failed))
+		if res.Failed > 0 {
+			r.obs.events.Add(ctx, int64(res.Failed), metric.WithAttributeSet(r.obs.failed))
 		}
 	}
 }
@@ -732,12 +874,12 @@ func (r *Relay) Prune(ctx context.Context) (int64, error) {
 	const batch = 10_000
 	var total int64
 	for {
-		tag, err := r.pool.Exec(ctx, r.store.sql.prunePublished, r.cfg.Retention.Milliseconds(), batch)
-		if err != nil {
+		var n int64
+		if err := r.pool.QueryRow(ctx, r.store.sql.prunePublished, r.cfg.Retention.Milliseconds(), batch).Scan(&n); err != nil {
 			return total, fmt.Errorf("outbox: pruning: %w", r.store.migrated(err))
 		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < batch {
+		total += n
+		if n < batch { // none left (see PrunePublished)
 			return total, nil
 		}
 	}

@@ -44,6 +44,40 @@ func drain(t *testing.T, b *memory.Broker, want int) []broker.Message {
 	return got
 }
 
+// refusingFirstAttempts is a memory broker that refuses, at random
+// (seeded), about a third of the messages it is first given, and
+// accepts every retry.
+func refusingFirstAttempts(seed1, seed2 uint64) *memory.Broker {
+	rng := rand.New(rand.NewPCG(seed1, seed2))
+	var mu sync.Mutex
+	tried := map[string]bool{}
+	return memory.New(memory.Config{FailPublish: func(m broker.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		first := !tried[m.ID]
+		tried[m.ID] = true
+		if first && rng.Float64() < 0.3 {
+			return errors.New("injected: broker refused")
+		}
+		return nil
+	}})
+}
+
+// requireKeyOrder checks that the messages of each key, whose bodies are
+// {"n": N} with N growing in write order, arrived in that order.
+func requireKeyOrder(t *testing.T, msgs []broker.Message) {
+	t.Helper()
+	last := map[string]int{}
+	for _, m := range msgs {
+		var body struct{ N int }
+		require.NoError(t, json.Unmarshal(m.Body, &body))
+		if prev, ok := last[m.Key]; ok && m.Key != "" {
+			require.Greater(t, body.N, prev, "key %s out of order", m.Key)
+		}
+		last[m.Key] = body.N
+	}
+}
+
 type relayFixture struct {
 	db    *dbtest.DB
 	store *outbox.Store
@@ -302,19 +336,7 @@ func TestRelayKeepsKeyOrderThroughFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			f := setupRelay(t)
-			rng := rand.New(rand.NewPCG(3, 4))
-			var mu sync.Mutex
-			tried := map[string]bool{}
-			b := memory.New(memory.Config{FailPublish: func(m broker.Message) error {
-				mu.Lock()
-				defer mu.Unlock()
-				first := !tried[m.ID]
-				tried[m.ID] = true
-				if first && rng.Float64() < 0.3 {
-					return errors.New("injected: broker refused")
-				}
-				return nil
-			}})
+			b := refusingFirstAttempts(3, 4)
 			const events = 400
 			for i := range events {
 				_, err := f.store.Write(t.Context(), f.db.Pool, outbox.Event{
@@ -333,16 +355,7 @@ func TestRelayKeepsKeyOrderThroughFailures(t *testing.T) {
 				return f.pending(t) == 0
 			}, 30*time.Second, time.Millisecond)
 
-			got := drain(t, b, events)
-			last := map[string]int{}
-			for _, m := range got {
-				var body struct{ N int }
-				require.NoError(t, json.Unmarshal(m.Body, &body))
-				if prev, ok := last[m.Key]; ok {
-					require.Greater(t, body.N, prev, "key %s out of order", m.Key)
-				}
-				last[m.Key] = body.N
-			}
+			requireKeyOrder(t, drain(t, b, events))
 		})
 	}
 }

@@ -16,12 +16,18 @@ type statements struct {
 	markPublishedSkippingLocked, deletePublishedSkippingLocked, markFailedSkippingLocked           string
 	pendingStats, prunePublished, leaseFree, acquireLease, renewLease, releaseLease                string
 	countUnpublishedUpTo, countPublished, oldestEvents, pruneUnrelayed, countUnrelayed, relayLease string
-	restorePlans                                                                                   string
+	restorePlans, insertBatch, claimBatches, claimBatchSkippingLocked, settleBatch                 string
 }
 
 func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
-	return dbsql.Load(schema, []string{queriesSQL, pruneSQL},
+	return dbsql.Load(schema, []string{queriesSQL, pruneSQL, batchesSQL},
 		dbsql.Query(&q.insertEvent, "InsertEvent", 8, new(int64), new(time.Time)),
+		dbsql.Query(&q.insertBatch, "InsertBatch", 8, new([]int64), new(time.Time)).
+			Binds([][16]byte{}, []*[16]byte{}, []string{}, []*string{}, []string{}, []string{}, []string{}, ""),
+		dbsql.Query(&q.claimBatches, "ClaimBatches", 4, new(claimedBatchRow).dest()...),
+		dbsql.Query(&q.claimBatchSkippingLocked, "ClaimBatchSkippingLocked", 4, new(claimedBatchRow).dest()...),
+		dbsql.Query(&q.settleBatch, "SettleBatch", 6, new(int64)).
+			Binds(int64(0), "relay", []int64{}, []string{}, []int64{}, false),
 		dbsql.Query(&q.listByAggregate, "ListEventsByAggregate", 1, new(listedRow).dest()...),
 		dbsql.Discard(&q.lockClaims, "LockClaims", 2),
 		dbsql.Query(&q.claimEvents, "ClaimEvents", 6, new(claimedRow).dest()...),
@@ -37,7 +43,7 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Exec(&q.deletePublished, "DeletePublished", 2),
 		dbsql.Exec(&q.markFailed, "MarkFailed", 4),
 		dbsql.Query(&q.pendingStats, "PendingStats", 0, new(int64), new(float64)),
-		dbsql.Exec(&q.prunePublished, "PrunePublished", 2),
+		dbsql.Query(&q.prunePublished, "PrunePublished", 2, new(int64)),
 		dbsql.Query(&q.leaseFree, "LeaseFree", 0, new(bool), new(float64)),
 		dbsql.Query(&q.acquireLease, "AcquireLease", 2, new(int64), new(*string), new(int64)),
 		dbsql.Exec(&q.renewLease, "RenewLease", 3),
@@ -45,7 +51,7 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.countUnpublishedUpTo, "CountUnpublishedUpTo", 1, new(int64), new(float64)),
 		dbsql.Query(&q.countPublished, "CountPublished", 1, new(int64)),
 		dbsql.Query(&q.oldestEvents, "OldestEvents", 0, new(*time.Time), new(*time.Time)),
-		dbsql.Exec(&q.pruneUnrelayed, "PruneUnrelayed", 2),
+		dbsql.Query(&q.pruneUnrelayed, "PruneUnrelayed", 2, new(int64)),
 		dbsql.Query(&q.countUnrelayed, "CountUnrelayed", 1, new(int64)),
 		dbsql.Query(&q.relayLease, "RelayLease", 0, new(string), new(*time.Time), new(int64)),
 	)
@@ -76,4 +82,17 @@ type listedRow struct {
 func (l *listedRow) dest() []any {
 	return []any{&l.r.ID, &l.aggregate, &l.r.Topic, &l.key, &l.r.Type, &l.payload, &l.headers,
 		&l.r.Seq, &l.r.CreatedAt, &l.r.Attempts, &l.publishedAt, &l.lastError}
+}
+
+// claimedBatchRow is a ClaimBatches row as the relay scans it.
+type claimedBatchRow struct {
+	firstSeq  int64
+	createdAt time.Time
+	attempts  int
+	events    []byte
+	held      []int64 // seqs an earlier single-event row of their key holds back
+}
+
+func (c *claimedBatchRow) dest() []any {
+	return []any{&c.firstSeq, &c.createdAt, &c.attempts, &c.events, &c.held}
 }

@@ -26,7 +26,7 @@ func TestTakeoverIsNotHeldUpByALockedRow(t *testing.T) {
 		return rec
 	}
 	held, free := write("a"), write("b")
-	_, err := f.db.Pool.Exec(t.Context(), "UPDATE "+f.db.Schema+".outbox_relay_lease SET holder = 'dead', epoch = 1, lease_until = now() - interval '1 second'")
+	_, err := f.db.Pool.Exec(t.Context(), "UPDATE "+f.db.Schema+".outbox_relay_lease SET holder = 'dead', lease_epoch = 1, lease_until = now() - interval '1 second'")
 	require.NoError(t, err)
 	_, err = f.db.Pool.Exec(t.Context(), "UPDATE "+f.db.Schema+".outbox SET claimed_by = 'dead', claimed_until = now() + interval '1 hour' WHERE event_id = ANY ($1)",
 		[][16]byte{held.ID, free.ID})

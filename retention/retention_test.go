@@ -430,7 +430,7 @@ func TestUnrelayedEventsWaitForNoRelay(t *testing.T) {
 	ctx := t.Context()
 	old, recent := f.enqueue(t, ""), f.enqueue(t, "")
 	f.exec(t, `UPDATE %s.outbox SET created_at = now() - interval '3 hours' WHERE aggregate_id = $1`, old.ID)
-	f.exec(t, `UPDATE %s.outbox_relay_lease SET holder = 'relay-1', epoch = 1, lease_until = now() + interval '1 minute'`)
+	f.exec(t, `UPDATE %s.outbox_relay_lease SET holder = 'relay-1', lease_epoch = 1, lease_until = now() + interval '1 minute'`)
 	svc := f.service(t, retention.Config{Policy: retention.Policy{UnrelayedEvents: time.Hour}})
 
 	pass, err := svc.PruneOnce(ctx)
@@ -451,7 +451,7 @@ func TestUnrelayedEventsWaitForNoRelay(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, pass.Total(), "a relay has run on this schema (epoch 1)")
 
-	f.exec(t, `UPDATE %s.outbox_relay_lease SET holder = NULL, epoch = 0, lease_until = '-infinity'`)
+	f.exec(t, `UPDATE %s.outbox_relay_lease SET holder = NULL, lease_epoch = 0, lease_until = '-infinity'`)
 	due, err := svc.Due(ctx)
 	require.NoError(t, err)
 	require.Contains(t, due, retention.Count{Table: "outbox", Class: "unpublished", Rows: 1}, "the dry run shows what the pass deletes")

@@ -220,7 +220,7 @@ type relayFleet struct {
 func (f relayFleet) run(ctx context.Context, out io.Writer) (float64, error) {
 	b := f.b
 	lease := b.schema + ".outbox_relay_lease"
-	if _, err := b.pool.Exec(ctx, "UPDATE "+lease+" SET holder = $1, epoch = epoch + 1, lease_until = now() + interval '1 hour'", benchGateHolder); err != nil {
+	if _, err := b.pool.Exec(ctx, "UPDATE "+lease+" SET holder = $1, lease_epoch = lease_epoch + 1, lease_until = now() + interval '1 hour'", benchGateHolder); err != nil {
 		return 0, fmt.Errorf("llmq bench: holding the relay lease while the relays start: %w", err)
 	}
 	sampler := startConnSampler(ctx, b.pool, b.schema+"-relay-")

@@ -48,7 +48,7 @@ func TestBenchRelayWorker(t *testing.T) {
 		_, err := events.Write(t.Context(), pool, outbox.Event{Topic: "bench", Key: strconv.Itoa(i % 7), Type: "bench.event", Payload: json.RawMessage(`{}`)})
 		require.NoError(t, err)
 	}
-	_, err = pool.Exec(t.Context(), "UPDATE "+c.schema+".outbox_relay_lease SET holder = $1, epoch = epoch + 1, lease_until = now() + interval '1 hour'", benchGateHolder)
+	_, err = pool.Exec(t.Context(), "UPDATE "+c.schema+".outbox_relay_lease SET holder = $1, lease_epoch = lease_epoch + 1, lease_until = now() + interval '1 hour'", benchGateHolder)
 	require.NoError(t, err)
 
 	stopR, stopW := io.Pipe()

@@ -337,3 +337,62 @@ ORDER BY 1`, schema)
 	}
 	return out
 }
+
+// Going back below migration 0021 loses no event still waiting in a batch
+// row: each is copied into a single-event row with its seq, id, creation
+// time and headers, and an event split out of a published row is not
+// copied again. Up again, the relay publishes them in key order.
+func TestBatchRowsGoBackToSingleEventRows(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Setup(t, dbtest.Options{MaxConns: 4})
+	ctx := t.Context()
+	store, err := outbox.NewStore(outbox.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	events := func(n int, key string) []outbox.Event {
+		evs := make([]outbox.Event, n)
+		for i := range evs {
+			evs[i] = outbox.Event{AggregateID: runningLive, Topic: "llmq.jobs", Key: key, Type: fmt.Sprintf("e%d", i),
+				Payload: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)), Headers: map[string]string{"h": key}}
+		}
+		return evs
+	}
+	published, err := store.WriteBatch(ctx, db.Pool, events(2, "a"))
+	require.NoError(t, err)
+	waiting, err := store.WriteBatch(ctx, db.Pool, events(3, "b"))
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, "UPDATE "+db.Schema+".outbox_batches SET published_at = now(), split = ARRAY[$1::bigint] WHERE first_seq = $2",
+		published[1].Seq, published[0].Seq)
+	require.NoError(t, err)
+
+	m := migrator(t, db.Schema)
+	_, err = m.Down(ctx, db.Pool, 20)
+	require.NoError(t, err)
+	rows, err := db.Pool.Query(ctx, "SELECT event_id, seq, key, event_type, payload::text, headers::text FROM "+db.Schema+".outbox ORDER BY seq")
+	require.NoError(t, err)
+	type single struct {
+		ID                         uuid.UUID
+		Seq                        int64
+		Key, Type, Payload, Header string
+	}
+	singles, err := pgx.CollectRows(rows, pgx.RowToStructByPos[single])
+	require.NoError(t, err)
+	require.Len(t, singles, 3, "the waiting row's events, and nothing of the published one")
+	for i, s := range singles {
+		require.Equal(t, waiting[i].ID, s.ID)
+		require.Equal(t, waiting[i].Seq, s.Seq)
+		require.Equal(t, "b", s.Key)
+		require.Equal(t, fmt.Sprintf("e%d", i), s.Type)
+		require.JSONEq(t, fmt.Sprintf(`{"i":%d}`, i), s.Payload)
+		require.JSONEq(t, `{"h":"b"}`, s.Header)
+	}
+
+	_, err = m.Up(ctx, db.Pool, 0)
+	require.NoError(t, err)
+	b := memory.New(memory.Config{})
+	defer b.Close()
+	relay, err := store.NewRelay(db.Pool, b.Publisher(), outbox.RelayConfig{})
+	require.NoError(t, err)
+	res, err := relay.Drain(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Published)
+}
