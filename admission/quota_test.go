@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/admission"
+	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/jobs"
 )
 
@@ -44,7 +45,7 @@ func (f *quotaFixture) enqueue(p jobs.EnqueueParams) (*jobs.Job, error) {
 func (f *quotaFixture) written(tenant string) (jobCount, events int) {
 	f.t.Helper()
 	require.NoError(f.t, f.pool.QueryRow(f.t.Context(),
-		"SELECT count(*), (SELECT count(*) FROM "+f.schema+".outbox o JOIN "+f.schema+".jobs j ON j.id = o.aggregate_id WHERE j.tenant = $1) FROM "+f.schema+".jobs WHERE tenant = $1",
+		"SELECT count(*), (SELECT count(*) FROM "+dbtest.OutboxEvents(f.schema, "o")+" JOIN "+f.schema+".jobs j ON j.id = o.aggregate_id WHERE j.tenant = $1) FROM "+f.schema+".jobs WHERE tenant = $1",
 		tenant).Scan(&jobCount, &events))
 	return jobCount, events
 }

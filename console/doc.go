@@ -132,7 +132,13 @@
 //     both ends, 25,000 entries each (DefaultEventScanLimit), so the job's
 //     first and latest events are found however busy the outbox was; when
 //     the two reads leave a middle unread, the page says the scan limit was
-//     reached. Published events are pruned after their retention, so old
+//     reached. Events written in batch rows (outbox.Store.WriteBatch; the
+//     job store writes a statement's events that way when it writes more
+//     than one) are found in the batch rows written in the job's lifetime,
+//     through their creation time, 500 rows from each end (a fiftieth of
+//     the scan limit), each row's events read out of it; the page says so
+//     when those reads leave a middle unread too. Published events are
+//     pruned after their retention, so old
 //     jobs show none, and a relay with outbox.RelayConfig.DeletePublished
 //     keeps none, so jobs then show only events still waiting.
 //   - A tenant-scoped chart counts the tenant's jobs accepted in the last two

@@ -214,11 +214,15 @@ ORDER BY 1, 2;
 -- name: OutboxLag
 -- The unpublished backlog, counted up to $1 through outbox_pending_idx
 -- (seq; partial on unpublished events), and the age of its oldest event:
--- the first entry of the same index.
+-- the first entry of the same index. Batch rows (migration 0021) count
+-- their events, at most $1 rows of outbox_batches_pending_idx read.
 SELECT
-    (SELECT count(*) FROM (SELECT 1 FROM /*schema*/outbox WHERE published_at IS NULL LIMIT $1) AS c),
-    coalesce(extract(epoch FROM now() - (
-        SELECT created_at FROM /*schema*/outbox WHERE published_at IS NULL ORDER BY seq LIMIT 1)), 0)::float8;
+    (SELECT count(*) FROM (SELECT 1 FROM /*schema*/outbox WHERE published_at IS NULL LIMIT $1) AS c)
+        + (SELECT coalesce(sum(event_count), 0) FROM (
+            SELECT event_count FROM /*schema*/outbox_batches WHERE published_at IS NULL LIMIT $1) AS b),
+    coalesce(extract(epoch FROM now() - least(
+        (SELECT created_at FROM /*schema*/outbox WHERE published_at IS NULL ORDER BY seq LIMIT 1),
+        (SELECT created_at FROM /*schema*/outbox_batches WHERE published_at IS NULL ORDER BY first_seq LIMIT 1))), 0)::float8;
 
 -- name: Runners
 -- Workers holding live leases: RUNNING jobs whose lease has not expired,
@@ -447,6 +451,11 @@ LIMIT 1;
 -- whether the two windows left a part of the range unread (each full, and
 -- apart): the page then says the scan limit was reached. A row with NULL
 -- event columns carries that flag when the job has no event.
+--
+-- Events in batch rows (migration 0021) are found the same way among the
+-- batch rows written from $5 to $6 (the same times as $2 and $3), $7 rows
+-- from each end of outbox_batches_created_idx, each row's events read out
+-- of it; an event split out of its row is read as its copy, above.
 WITH lo AS MATERIALIZED (
     SELECT event_id, aggregate_id, seq FROM /*schema*/outbox
     WHERE event_id >= $2::uuid AND event_id <= $3::uuid
@@ -464,18 +473,48 @@ found AS (
     UNION
     SELECT event_id, seq FROM hi WHERE aggregate_id = $1::uuid
 ),
+batch_lo AS MATERIALIZED (
+    SELECT first_seq, created_at FROM /*schema*/outbox_batches
+    WHERE created_at >= $5::timestamptz AND created_at <= $6::timestamptz
+    ORDER BY created_at
+    LIMIT $7
+),
+batch_hi AS MATERIALIZED (
+    SELECT first_seq, created_at FROM /*schema*/outbox_batches
+    WHERE created_at >= $5::timestamptz AND created_at <= $6::timestamptz
+    ORDER BY created_at DESC
+    LIMIT $7
+),
+batch_found AS (
+    SELECT (e ->> 'id')::uuid AS event_id, e ->> 'type' AS event_type, e ->> 'topic' AS topic,
+        b.created_at, b.published_at, b.attempts, '' AS last_error, (e ->> 'seq')::bigint AS seq
+    FROM /*schema*/outbox_batches AS b
+    CROSS JOIN jsonb_array_elements(b.events) AS e
+    WHERE b.first_seq IN (SELECT first_seq FROM batch_lo UNION SELECT first_seq FROM batch_hi)
+        AND e ->> 'aggregate' = $1::text
+        AND (e ->> 'seq')::bigint <> ALL (b.split)
+),
 gap AS (
     -- (no max(uuid) before PostgreSQL 16)
     SELECT (SELECT count(*) FROM lo) >= $4
-        AND (SELECT event_id FROM lo ORDER BY event_id DESC LIMIT 1) < (SELECT event_id FROM hi ORDER BY event_id LIMIT 1) AS gap
+        AND (SELECT event_id FROM lo ORDER BY event_id DESC LIMIT 1) < (SELECT event_id FROM hi ORDER BY event_id LIMIT 1)
+        OR (SELECT count(*) FROM batch_lo) >= $7
+        AND (SELECT max(created_at) FROM batch_lo) < (SELECT min(created_at) FROM batch_hi) AS gap
 )
 SELECT gap.gap, e.event_id, e.event_type, e.topic, e.created_at, e.published_at, e.attempts, e.last_error
 FROM gap
 LEFT JOIN LATERAL (
-    SELECT o.event_id, o.event_type, o.topic, o.created_at, o.published_at, o.attempts, coalesce(o.last_error, '') AS last_error
-    FROM found AS f
-    JOIN /*schema*/outbox AS o ON o.event_id = f.event_id
-    ORDER BY f.seq
+    SELECT event_id, event_type, topic, created_at, published_at, attempts, last_error
+    FROM (
+        SELECT o.event_id, o.event_type, o.topic, o.created_at, o.published_at, o.attempts,
+            coalesce(o.last_error, '') AS last_error, f.seq
+        FROM found AS f
+        JOIN /*schema*/outbox AS o ON o.event_id = f.event_id
+        UNION ALL
+        SELECT event_id, event_type, topic, created_at, published_at, attempts, last_error, seq
+        FROM batch_found
+    ) AS all_found
+    ORDER BY seq
     LIMIT 100
 ) AS e ON true;
 

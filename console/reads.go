@@ -333,7 +333,9 @@ type event struct {
 }
 
 // DefaultEventScanLimit bounds the outbox entries read from each end of a
-// job's range to find its events.
+// job's range to find its events; a fiftieth of it bounds the batch rows
+// (outbox.Store.WriteBatch, the job store's statements of many events)
+// read from each end the same way, each holding up to 10,000 events.
 const DefaultEventScanLimit = 25_000
 
 // jobEvents returns a job's events, and whether the outbox range they lie
@@ -345,8 +347,9 @@ func (h *Handler) jobEvents(ctx context.Context, j *jobs.Job) ([]event, bool, er
 	}
 	// A minute either side covers clock skew between the hosts that
 	// generate event ids and the database's clock.
-	lo, hi := uuidAt(j.CreatedAt.Add(-time.Minute)), uuidAt(end.Add(time.Minute))
-	rows, err := h.cfg.DB.Query(ctx, h.sql.jobEvents, j.ID, lo, hi, h.eventScanLimit)
+	from, to := j.CreatedAt.Add(-time.Minute), end.Add(time.Minute)
+	rows, err := h.cfg.DB.Query(ctx, h.sql.jobEvents, j.ID, uuidAt(from), uuidAt(to), h.eventScanLimit,
+		from, to, max(h.eventScanLimit/50, 1))
 	if err != nil {
 		return nil, false, fmt.Errorf("console: events of %s: %w", j.ID, err)
 	}

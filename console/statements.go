@@ -44,7 +44,7 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.permitHolders, "PermitHolders", 0, permitHolderDest(new(permitHolder))...),
 		dbsql.Query(&q.serviceLeases, "ServiceLeases", 0, new(serviceLeaseRow).dest()...),
 		dbsql.Query(&q.tenantRows, "TenantRows", 7, new(tenantRowScan).dest()...),
-		dbsql.Query(&q.jobEvents, "JobEvents", 4, new(eventRow).dest()...),
+		dbsql.Query(&q.jobEvents, "JobEvents", 7, new(eventRow).dest()...),
 		dbsql.Query(&q.usageByDay, "UsageByDay", 4, usage...),
 		dbsql.Query(&q.usageByDayTenant, "UsageByDayTenant", 3, usage...),
 	)

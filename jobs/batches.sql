@@ -134,15 +134,19 @@ batch_jobs AS (
     WHERE batch_id IS NOT NULL AND state IN ('SUCCEEDED', 'REVIEW_REQUIRED', 'FAILED_TERMINAL', 'CANCELLED')
 ),
 /*batch_progress*/
-event AS (
-    INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload)
-    SELECT gen_random_uuid(), id, $3, id::text, kind || '.cancelled',
+-- The cancelled jobs' events, one batch row when there are several (see
+-- write_events in queries.sql).
+new_events AS MATERIALIZED (
+    SELECT /*next_event_seq*/, gen_random_uuid() AS event_id, id AS aggregate_id, $3::text AS topic, id::text AS key,
+        kind || '.cancelled' AS event_type,
         jsonb_build_object(
             'job_id', id, 'tenant', tenant, 'kind', kind, 'queue', queue,
             'state', state, 'state_version', state_version, 'attempt', attempt)
-            || CASE WHEN batch_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('batch_id', batch_id) END
+            || CASE WHEN batch_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('batch_id', batch_id) END AS payload,
+        '{}'::jsonb AS headers
     FROM changed
     WHERE state = 'CANCELLED' AND events
-)
+),
+/*write_events*/
 SELECT count(*) FILTER (WHERE state = 'CANCELLED'), count(*) FILTER (WHERE state = 'RUNNING')
 FROM changed;

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/llmqtype"
 )
@@ -25,7 +26,7 @@ func batchOf(key string, n int) jobs.EnqueueBatchParams {
 func (f *fixture) batchEvents(t *testing.T, id uuid.UUID) int {
 	t.Helper()
 	var n int
-	require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT count(*) FROM "+f.schema+".outbox WHERE event_type = $1 AND aggregate_id = $2",
+	require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT count(*) FROM "+dbtest.OutboxEvents(f.schema, "o")+" WHERE event_type = $1 AND aggregate_id = $2",
 		jobs.BatchCompletedEvent, id).Scan(&n))
 	return n
 }
@@ -188,7 +189,7 @@ func TestBatchProgressFollowsEveryTransition(t *testing.T) {
 	require.Equal(t, 1, f.batchEvents(t, id), "one completion event")
 
 	var raw []byte
-	require.NoError(t, f.pool.QueryRow(ctx, "SELECT payload FROM "+f.schema+".outbox WHERE event_type = $1", jobs.BatchCompletedEvent).Scan(&raw))
+	require.NoError(t, f.pool.QueryRow(ctx, "SELECT payload FROM "+dbtest.OutboxEvents(f.schema, "o")+" WHERE event_type = $1", jobs.BatchCompletedEvent).Scan(&raw))
 	var payload map[string]any
 	require.NoError(t, json.Unmarshal(raw, &payload))
 	require.Equal(t, map[string]any{"batch_id": id.String(), "tenant": "acme", "batch_key": "upload-2", "total": 5.0,
@@ -207,7 +208,7 @@ func TestBatchProgressFollowsEveryTransition(t *testing.T) {
 	require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE aggregate_id <> $2),
 			count(*) FILTER (WHERE payload->>'batch_id' = $2::text),
 			count(*) FILTER (WHERE aggregate_id NOT IN (SELECT id FROM `+f.schema+`.jobs WHERE batch_id IS NOT NULL) AND payload ? 'batch_id')
-		FROM `+f.schema+`.outbox WHERE event_type <> $1`, jobs.BatchCompletedEvent, id).Scan(&lifecycle, &named, &outside))
+		FROM `+dbtest.OutboxEvents(f.schema, "o")+` WHERE event_type <> $1`, jobs.BatchCompletedEvent, id).Scan(&lifecycle, &named, &outside))
 	require.Equal(t, 5+5+1, lifecycle, "five accepted, five finished, one plain job accepted")
 	require.Equal(t, 10, named)
 	require.Zero(t, outside)
@@ -254,7 +255,7 @@ func TestCancelBatch(t *testing.T) {
 	require.Equal(t, jobs.Batch{Total: 5, Finished: 5, Cancelled: 5}, counts(b))
 	require.Equal(t, 1, f.batchEvents(t, res.Batch.ID))
 	var named int
-	require.NoError(t, f.pool.QueryRow(ctx, "SELECT count(*) FROM "+f.schema+".outbox WHERE event_type = 'k.cancelled' AND payload->>'batch_id' = $1::text",
+	require.NoError(t, f.pool.QueryRow(ctx, "SELECT count(*) FROM "+dbtest.OutboxEvents(f.schema, "o")+" WHERE event_type = 'k.cancelled' AND payload->>'batch_id' = $1::text",
 		res.Batch.ID).Scan(&named))
 	require.Equal(t, 5, named, "each cancelled job's event names its batch")
 

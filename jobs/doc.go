@@ -73,6 +73,16 @@
 //     ".retry_scheduled" when a failed attempt will be retried (a release at
 //     shutdown and a snooze write none). Run it in a transaction to add
 //     writes of your own (lease.Config.OnSucceeded does).
+//   - A statement that writes more than one event (EnqueueMany and
+//     EnqueueBatch, Complete of several jobs, the reaper's and the deadline
+//     sweep's dead letters) writes them as one batch row of the outbox
+//     (outbox.Store.WriteBatch's shape, migration 0021): about a sixth of
+//     the WAL per event that single-event rows cost, and next to nothing
+//     for the relay to publish. A statement of one event writes a
+//     single-event row, as before. The relay publishes both in write order
+//     per key (see package outbox, Batch rows); whoever reads the outbox
+//     table directly reads both tables (outbox.Store.ListByAggregate
+//     does).
 //   - No job past its deadline is claimed; Reap fails such waiting jobs with
 //     class "deadline" and takes back expired leases (fence+1, full-jitter
 //     backoff, or terminal when attempts or time are used up). Reap is safe

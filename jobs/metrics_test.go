@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/internal/telemetry/telemetrytest"
 	"github.com/llmq/llmq/jobs"
 )
@@ -106,7 +107,7 @@ func TestEnqueueStoresTraceParent(t *testing.T) {
 
 	var header string
 	require.NoError(t, f.pool.QueryRow(context.Background(),
-		"SELECT headers->>'traceparent' FROM "+f.schema+".outbox WHERE aggregate_id = $1", res.Job.ID).Scan(&header))
+		"SELECT headers->>'traceparent' FROM "+dbtest.OutboxEvents(f.schema, "o")+" WHERE aggregate_id = $1", res.Job.ID).Scan(&header))
 	require.Equal(t, want, header)
 
 	// Outside a trace nothing is stored.

@@ -40,6 +40,14 @@ func (f *fixture) count(t *testing.T, table string) int {
 	return n
 }
 
+// eventCount counts the stored outbox events, in both of the outbox's tables.
+func (f *fixture) eventCount(t *testing.T) int {
+	t.Helper()
+	var n int
+	require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT count(*) FROM "+dbtest.OutboxEvents(f.schema, "o")).Scan(&n))
+	return n
+}
+
 // rawJob returns a job's row as JSON, to compare rows byte for byte.
 func (f *fixture) rawJob(t *testing.T, id uuid.UUID) string {
 	t.Helper()
@@ -60,7 +68,7 @@ type outboxRow struct {
 func (f *fixture) events(t *testing.T) []outboxRow {
 	t.Helper()
 	rows, err := f.pool.Query(t.Context(),
-		"SELECT aggregate_id, topic, key, event_type, payload FROM "+f.schema+".outbox ORDER BY seq")
+		"SELECT aggregate_id, topic, key, event_type, payload FROM "+dbtest.OutboxEvents(f.schema, "o")+" ORDER BY seq")
 	require.NoError(t, err)
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (outboxRow, error) {
 		var o outboxRow
@@ -116,7 +124,7 @@ func TestEnqueueConcurrentSameKey(t *testing.T) {
 	}
 	require.Equal(t, 1, created, "exactly one caller created the job")
 	require.Equal(t, 1, f.count(t, "jobs"))
-	require.Equal(t, 1, f.count(t, "outbox"))
+	require.Equal(t, 1, f.eventCount(t))
 }
 
 func TestEnqueueSameKeyDifferentRequestConflicts(t *testing.T) {
@@ -141,7 +149,7 @@ func TestEnqueueSameKeyDifferentRequestConflicts(t *testing.T) {
 
 	require.Equal(t, before, f.rawJob(t, first.Job.ID), "the existing job is unchanged")
 	require.Equal(t, 1, f.count(t, "jobs"))
-	require.Equal(t, 1, f.count(t, "outbox"), "no second event")
+	require.Equal(t, 1, f.eventCount(t), "no second event")
 
 	// Another tenant's identical key is an unrelated job.
 	other, err := f.store.Enqueue(ctx, f.pool, invoice("globex", "upload-1", "doc-2"))
@@ -190,7 +198,7 @@ func TestEnqueueCommitsWithTheCallersTransaction(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tx.Rollback(ctx))
 	require.Zero(t, f.count(t, "jobs"), "rolled back: no job")
-	require.Zero(t, f.count(t, "outbox"), "rolled back: no event")
+	require.Zero(t, f.eventCount(t), "rolled back: no event")
 
 	tx, err = f.pool.Begin(ctx)
 	require.NoError(t, err)
@@ -258,7 +266,7 @@ func TestEnqueueManyIsAtomic(t *testing.T) {
 	require.ErrorAs(t, err, &conflict)
 	require.Equal(t, 2, conflict.Index)
 	require.Equal(t, 1, f.count(t, "jobs"), "a conflict anywhere writes nothing")
-	require.Equal(t, 1, f.count(t, "outbox"))
+	require.Equal(t, 1, f.eventCount(t))
 
 	// Inside a caller's transaction the batch rolls back to a savepoint:
 	// the caller's transaction stays usable.
@@ -284,7 +292,7 @@ func TestEnqueueManyIsAtomic(t *testing.T) {
 	require.Equal(t, res[0].Job.ID, res[3].Job.ID)
 	require.False(t, res[4].Existing)
 	require.Equal(t, 5, f.count(t, "jobs"))
-	require.Equal(t, 5, f.count(t, "outbox"), "one event per job created")
+	require.Equal(t, 5, f.eventCount(t), "one event per job created")
 }
 
 func TestTenantScoping(t *testing.T) {
@@ -422,7 +430,7 @@ func TestEnqueueRejectsBadInput(t *testing.T) {
 		require.Equal(t, "params[1]."+tt.field, verr.Field, tt.name)
 	}
 	require.Zero(t, f.count(t, "jobs"), "no rejected input wrote a job")
-	require.Zero(t, f.count(t, "outbox"), "or an event")
+	require.Zero(t, f.eventCount(t), "or an event")
 
 	_, err := f.store.EnqueueMany(t.Context(), f.pool, nil)
 	require.ErrorIs(t, err, jobs.ErrInvalidParams)

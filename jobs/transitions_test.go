@@ -320,7 +320,7 @@ func TestReplayIsIdempotent(t *testing.T) {
 	j := f.claim(t, "w")
 	_, err = f.store.Complete(ctx, f.pool, []jobs.Completion{{Lease: jobs.Lease{JobID: j.ID, Fence: j.Fence}, Attempt: 1, Worker: "w", Outcome: jobs.OutcomeFailed, ErrorClass: jobs.ClassPermanent, Error: "boom"}})
 	require.NoError(t, err)
-	eventsBefore := f.count(t, "outbox")
+	eventsBefore := f.eventCount(t)
 
 	params := jobs.ReplayParams{Tenant: "acme", JobID: res.Job.ID, By: "alice", Reason: "parser fixed"}
 	results := make([]jobs.ReplayResult, 6)
@@ -343,7 +343,7 @@ func TestReplayIsIdempotent(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, first, "exactly one call created the replay")
-	require.Equal(t, eventsBefore+1, f.count(t, "outbox"), "one requested event")
+	require.Equal(t, eventsBefore+1, f.eventCount(t), "one requested event")
 	require.Equal(t, 2, f.count(t, "jobs"))
 
 	params.By, params.Reason = "bob", "clicked twice"

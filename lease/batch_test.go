@@ -77,7 +77,7 @@ func TestBatchOverFourRunners(t *testing.T) {
 	t.Logf("%d samples, each equal to the job table", samples)
 	require.Greater(t, samples, 2, "progress was sampled while the batch ran")
 	var events int
-	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+db.Schema+".outbox WHERE event_type = $1 AND aggregate_id = $2",
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+dbtest.OutboxEvents(db.Schema, "o")+" WHERE event_type = $1 AND aggregate_id = $2",
 		jobs.BatchCompletedEvent, id).Scan(&events))
 	require.Equal(t, 1, events, "exactly one batch.completed")
 }

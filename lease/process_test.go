@@ -180,6 +180,6 @@ func TestWorkerKilledAfterProviderResponded(t *testing.T) {
 
 	var completed int
 	require.NoError(t, f.pool.QueryRow(t.Context(),
-		"SELECT count(*) FROM "+f.schema+".outbox WHERE event_type = 'extract.completed'").Scan(&completed))
+		"SELECT count(*) FROM "+dbtest.OutboxEvents(f.schema, "o")+" WHERE event_type = 'extract.completed'").Scan(&completed))
 	require.Equal(t, 1, completed, "the job succeeded once")
 }

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmq/llmq/admission"
+	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/internal/telemetry/telemetrytest"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
@@ -146,8 +147,8 @@ func TestAttemptSpanContinuesAcceptanceTrace(t *testing.T) {
 	}
 	// The completion's event carries the acceptance's trace context too.
 	var header string
-	require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT headers->>'traceparent' FROM "+f.schema+
-		".outbox WHERE aggregate_id = $1 AND event_type = 'k.completed'", res.Job.ID).Scan(&header))
+	require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT headers->>'traceparent' FROM "+dbtest.OutboxEvents(f.schema, "o")+
+		" WHERE aggregate_id = $1 AND event_type = 'k.completed'", res.Job.ID).Scan(&header))
 	require.Equal(t, res.Job.TraceParent, header)
 	require.NotEmpty(t, header)
 }

@@ -428,3 +428,41 @@ func TestALargeBatchRowIsPublishedInParts(t *testing.T) {
 	require.Equal(t, 20, pub.largest)
 	require.Zero(t, f.unpublished(t))
 }
+
+// A batch row another session holds locked is not claimed while it is
+// held, and neither is any batch row after it; the relay does not wait
+// for it beyond its lock timeout, and goes on with single-event rows.
+func TestABatchRowHeldElsewhereHoldsTheRowsAfterIt(t *testing.T) {
+	t.Parallel()
+	f := setupRelay(t)
+	ctx := t.Context()
+	first, err := f.store.WriteBatch(ctx, f.db.Pool, orderEvents(0, 2, func(i int) string { return fmt.Sprint("key-", i) }))
+	require.NoError(t, err)
+	_, err = f.store.WriteBatch(ctx, f.db.Pool, orderEvents(2, 2, func(i int) string { return fmt.Sprint("key-", i) }))
+	require.NoError(t, err)
+	_, err = f.store.Write(ctx, f.db.Pool, orderEvents(4, 1, func(int) string { return "" })[0])
+	require.NoError(t, err)
+	operator, err := f.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = operator.Rollback(context.Background()) }()
+	_, err = operator.Exec(ctx, "SELECT FROM "+f.db.Schema+".outbox_batches WHERE first_seq = $1 FOR UPDATE", first[0].Seq)
+	require.NoError(t, err)
+
+	b := memory.New(memory.Config{})
+	r, err := f.store.NewRelay(f.db.Pool, b.Publisher(), outbox.RelayConfig{})
+	require.NoError(t, err)
+	outbox.SetClaimLockTimeout(r, 20*time.Millisecond)
+	for range 2 { // the lock-free claim that waits, then one skipping locked rows
+		res, err := r.RelayOnce(ctx)
+		require.NoError(t, err)
+		require.Zero(t, res.Failed)
+	}
+	require.Equal(t, 1, b.Published("orders"), "only the single-event row")
+	require.Equal(t, 4, f.unpublished(t))
+
+	require.NoError(t, operator.Rollback(ctx))
+	res, err := r.Drain(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 4, res.Published)
+	requireKeyOrder(t, drain(t, b, 5))
+}

@@ -108,13 +108,15 @@
 // share one write order; a batch's events are in the order given.
 //
 // Guarantees and rules, beside those above:
-//   - The relay claims batch rows one at a time, the unpublished row with
-//     the lowest seq first, beside its single-event rows (a claim takes up
-//     to BatchSize single-event rows and at most one batch row, whatever
-//     its size). A keyed single-event row is claimed only while no batch
-//     row below it is unpublished. So a key's events in two batch rows, or
-//     in a batch row and a later single-event row, are published in write
-//     order.
+//   - The relay claims batch rows in write order, the unpublished rows
+//     with the lowest seqs, beside its single-event rows: a claim takes up
+//     to BatchSize single-event rows and then the first batch rows while
+//     they are due and hold at most BatchSize events together (the first
+//     whatever its size; it is published in parts of BatchSize messages).
+//     A batch row in flight holds the batch rows after it, and a keyed
+//     single-event row is claimed only while no batch row below it is
+//     unpublished. So a key's events in two batch rows, or in a batch row
+//     and a later single-event row, are published in write order.
 //   - A batch row is published whole and never backs off. An event the
 //     broker refuses is split out: copied into a single-event row, with its
 //     seq, ID, creation time and headers, which backs off and is retried as
@@ -133,9 +135,10 @@
 //     counts events split unpublished.
 //   - What a batch row costs the relay is that a stuck row holds back every
 //     keyed event written after it until it is settled or split: a row
-//     another session holds locked (an operator's open transaction) is
-//     never claimed (the claim skips it rather than wait), and the rows
-//     after it wait with it.
+//     another session holds locked (an operator's open transaction) is not
+//     claimed while held (a claim waits at most 200ms for it, and then the
+//     relay skips locked rows for a minute, as for single-event rows), and
+//     the rows after it wait with it.
 //   - Event IDs identify events. A copy whose ID a stored event already
 //     has is not made: a consumer deduplicating by ID would drop it anyway.
 //     WriteBatch refuses a batch that holds one ID twice.
@@ -156,6 +159,22 @@
 //     or reordered. Old relays stay standbys (their attempts to take the
 //     lease fail) until they are replaced. Migrating down copies the
 //     events still waiting in batch rows into single-event rows.
+//
+// Code that reads the outbox in SQL (a change feed, a report) reads both
+// tables. A batch row's events column is a jsonb array of objects with
+// seq, id, topic, type and payload, and aggregate, key and headers when the
+// event has them; split lists the seqs of the events read from their
+// copies instead. outbox_batches_last_seq_idx finds the rows holding
+// events above a seq, outbox_batches_created_idx those written in a time
+// range. Every event, once:
+//
+//	SELECT event_id, aggregate_id, topic, key, event_type, payload, seq, published_at
+//	FROM llmq.outbox
+//	UNION ALL
+//	SELECT (e->>'id')::uuid, (e->>'aggregate')::uuid, e->>'topic', e->>'key', e->>'type',
+//	    e->'payload', (e->>'seq')::bigint, b.published_at
+//	FROM llmq.outbox_batches AS b, jsonb_array_elements(b.events) AS e
+//	WHERE (e->>'seq')::bigint <> ALL (b.split)
 //
 // # Relays in every pod
 //

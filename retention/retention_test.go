@@ -102,7 +102,11 @@ func TestPruneRemovesExactlyWhatIsDue(t *testing.T) {
 	f := setup(t)
 	ctx := t.Context()
 
+	// Finished one at a time, so each completed event is a single-event
+	// row that can be aged on its own (a completion of several jobs writes
+	// their events as one batch row).
 	oldDone := f.enqueue(t, "old-key")
+	f.finish(t, jobs.OutcomeSucceeded)
 	newDone := f.enqueue(t, "new-key")
 	f.finish(t, jobs.OutcomeSucceeded)
 	oldDead, newDead := f.enqueue(t, ""), f.enqueue(t, "")

@@ -230,7 +230,7 @@ func (b *bench) relayRabbitMQ(ctx context.Context, stdout io.Writer) (float64, e
 // queue holds the n it received, then empties it.
 func (r *rabbitBench) checkRelayed(ctx context.Context, b *bench, n int) error {
 	var unpublished int
-	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.schema+".outbox WHERE published_at IS NULL").Scan(&unpublished); err != nil {
+	if err := b.pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+b.schema+".outbox WHERE published_at IS NULL) + (SELECT coalesce(sum(event_count), 0) FROM "+b.schema+".outbox_batches WHERE published_at IS NULL)").Scan(&unpublished); err != nil {
 		return err
 	}
 	depth, err := r.depth()

@@ -35,9 +35,11 @@ func TestBenchWAL(t *testing.T) {
 			own, _ := strconv.Atoi(m[4])
 			require.LessOrEqual(t, own, total, m[0])
 			if m[1] == "insert" || m[1] == "run" {
-				// A job row, its keys and its requested event at least.
+				// A job row and its keys at least, and its requested
+				// event's row or share of a batch row (an enqueue of many
+				// jobs writes their events as one).
 				inserts, _ := strconv.ParseFloat(m[5], 64)
-				require.GreaterOrEqual(t, inserts, 3.0, m[0])
+				require.Greater(t, inserts, 2.0, m[0])
 			}
 		}
 		require.Equal(t, c.phases, phases, out)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/admission"
+	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/jobs"
 )
 
@@ -319,7 +320,7 @@ func (f *fixture) rowsOf(id uuid.UUID) string {
 	require.NoError(f.t, f.pool.QueryRow(f.t.Context(), "SELECT coalesce(string_agg(to_jsonb(a)::text, ',' ORDER BY attempt), '') FROM "+
 		f.schema+".job_attempts AS a WHERE job_id = $1", id).Scan(&attempts))
 	require.NoError(f.t, f.pool.QueryRow(f.t.Context(), "SELECT coalesce(string_agg(to_jsonb(o)::text, ',' ORDER BY seq), '') FROM "+
-		f.schema+".outbox AS o WHERE aggregate_id = $1", id).Scan(&events))
+		dbtest.OutboxEvents(f.schema, "o")+" WHERE aggregate_id = $1", id).Scan(&events))
 	return job + "\n" + attempts + "\n" + events
 }
 

@@ -83,17 +83,28 @@ SELECT job_id, count(*) FROM /*schema*/erp_invoices GROUP BY job_id;
 
 -- name: Signals
 -- Job events in the outbox, whether published, and how often the signal
--- path's handler committed each (0: never).
-SELECT o.event_id::text, o.published_at IS NOT NULL, coalesce(s.handled, 0)
-FROM /*schema*/outbox o LEFT JOIN /*schema*/chaos_signals s ON s.event_id = o.event_id::text
-WHERE o.topic = $1;
+-- path's handler committed each (0: never). The events are read from both
+-- of the outbox's tables: single-event rows, and the events of batch rows
+-- (the job store writes a statement's events as one when there are
+-- several), an event split out of its row once, as its copy.
+WITH job_events AS (
+    SELECT event_id::text AS event_id, published_at IS NOT NULL AS published
+    FROM /*schema*/outbox
+    WHERE topic = $1
+    UNION ALL
+    SELECT e ->> 'id', b.published_at IS NOT NULL
+    FROM /*schema*/outbox_batches AS b
+    CROSS JOIN jsonb_array_elements(b.events) AS e
+    WHERE e ->> 'topic' = $1
+        AND (e ->> 'seq')::bigint <> ALL (b.split)
+)
+SELECT o.event_id, o.published, coalesce(s.handled, 0)
+FROM job_events o LEFT JOIN /*schema*/chaos_signals s ON s.event_id = o.event_id;
 
--- name: Settled
--- Whether the run has settled: extraction and delivery jobs all finished,
--- every job event published and handled.
-SELECT (SELECT count(*) FROM /*schema*/jobs WHERE finished_at IS NULL),
-       (SELECT count(*) FROM /*schema*/outbox o WHERE o.topic = $1 AND (o.published_at IS NULL
-            OR NOT EXISTS (SELECT 1 FROM /*schema*/chaos_signals s WHERE s.event_id = o.event_id::text)));
+-- name: Unfinished
+-- Extraction and delivery jobs not finished yet (see awaitSettled, which
+-- reads the job events through Signals).
+SELECT count(*) FROM /*schema*/jobs WHERE finished_at IS NULL;
 
 -- name: LedgerTokens
 -- The tokens the usage ledger holds for the provider's pool: what the

@@ -455,9 +455,7 @@ func (c *controller) every(ctx context.Context, d time.Duration, fn func(context
 func (c *controller) awaitSettled(ctx context.Context) bool {
 	deadline := time.Now().Add(c.cfg.Drain)
 	for time.Now().Before(deadline) {
-		var open, unsignalled int64
-		err := c.pool.QueryRow(ctx, c.q.Must("Settled"), c.topic).Scan(&open, &unsignalled)
-		if err == nil && open == 0 && unsignalled == 0 {
+		if c.settled(ctx) {
 			return true
 		}
 		select {
@@ -467,6 +465,25 @@ func (c *controller) awaitSettled(ctx context.Context) bool {
 		}
 	}
 	return false
+}
+
+// settled reports whether every job is finished and every job event
+// published and handled (false when it cannot tell).
+func (c *controller) settled(ctx context.Context) bool {
+	var open int64
+	if err := c.pool.QueryRow(ctx, c.q.Must("Unfinished")).Scan(&open); err != nil || open > 0 {
+		return false
+	}
+	signals, err := c.readSignals(ctx)
+	if err != nil {
+		return false
+	}
+	for _, s := range signals {
+		if !s.published || s.handled == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *controller) violation(format string, args ...any) {

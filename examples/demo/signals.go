@@ -149,13 +149,18 @@ func startSignals(ctx context.Context, s *stack, kind, amqpURL string) (*signals
 	return sig, nil
 }
 
-// counts returns the job events in the outbox, those not yet published, and
-// those the ingress accepted.
+// counts returns the job events in the outbox (both of its tables: the job
+// store writes a statement's events as one batch row when there are
+// several), those not yet published, and those the ingress accepted.
 func (g *signals) counts(ctx context.Context) (written, pending, accepted int64, err error) {
 	topic := g.s.svc.Jobs.Config().EventTopic
 	err = g.s.pool.QueryRow(ctx, fmt.Sprintf(
-		`SELECT (SELECT count(*) FROM %[1]s.outbox WHERE topic = $1),
-		        (SELECT count(*) FROM %[1]s.outbox WHERE topic = $1 AND published_at IS NULL),
+		`SELECT (SELECT count(*) FROM %[1]s.outbox WHERE topic = $1)
+		            + (SELECT count(*) FROM %[1]s.outbox_batches AS b, jsonb_array_elements(b.events) AS e
+		               WHERE e ->> 'topic' = $1 AND (e ->> 'seq')::bigint <> ALL (b.split)),
+		        (SELECT count(*) FROM %[1]s.outbox WHERE topic = $1 AND published_at IS NULL)
+		            + (SELECT count(*) FROM %[1]s.outbox_batches AS b, jsonb_array_elements(b.events) AS e
+		               WHERE b.published_at IS NULL AND e ->> 'topic' = $1),
 		        (SELECT count(*) FROM %[1]s.demo_signals)`, pgIdent(g.s.schema)), topic).Scan(&written, &pending, &accepted)
 	return written, pending, accepted, err
 }

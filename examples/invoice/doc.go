@@ -101,6 +101,7 @@
 //     publishes at least once; the webhook's event id is the batch id, so
 //     each endpoint gets one delivery per upload.
 //   - The event stream reads the job store's lifecycle events from the
-//     outbox by sequence number; llmq has no change-feed API (see
+//     outbox by sequence number, from both of its tables (single-event
+//     rows and batch rows); llmq has no change-feed API (see
 //     docs/examples.md).
 package invoice

@@ -61,7 +61,12 @@ ON CONFLICT (tenant, name) DO UPDATE SET iban = excluded.iban;
 SELECT iban FROM /*schema*/invoice_suppliers WHERE tenant = $1 AND name = $2;
 
 -- name: MaxEventSeq
-SELECT coalesce(max(seq), 0), coalesce(min(seq), 0) FROM /*schema*/outbox;
+-- The highest and lowest seq of the stored events, in either of the
+-- outbox's tables (batch rows keep their lowest and highest).
+SELECT greatest(coalesce((SELECT max(seq) FROM /*schema*/outbox), 0),
+                coalesce((SELECT max(last_seq) FROM /*schema*/outbox_batches), 0)),
+       coalesce(least((SELECT min(seq) FROM /*schema*/outbox),
+                      (SELECT min(first_seq) FROM /*schema*/outbox_batches)), 0);
 
 -- name: CurrentSnapshot
 -- The transactions in progress now (xmin:xmax:xip), taken when the event
@@ -83,13 +88,28 @@ SELECT NOT EXISTS (
 -- the stream needs to see every sequence number to notice one whose
 -- transaction has not committed yet (a gap), so the tenant filter is applied
 -- by the reader, like the topic's. llmq's outbox has no change-feed read of its own (see
--- docs/examples.md).
+-- docs/examples.md). Events are read from both of the outbox's tables: the
+-- job store writes a statement's events as one batch row when there are
+-- several (outbox_batches, whose last_seq index finds the rows holding
+-- events above the cursor); an event split out of its row is read as its
+-- copy, which has the same seq, and the split is one transaction, so no
+-- event is read twice or missed.
 SELECT seq, event_id::text, topic, event_type, coalesce(aggregate_id::text, ''),
     coalesce(payload->>'tenant', ''), coalesce(payload->>'kind', ''),
     coalesce((payload->>'state_version')::bigint, 0), coalesce(payload->>'state', ''),
     coalesce(payload->>'batch_id', ''),
     CASE WHEN event_type = 'batch.completed' THEN convert_to(payload::text, 'UTF8') END
-FROM /*schema*/outbox
-WHERE seq > $1
+FROM (
+    SELECT seq, event_id, topic, event_type, aggregate_id, payload
+    FROM /*schema*/outbox
+    WHERE seq > $1
+    UNION ALL
+    SELECT (e ->> 'seq')::bigint, (e ->> 'id')::uuid, e ->> 'topic', e ->> 'type', (e ->> 'aggregate')::uuid, e -> 'payload'
+    FROM /*schema*/outbox_batches AS b
+    CROSS JOIN jsonb_array_elements(b.events) AS e
+    WHERE b.last_seq > $1
+        AND (e ->> 'seq')::bigint > $1
+        AND (e ->> 'seq')::bigint <> ALL (b.split)
+) AS events
 ORDER BY seq
 LIMIT $2;

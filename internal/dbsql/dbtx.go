@@ -44,9 +44,10 @@ func WithTx(ctx context.Context, db Beginner, fn func(tx pgx.Tx) error) error {
 		return fmt.Errorf("begin: %w", err)
 	}
 	_, nested := db.(pgx.Tx)
-	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
-	defer cancel()
+	// The bound on ending starts when fn returns, however long fn took.
 	if err := fn(tx); err != nil {
+		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+		defer cancel()
 		// A failed rollback of a transaction makes pgx discard the
 		// connection, so nothing of it commits; a failed rollback of a
 		// savepoint leaves its work in the enclosing transaction.
@@ -63,6 +64,8 @@ func WithTx(ctx context.Context, db Beginner, fn func(tx pgx.Tx) error) error {
 		}
 		return nil
 	}
+	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+	defer cancel()
 	if err := tx.Commit(endCtx); err != nil {
 		return fmt.Errorf("%w: release: %w", ErrSavepointLeftOpen, err)
 	}

@@ -40,6 +40,24 @@ func TestWithTxRollsBackASavepointWhoseContextEnded(t *testing.T) {
 	require.Zero(t, n, "the savepoint's first write committed")
 }
 
+// A savepoint whose work takes longer than the bound on ending it (5s)
+// is still released: the bound starts when the work is done. (It started
+// with WithTx, and an EnqueueBatch of 10,000 jobs on a loaded machine
+// failed to release its savepoint.)
+func TestWithTxReleasesASavepointAfterLongWork(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Setup(t, dbtest.Options{Unmigrated: true})
+	outer, err := db.Pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = outer.Rollback(context.Background()) }()
+	err = dbsql.WithTx(t.Context(), outer, func(sp pgx.Tx) error {
+		_, err := sp.Exec(t.Context(), "SELECT pg_sleep(5.5)")
+		return err
+	})
+	require.NoError(t, err)
+	require.NoError(t, outer.Commit(t.Context()))
+}
+
 const (
 	planSet     = "SELECT set_config('llmq.enable_seqscan', current_setting('enable_seqscan'), true), set_config('enable_seqscan', 'off', true)"
 	planRestore = "SELECT set_config('enable_seqscan', current_setting('llmq.enable_seqscan'), true)"

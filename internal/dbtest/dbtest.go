@@ -267,3 +267,20 @@ func ScannedRows(t testing.TB, pool *pgxpool.Pool, schema, table, counter string
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// OutboxEvents is a FROM item, "(...) AS alias", of every event stored in
+// schema's outbox: the single-event rows of outbox and the events of the
+// batch rows of outbox_batches (migration 0021), each event once (one
+// split out of its batch row is read as its copy), with outbox's columns
+// event_id, aggregate_id, topic, key, event_type, payload, headers, seq,
+// created_at, attempts and published_at. For tests that count or read
+// events in SQL.
+func OutboxEvents(schema, alias string) string {
+	return `(SELECT event_id, aggregate_id, topic, key, event_type, payload, headers, seq, created_at, attempts, published_at
+		FROM ` + schema + `.outbox
+		UNION ALL
+		SELECT (e ->> 'id')::uuid, (e ->> 'aggregate')::uuid, e ->> 'topic', e ->> 'key', e ->> 'type',
+			e -> 'payload', coalesce(e -> 'headers', '{}'), (e ->> 'seq')::bigint, b.created_at, b.attempts, b.published_at
+		FROM ` + schema + `.outbox_batches AS b CROSS JOIN jsonb_array_elements(b.events) AS e
+		WHERE (e ->> 'seq')::bigint <> ALL (b.split)) AS ` + alias
+}
