@@ -219,16 +219,16 @@ const errNeverSettled = "its batch row was claimed before and never settled (the
 // confirmed. Events with no key all go in the first wave.
 func (r *Relay) publishBatches(ctx context.Context, rows []*claimedBatch) []batchVerdict {
 	verdicts := make([]batchVerdict, len(rows))
-	row := map[int64]int{}       // event seq → its row's index
-	held := map[int64]bool{}     // events ClaimBatches found held back
-	stopped := map[string]bool{} // keys with an event split out
+	row := map[int64]int{}   // event seq → its row's index
+	held := map[int64]bool{} // events ClaimBatches found held back
+	stopped := splitKeys{}
 	var pending []Record
 	for i, b := range rows {
 		verdicts[i].firstSeq = b.firstSeq
 		if b.attempts > 1 {
 			for _, rec := range b.events {
 				verdicts[i].splitOut(rec, errNeverSettled, 0)
-				stopped[rec.Key] = rec.Key != ""
+				stopped.add(rec)
 			}
 			r.cfg.Logger.WarnContext(ctx, "llmq: outbox batch row was claimed before and never settled; its events are retried one by one",
 				"first_seq", b.firstSeq, "events", len(b.events))
@@ -245,9 +245,9 @@ func (r *Relay) publishBatches(ctx context.Context, rows []*claimedBatch) []batc
 		inWave := map[string]bool{}
 		for _, rec := range pending {
 			switch {
-			case held[rec.Seq] || rec.Key != "" && stopped[rec.Key]:
+			case held[rec.Seq] || stopped.after(rec):
 				verdicts[row[rec.Seq]].splitOut(rec, "", 0)
-				stopped[rec.Key] = rec.Key != ""
+				stopped.add(rec)
 			case rec.Key != "" && inWave[rec.Key]:
 				later = append(later, rec)
 			default:
@@ -268,7 +268,7 @@ func (r *Relay) publishBatches(ctx context.Context, rows []*claimedBatch) []batc
 
 // publishWave publishes one wave of publishBatches and records the
 // broker's verdict on each of its events in their rows' verdicts.
-func (r *Relay) publishWave(ctx context.Context, wave []Record, verdicts []batchVerdict, row map[int64]int, stopped map[string]bool) {
+func (r *Relay) publishWave(ctx context.Context, wave []Record, verdicts []batchVerdict, row map[int64]int, stopped splitKeys) {
 	failures, pubErr := r.send(ctx, wave)
 	refused := 0
 	for i, rec := range wave {
@@ -280,10 +280,30 @@ func (r *Relay) publishWave(ctx context.Context, wave []Record, verdicts []batch
 		refused++
 		bv.refused++
 		bv.splitOut(rec, failures[i].Error(), r.cfg.Backoff.Delay(1, nil))
-		stopped[rec.Key] = rec.Key != ""
+		stopped.add(rec)
 	}
 	if refused > 0 {
 		r.cfg.Logger.WarnContext(ctx, "llmq: outbox events of batch rows not confirmed; they will be retried one by one",
 			"failed", refused, "of", len(wave), "err", pubErr)
 	}
+}
+
+// splitKeys holds, for each key with an event split out of the claimed
+// rows, the lowest such event's seq: every later event of the key must be
+// split too, and earlier ones need not be.
+type splitKeys map[string]int64
+
+func (k splitKeys) add(rec Record) {
+	if rec.Key == "" {
+		return
+	}
+	if seq, ok := k[rec.Key]; !ok || rec.Seq < seq {
+		k[rec.Key] = rec.Seq
+	}
+}
+
+// after reports whether an earlier event of rec's key was split out.
+func (k splitKeys) after(rec Record) bool {
+	seq, ok := k[rec.Key]
+	return rec.Key != "" && ok && seq < rec.Seq
 }

@@ -466,3 +466,31 @@ func TestABatchRowHeldElsewhereHoldsTheRowsAfterIt(t *testing.T) {
 	require.Equal(t, 4, res.Published)
 	requireKeyOrder(t, drain(t, b, 5))
 }
+
+// When a claim holds a batch row that is split whole (claimed before and
+// never settled) after another row with events of the same keys, the
+// earlier row's events are still published from it: only a key's events
+// after a split one must wait.
+func TestOnlyLaterEventsOfASplitKeyWait(t *testing.T) {
+	t.Parallel()
+	f := setupRelay(t)
+	ctx := t.Context()
+	key := func(i int) string { return fmt.Sprint("key-", i%2) }
+	_, err := f.store.WriteBatch(ctx, f.db.Pool, orderEvents(0, 2, key))
+	require.NoError(t, err)
+	stuck, err := f.store.WriteBatch(ctx, f.db.Pool, orderEvents(2, 2, key))
+	require.NoError(t, err)
+	_, err = f.db.Pool.Exec(ctx, "UPDATE "+f.db.Schema+".outbox_batches SET attempts = 1 WHERE first_seq = $1", stuck[0].Seq)
+	require.NoError(t, err)
+
+	b := memory.New(memory.Config{})
+	r, err := f.store.NewRelay(f.db.Pool, b.Publisher(), outbox.RelayConfig{})
+	require.NoError(t, err)
+	res, err := r.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, outbox.BatchResult{Claimed: 4, Published: 2, Deferred: 2}, res)
+	res, err = r.Drain(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Published)
+	requireKeyOrder(t, drain(t, b, 4))
+}
