@@ -494,3 +494,27 @@ func TestOnlyLaterEventsOfASplitKeyWait(t *testing.T) {
 	require.Equal(t, 2, res.Published)
 	requireKeyOrder(t, drain(t, b, 4))
 }
+
+// A batch row the relay cannot read (written by hand with a header that is
+// not a string) is logged and left waiting; the single-event rows claimed
+// with it are published, not stranded.
+func TestAnUnreadableBatchRowStrandsNothingElse(t *testing.T) {
+	t.Parallel()
+	f := setupRelay(t)
+	ctx := t.Context()
+	_, err := f.store.WriteBatch(ctx, f.db.Pool, orderEvents(0, 2, func(int) string { return "" }))
+	require.NoError(t, err)
+	_, err = f.db.Pool.Exec(ctx, "UPDATE "+f.db.Schema+`.outbox_batches SET events = jsonb_set(events, '{0,headers}', '{"h": 1}')`)
+	require.NoError(t, err)
+	_, err = f.store.Write(ctx, f.db.Pool, orderEvents(2, 1, func(int) string { return "" })[0])
+	require.NoError(t, err)
+
+	b := memory.New(memory.Config{})
+	r, err := f.store.NewRelay(f.db.Pool, b.Publisher(), outbox.RelayConfig{})
+	require.NoError(t, err)
+	res, err := r.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Published, "the single-event row")
+	require.Equal(t, 2, f.unpublished(t), "the unreadable row waits")
+	require.Equal(t, 1, b.Published("orders"))
+}

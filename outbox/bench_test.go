@@ -131,10 +131,11 @@ func benchEventWAL(b *testing.B, deletePublished, batched bool) {
 		b.Fatal(err)
 	}
 	for pruned := int64(0); pruned < int64(n); {
-		deleted, err := pruner.PrunePublished(ctx, db.Pool, time.Hour, outbox.MaxPruneBatch)
+		res, err := pruner.PrunePublished(ctx, db.Pool, time.Hour, outbox.MaxPruneBatch)
 		if err != nil {
 			b.Fatal(err)
 		}
+		deleted := res.Events
 		if deleted == 0 {
 			b.Fatalf("pruned %d of %d events", pruned, n)
 		}

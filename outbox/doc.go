@@ -142,9 +142,9 @@
 //   - Event IDs identify events. A copy whose ID a stored event already
 //     has is not made: a consumer deduplicating by ID would drop it anyway.
 //     WriteBatch refuses a batch that holds one ID twice.
-//   - Events of concurrent writers are not ordered (as for single-event
-//     rows); a batch row's events count as written where its first event
-//     was, so two batch rows written at once are published row by row.
+//   - Events of concurrent writers are not ordered, as for single-event
+//     rows: two batch rows written at once may interleave their seqs, and
+//     their events of one key may be published in either order.
 //   - Readers see each event once: ListByAggregate, Stats, the Pruner's
 //     counts and Prune read both tables, and count an event split out of
 //     its row by its copy. Published batch rows are pruned after Retention

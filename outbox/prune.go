@@ -39,36 +39,44 @@ func NewPruner(schema string) (*Pruner, error) {
 	return p, nil
 }
 
+// PruneResult is what one PrunePublished or PruneUnrelayed call deleted.
+type PruneResult struct {
+	// Events counts the events deleted, a batch row's (Store.WriteBatch)
+	// by its events.
+	Events int64
+	// More is true when a limit was reached: there may be more to prune.
+	More bool
+}
+
 // PrunePublished deletes up to limit events and up to limit batch rows
-// (Store.WriteBatch) published more than olderThan ago, oldest first, and
-// returns how many events went. Fewer than limit means none are left to
-// prune; a batch row's events count, so a call may return more.
-func (p *Pruner) PrunePublished(ctx context.Context, db DBTX, olderThan time.Duration, limit int) (int64, error) {
+// (Store.WriteBatch) published more than olderThan ago, oldest first.
+// Call it again while the result says More: the event count cannot tell,
+// since a batch row holds any number of events.
+func (p *Pruner) PrunePublished(ctx context.Context, db DBTX, olderThan time.Duration, limit int) (PruneResult, error) {
 	if err := checkPrune(olderThan, limit); err != nil {
-		return 0, err
+		return PruneResult{}, err
 	}
-	var n int64
-	if err := db.QueryRow(ctx, p.sql.prunePublished, olderThan.Milliseconds(), limit).Scan(&n); err != nil {
-		return 0, fmt.Errorf("outbox: pruning published events: %w", p.migrated(err))
+	var r PruneResult
+	if err := db.QueryRow(ctx, p.sql.prunePublished, olderThan.Milliseconds(), limit).Scan(&r.Events, &r.More); err != nil {
+		return PruneResult{}, fmt.Errorf("outbox: pruning published events: %w", p.migrated(err))
 	}
-	return n, nil
+	return r, nil
 }
 
 // PruneUnrelayed deletes up to limit unpublished events and up to limit
 // batch rows written more than olderThan ago, for hosts that run no relay
-// and leave their events to retention, and returns how many events went
-// (as PrunePublished). It deletes nothing on a schema where a relay has
-// ever held the leader lease: a relay that stopped or is restarting must
-// find its events.
-func (p *Pruner) PruneUnrelayed(ctx context.Context, db DBTX, olderThan time.Duration, limit int) (int64, error) {
+// and leave their events to retention (as PrunePublished). It deletes
+// nothing on a schema where a relay has ever held the leader lease: a
+// relay that stopped or is restarting must find its events.
+func (p *Pruner) PruneUnrelayed(ctx context.Context, db DBTX, olderThan time.Duration, limit int) (PruneResult, error) {
 	if err := checkPrune(olderThan, limit); err != nil {
-		return 0, err
+		return PruneResult{}, err
 	}
-	var n int64
-	if err := db.QueryRow(ctx, p.sql.pruneUnrelayed, olderThan.Milliseconds(), limit).Scan(&n); err != nil {
-		return 0, fmt.Errorf("outbox: pruning unrelayed events: %w", p.migrated(err))
+	var r PruneResult
+	if err := db.QueryRow(ctx, p.sql.pruneUnrelayed, olderThan.Milliseconds(), limit).Scan(&r.Events, &r.More); err != nil {
+		return PruneResult{}, fmt.Errorf("outbox: pruning unrelayed events: %w", p.migrated(err))
 	}
-	return n, nil
+	return r, nil
 }
 
 // CountPublished counts the events PrunePublished would delete with no

@@ -49,7 +49,7 @@ SELECT least((SELECT min(published_at) FROM /*schema*/outbox WHERE published_at 
 -- AcquireLease (FOR UPDATE) waits for this delete to commit, and then
 -- sees what is left. SKIP LOCKED: an event someone holds is left alone.
 -- Batch rows go the same way, up to $2 of them; the statement returns the
--- events deleted, fewer than $2 when none are left (as PrunePublished).
+-- events deleted and whether either limit was reached (as PrunePublished).
 WITH lease AS MATERIALIZED (
     SELECT lease_epoch, holder FROM /*schema*/outbox_relay_lease FOR SHARE
 ), singles AS (
@@ -79,7 +79,8 @@ WITH lease AS MATERIALIZED (
     )
     RETURNING event_count
 )
-SELECT (SELECT count(*) FROM singles) + (SELECT coalesce(sum(event_count), 0) FROM batches);
+SELECT (SELECT count(*) FROM singles) + (SELECT coalesce(sum(event_count), 0) FROM batches),
+    (SELECT count(*) FROM singles) >= $2 OR (SELECT count(*) FROM batches) >= $2;
 
 -- name: RelayLease
 -- The relays' leader lease, for operators: who holds it, until when, and

@@ -423,9 +423,9 @@ SELECT (SELECT count(*) FROM /*schema*/outbox WHERE published_at IS NULL)
 -- name: PrunePublished
 -- Deletes up to $2 events and up to $2 batch rows published more than $1
 -- ms ago, oldest first, and returns how many events went (a batch row's,
--- less those split out of it, which went or go as their copies). Fewer
--- than $2 means both tables have none left to prune: a batch row holds at
--- least one event.
+-- less those split out of it, which went or go as their copies) and
+-- whether either limit was reached (then there may be more: the event
+-- count says nothing of that, a batch row holding any number).
 WITH singles AS (
     DELETE FROM /*schema*/outbox
     WHERE event_id IN (
@@ -449,4 +449,5 @@ WITH singles AS (
     )
     RETURNING event_count - cardinality(split) AS events
 )
-SELECT (SELECT count(*) FROM singles) + (SELECT coalesce(sum(events), 0) FROM batches);
+SELECT (SELECT count(*) FROM singles) + (SELECT coalesce(sum(events), 0) FROM batches),
+    (SELECT count(*) FROM singles) >= $2 OR (SELECT count(*) FROM batches) >= $2;

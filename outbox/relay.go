@@ -768,12 +768,16 @@ func (r *Relay) transactWith(ctx context.Context, v *verdict, c *claimRange, ski
 	got := claimed{recs: recs}
 	slices.SortFunc(batchRows, func(a, b claimedBatchRow) int { return cmp.Compare(a.firstSeq, b.firstSeq) })
 	for _, row := range batchRows {
-		// The claim is committed: a row that cannot be read is split whole
-		// by the next claim (it was claimed before and never settled), so
-		// it never stops the relay for good.
+		// The claim is committed, so what it took is published whatever a
+		// row holds. A row this build cannot read (only SQL written by
+		// hand makes one) stays claimed, unpublished, and with it every
+		// batch row after it: it is logged, and the single-event rows and
+		// the rows before it go on.
 		b, err := scanClaimedBatch(row)
 		if err != nil {
-			return claimed{}, skippedSet{}, err
+			r.cfg.Logger.ErrorContext(ctx, "llmq: outbox batch row cannot be read; it and the batch rows after it wait until it is repaired or deleted",
+				"first_seq", row.firstSeq, "err", err)
+			break
 		}
 		got.batches = append(got.batches, b)
 	}
@@ -874,12 +878,15 @@ func (r *Relay) Prune(ctx context.Context) (int64, error) {
 	const batch = 10_000
 	var total int64
 	for {
-		var n int64
-		if err := r.pool.QueryRow(ctx, r.store.sql.prunePublished, r.cfg.Retention.Milliseconds(), batch).Scan(&n); err != nil {
+		var (
+			n    int64
+			more bool // a limit was reached (see PrunePublished)
+		)
+		if err := r.pool.QueryRow(ctx, r.store.sql.prunePublished, r.cfg.Retention.Milliseconds(), batch).Scan(&n, &more); err != nil {
 			return total, fmt.Errorf("outbox: pruning: %w", r.store.migrated(err))
 		}
 		total += n
-		if n < batch { // none left (see PrunePublished)
+		if !more {
 			return total, nil
 		}
 	}

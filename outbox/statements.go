@@ -43,7 +43,7 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Exec(&q.deletePublished, "DeletePublished", 2),
 		dbsql.Exec(&q.markFailed, "MarkFailed", 4),
 		dbsql.Query(&q.pendingStats, "PendingStats", 0, new(int64), new(float64)),
-		dbsql.Query(&q.prunePublished, "PrunePublished", 2, new(int64)),
+		dbsql.Query(&q.prunePublished, "PrunePublished", 2, new(int64), new(bool)),
 		dbsql.Query(&q.leaseFree, "LeaseFree", 0, new(bool), new(float64)),
 		dbsql.Query(&q.acquireLease, "AcquireLease", 2, new(int64), new(*string), new(int64)),
 		dbsql.Exec(&q.renewLease, "RenewLease", 3),
@@ -51,7 +51,7 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.countUnpublishedUpTo, "CountUnpublishedUpTo", 1, new(int64), new(float64)),
 		dbsql.Query(&q.countPublished, "CountPublished", 1, new(int64)),
 		dbsql.Query(&q.oldestEvents, "OldestEvents", 0, new(*time.Time), new(*time.Time)),
-		dbsql.Query(&q.pruneUnrelayed, "PruneUnrelayed", 2, new(int64)),
+		dbsql.Query(&q.pruneUnrelayed, "PruneUnrelayed", 2, new(int64), new(bool)),
 		dbsql.Query(&q.countUnrelayed, "CountUnrelayed", 1, new(int64)),
 		dbsql.Query(&q.relayLease, "RelayLease", 0, new(string), new(*time.Time), new(int64)),
 	)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/outbox"
 	"github.com/llmq/llmq/retention"
 	"github.com/llmq/llmq/webhook"
 )
@@ -513,4 +514,36 @@ func TestPruneKeepsBatchesAsLongAsTheirLongestLivedJobs(t *testing.T) {
 		_, err = f.store.Batch(ctx, f.db.Pool, "acme", b.ID)
 		require.NoError(t, err, "batch %s survives", b.Key)
 	}
+}
+
+// A pass prunes every published event that is due, batch rows (many
+// events in one row, outbox.Store.WriteBatch) among them, in as many
+// batches as it takes: a batch of batch rows deletes more events than its
+// limit, and one whose rows were all split out deletes none, and neither
+// ends the class while rows are left.
+func TestPruneDrainsBatchRowsOfEvents(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	events, err := outbox.NewStore(outbox.Config{Schema: f.db.Schema})
+	require.NoError(t, err)
+	ev := outbox.Event{Topic: "t", Type: "x", Payload: []byte(`{}`)}
+	for range 10 {
+		_, err := events.Write(ctx, f.db.Pool, ev)
+		require.NoError(t, err)
+		_, err = events.WriteBatch(ctx, f.db.Pool, []outbox.Event{ev, ev, ev})
+		require.NoError(t, err)
+	}
+	f.exec(t, `UPDATE %s.outbox SET published_at = now() - interval '2 days'`)
+	f.exec(t, `UPDATE %s.outbox_batches SET published_at = now() - interval '2 days'`)
+	// Two rows whose events were all split out (their copies are the
+	// single-event rows above, as far as pruning goes): they count none.
+	f.exec(t, `UPDATE %s.outbox_batches SET split = ARRAY[first_seq, first_seq + 1, first_seq + 2] WHERE first_seq IN (
+		SELECT first_seq FROM %[1]s.outbox_batches ORDER BY first_seq LIMIT 2)`)
+
+	pass, err := f.service(t, retention.Config{BatchSize: 4, Policy: retention.Policy{PublishedEvents: time.Hour}}).PruneOnce(ctx)
+	require.NoError(t, err)
+	require.Contains(t, pass.Deleted, retention.Count{Table: "outbox", Class: "published", Rows: 10 + 8*3})
+	require.Zero(t, f.count(t, "outbox"))
+	require.Zero(t, f.count(t, "outbox_batches"))
 }

@@ -311,21 +311,37 @@ func (s *Service) classes() []class {
 			}, err
 		}})
 	}
-	one := func(table, cls string, keep time.Duration, prune func(context.Context, dbsql.DBTX, time.Duration, int) (int64, error)) {
+	type pruneFunc = func(context.Context, dbsql.DBTX, time.Duration, int) (n int64, more bool, err error)
+	one := func(table, cls string, keep time.Duration, prune pruneFunc) {
 		if keep == Never {
 			return
 		}
 		cs = append(cs, class{func(ctx context.Context, tx pgx.Tx, limit int) (bool, []Count, error) {
-			n, err := prune(ctx, tx, keep, limit)
-			return n == int64(limit), []Count{{Table: table, Class: cls, Rows: n}}, err
+			n, more, err := prune(ctx, tx, keep, limit)
+			return more, []Count{{Table: table, Class: cls, Rows: n}}, err
 		}})
 	}
-	one("job_batches", "", p.Batches(), s.jobs.PruneBatches)
-	one("outbox", "published", p.PublishedEvents, s.outbox.PrunePublished)
-	one("outbox", "unpublished", p.UnrelayedEvents, s.outbox.PruneUnrelayed)
-	one("inbox", "", p.InboxRecords, s.inbox.Prune)
-	one("inbox_quarantine", "", p.InboxQuarantine, s.inbox.PruneQuarantine)
-	one("webhook_deliveries", "", p.WebhookDeliveries, s.webhook.Prune)
+	// Rows deleted up to the limit: there may be more.
+	rows := func(prune func(context.Context, dbsql.DBTX, time.Duration, int) (int64, error)) pruneFunc {
+		return func(ctx context.Context, db dbsql.DBTX, keep time.Duration, limit int) (int64, bool, error) {
+			n, err := prune(ctx, db, keep, limit)
+			return n, n == int64(limit), err
+		}
+	}
+	// An outbox call counts events, a batch row's by its events, and says
+	// itself whether a limit was reached.
+	events := func(prune func(context.Context, outbox.DBTX, time.Duration, int) (outbox.PruneResult, error)) pruneFunc {
+		return func(ctx context.Context, db dbsql.DBTX, keep time.Duration, limit int) (int64, bool, error) {
+			r, err := prune(ctx, db, keep, limit)
+			return r.Events, r.More, err
+		}
+	}
+	one("job_batches", "", p.Batches(), rows(s.jobs.PruneBatches))
+	one("outbox", "published", p.PublishedEvents, events(s.outbox.PrunePublished))
+	one("outbox", "unpublished", p.UnrelayedEvents, events(s.outbox.PruneUnrelayed))
+	one("inbox", "", p.InboxRecords, rows(s.inbox.Prune))
+	one("inbox_quarantine", "", p.InboxQuarantine, rows(s.inbox.PruneQuarantine))
+	one("webhook_deliveries", "", p.WebhookDeliveries, rows(s.webhook.Prune))
 	return append(cs, s.expiredPermits())
 }
 
