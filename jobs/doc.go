@@ -48,6 +48,11 @@
 //     the statement, and the transaction with it).
 //   - EnqueueMany is all or nothing: a savepoint inside the caller's
 //     transaction, or a transaction of its own on a pool.
+//   - A call of one job (Enqueue, or EnqueueMany of one) runs a statement
+//     of its own, InsertJob, that writes exactly the rows the batch
+//     statement writes for that job, from scalar arguments: its plan has no
+//     unnest, joins or batch-row insert to set up, and PostgreSQL spends
+//     about two thirds of the time on it (see docs/performance.md).
 //   - Config.OnAccept runs in the same transaction after the insert, with
 //     the newly created jobs; its error undoes the whole call. This is the
 //     seam for acceptance policy this package knows nothing about, such as

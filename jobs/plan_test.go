@@ -69,6 +69,14 @@ func TestFencedStatementsProbeThePrimaryKey(t *testing.T) {
 		require.NotContains(t, plan, "Seq Scan on tenant_queues", "%s:\n%s", name, plan)
 	}
 
+	// Enqueue's statement probes whether the job's tenant is active through
+	// tenant_queues' primary key, not by walking every active tenant of the
+	// queue, and writes nothing through a scan.
+	plan = explain("InsertJob")
+	require.Contains(t, plan, "tenant_queues_pkey", plan)
+	require.NotContains(t, plan, "Seq Scan", plan)
+	require.NotContains(t, plan, "outbox_batches", plan)
+
 	// The reads that moved to job_keys go through its indexes, then jobs'
 	// primary key.
 	for name, index := range map[string]string{

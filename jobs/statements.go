@@ -15,7 +15,7 @@ import (
 // construction.
 type statements struct {
 	// queries.sql: accepting and reading jobs.
-	insertJobs, selectByKey, get, list, cancel, stats, queueDepth string
+	insertJob, insertJobs, selectByKey, get, list, cancel, stats, queueDepth string
 	// queries.sql: claiming, leases and transitions.
 	claimSettings, lockClaimTenants, claim, claimSkippingLocked, wakeIdleTenants string
 	keyedPlans, restorePlans                                                     string
@@ -40,6 +40,8 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 	stepDest := new(stepRow).dest()
 	batch := new(batchRow).dest()
 	return dbsql.Load(schema, []string{queriesSQL, operatorListSQL, stepsSQL, batchesSQL, pruneSQL},
+		dbsql.Query(&q.insertJob, "InsertJob", 20, job...).
+			Binds(oneJobBatch().one("", "", []string{}, new(string), []string{})...),
 		dbsql.Query(&q.insertJobs, "InsertJobs", 20, job...).
 			Binds(new(insertBatch).args("", "", []string{}, new(string), []string{})...),
 		dbsql.Query(&q.selectByKey, "SelectJobsByIdempotencyKey", 2, job...),

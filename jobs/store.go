@@ -384,6 +384,31 @@ func (b *insertBatch) args(topic, channel string, notify []string, traceParent *
 	}
 }
 
+// one is InsertJob's arguments for a batch of one job: InsertJobs' in
+// the same order, each array's element instead of the array, whether the
+// job writes events instead of the kinds that do not, and whether to
+// notify its queue instead of the queues to notify.
+func (b *insertBatch) one(topic, channel string, notify []string, traceParent *string, withoutEvents []string) []any {
+	return []any{
+		b.ids[0], b.tenants[0], b.kinds[0], b.queues[0], b.priorities[0],
+		b.keys[0], b.hashes[0], b.payloads[0], b.groupKeys[0], b.maxAttempts[0],
+		b.availableAt[0], b.deadlineAt[0], b.estimatedTokens[0], b.eventIDs[0],
+		topic, channel, len(notify) > 0, traceParent, !slices.Contains(withoutEvents, b.kinds[0]), b.batchID,
+	}
+}
+
+// oneJobBatch is a batch of one zero job, whose InsertJob arguments declare
+// the statement's argument types.
+func oneJobBatch() *insertBatch {
+	return &insertBatch{
+		ids: make([][16]byte, 1), eventIDs: make([][16]byte, 1),
+		tenants: make([]string, 1), kinds: make([]string, 1), queues: make([]string, 1), payloads: make([]string, 1),
+		keys: make([]*string, 1), hashes: make([]*string, 1), groupKeys: make([]*string, 1),
+		priorities: make([]int16, 1), maxAttempts: make([]int32, 1),
+		availableAt: make([]*time.Time, 1), deadlineAt: make([]*time.Time, 1), estimatedTokens: make([]int64, 1),
+	}
+}
+
 func (s *PostgresStore) prepare(params []EnqueueParams) (*insertBatch, error) {
 	switch {
 	case len(params) == 0:
@@ -443,7 +468,11 @@ func (s *PostgresStore) prepare(params []EnqueueParams) (*insertBatch, error) {
 // insert runs InsertJobs and resolves every job the statement did not
 // insert to the job that already holds its idempotency key.
 func (s *PostgresStore) insert(ctx context.Context, db DBTX, b *insertBatch) ([]EnqueueResult, error) {
-	rows, err := db.Query(ctx, s.sql.insertJobs, b.args(s.cfg.EventTopic, s.channel,
+	stmt, args := s.sql.insertJobs, b.args
+	if len(b.ids) == 1 {
+		stmt, args = s.sql.insertJob, b.one
+	}
+	rows, err := db.Query(ctx, stmt, args(s.cfg.EventTopic, s.channel,
 		s.notify.queues(b.queues, time.Now()), dbsql.NullIfZero(telemetry.TraceParent(ctx)), s.cfg.KindsWithoutEvents)...)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: enqueue: %w", s.migrated(err))

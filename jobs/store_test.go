@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/internal/dbtest"
+	"github.com/llmq/llmq/internal/telemetry/telemetrytest"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/llmqtype"
 )
@@ -293,6 +294,68 @@ func TestEnqueueManyIsAtomic(t *testing.T) {
 	require.False(t, res[4].Existing)
 	require.Equal(t, 5, f.count(t, "jobs"))
 	require.Equal(t, 5, f.eventCount(t), "one event per job created")
+}
+
+// Enqueue writes one job with InsertJob, EnqueueMany several with
+// InsertJobs: the same job row, key row, requested event and active tenant
+// must come out of both, for every field a caller can set, under a trace,
+// and for a kind that writes no events.
+func TestEnqueueWritesWhatEnqueueManyWrites(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	quiet, err := jobs.NewStore(jobs.Config{Schema: f.schema, Queues: []string{"default", "webhooks"}, KindsWithoutEvents: []string{"quiet"}})
+	require.NoError(t, err)
+	tr := telemetrytest.NewTraces(t)
+	ctx, span := tr.Provider.Tracer("test").Start(t.Context(), "accept")
+	defer span.End()
+
+	at := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+	cases := map[string]jobs.EnqueueParams{
+		"defaults": {Kind: "k"},
+		"every field": {Kind: "k", Queue: "webhooks", Priority: 3, Payload: json.RawMessage(`{"a":[1,2]}`),
+			IdempotencyKey: "key-1", RequestHash: "hash-1", GroupKey: "g", MaxAttempts: 7,
+			AvailableAt: at, DeadlineAt: at.Add(time.Hour), EstimatedTokens: 1234},
+		"derived hash": {Kind: "k", IdempotencyKey: "key-2", Payload: json.RawMessage(`{"b":true}`)},
+		"no events":    {Kind: "quiet"},
+	}
+	// The row and what went with it, less what differs by construction:
+	// the id, the tenant, the times of writing (a default available_at is
+	// the time of acceptance).
+	written := func(id uuid.UUID) string {
+		t.Helper()
+		var row string
+		require.NoError(t, f.pool.QueryRow(t.Context(), `
+			SELECT jsonb_build_object(
+				'job', to_jsonb(j) - '{id,tenant,created_at,updated_at,available_at}'::text[]
+					|| jsonb_build_object('available_at', CASE WHEN j.available_at = j.created_at THEN 'on acceptance' ELSE j.available_at::text END),
+				'key', (SELECT to_jsonb(k) - '{id,tenant}'::text[] FROM `+f.schema+`.job_keys AS k WHERE k.id = j.id),
+				'events', (SELECT coalesce(jsonb_agg(jsonb_build_object('topic', e.topic, 'type', e.event_type,
+						'key', e.key = j.id::text, 'aggregate', e.aggregate_id = j.id, 'headers', e.headers,
+						'payload', e.payload - '{job_id,tenant}'::text[], 'payload_ids', e.payload->>'job_id' = j.id::text AND e.payload->>'tenant' = j.tenant)), '[]')
+					FROM `+dbtest.OutboxEvents(f.schema, "e")+` WHERE e.aggregate_id = j.id),
+				'active', (SELECT NOT q.idle FROM `+f.schema+`.tenant_queues AS q WHERE q.queue = j.queue AND q.tenant = j.tenant))::text
+			FROM `+f.schema+`.jobs AS j WHERE j.id = $1`, id).Scan(&row))
+		return row
+	}
+	for name, p := range cases {
+		one, many := p, p
+		one.Tenant, many.Tenant = "one-"+name, "many-"+name
+		single, err := quiet.Enqueue(ctx, f.pool, one)
+		require.NoError(t, err, name)
+		batch, err := quiet.EnqueueMany(ctx, f.pool, []jobs.EnqueueParams{many, {Tenant: "filler", Kind: "k"}})
+		require.NoError(t, err, name)
+		require.JSONEq(t, written(batch[0].Job.ID), written(single.Job.ID), name)
+
+		// The job Enqueue returns is the row it wrote.
+		stored, err := f.store.Get(t.Context(), f.pool, one.Tenant, single.Job.ID)
+		require.NoError(t, err)
+		require.Equal(t, stored, single.Job, name)
+	}
+	var headers int
+	require.NoError(t, f.pool.QueryRow(t.Context(),
+		"SELECT count(*) FROM "+dbtest.OutboxEvents(f.schema, "e")+" WHERE e.headers ? 'traceparent'").Scan(&headers))
+	require.Equal(t, 10, f.eventCount(t), "three single jobs, three batched and four fillers write events")
+	require.Equal(t, 10, headers, "every event carries the trace")
 }
 
 func TestTenantScoping(t *testing.T) {

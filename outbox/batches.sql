@@ -10,10 +10,12 @@
 -- key and empty headers are left out of the event's object: they are
 -- most events' values, and every byte is written once per event. The
 -- NOTIFY on channel $8, with the first event's topic, is delivered when the
--- caller's transaction commits; HAVING runs it once. Returns the seqs, in
--- the events' order, and the row's creation time.
+-- caller's transaction commits; HAVING runs it once. The sequence is
+-- looked up once per statement (an InitPlan), not per event: the lookup
+-- reads the catalog. Returns the seqs, in the events' order, and the row's
+-- creation time.
 WITH e AS MATERIALIZED (
-    SELECT nextval(pg_get_serial_sequence('/*schema*/outbox', 'seq')) AS seq, v.*
+    SELECT nextval((SELECT pg_get_serial_sequence('/*schema*/outbox', 'seq')::regclass)) AS seq, v.*
     FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
         AS v (id, aggregate, topic, key, type, payload, headers)
 ), inserted AS (
