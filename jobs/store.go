@@ -465,8 +465,9 @@ func (s *PostgresStore) prepare(params []EnqueueParams) (*insertBatch, error) {
 	return b, nil
 }
 
-// insert runs InsertJobs and resolves every job the statement did not
-// insert to the job that already holds its idempotency key.
+// insert runs InsertJobs (InsertJob for a batch of one) and resolves every
+// job the statement did not insert to the job that already holds its
+// idempotency key.
 func (s *PostgresStore) insert(ctx context.Context, db DBTX, b *insertBatch) ([]EnqueueResult, error) {
 	stmt, args := s.sql.insertJobs, b.args
 	if len(b.ids) == 1 {
