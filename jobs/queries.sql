@@ -53,6 +53,27 @@ event_batch AS (
     HAVING count(*) > 1
 )
 
+-- block: requested_event
+-- A job's "<kind>.requested" event's type, payload and headers, from the
+-- CTE job and the trace parent $18 (InsertJobs and InsertJob).
+job.kind || '.requested' AS event_type,
+jsonb_build_object(
+    'job_id', job.id, 'tenant', job.tenant, 'kind', job.kind, 'queue', job.queue,
+    'state', job.state, 'state_version', job.state_version, 'attempt', job.attempt)
+    || CASE WHEN job.batch_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('batch_id', job.batch_id) END AS payload,
+CASE WHEN $18::text IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('traceparent', $18::text) END AS headers
+
+-- block: activate_tenant
+-- The ON CONFLICT of an insert into tenant_queues AS q that makes a tenant
+-- active: an idle row is woken and starts from the floor given, if that
+-- is later than its own vtime; an active row is left alone (InsertJobs and
+-- InsertJob).
+ON CONFLICT (queue, tenant) DO UPDATE
+SET idle       = false,
+    vtime      = greatest(q.vtime, excluded.vtime),
+    updated_at = now()
+WHERE q.idle
+
 -- name: InsertJobs
 -- Inserts a batch of jobs and, in the same statement, one "<kind>.requested"
 -- outbox event per job actually inserted (one batch row for all of them
@@ -114,12 +135,7 @@ job AS (
 ),
 new_events AS MATERIALIZED (
     SELECT /*next_event_seq*/, input.event_id, job.id AS aggregate_id, $15::text AS topic, job.id::text AS key,
-        job.kind || '.requested' AS event_type,
-        jsonb_build_object(
-            'job_id', job.id, 'tenant', job.tenant, 'kind', job.kind, 'queue', job.queue,
-            'state', job.state, 'state_version', job.state_version, 'attempt', job.attempt)
-            || CASE WHEN job.batch_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('batch_id', job.batch_id) END AS payload,
-        CASE WHEN $18::text IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('traceparent', $18::text) END AS headers
+        /*requested_event*/
     FROM job JOIN input ON input.id = job.id
     WHERE job.events
 ),
@@ -161,11 +177,7 @@ activate AS (
     FROM inactive AS a
     JOIN floor AS f ON f.queue = a.queue
     ORDER BY a.queue, a.tenant
-    ON CONFLICT (queue, tenant) DO UPDATE
-    SET idle       = false,
-        vtime      = greatest(q.vtime, excluded.vtime),
-        updated_at = now()
-    WHERE q.idle
+    /*activate_tenant*/
 )
 SELECT
     /*job_columns*/
@@ -213,12 +225,8 @@ job AS (
 ),
 event_row AS (
     INSERT INTO /*schema*/outbox (event_id, aggregate_id, topic, key, event_type, payload, headers)
-    SELECT $14::uuid, job.id, $15::text, job.id::text, job.kind || '.requested',
-        jsonb_build_object(
-            'job_id', job.id, 'tenant', job.tenant, 'kind', job.kind, 'queue', job.queue,
-            'state', job.state, 'state_version', job.state_version, 'attempt', job.attempt)
-            || CASE WHEN job.batch_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('batch_id', job.batch_id) END,
-        CASE WHEN $18::text IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('traceparent', $18::text) END
+    SELECT $14::uuid, job.id, $15::text, job.id::text,
+        /*requested_event*/
     FROM job
     WHERE job.events
 ),
@@ -235,11 +243,7 @@ activate AS (
     WHERE NOT EXISTS (
         SELECT 1 FROM /*schema*/tenant_queues AS t
         WHERE t.queue = job.queue AND t.tenant = job.tenant AND NOT t.idle)
-    ON CONFLICT (queue, tenant) DO UPDATE
-    SET idle       = false,
-        vtime      = greatest(q.vtime, excluded.vtime),
-        updated_at = now()
-    WHERE q.idle
+    /*activate_tenant*/
 )
 SELECT
     /*job_columns*/

@@ -41,7 +41,7 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 	batch := new(batchRow).dest()
 	return dbsql.Load(schema, []string{queriesSQL, operatorListSQL, stepsSQL, batchesSQL, pruneSQL},
 		dbsql.Query(&q.insertJob, "InsertJob", 20, job...).
-			Binds(oneJobBatch().one("", "", []string{}, new(string), []string{})...),
+			Binds(newInsertBatch(1).one("", "", []string{}, new(string), []string{})...),
 		dbsql.Query(&q.insertJobs, "InsertJobs", 20, job...).
 			Binds(new(insertBatch).args("", "", []string{}, new(string), []string{})...),
 		dbsql.Query(&q.selectByKey, "SelectJobsByIdempotencyKey", 2, job...),

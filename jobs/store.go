@@ -397,15 +397,16 @@ func (b *insertBatch) one(topic, channel string, notify []string, traceParent *s
 	}
 }
 
-// oneJobBatch is a batch of one zero job, whose InsertJob arguments declare
-// the statement's argument types.
-func oneJobBatch() *insertBatch {
+// newInsertBatch is a batch of n zero jobs, for prepare to fill in (and,
+// of one, for statements to declare InsertJob's argument types).
+func newInsertBatch(n int) *insertBatch {
 	return &insertBatch{
-		ids: make([][16]byte, 1), eventIDs: make([][16]byte, 1),
-		tenants: make([]string, 1), kinds: make([]string, 1), queues: make([]string, 1), payloads: make([]string, 1),
-		keys: make([]*string, 1), hashes: make([]*string, 1), groupKeys: make([]*string, 1),
-		priorities: make([]int16, 1), maxAttempts: make([]int32, 1),
-		availableAt: make([]*time.Time, 1), deadlineAt: make([]*time.Time, 1), estimatedTokens: make([]int64, 1),
+		ids: make([][16]byte, n), eventIDs: make([][16]byte, n),
+		tenants: make([]string, n), kinds: make([]string, n), queues: make([]string, n), payloads: make([]string, n),
+		keys: make([]*string, n), hashes: make([]*string, n), groupKeys: make([]*string, n),
+		priorities: make([]int16, n), maxAttempts: make([]int32, n),
+		availableAt: make([]*time.Time, n), deadlineAt: make([]*time.Time, n), estimatedTokens: make([]int64, n),
+		derivedHash: make([]bool, n),
 	}
 }
 
@@ -418,15 +419,7 @@ func (s *PostgresStore) prepare(params []EnqueueParams) (*insertBatch, error) {
 			Problem: fmt.Sprintf("the batch has %d jobs, more than the limit of %d", len(params), MaxBatch)}
 	}
 	now := time.Now()
-	n := len(params)
-	b := &insertBatch{
-		ids: make([][16]byte, n), eventIDs: make([][16]byte, n),
-		tenants: make([]string, n), kinds: make([]string, n), queues: make([]string, n), payloads: make([]string, n),
-		keys: make([]*string, n), hashes: make([]*string, n), groupKeys: make([]*string, n),
-		priorities: make([]int16, n), maxAttempts: make([]int32, n),
-		availableAt: make([]*time.Time, n), deadlineAt: make([]*time.Time, n), estimatedTokens: make([]int64, n),
-		derivedHash: make([]bool, n),
-	}
+	b := newInsertBatch(len(params))
 	for i := range params {
 		p, err := s.normalize(params[i], now)
 		if err != nil {
