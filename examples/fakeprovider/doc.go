@@ -18,7 +18,7 @@
 //     and on every answer the API's rate-limit headers: OpenAI's
 //     x-ratelimit-remaining-/x-ratelimit-reset- (Go durations), Anthropic's
 //     anthropic-ratelimit-*-remaining/-reset (RFC 3339 times); a 429 storm
-//     on demand (Storm);
+//     on demand (Storm, or StormFromNextCall to start it at the next call);
 //   - faults, by rate (seeded, for the demo) or by a marker in the document
 //     text (deterministic, for tests): a call that hangs until the client
 //     gives up ("[[fake:timeout-once]]"), malformed JSON ("[[fake:malformed]]",

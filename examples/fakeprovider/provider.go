@@ -92,6 +92,7 @@ type Server struct {
 
 	mu         sync.Mutex
 	stormUntil time.Time
+	stormNext  time.Duration // a storm that begins at the next call (StormFromNextCall)
 	rnd        *rand.Rand
 	calls      map[[32]byte]int // calls per document, for the "-once" faults
 	hangNext   int              // calls still to hang (HangNext)
@@ -136,6 +137,15 @@ func New(cfg Config) *Server {
 func (s *Server) Storm(d time.Duration) {
 	s.mu.Lock()
 	s.stormUntil = time.Now().Add(d)
+	s.mu.Unlock()
+}
+
+// StormFromNextCall is Storm beginning at the next call rather than now, so
+// that a test's storm is met by its first call however long the caller takes
+// to get there.
+func (s *Server) StormFromNextCall(d time.Duration) {
+	s.mu.Lock()
+	s.stormNext = d
 	s.mu.Unlock()
 }
 
@@ -362,6 +372,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, d dialect) {
 func (s *Server) admit(now time.Time, tokens int64) (time.Duration, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.stormNext > 0 {
+		s.stormUntil, s.stormNext = now.Add(s.stormNext), 0
+	}
 	if now.Before(s.stormUntil) {
 		return s.stormUntil.Sub(now), false
 	}

@@ -113,6 +113,22 @@ func TestStorm(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// A storm from the next call refuses that call and every call after it for
+// the storm's length.
+func TestStormFromNextCall(t *testing.T) {
+	t.Parallel()
+	f := setup(t, fakeprovider.Config{})
+	f.srv.StormFromNextCall(time.Hour)
+	resp, _, err := f.call(t.Context(), doc)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	require.Equal(t, "3600", resp.Header.Get("Retry-After"))
+	resp, _, err = f.call(t.Context(), doc)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "the storm lasts past its first call")
+	require.Equal(t, int64(2), f.srv.Stats().RateLimited)
+}
+
 // The markers make the faults they name; "-once" ones only on a document's
 // first call.
 func TestFaults(t *testing.T) {
