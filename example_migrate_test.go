@@ -50,5 +50,6 @@ func ExampleMigrate() {
 	// applied 0019_outbox_narrow_key_index
 	// applied 0020_webhook_delivery_jobs
 	// applied 0021_outbox_batches
+	// applied 0022_outbox_batch_events_json
 	// all applied: true
 }

@@ -567,7 +567,7 @@ func TestJobEventsReadFromBothEnds(t *testing.T) {
 	var first uuid.UUID
 	require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT event_id FROM "+f.schema+".outbox WHERE aggregate_id = $1 AND event_type = 'invoice.extract.requested'", dead).Scan(&first))
 	var deadRow time.Time
-	require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT created_at FROM "+f.schema+".outbox_batches WHERE events @> jsonb_build_array(jsonb_build_object('aggregate', $1::text, 'type', 'invoice.extract.dead_lettered'))", dead).Scan(&deadRow))
+	require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT created_at FROM "+f.schema+".outbox_batches WHERE events::jsonb @> jsonb_build_array(jsonb_build_object('aggregate', $1::text, 'type', 'invoice.extract.dead_lettered'))", dead).Scan(&deadRow))
 	// 300 other events after the job's first.
 	_, err := f.pool.Exec(t.Context(), `INSERT INTO `+f.schema+`.outbox (event_id, aggregate_id, topic, key, event_type, payload, created_at)
 		SELECT (lpad(to_hex(('x' || substr(replace($1::text, '-', ''), 1, 16))::bit(64)::bigint), 16, '0')

@@ -489,7 +489,7 @@ batch_found AS (
     SELECT (e ->> 'id')::uuid AS event_id, e ->> 'type' AS event_type, e ->> 'topic' AS topic,
         b.created_at, b.published_at, b.attempts, '' AS last_error, (e ->> 'seq')::bigint AS seq
     FROM /*schema*/outbox_batches AS b
-    CROSS JOIN jsonb_array_elements(b.events) AS e
+    CROSS JOIN json_array_elements(b.events) AS e
     WHERE b.first_seq IN (SELECT first_seq FROM batch_lo UNION SELECT first_seq FROM batch_hi)
         AND e ->> 'aggregate' = $1::text
         AND (e ->> 'seq')::bigint <> ALL (b.split)

@@ -32,8 +32,9 @@ nextval((SELECT pg_get_serial_sequence('/*schema*/outbox', 'seq')::regclass)) AS
 -- (outbox/batches.sql, InsertBatch; migration 0021). A batch row of tens of
 -- events writes about a sixth of the WAL per event, and costs the relay
 -- next to nothing. The seqs were taken in new_events, so both inserts
--- keep them. A NULL aggregate or key and empty headers are left out of a
--- batch row's event, as InsertBatch does.
+-- keep them. A batch row's events are json text, built with json_agg as
+-- InsertBatch builds them (migration 0022): a NULL aggregate or key is a
+-- JSON null, and empty headers are left out.
 event_row AS (
     INSERT INTO /*schema*/outbox (seq, event_id, aggregate_id, topic, key, event_type, payload, headers)
     OVERRIDING SYSTEM VALUE
@@ -43,11 +44,13 @@ event_row AS (
 ),
 event_batch AS (
     INSERT INTO /*schema*/outbox_batches (first_seq, last_seq, event_count, events)
-    SELECT min(seq), max(seq), count(*), jsonb_agg(
-        jsonb_build_object('seq', seq, 'id', event_id, 'topic', topic, 'type', event_type, 'payload', payload)
-            || CASE WHEN aggregate_id IS NULL THEN '{}' ELSE jsonb_build_object('aggregate', aggregate_id) END
-            || CASE WHEN key IS NULL THEN '{}' ELSE jsonb_build_object('key', key) END
-            || CASE WHEN headers = '{}' THEN '{}' ELSE jsonb_build_object('headers', headers) END
+    SELECT min(seq), max(seq), count(*), json_agg(
+        CASE WHEN headers = '{}'
+            THEN json_build_object('seq', seq, 'id', event_id, 'topic', topic, 'type', event_type, 'payload', payload,
+                'aggregate', aggregate_id, 'key', key)
+            ELSE json_build_object('seq', seq, 'id', event_id, 'topic', topic, 'type', event_type, 'payload', payload,
+                'aggregate', aggregate_id, 'key', key, 'headers', headers)
+        END
         ORDER BY seq)
     FROM new_events
     HAVING count(*) > 1

@@ -18,9 +18,10 @@ import (
 //go:embed batches.sql
 var batchesSQL string
 
-// Limits of one WriteBatch call. A batch row holds its events in one
-// jsonb value, whose size PostgreSQL bounds (at 255 MiB); these bounds
-// keep a row well inside it and a claim's memory bounded.
+// Limits of one WriteBatch call. A batch row holds its events in one json
+// value, whose size PostgreSQL bounds (at 1 GiB, and each event's payload,
+// which passes through jsonb, at 255 MiB); these bounds keep a row well
+// inside them and a claim's memory bounded.
 const (
 	MaxBatchEvents = 10_000
 	MaxBatchBytes  = 64 << 20 // payloads and headers together

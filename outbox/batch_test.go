@@ -504,7 +504,7 @@ func TestAnUnreadableBatchRowStrandsNothingElse(t *testing.T) {
 	ctx := t.Context()
 	_, err := f.store.WriteBatch(ctx, f.db.Pool, orderEvents(0, 2, func(int) string { return "" }))
 	require.NoError(t, err)
-	_, err = f.db.Pool.Exec(ctx, "UPDATE "+f.db.Schema+`.outbox_batches SET events = jsonb_set(events, '{0,headers}', '{"h": 1}')`)
+	_, err = f.db.Pool.Exec(ctx, "UPDATE "+f.db.Schema+`.outbox_batches SET events = jsonb_set(events::jsonb, '{0,headers}', '{"h": 1}')`)
 	require.NoError(t, err)
 	_, err = f.store.Write(ctx, f.db.Pool, orderEvents(2, 1, func(int) string { return "" })[0])
 	require.NoError(t, err)

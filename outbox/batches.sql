@@ -6,9 +6,13 @@
 -- keys, types, payloads and headers as JSON text), each with its own seq
 -- from outbox's identity sequence, taken in the arrays' order (the scan of
 -- unnest yields them in order, and nothing sorts the rows before nextval
--- runs), so a batch keeps the order its writer gave. A NULL aggregate or
--- key and empty headers are left out of the event's object: they are
--- most events' values, and every byte is written once per event. The
+-- runs), so a batch keeps the order its writer gave. The row's events
+-- are json text (migration 0022): json_agg appends each event's text,
+-- where jsonb_agg decoded and encoded every token again. A payload and
+-- headers still pass through jsonb, so a batch row holds only what a
+-- single-event row could (a split copies events into outbox's jsonb
+-- columns). A NULL aggregate or key is a JSON null; empty headers, most
+-- events' value, are left out. The
 -- NOTIFY on channel $8, with the first event's topic, is delivered when the
 -- caller's transaction commits; HAVING runs it once. The sequence is
 -- looked up once per statement (an InitPlan), not per event: the lookup
@@ -20,11 +24,13 @@ WITH e AS MATERIALIZED (
         AS v (id, aggregate, topic, key, type, payload, headers)
 ), inserted AS (
     INSERT INTO /*schema*/outbox_batches (first_seq, last_seq, event_count, events)
-    SELECT min(e.seq), max(e.seq), count(*), jsonb_agg(
-        jsonb_build_object('seq', e.seq, 'id', e.id, 'topic', e.topic, 'type', e.type, 'payload', e.payload::jsonb)
-            || CASE WHEN e.aggregate IS NULL THEN '{}' ELSE jsonb_build_object('aggregate', e.aggregate) END
-            || CASE WHEN e.key IS NULL THEN '{}' ELSE jsonb_build_object('key', e.key) END
-            || CASE WHEN e.headers = '{}' THEN '{}' ELSE jsonb_build_object('headers', e.headers::jsonb) END
+    SELECT min(e.seq), max(e.seq), count(*), json_agg(
+        CASE WHEN e.headers = '{}'
+            THEN json_build_object('seq', e.seq, 'id', e.id, 'topic', e.topic, 'type', e.type, 'payload', e.payload::jsonb,
+                'aggregate', e.aggregate, 'key', e.key)
+            ELSE json_build_object('seq', e.seq, 'id', e.id, 'topic', e.topic, 'type', e.type, 'payload', e.payload::jsonb,
+                'aggregate', e.aggregate, 'key', e.key, 'headers', e.headers::jsonb)
+        END
         ORDER BY e.seq)
     FROM e
     HAVING pg_notify($8, min(e.topic)) IS NOT NULL
@@ -43,8 +49,12 @@ FROM inserted;
 -- too.
 RETURNING b.first_seq, b.created_at, b.attempts, b.events, ARRAY(
     SELECT (e ->> 'seq')::bigint
-    FROM jsonb_array_elements(b.events) AS e
-    WHERE e ? 'key'
+    FROM json_array_elements(b.events) AS e
+    -- Keyed events (a key is a string, or null). Written as an equality,
+    -- which the planner estimates as selective: with "IS NOT NULL" it
+    -- expects every event to be keyed and hashes every unpublished event
+    -- row instead of probing outbox_pending_key_idx once per keyed event.
+    WHERE json_typeof(e -> 'key') = 'string'
         AND EXISTS (
             SELECT FROM /*schema*/outbox AS p
             WHERE hashtextextended(p.key, 0) = hashtextextended(e ->> 'key', 0)
@@ -185,12 +195,12 @@ WITH locked AS (
         created_at, attempts, next_attempt_at, last_error)
     OVERRIDING SYSTEM VALUE
     SELECT v.seq, (e ->> 'id')::uuid, (e ->> 'aggregate')::uuid, e ->> 'topic', e ->> 'key', e ->> 'type',
-        e -> 'payload', coalesce(e -> 'headers', '{}'), locked.created_at,
+        (e -> 'payload')::jsonb, coalesce((e -> 'headers')::jsonb, '{}'), locked.created_at,
         CASE WHEN v.error = '' THEN 0 ELSE 1 END,
         now() + v.delay_ms * interval '1 millisecond',
         nullif(v.error, '')
     FROM locked
-    CROSS JOIN jsonb_array_elements(locked.events) AS e
+    CROSS JOIN json_array_elements(locked.events) AS e
     JOIN unnest($3::bigint[], $4::text[], $5::bigint[]) AS v (seq, error, delay_ms)
         ON v.seq = (e ->> 'seq')::bigint
     ON CONFLICT (event_id) DO NOTHING

@@ -22,10 +22,10 @@ FROM /*schema*/outbox
 WHERE aggregate_id = $1
 UNION ALL
 SELECT (e ->> 'id')::uuid, (e ->> 'aggregate')::uuid, e ->> 'topic', e ->> 'key', e ->> 'type',
-    e -> 'payload', coalesce(e -> 'headers', '{}'),
+    (e -> 'payload')::jsonb, coalesce((e -> 'headers')::jsonb, '{}'),
     (e ->> 'seq')::bigint, b.created_at, b.attempts, b.published_at, NULL
 FROM /*schema*/outbox_batches AS b
-CROSS JOIN jsonb_array_elements(b.events) AS e
+CROSS JOIN json_array_elements(b.events) AS e
 WHERE e ->> 'aggregate' = $1::text
     AND (e ->> 'seq')::bigint <> ALL (b.split)
 ORDER BY seq;

@@ -94,7 +94,7 @@ WITH job_events AS (
     UNION ALL
     SELECT e ->> 'id', b.published_at IS NOT NULL
     FROM /*schema*/outbox_batches AS b
-    CROSS JOIN jsonb_array_elements(b.events) AS e
+    CROSS JOIN json_array_elements(b.events) AS e
     WHERE e ->> 'topic' = $1
         AND (e ->> 'seq')::bigint <> ALL (b.split)
 )

@@ -156,10 +156,10 @@ func (g *signals) counts(ctx context.Context) (written, pending, accepted int64,
 	topic := g.s.svc.Jobs.Config().EventTopic
 	err = g.s.pool.QueryRow(ctx, fmt.Sprintf(
 		`SELECT (SELECT count(*) FROM %[1]s.outbox WHERE topic = $1)
-		            + (SELECT count(*) FROM %[1]s.outbox_batches AS b, jsonb_array_elements(b.events) AS e
+		            + (SELECT count(*) FROM %[1]s.outbox_batches AS b, json_array_elements(b.events) AS e
 		               WHERE e ->> 'topic' = $1 AND (e ->> 'seq')::bigint <> ALL (b.split)),
 		        (SELECT count(*) FROM %[1]s.outbox WHERE topic = $1 AND published_at IS NULL)
-		            + (SELECT count(*) FROM %[1]s.outbox_batches AS b, jsonb_array_elements(b.events) AS e
+		            + (SELECT count(*) FROM %[1]s.outbox_batches AS b, json_array_elements(b.events) AS e
 		               WHERE b.published_at IS NULL AND e ->> 'topic' = $1),
 		        (SELECT count(*) FROM %[1]s.demo_signals)`, pgIdent(g.s.schema)), topic).Scan(&written, &pending, &accepted)
 	return written, pending, accepted, err

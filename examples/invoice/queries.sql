@@ -104,9 +104,9 @@ FROM (
     FROM /*schema*/outbox
     WHERE seq > $1
     UNION ALL
-    SELECT (e ->> 'seq')::bigint, (e ->> 'id')::uuid, e ->> 'topic', e ->> 'type', (e ->> 'aggregate')::uuid, e -> 'payload'
+    SELECT (e ->> 'seq')::bigint, (e ->> 'id')::uuid, e ->> 'topic', e ->> 'type', (e ->> 'aggregate')::uuid, (e -> 'payload')::jsonb
     FROM /*schema*/outbox_batches AS b
-    CROSS JOIN jsonb_array_elements(b.events) AS e
+    CROSS JOIN json_array_elements(b.events) AS e
     WHERE b.last_seq > $1
         AND (e ->> 'seq')::bigint > $1
         AND (e ->> 'seq')::bigint <> ALL (b.split)

@@ -280,7 +280,7 @@ func OutboxEvents(schema, alias string) string {
 		FROM ` + schema + `.outbox
 		UNION ALL
 		SELECT (e ->> 'id')::uuid, (e ->> 'aggregate')::uuid, e ->> 'topic', e ->> 'key', e ->> 'type',
-			e -> 'payload', coalesce(e -> 'headers', '{}'), (e ->> 'seq')::bigint, b.created_at, b.attempts, b.published_at
-		FROM ` + schema + `.outbox_batches AS b CROSS JOIN jsonb_array_elements(b.events) AS e
+			(e -> 'payload')::jsonb, coalesce((e -> 'headers')::jsonb, '{}'), (e ->> 'seq')::bigint, b.created_at, b.attempts, b.published_at
+		FROM ` + schema + `.outbox_batches AS b CROSS JOIN json_array_elements(b.events) AS e
 		WHERE (e ->> 'seq')::bigint <> ALL (b.split)) AS ` + alias
 }

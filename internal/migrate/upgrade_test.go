@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq/broker"
 	"github.com/llmq/llmq/broker/memory"
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/dbtest"
@@ -394,11 +395,89 @@ func TestBatchRowsGoBackToSingleEventRows(t *testing.T) {
 
 	_, err = m.Up(ctx, db.Pool, 0)
 	require.NoError(t, err)
+	relayAll(t, store, db.Pool, 3)
+}
+
+// relayAll drains the outbox to a memory broker, requires want events
+// published, and returns the broker.
+func relayAll(t *testing.T, store *outbox.Store, pool *pgxpool.Pool, want int) *memory.Broker {
+	t.Helper()
 	b := memory.New(memory.Config{})
-	defer b.Close()
-	relay, err := store.NewRelay(db.Pool, b.Publisher(), outbox.RelayConfig{})
+	t.Cleanup(func() { require.NoError(t, b.Close()) })
+	relay, err := store.NewRelay(pool, b.Publisher(), outbox.RelayConfig{})
 	require.NoError(t, err)
-	res, err := relay.Drain(ctx)
+	res, err := relay.Drain(t.Context())
 	require.NoError(t, err)
-	require.Equal(t, 3, res.Published)
+	require.Equal(t, want, res.Published)
+	return b
+}
+
+// Batch rows written before migration 0022, as jsonb whose events leave
+// out a NULL aggregate or key, are relayed after it turned them into json
+// text: every event once, with its key, aggregate, headers and payload,
+// and a keyed event an earlier unpublished single-event row of its key
+// holds back is split out and published after that row.
+func TestJSONBBatchRowsAreRelayedAfterMigration0022(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Setup(t, dbtest.Options{MaxConns: 4})
+	ctx := t.Context()
+	m := migrator(t, db.Schema)
+	_, err := m.Down(ctx, db.Pool, 21)
+	require.NoError(t, err)
+	// At version 21: a single-event row of key "a", then one batch row of
+	// three events as that version wrote them.
+	_, err = db.Pool.Exec(ctx, `INSERT INTO `+db.Schema+`.outbox (event_id, aggregate_id, topic, key, event_type, payload)
+		VALUES ('00000000-0000-7000-8000-0000000000a0', $1, 'llmq.jobs', 'a', 'first', '{}')`, runningLive)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, strings.ReplaceAll(`
+WITH e AS (SELECT nextval(pg_get_serial_sequence('/*schema*/outbox', 'seq')) AS seq, n FROM generate_series(1, 3) AS n)
+INSERT INTO /*schema*/outbox_batches (first_seq, last_seq, event_count, events)
+SELECT min(seq), max(seq), 3, jsonb_agg(CASE n
+    WHEN 1 THEN jsonb_build_object('seq', seq, 'id', '00000000-0000-7000-8000-0000000000a1', 'topic', 'llmq.jobs', 'type', 'keyed',
+        'payload', jsonb_build_object('n', 1, 'none', null), 'aggregate', $1::text, 'key', 'a', 'headers', jsonb_build_object('h', 'x'))
+    WHEN 2 THEN jsonb_build_object('seq', seq, 'id', '00000000-0000-7000-8000-0000000000a2', 'topic', 'llmq.jobs', 'type', 'bare',
+        'payload', jsonb_build_object('n', 2))
+    ELSE jsonb_build_object('seq', seq, 'id', '00000000-0000-7000-8000-0000000000a3', 'topic', 'llmq.jobs', 'type', 'other-key',
+        'payload', '[]'::jsonb, 'key', 'b')
+    END ORDER BY seq)
+FROM e`, "/*schema*/", db.Schema+"."), runningLive)
+	require.NoError(t, err)
+
+	_, err = m.Up(ctx, db.Pool, 0)
+	require.NoError(t, err)
+	var typ string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+		WHERE attrelid = $1::regclass AND attname = 'events'`, db.Schema+".outbox_batches").Scan(&typ))
+	require.Equal(t, "json", typ)
+
+	store, err := outbox.NewStore(outbox.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	b := relayAll(t, store, db.Pool, 4)
+
+	c := b.Consumer("llmq.jobs")
+	defer c.Close()
+	got := map[string]broker.Message{}
+	var keyA []string
+	for range 4 {
+		d, err := c.Receive(ctx)
+		require.NoError(t, err)
+		msg := d.Message()
+		got[msg.Headers[outbox.HeaderEventType]] = msg
+		if msg.Key == "a" {
+			keyA = append(keyA, msg.Headers[outbox.HeaderEventType])
+		}
+		require.NoError(t, d.Ack(ctx))
+	}
+	require.Equal(t, []string{"first", "keyed"}, keyA, "the single-event row of key a first")
+	keyed := got["keyed"]
+	require.Equal(t, "00000000-0000-7000-8000-0000000000a1", keyed.ID)
+	require.Equal(t, "x", keyed.Headers["h"])
+	require.Equal(t, runningLive.String(), keyed.Headers[outbox.HeaderAggregateID])
+	require.JSONEq(t, `{"n": 1, "none": null}`, string(keyed.Body))
+	bare := got["bare"]
+	require.Empty(t, bare.Key)
+	require.NotContains(t, bare.Headers, outbox.HeaderAggregateID)
+	require.JSONEq(t, `{"n": 2}`, string(bare.Body))
+	require.Equal(t, "b", got["other-key"].Key)
+	require.JSONEq(t, `[]`, string(got["other-key"].Body))
 }
