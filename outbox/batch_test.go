@@ -123,6 +123,7 @@ func TestWriteBatchRejectsBadEvents(t *testing.T) {
 	}{
 		{"no topic", []outbox.Event{good, {Type: "x", Payload: json.RawMessage(`{}`)}}, "Events[1].Topic"},
 		{"bad payload", []outbox.Event{good, good, {Topic: "t", Type: "x", Payload: json.RawMessage(`{`)}}, "Events[2].Payload"},
+		{"payload jsonb cannot hold", []outbox.Event{good, {Topic: "t", Type: "x", Payload: json.RawMessage(`{"a":"\u0000"}`)}}, "Events[1].Payload"},
 		{"same id twice", []outbox.Event{{ID: id, Topic: "t", Type: "x", Payload: json.RawMessage(`{}`)}, good, {ID: id, Topic: "t", Type: "y", Payload: json.RawMessage(`{}`)}}, "Events[2].ID"},
 		{"too many", make([]outbox.Event, outbox.MaxBatchEvents+1), "Events"},
 	} {

@@ -9,10 +9,12 @@
 -- runs), so a batch keeps the order its writer gave. The row's events
 -- are json text (migration 0022): json_agg appends each event's text,
 -- where jsonb_agg decoded and encoded every token again. A payload and
--- headers still pass through jsonb, so a batch row holds only what a
--- single-event row could (a split copies events into outbox's jsonb
--- columns). A NULL aggregate or key is a JSON null; empty headers, most
--- events' value, are left out. The
+-- headers still pass through jsonb, so an event leaves a batch row in the
+-- form a single-event row stores (one value per key, jsonb's spacing),
+-- whether it is published from the row or split into outbox's jsonb
+-- columns first. (What jsonb cannot store, such as \u0000, WriteBatch
+-- refuses before this statement.) A NULL aggregate or key is a JSON null;
+-- empty headers, most events' value, are left out. The
 -- NOTIFY on channel $8, with the first event's topic, is delivered when the
 -- caller's transaction commits; HAVING runs it once. The sequence is
 -- looked up once per statement (an InitPlan), not per event: the lookup

@@ -104,13 +104,20 @@ func TestStorm(t *testing.T) {
 	t.Parallel()
 	f := setup(t, fakeprovider.Config{})
 	f.srv.Storm(time.Hour)
+	f.requireRefused(t, "3600")
+	f.srv.Storm(0)
+	_, err := f.extraction(doc)
+	require.NoError(t, err)
+}
+
+// requireRefused makes a call and requires a 429 with the Retry-After
+// given, in seconds.
+func (f *fixture) requireRefused(t *testing.T, retryAfter string) {
+	t.Helper()
 	resp, _, err := f.call(t.Context(), doc)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
-	require.Equal(t, "3600", resp.Header.Get("Retry-After"))
-	f.srv.Storm(0)
-	_, err = f.extraction(doc)
-	require.NoError(t, err)
+	require.Equal(t, retryAfter, resp.Header.Get("Retry-After"))
 }
 
 // A storm from the next call refuses that call and every call after it for
@@ -119,13 +126,8 @@ func TestStormFromNextCall(t *testing.T) {
 	t.Parallel()
 	f := setup(t, fakeprovider.Config{})
 	f.srv.StormFromNextCall(time.Hour)
-	resp, _, err := f.call(t.Context(), doc)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
-	require.Equal(t, "3600", resp.Header.Get("Retry-After"))
-	resp, _, err = f.call(t.Context(), doc)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "the storm lasts past its first call")
+	f.requireRefused(t, "3600")
+	f.requireRefused(t, "3600") // the storm lasts past its first call
 	require.Equal(t, int64(2), f.srv.Stats().RateLimited)
 }
 
