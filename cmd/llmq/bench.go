@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -43,6 +42,7 @@ type benchOptions struct {
 	amqpURL    string
 	window     int
 	walDetail  bool
+	walRecords bool          // drain, e2e: read each phase's WAL records back (pg_walinspect)
 	arrivals   float64       // admission: offered acquires per second over all processes; 0 is a closed loop
 	hold       time.Duration // admission: how long each acquirer holds its permit, modelling the provider call
 	history    int           // drain: finished jobs written up front (bench_history.go)
@@ -70,6 +70,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.batchSize, "batch-size", 0, fmt.Sprintf("drain: enqueue the backlog as batches (jobs.EnqueueBatch) of this many jobs, 1 to %d, so every completion also keeps its batch's counts; 0: no batches", jobs.MaxBatch))
 	fs.BoolVar(&o.deletePub, "delete-published", false, "relay: the relays delete each event once the broker confirmed it (outbox.RelayConfig.DeletePublished) instead of marking it published")
 	fs.BoolVar(&o.walDetail, "wal-detail", false, "drain, e2e: also print each relation's share of every phase's WAL (needs pg_walinspect)")
+	fs.BoolVar(&o.walRecords, "wal-records", true, "drain, e2e: read each phase's WAL records back with pg_walinspect for rows, index entries and HOT share; false prints WAL totals only, so the server spends no CPU reading its WAL (for measuring the server's CPU per job from outside)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the throwaway schema instead of dropping it")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file")
 	fs.StringVar(&o.broker, "broker", "memory", "relay: memory, rabbitmq, or kafka (in-process kfake unless KAFKA_BROKERS is set); ingress: memory or rabbitmq")
@@ -105,6 +106,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("%w: -batch-size %d: use 1 to %d, or 0 for no batches", errUsage, o.batchSize, jobs.MaxBatch)
 	case o.batchSize > 0 && (o.mode != "drain" || o.tenants != 1):
 		return fmt.Errorf("%w: -batch-size is for -mode drain with one tenant (a batch is one tenant's)", errUsage)
+	case o.walDetail && !o.walRecords:
+		return fmt.Errorf("%w: -wal-detail needs the WAL records that -wal-records=false skips", errUsage)
+	case c.json && o.mode == "relay":
+		return fmt.Errorf("%w: -json: -mode relay prints key=value lines only", errUsage)
 	case o.deletePub && o.mode != "relay":
 		return fmt.Errorf("%w: -delete-published is for -mode relay", errUsage)
 	}
@@ -120,9 +125,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer drop()
-	b := &bench{o: o, pool: pool, schema: schema, out: stdout, progress: &lockedWriter{w: stderr}, started: map[uuid.UUID]time.Time{}}
+	b := &bench{o: o, pool: pool, schema: schema, progress: &lockedWriter{w: stderr}, started: map[uuid.UUID]time.Time{},
+		report: &benchReport{asJSON: c.json, out: stdout, Mode: o.mode, Jobs: o.jobs, Workers: o.workers}}
 	if o.mode == "drain" || o.mode == "e2e" {
-		b.wal = newWALMeter(ctx, pool, schema, b.progress)
+		b.wal = newWALMeter(ctx, pool, schema, o.walRecords, b.progress)
 		b.wal.perRelation = o.walDetail
 		defer b.wal.close(ctx)
 	}
@@ -149,7 +155,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case "e2e":
 		seconds, err = b.e2e(ctx)
 	case "latency":
-		seconds, err = b.latency(ctx, stdout)
+		seconds, err = b.latency(ctx)
 	case "relay":
 		switch o.broker {
 		case "rabbitmq":
@@ -165,8 +171,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "llmq %s jobs=%d workers=%d seconds=%.3f jobs_per_s=%.0f\n", o.mode, o.jobs, o.workers, seconds, float64(o.jobs)/seconds)
-	return nil
+	return b.report.finish(seconds)
 }
 
 // throwawaySchema migrates a fresh schema for one bench run and returns
@@ -211,7 +216,7 @@ type bench struct {
 	pool     *pgxpool.Pool
 	store    *jobs.PostgresStore
 	schema   string
-	out      io.Writer // the phases' WAL lines
+	report   *benchReport
 	wal      *walMeter // drain and e2e
 	progress io.Writer
 	recorded atomic.Int64 // outcomes durably recorded
@@ -326,12 +331,12 @@ func (b *bench) drain(ctx context.Context) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := b.wal.phase(ctx, b.out, b.progress, "insert", b.o.backlog, func() error { return b.enqueueBacklog(ctx) }); err != nil {
+	if err := b.wal.phase(ctx, b.report, b.progress, "insert", b.o.backlog, func() error { return b.enqueueBacklog(ctx) }); err != nil {
 		return 0, err
 	}
 	// Start from a vacuumed, analysed table, as a long-running system with
 	// autovacuum would be (some machines run with autovacuum off).
-	err = b.wal.phase(ctx, b.out, b.progress, "vacuum", b.o.backlog, func() error {
+	err = b.wal.phase(ctx, b.report, b.progress, "vacuum", b.o.backlog, func() error {
 		_, err := b.pool.Exec(ctx, "VACUUM ANALYZE "+b.schema+".tenant_queues, "+b.schema+".jobs")
 		return err
 	})
@@ -369,7 +374,7 @@ func (b *bench) printWAL(ctx context.Context, phase string, n int, from walMark)
 	if err != nil {
 		return err
 	}
-	p.print(b.out, phase, n)
+	b.report.wal(p.lines(phase, n)...)
 	return nil
 }
 
@@ -450,7 +455,7 @@ func (b *bench) e2e(ctx context.Context) (float64, error) {
 
 // latency enqueues at a fixed rate, independent of completions, and reports
 // the time from each enqueue call to its handler's start.
-func (b *bench) latency(ctx context.Context, stdout io.Writer) (float64, error) {
+func (b *bench) latency(ctx context.Context) (float64, error) {
 	stop, err := b.startRunner(ctx, b.claimBatch(10))
 	if err != nil {
 		return 0, err
@@ -504,21 +509,8 @@ func (b *bench) latency(ctx context.Context, stdout io.Writer) (float64, error) 
 	for id, t0 := range sent {
 		latencies = append(latencies, b.started[id].Sub(t0))
 	}
-	fmt.Fprintf(stdout, "llmq latency rate=%.0f/s enqueue_to_start %s\n", b.o.rate, percentiles(latencies))
-	fmt.Fprintf(stdout, "llmq latency rate=%.0f/s enqueue_call     %s\n", b.o.rate, percentiles(enqueueTook))
+	b.report.latency(latencyReport{RatePerSecond: b.o.rate, EnqueueToStart: summarize(latencies), EnqueueCall: summarize(enqueueTook)})
 	return elapsed, nil
-}
-
-// percentiles formats p50, p90, p99 and the maximum of ds (sorted in place).
-func percentiles(ds []time.Duration) string {
-	if len(ds) == 0 {
-		return "n=0"
-	}
-	slices.Sort(ds)
-	p := func(q float64) time.Duration {
-		return ds[min(len(ds)-1, int(q*float64(len(ds))))].Round(10 * time.Microsecond)
-	}
-	return fmt.Sprintf("p50=%s p90=%s p99=%s max=%s", p(0.50), p(0.90), p(0.99), ds[len(ds)-1].Round(10*time.Microsecond))
 }
 
 // writeOutboxEvents writes n outbox events on 1,000 keys, topic "bench",

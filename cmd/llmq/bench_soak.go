@@ -71,6 +71,8 @@ func runBenchSoak(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fmt.Errorf("%w: -rate %g: use more than 0 and at most 100000", errUsage, o.rate)
 	case o.workers < 1 || o.sample <= 0:
 		return fmt.Errorf("%w: -workers and -sample must be positive", errUsage)
+	case c.json:
+		return fmt.Errorf("%w: -json: -mode soak prints key=value lines only", errUsage)
 	}
 	o.sample = min(o.sample, o.duration/3)
 	pool, err := c.connectBench(ctx, benchOptions{producers: 48})

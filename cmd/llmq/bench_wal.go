@@ -39,11 +39,15 @@ type walMeter struct {
 	slot *pgx.Conn
 }
 
-// newWALMeter prepares a meter. pg_walinspect is created in the bench's
-// throwaway schema (dropped with it) unless the database already has it;
-// without it, only totals are printed.
-func newWALMeter(ctx context.Context, pool *pgxpool.Pool, schema string, stderr io.Writer) *walMeter {
+// newWALMeter prepares a meter. When records is set, pg_walinspect is
+// created in the bench's throwaway schema (dropped with it) unless the
+// database already has it; without it, or without records, only totals are
+// printed.
+func newWALMeter(ctx context.Context, pool *pgxpool.Pool, schema string, records bool, stderr io.Writer) *walMeter {
 	m := &walMeter{pool: pool, schema: schema}
+	if !records {
+		return m
+	}
 	if err := m.findInspect(ctx); err != nil {
 		fmt.Fprintf(stderr, "llmq bench: pg_walinspect unavailable (%v); printing WAL totals only\n", err)
 		return m
@@ -241,30 +245,34 @@ func (m *walMeter) measure(ctx context.Context, from walMark, stderr io.Writer) 
 	return p, nil
 }
 
-// print writes one line per phase:
-//
-//	llmq wal phase=P jobs=N bytes_per_job=B [schema_bytes_per_job=… records_per_job=… fpi_bytes_per_job=…
-//	    heap_inserts_per_job=… updates_per_job=… hot_pct=… locks_per_job=… index_entries_per_job=…]
-func (p walPhase) print(w io.Writer, phase string, jobs int) {
+// lines gives the phase's line and, with -wal-detail, a line per relation.
+func (p walPhase) lines(phase string, jobs int) []walLine {
+	lines := []walLine{p.line(phase, "", jobs)}
+	for _, r := range p.relations {
+		lines = append(lines, r.line(phase, r.name, jobs))
+	}
+	return lines
+}
+
+func (p walPhase) line(phase, relation string, jobs int) walLine {
 	n := float64(max(jobs, 1))
-	fmt.Fprintf(w, "llmq wal phase=%s jobs=%d bytes_per_job=%.0f", phase, jobs, float64(p.total)/n)
+	l := walLine{Phase: phase, Relation: relation, Jobs: jobs, BytesPerJob: float64(p.total) / n}
 	if p.inspected {
 		hotPct := 0.0
 		if p.updates > 0 {
 			hotPct = 100 * float64(p.hot) / float64(p.updates)
 		}
-		fmt.Fprintf(w, " schema_bytes_per_job=%.0f records_per_job=%.1f fpi_bytes_per_job=%.0f heap_inserts_per_job=%.2f updates_per_job=%.2f hot_pct=%.0f locks_per_job=%.2f deletes_per_job=%.2f index_entries_per_job=%.2f",
-			float64(p.bytes)/n, float64(p.records)/n, float64(p.fpiBytes)/n, float64(p.inserts)/n,
-			float64(p.updates)/n, hotPct, float64(p.locks)/n, float64(p.deletes)/n, float64(p.indexes)/n)
+		l.walRecordsPerJob = &walRecordsPerJob{
+			SchemaBytes: float64(p.bytes) / n, Records: float64(p.records) / n, FPIBytes: float64(p.fpiBytes) / n,
+			HeapInserts: float64(p.inserts) / n, Updates: float64(p.updates) / n, HOTPercent: hotPct,
+			Locks: float64(p.locks) / n, Deletes: float64(p.deletes) / n, IndexEntries: float64(p.indexes) / n,
+		}
 	}
-	fmt.Fprintln(w)
-	for _, r := range p.relations {
-		r.print(w, phase+" relation="+r.name, jobs)
-	}
+	return l
 }
 
-// phase measures the phase run by fn and prints its line.
-func (m *walMeter) phase(ctx context.Context, w, stderr io.Writer, name string, jobs int, fn func() error) error {
+// phase measures the phase run by fn and reports its lines.
+func (m *walMeter) phase(ctx context.Context, report *benchReport, stderr io.Writer, name string, jobs int, fn func() error) error {
 	from, err := m.mark(ctx)
 	if err != nil {
 		return err
@@ -276,6 +284,6 @@ func (m *walMeter) phase(ctx context.Context, w, stderr io.Writer, name string, 
 	if err != nil {
 		return err
 	}
-	p.print(w, name, jobs)
+	report.wal(p.lines(name, jobs)...)
 	return nil
 }

@@ -47,4 +47,12 @@ func TestBenchWAL(t *testing.T) {
 			require.Regexp(t, `(?m)^llmq wal phase=drain relation=jobs jobs=\d+ bytes_per_job=\d+ `, out)
 		}
 	}
+
+	// -wal-records=false leaves the records unread: every phase still has
+	// its total, and nothing more.
+	code, out, stderr := runCLI(t, "bench", "-database-url", dbtest.URL(), "-mode", "drain", "-jobs", "100", "-workers", "10", "-wal-records=false")
+	require.Equal(t, 0, code, stderr)
+	totals := regexp.MustCompile(`(?m)^llmq wal phase=(\w+) jobs=100 bytes_per_job=[1-9]\d*$`).FindAllStringSubmatch(out, -1)
+	require.Len(t, totals, 4, out)
+	require.NotContains(t, out, "schema_bytes_per_job")
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -127,6 +128,9 @@ func TestUsageErrors(t *testing.T) {
 	code, _, stderr := runCLI(t, "bench", "-database-url", dbtest.URL(), "-delete-published")
 	require.Equal(t, 2, code, "-delete-published with the drain mode")
 	require.Contains(t, stderr, "-delete-published is for -mode relay")
+	code, _, stderr = runCLI(t, "bench", "-database-url", dbtest.URL(), "-wal-detail", "-wal-records=false")
+	require.Equal(t, 2, code, "-wal-detail without the records it breaks down")
+	require.Contains(t, stderr, "-wal-detail needs the WAL records")
 	code, _, stderr = runCLI(t, "migrate", "up", "-schema", "public", "-database-url", dbtest.URL())
 	require.Equal(t, 2, code, "a refused schema name is refused input")
 	require.Contains(t, stderr, "invalid schema name")
@@ -189,5 +193,76 @@ func TestBenchModes(t *testing.T) {
 		var left bool
 		require.NoError(t, pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)`, m[1]).Scan(&left))
 		require.False(t, left, "the throwaway schema %s is dropped", m[1])
+	}
+}
+
+// With -json the drain, e2e, latency and ingress benches print one JSON
+// object holding what the text lines hold; the modes that print only
+// key=value lines refuse -json rather than ignore it.
+func TestBenchJSON(t *testing.T) {
+	t.Parallel()
+	type report struct {
+		Mode          string  `json:"mode"`
+		Jobs          int     `json:"jobs"`
+		Seconds       float64 `json:"seconds"`
+		JobsPerSecond float64 `json:"jobs_per_s"`
+		WAL           []struct {
+			Phase       string   `json:"phase"`
+			Relation    string   `json:"relation"`
+			BytesPerJob float64  `json:"bytes_per_job"`
+			HeapInserts *float64 `json:"heap_inserts_per_job"`
+		} `json:"wal"`
+		Latency *struct {
+			EnqueueToStart struct {
+				N     int     `json:"n"`
+				P50Ms float64 `json:"p50_ms"`
+				MaxMs float64 `json:"max_ms"`
+			} `json:"enqueue_to_start"`
+		} `json:"latency"`
+	}
+	for _, args := range [][]string{
+		{"-mode", "drain", "-jobs", "200", "-workers", "10", "-wal-detail"},
+		{"-mode", "e2e", "-jobs", "100", "-workers", "10", "-producers", "2", "-wal-records=false"},
+		{"-mode", "latency", "-jobs", "20", "-workers", "5", "-rate", "200"},
+		{"-mode", "ingress", "-jobs", "100", "-workers", "2"},
+	} {
+		code, out, stderr := runCLI(t, append([]string{"bench", "-database-url", dbtest.URL(), "-json"}, args...)...)
+		require.Equal(t, 0, code, stderr)
+		var r report
+		require.NoError(t, json.Unmarshal([]byte(out), &r), "one JSON object: %s", out)
+		require.Equal(t, args[1], r.Mode)
+		require.Equal(t, args[3], strconv.Itoa(r.Jobs))
+		require.Positive(t, r.Seconds)
+		require.InDelta(t, float64(r.Jobs)/r.Seconds, r.JobsPerSecond, 0.01*r.JobsPerSecond)
+		var phases, relations []string
+		for _, w := range r.WAL {
+			require.Positive(t, w.BytesPerJob, out)
+			if w.Relation != "" {
+				relations = append(relations, w.Relation)
+				continue
+			}
+			phases = append(phases, w.Phase)
+			require.Equal(t, args[1] == "drain", w.HeapInserts != nil, "records are read back unless -wal-records=false: %s", out)
+		}
+		switch args[1] {
+		case "drain":
+			require.Equal(t, []string{"insert", "vacuum", "drain", "run"}, phases)
+			require.Contains(t, relations, "jobs")
+		case "e2e":
+			require.Equal(t, []string{"run"}, phases)
+		case "latency":
+			require.NotNil(t, r.Latency, out)
+			require.Equal(t, 20, r.Latency.EnqueueToStart.N)
+			require.Positive(t, r.Latency.EnqueueToStart.P50Ms)
+			require.GreaterOrEqual(t, r.Latency.EnqueueToStart.MaxMs, r.Latency.EnqueueToStart.P50Ms)
+		default:
+			require.Empty(t, r.WAL)
+			require.Nil(t, r.Latency)
+		}
+	}
+	for _, args := range [][]string{{"-mode", "relay"}, {"-mode", "soak"}} {
+		code, _, stderr := runCLI(t, append([]string{"bench", "-database-url", dbtest.URL(), "-json"}, args...)...)
+		require.Equal(t, 2, code, args)
+		require.Contains(t, stderr, "-json: -mode "+args[1]+" prints key=value lines only")
 	}
 }
