@@ -113,9 +113,9 @@ type jobRow struct {
 func (r *jobRow) dest() []any {
 	j := &r.j
 	return []any{
-		(*[16]byte)(&j.ID), &j.Tenant, &j.Kind, &j.Queue, &r.priority, &r.key, &r.hash, &j.Payload,
+		(*[16]byte)(&j.ID), &j.Tenant, &j.Kind, &j.Queue, &r.priority, &r.key, &r.hash, dbsql.RawJSON(&j.Payload),
 		&r.group, &r.state, &j.Attempt, &j.MaxAttempts, &j.Fence, &r.owner, &r.leaseUntil, &r.attemptedAt,
-		&j.AvailableAt, &r.deadline, &j.StateVersion, &j.EstimatedTokens, &j.Result,
+		&j.AvailableAt, &r.deadline, &j.StateVersion, &j.EstimatedTokens, dbsql.RawJSON(&j.Result),
 		&r.errClass, &r.lastErr, &r.replayOf, &r.replayedBy, &r.replayReason,
 		&r.cancelReq, &j.CreatedAt, &j.UpdatedAt, &r.finished, &r.traceParent, &r.batchID,
 	}

@@ -66,7 +66,7 @@ type claimedRow struct {
 }
 
 func (c *claimedRow) dest() []any {
-	return []any{(*[16]byte)(&c.r.ID), &c.aggregate, &c.r.Topic, &c.key, &c.r.Type, &c.r.Payload, &c.headers,
+	return []any{(*[16]byte)(&c.r.ID), &c.aggregate, &c.r.Topic, &c.key, &c.r.Type, dbsql.RawJSON(&c.r.Payload), &c.headers,
 		&c.r.Seq, &c.r.CreatedAt, &c.r.Attempts}
 }
 

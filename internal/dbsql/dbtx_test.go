@@ -2,6 +2,8 @@ package dbsql_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -122,4 +124,54 @@ func TestCollectUnderReportsEveryStatementsError(t *testing.T) {
 	require.ErrorContains(t, err, "llmq.no_such_setting", "the restore's failure is the caller's to see")
 	require.NoError(t, tx.Rollback(t.Context()))
 	require.Equal(t, "off", seen(t, db.Pool), "the pool's one connection is usable again")
+}
+
+// RawJSON scans a jsonb value, its JSON null and SQL NULL as scanning into
+// a *json.RawMessage would, each into a copy of its own that later rows do
+// not overwrite.
+func TestRawJSONScansAsRawMessage(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Setup(t, dbtest.Options{Unmigrated: true})
+	values := []*string{new(`{"text": "lorem", "n": [1, 2.5, null]}`), nil, new("null"), new(`"\u00e9"`), new(`{"text": "ipsum"}`)}
+	rows, err := db.Pool.Query(t.Context(), "SELECT v, v FROM unnest($1::jsonb[]) WITH ORDINALITY AS u (v, i) ORDER BY i", values)
+	require.NoError(t, err)
+	var viaUnmarshal, viaRaw []json.RawMessage
+	for rows.Next() {
+		var u, r json.RawMessage
+		require.NoError(t, rows.Scan(&u, dbsql.RawJSON(&r)))
+		viaUnmarshal, viaRaw = append(viaUnmarshal, u), append(viaRaw, r)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, viaUnmarshal, viaRaw)
+	require.Len(t, viaRaw, len(values))
+	for i, v := range values {
+		require.Equal(t, v == nil, viaRaw[i] == nil, i)
+	}
+	require.JSONEq(t, `{"text": "lorem", "n": [1, 2.5, null]}`, string(viaRaw[0]), "the first row's value outlives the rows after it")
+}
+
+// BenchmarkScanJSONB scans 1,000 jsonb values of about 100 bytes and about
+// 4 KB, into a *json.RawMessage and through RawJSON.
+func BenchmarkScanJSONB(b *testing.B) {
+	db := dbtest.Setup(b, dbtest.Options{Unmigrated: true})
+	for _, size := range []int{100, 4000} {
+		for _, via := range []string{"RawMessage", "RawJSON"} {
+			b.Run(fmt.Sprintf("%s/%dB", via, size), func(b *testing.B) {
+				for b.Loop() {
+					rows, err := db.Pool.Query(b.Context(),
+						"SELECT jsonb_build_object('text', repeat('lorem ipsum ', $1::int / 12), 'n', g) FROM generate_series(1, 1000) AS g", size)
+					require.NoError(b, err)
+					for rows.Next() {
+						var v json.RawMessage
+						dest := any(&v)
+						if via == "RawJSON" {
+							dest = dbsql.RawJSON(&v)
+						}
+						require.NoError(b, rows.Scan(dest))
+					}
+					require.NoError(b, rows.Err())
+				}
+			})
+		}
+	}
 }
