@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -51,6 +52,11 @@ type benchOptions struct {
 }
 
 const benchKind = "bench.noop"
+
+// benchStall is how long a bench waits without any job finishing before it
+// gives up and says so. A no-op job finishes in milliseconds; a minute
+// covers a checkpoint or a lost connection being retried.
+const benchStall = time.Minute
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if isSoak(args) {
@@ -125,7 +131,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer drop()
-	b := &bench{o: o, pool: pool, schema: schema, progress: &lockedWriter{w: stderr}, started: map[uuid.UUID]time.Time{},
+	b := &bench{o: o, pool: pool, schema: schema, progress: &lockedWriter{w: stderr}, started: map[uuid.UUID]time.Time{}, unfinished: make(chan error, 1),
 		report: &benchReport{asJSON: c.json, out: stdout, Mode: o.mode, Jobs: o.jobs, Workers: o.workers}}
 	if o.mode == "drain" || o.mode == "e2e" {
 		b.wal = newWALMeter(ctx, pool, schema, o.walRecords, b.progress)
@@ -212,14 +218,20 @@ func (c *common) connectBench(ctx context.Context, o benchOptions) (*pgxpool.Poo
 }
 
 type bench struct {
-	o        benchOptions
-	pool     *pgxpool.Pool
-	store    *jobs.PostgresStore
-	schema   string
-	report   *benchReport
-	wal      *walMeter // drain and e2e
-	progress io.Writer
-	recorded atomic.Int64 // outcomes durably recorded
+	o          benchOptions
+	pool       *pgxpool.Pool
+	store      *jobs.PostgresStore
+	schema     string
+	report     *benchReport
+	wal        *walMeter // drain and e2e
+	progress   io.Writer
+	recorded   atomic.Int64 // successes durably recorded
+	unrecorded atomic.Int64 // outcomes the runner failed to record
+	// unfinished ends waitDone: a job that ended other than SUCCEEDED.
+	unfinished chan error
+	// stallAfter ends waitDone when no job has finished for that long
+	// (0: benchStall).
+	stallAfter time.Duration
 	// runnerFrom is the database's clock just before the runner started:
 	// every job the runner finishes, finishes after it (see waitDone).
 	runnerFrom time.Time
@@ -244,14 +256,10 @@ func (b *bench) startRunner(ctx context.Context, claimBatch int) (stop func() er
 		return nil, nil
 	})
 	r, err := lease.NewRunner(b.pool, b.store, lease.Config{
-		Handlers:   map[string]lease.Handler{benchKind: handler},
-		Queues:     map[string]lease.QueueConfig{jobs.DefaultQueue: {MaxWorkers: b.o.workers}},
-		ClaimBatch: claimBatch,
-		AfterRecord: func(job *jobs.Job, err error) {
-			if err == nil && job.State == jobs.StateSucceeded {
-				b.recorded.Add(1)
-			}
-		},
+		Handlers:    map[string]lease.Handler{benchKind: handler},
+		Queues:      map[string]lease.QueueConfig{jobs.DefaultQueue: {MaxWorkers: b.o.workers}},
+		ClaimBatch:  claimBatch,
+		AfterRecord: b.afterRecord,
 	})
 	if err != nil {
 		return nil, err
@@ -260,6 +268,32 @@ func (b *bench) startRunner(ctx context.Context, claimBatch int) (stop func() er
 	done := make(chan error, 1)
 	go func() { done <- r.Run(runCtx) }()
 	return func() error { cancel(); return <-done }, nil
+}
+
+// afterRecord counts the bench's successes. A job that ended otherwise
+// ends the bench with the reason, where waiting on would never end. An
+// outcome that could not be recorded (a lost lease, a failed commit) is
+// said once on the progress output: its job comes back through the reaper
+// and may still succeed, so the wait goes on, bounded by stallAfter.
+func (b *bench) afterRecord(job *jobs.Job, err error) {
+	switch {
+	case err != nil:
+		if b.unrecorded.Add(1) == 1 {
+			fmt.Fprintf(b.progress, "llmq bench: an outcome was not recorded (its job comes back after its lease expires): %v\n", err)
+		}
+	case job.State == jobs.StateSucceeded:
+		b.recorded.Add(1)
+	case job.State.Terminal():
+		b.finishEarly(fmt.Errorf("llmq bench: job %s ended %s, not SUCCEEDED: %s", job.ID, job.State, job.LastError))
+	}
+}
+
+// finishEarly hands waitDone the first reason to stop waiting.
+func (b *bench) finishEarly(err error) {
+	select {
+	case b.unfinished <- err:
+	default: // a reason is already waiting
+	}
 }
 
 // tenant names the tenant of the i-th job of a backlog.
@@ -288,12 +322,20 @@ func (b *bench) claimBatch(def int) int {
 func (b *bench) waitDone(ctx context.Context) (time.Time, error) {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
-	lastReport := time.Now()
+	stallAfter := cmp.Or(b.stallAfter, benchStall)
+	lastReport, lastProgress, lastCount := time.Now(), time.Now(), int64(0)
 	for b.recorded.Load() < int64(b.o.jobs) {
 		select {
 		case <-ctx.Done():
 			return time.Time{}, ctx.Err()
+		case err := <-b.unfinished:
+			return time.Time{}, err
 		case <-tick.C:
+		}
+		if n := b.recorded.Load(); n != lastCount {
+			lastProgress, lastCount = time.Now(), n
+		} else if time.Since(lastProgress) >= stallAfter {
+			return time.Time{}, fmt.Errorf("llmq bench: no job finished for %s; %d of %d jobs done", stallAfter, n, b.o.jobs)
 		}
 		if time.Since(lastReport) >= time.Second {
 			lastReport = time.Now()
