@@ -19,7 +19,10 @@ import (
 // A failing endpoint opens its breaker for every dispatcher: a second runner
 // defers its deliveries without sending them, while a healthy endpoint of the
 // same tenant is served as usual; after the cool-down one probe goes, and its
-// success closes the breaker for all.
+// success closes the breaker for all. The cool-down is an hour, which the
+// test passes by moving the breaker's and the deferred deliveries' times
+// back: a cool-down of seconds could pass before the second runner's first
+// attempt on a loaded machine, which then rightly sends a probe.
 func TestBreakerIsSharedByDispatchersAndPerEndpoint(t *testing.T) {
 	t.Parallel()
 	const threshold = 3
@@ -37,7 +40,7 @@ func TestBreakerIsSharedByDispatchersAndPerEndpoint(t *testing.T) {
 		return http.StatusBadGateway
 	}))
 	good, _ := f.register(statusServer(&healthy, always(http.StatusNoContent)))
-	breaker := webhook.DispatcherConfig{BreakerThreshold: threshold, BreakerCooldown: 5 * time.Second}
+	breaker := webhook.DispatcherConfig{BreakerThreshold: threshold, BreakerCooldown: time.Hour}
 
 	jobsOf := map[uuid.UUID][]uuid.UUID{}   // endpoint -> delivery jobs
 	deliveryOf := map[uuid.UUID]uuid.UUID{} // job -> delivery
@@ -61,7 +64,16 @@ func TestBreakerIsSharedByDispatchersAndPerEndpoint(t *testing.T) {
 	sent := failing.count()
 	require.Equal(t, threshold, sent, "one delivery in flight per endpoint, and the breaker stopped the rest")
 
-	// Runner B sees the breaker runner A opened.
+	// Runner B sees the breaker runner A opened. Runner A may have deferred
+	// the endpoint's next delivery, which holds the rest of its deliveries
+	// behind it, until the cool-down ends: bring the deferred ones due now,
+	// while the breaker stays open.
+	dueNow := func() {
+		t.Helper()
+		_, err := f.pool.Exec(t.Context(), "UPDATE "+f.schema+".jobs SET available_at = now() WHERE id = ANY ($1) AND state = 'RETRY_SCHEDULED'", jobsOf[bad.ID])
+		require.NoError(t, err)
+	}
+	dueNow()
 	enqueue(2)
 	cfgB := runnerConfig(map[string]lease.Handler{webhook.Kind: f.dispatcher(breaker)})
 	cfgB.WorkerID = "runner-b"
@@ -90,9 +102,12 @@ func TestBreakerIsSharedByDispatchersAndPerEndpoint(t *testing.T) {
 		require.False(t, job.State.Terminal(), "deferred, not failed")
 	}
 
-	// The endpoint recovers; after the cool-down a probe closes the breaker
-	// and the backlog drains.
+	// The endpoint recovers and the cool-down passes; a probe closes the
+	// breaker and the backlog drains.
 	recovered.Store(true)
+	_, err := f.pool.Exec(t.Context(), "UPDATE "+f.schema+".webhook_endpoints SET breaker_until = now() WHERE id = $1", bad.ID)
+	require.NoError(t, err)
+	dueNow()
 	for _, id := range jobsOf[bad.ID] {
 		require.Equal(t, jobs.StateSucceeded, f.await(id).State)
 	}
