@@ -114,8 +114,6 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("%w: -batch-size is for -mode drain with one tenant (a batch is one tenant's)", errUsage)
 	case o.walDetail && !o.walRecords:
 		return fmt.Errorf("%w: -wal-detail needs the WAL records that -wal-records=false skips", errUsage)
-	case c.json && o.mode == "relay":
-		return fmt.Errorf("%w: -json: -mode relay prints key=value lines only", errUsage)
 	case o.deletePub && o.mode != "relay":
 		return fmt.Errorf("%w: -delete-published is for -mode relay", errUsage)
 	}
@@ -165,11 +163,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case "relay":
 		switch o.broker {
 		case "rabbitmq":
-			seconds, err = b.relayRabbitMQ(ctx, stdout)
+			seconds, err = b.relayRabbitMQ(ctx)
 		case "kafka":
 			seconds, err = b.relayKafka(ctx)
 		default:
-			seconds, err = b.relay(ctx, c, stdout)
+			seconds, err = b.relay(ctx, c)
 		}
 	case "ingress":
 		seconds, err = b.ingress(ctx)

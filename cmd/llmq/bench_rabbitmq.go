@@ -4,9 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"io"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -173,7 +171,7 @@ const relayRounds = 4
 // rate and the rate of -workers relays publishing outbox events of the same
 // shape through the rabbitmq Publisher, with the same window, in
 // relayRounds interleaved rounds, and prints both and their ratio.
-func (b *bench) relayRabbitMQ(ctx context.Context, stdout io.Writer) (float64, error) {
+func (b *bench) relayRabbitMQ(ctx context.Context) (float64, error) {
 	r, err := b.newRabbitBench()
 	if err != nil {
 		return 0, err
@@ -192,7 +190,7 @@ func (b *bench) relayRabbitMQ(ctx context.Context, stdout io.Writer) (float64, e
 	pub := &timedPublisher{Publisher: p}
 	var rawSeconds, relaySeconds float64
 	rounds := min(relayRounds, b.o.jobs)
-	ratios := make([]string, 0, rounds)
+	ratios := make([]float64, 0, rounds)
 	for round := range rounds {
 		n := b.o.jobs / rounds
 		if round == rounds-1 {
@@ -218,11 +216,11 @@ func (b *bench) relayRabbitMQ(ctx context.Context, stdout io.Writer) (float64, e
 			return 0, err
 		}
 		rawSeconds, relaySeconds = rawSeconds+raw, relaySeconds+relay
-		ratios = append(ratios, fmt.Sprintf("%.2f", raw/relay))
+		ratios = append(ratios, raw/relay)
 	}
 	raw, relay := float64(b.o.jobs)/rawSeconds, float64(b.o.jobs)/relaySeconds
-	fmt.Fprintf(stdout, "llmq relay broker=rabbitmq window=%d relays=%d raw_confirmed_per_s=%.0f relay_per_s=%.0f relay_to_raw=%.2f (rounds %s) publish_share=%.2f\n",
-		window, b.o.workers, raw, relay, relay/raw, strings.Join(ratios, " "), time.Duration(pub.busy.Load()).Seconds()/relaySeconds) // one relay publishes: the active one
+	b.report.rabbitMQ(rabbitMQReport{Window: window, Relays: b.o.workers, RawConfirmedPerSecond: raw, RelayPerSecond: relay, RelayToRaw: relay / raw,
+		Rounds: ratios, PublishShare: time.Duration(pub.busy.Load()).Seconds() / relaySeconds}) // one relay publishes: the active one
 	return relaySeconds, nil
 }
 

@@ -88,7 +88,7 @@ func relayID(i int) string { return "bench-relay-" + strconv.Itoa(i) }
 // relay writes -jobs outbox events up front, then times -workers relay
 // processes publishing them all to the in-memory broker (each process has
 // its own) and marking them published.
-func (b *bench) relay(ctx context.Context, c *common, stdout io.Writer) (float64, error) {
+func (b *bench) relay(ctx context.Context, c *common) (float64, error) {
 	if _, err := b.writeOutboxEvents(ctx, b.o.jobs); err != nil {
 		return 0, err
 	}
@@ -139,7 +139,7 @@ func (b *bench) relay(ctx context.Context, c *common, stdout io.Writer) (float64
 			return confirmed, errors.Join(errs...)
 		},
 	}
-	elapsed, err := fleet.run(ctx, stdout)
+	elapsed, err := fleet.run(ctx, true)
 	if err != nil {
 		return 0, err
 	}
@@ -183,7 +183,7 @@ func (b *bench) runRelays(ctx context.Context, events *outbox.Store, pub broker.
 			return -1, errors.Join(errs...)
 		},
 	}
-	return fleet.run(ctx, b.progress)
+	return fleet.run(ctx, false)
 }
 
 // lockedWriter serialises writes: the bench's progress is written by the
@@ -217,7 +217,11 @@ type relayFleet struct {
 	cpu func() []time.Duration
 }
 
-func (f relayFleet) run(ctx context.Context, out io.Writer) (float64, error) {
+// run times the fleet and reports its line: into the bench's report when
+// toReport is set (the memory broker's mode, where the fleet's run is the
+// finding), else on the progress output (the brokers' modes, which report
+// their own finding).
+func (f relayFleet) run(ctx context.Context, toReport bool) (float64, error) {
 	b := f.b
 	lease := b.schema + ".outbox_relay_lease"
 	if _, err := b.pool.Exec(ctx, "UPDATE "+lease+" SET holder = $1, lease_epoch = lease_epoch + 1, lease_until = now() + interval '1 hour'", benchGateHolder); err != nil {
@@ -298,32 +302,37 @@ func (f relayFleet) run(ctx context.Context, out io.Writer) (float64, error) {
 	if n, ok := strings.CutPrefix(holder, "bench-relay-"); ok {
 		active, _ = strconv.Atoi(n)
 	}
-	line := fmt.Sprintf("llmq relay fleet: relays=%d as=%s active=%s events=%d seconds=%.3f events_per_s=%.0f takeover_after_free_s=%.2f",
-		b.o.workers, f.kind, holder, events, seconds, float64(events)/seconds, takeover)
+	report := relayFleetReport{
+		Relays: b.o.workers, As: f.kind, Active: holder, Events: events, Seconds: seconds,
+		EventsPerSecond: float64(events) / seconds, TakeoverAfterFreeSeconds: takeover, Timed: timed,
+	}
 	if f.kind == "processes" {
 		activePeak, standbyPeak, total := peaks.split(b.schema+"-relay-", active)
-		line += fmt.Sprintf(" peak_connections: active_relay=%d (budget %d) standby_relay=%d (budget %d) all_relays=%d",
-			activePeak, relayBudgetActive, standbyPeak, relayBudgetStandby, total)
-	} else {
-		line += " peak_connections: not sampled (the relays share this process's pool)"
+		report.PeakConnections = &relayPeaks{ActiveRelay: activePeak, ActiveBudget: relayBudgetActive,
+			StandbyRelay: standbyPeak, StandbyBudget: relayBudgetStandby, AllRelays: total}
 	}
 	if cpuAfter != nil {
-		line += relayCPU(cpuBefore, cpuAfter, active, drained.Sub(released))
+		report.CPU = relayCPU(cpuBefore, cpuAfter, active, drained.Sub(released))
+		report.CPUUnreadable = report.CPU == nil
 	}
-	line += fmt.Sprintf(" timed=%s, all %d relays started and standing by", timed, b.o.workers)
-	fmt.Fprintln(out, line)
+	if toReport {
+		b.report.relayFleet(report)
+	} else {
+		report.print(b.progress)
+	}
 	return seconds, nil
 }
 
-// relayCPU describes the CPU the relay processes used from the lease's
+// relayCPU measures the CPU the relay processes used from the lease's
 // release to the drained backlog (a window slightly longer than the timed
 // one, which starts at the takeover): the active relay's, and the
-// standbys' together, also as a share of the window (100% = one core).
-func relayCPU(before, after []time.Duration, active int, window time.Duration) string {
+// standbys' together, also as a share of the window. It is nil when /proc
+// could not be read.
+func relayCPU(before, after []time.Duration, active int, window time.Duration) *relayCPUReport {
 	var activeCPU, standbys time.Duration
 	for i := range after {
 		if before[i] < 0 || after[i] < 0 {
-			return " cpu: not readable (no /proc)"
+			return nil
 		}
 		if i == active {
 			activeCPU = after[i] - before[i]
@@ -331,8 +340,8 @@ func relayCPU(before, after []time.Duration, active int, window time.Duration) s
 			standbys += after[i] - before[i]
 		}
 	}
-	return fmt.Sprintf(" cpu_s: active_relay=%.2f standby_relays=%.2f (%.1f%% of a core over %.1fs)",
-		activeCPU.Seconds(), standbys.Seconds(), 100*standbys.Seconds()/window.Seconds(), window.Seconds())
+	return &relayCPUReport{ActiveRelaySeconds: activeCPU.Seconds(), StandbyRelaysSeconds: standbys.Seconds(),
+		StandbyCorePercent: 100 * standbys.Seconds() / window.Seconds(), WindowSeconds: window.Seconds()}
 }
 
 // waitDrained waits until no event is unpublished, reporting progress, and

@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 )
 
-// benchReport is what a drain, e2e, latency or ingress bench found. As
+// benchReport is what a drain, e2e, latency, relay or ingress bench found. As
 // text, each part is printed as soon as it is known, one key=value line
 // each; with -json, the whole report is printed as one JSON object when
 // the bench ends, so a script reads one value per run.
@@ -23,6 +24,7 @@ type benchReport struct {
 	JobsPerSecond float64        `json:"jobs_per_s"`
 	WAL           []walLine      `json:"wal,omitempty"`
 	Latency       *latencyReport `json:"latency,omitempty"`
+	Relay         *relayReport   `json:"relay,omitempty"`
 }
 
 // walLine is the WAL one phase (or one relation's share of it) wrote per
@@ -138,4 +140,115 @@ func (r *benchReport) finish(seconds float64) error {
 	}
 	_, err := fmt.Fprintf(r.out, "llmq %s jobs=%d workers=%d seconds=%.3f jobs_per_s=%.0f\n", r.Mode, r.Jobs, r.Workers, r.Seconds, r.JobsPerSecond)
 	return err
+}
+
+// relayReport is a relay bench's finding: the timed run of the relay fleet
+// (the memory broker's mode), or, with RabbitMQ, the relays' rate against
+// the broker's raw confirmed publishing.
+type relayReport struct {
+	Fleet    *relayFleetReport `json:"fleet,omitempty"`
+	RabbitMQ *rabbitMQReport   `json:"rabbitmq,omitempty"`
+}
+
+// relayFleetReport is one timed run of the relay fleet.
+type relayFleetReport struct {
+	Relays                   int     `json:"relays"`
+	As                       string  `json:"as"` // processes or goroutines
+	Active                   string  `json:"active"`
+	Events                   int     `json:"events"`
+	Seconds                  float64 `json:"seconds"`
+	EventsPerSecond          float64 `json:"events_per_s"`
+	TakeoverAfterFreeSeconds float64 `json:"takeover_after_free_s"`
+	// PeakConnections is sampled when the relays are processes.
+	PeakConnections *relayPeaks `json:"peak_connections,omitempty"`
+	// CPU is read from /proc when the relays are processes; CPUUnreadable
+	// says /proc could not be read.
+	CPU           *relayCPUReport `json:"cpu,omitempty"`
+	CPUUnreadable bool            `json:"cpu_unreadable,omitempty"`
+	Timed         string          `json:"timed"`
+}
+
+type relayPeaks struct {
+	ActiveRelay   int `json:"active_relay"`
+	ActiveBudget  int `json:"active_relay_budget"`
+	StandbyRelay  int `json:"standby_relay"`
+	StandbyBudget int `json:"standby_relay_budget"`
+	AllRelays     int `json:"all_relays"`
+}
+
+// relayCPUReport is the CPU the relay processes used from the lease's
+// release to the drained backlog: the active relay's, the standbys'
+// together, and theirs as a share of the window (100 = one core).
+type relayCPUReport struct {
+	ActiveRelaySeconds   float64 `json:"active_relay_s"`
+	StandbyRelaysSeconds float64 `json:"standby_relays_s"`
+	StandbyCorePercent   float64 `json:"standby_core_pct"`
+	WindowSeconds        float64 `json:"window_s"`
+}
+
+// print writes the run as one line.
+func (f relayFleetReport) print(w io.Writer) {
+	fmt.Fprintf(w, "llmq relay fleet: relays=%d as=%s active=%s events=%d seconds=%.3f events_per_s=%.0f takeover_after_free_s=%.2f",
+		f.Relays, f.As, f.Active, f.Events, f.Seconds, f.EventsPerSecond, f.TakeoverAfterFreeSeconds)
+	if p := f.PeakConnections; p != nil {
+		fmt.Fprintf(w, " peak_connections: active_relay=%d (budget %d) standby_relay=%d (budget %d) all_relays=%d",
+			p.ActiveRelay, p.ActiveBudget, p.StandbyRelay, p.StandbyBudget, p.AllRelays)
+	} else {
+		fmt.Fprint(w, " peak_connections: not sampled (the relays share this process's pool)")
+	}
+	switch c := f.CPU; {
+	case f.CPUUnreadable:
+		fmt.Fprint(w, " cpu: not readable (no /proc)")
+	case c != nil:
+		fmt.Fprintf(w, " cpu_s: active_relay=%.2f standby_relays=%.2f (%.1f%% of a core over %.1fs)",
+			c.ActiveRelaySeconds, c.StandbyRelaysSeconds, c.StandbyCorePercent, c.WindowSeconds)
+	}
+	fmt.Fprintf(w, " timed=%s, all %d relays started and standing by\n", f.Timed, f.Relays)
+}
+
+// rabbitMQReport is the relays' rate against RabbitMQ's raw confirmed
+// publishing, over relayRounds rounds.
+type rabbitMQReport struct {
+	Window                int       `json:"window"`
+	Relays                int       `json:"relays"`
+	RawConfirmedPerSecond float64   `json:"raw_confirmed_per_s"`
+	RelayPerSecond        float64   `json:"relay_per_s"`
+	RelayToRaw            float64   `json:"relay_to_raw"`
+	Rounds                []float64 `json:"rounds_relay_to_raw"`
+	// PublishShare is the share of the relays' time spent publishing.
+	PublishShare float64 `json:"publish_share"`
+}
+
+func (r rabbitMQReport) print(w io.Writer) {
+	rounds := make([]string, len(r.Rounds))
+	for i, x := range r.Rounds {
+		rounds[i] = fmt.Sprintf("%.2f", x)
+	}
+	fmt.Fprintf(w, "llmq relay broker=rabbitmq window=%d relays=%d raw_confirmed_per_s=%.0f relay_per_s=%.0f relay_to_raw=%.2f (rounds %s) publish_share=%.2f\n",
+		r.Window, r.Relays, r.RawConfirmedPerSecond, r.RelayPerSecond, r.RelayToRaw, strings.Join(rounds, " "), r.PublishShare)
+}
+
+// relayFleet adds the fleet's run.
+func (r *benchReport) relayFleet(f relayFleetReport) {
+	if r.asJSON {
+		r.relay().Fleet = &f
+		return
+	}
+	f.print(r.out)
+}
+
+// rabbitMQ adds the RabbitMQ rounds' finding.
+func (r *benchReport) rabbitMQ(q rabbitMQReport) {
+	if r.asJSON {
+		r.relay().RabbitMQ = &q
+		return
+	}
+	q.print(r.out)
+}
+
+func (r *benchReport) relay() *relayReport {
+	if r.Relay == nil {
+		r.Relay = &relayReport{}
+	}
+	return r.Relay
 }

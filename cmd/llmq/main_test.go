@@ -196,9 +196,9 @@ func TestBenchModes(t *testing.T) {
 	}
 }
 
-// With -json the drain, e2e, latency and ingress benches print one JSON
-// object holding what the text lines hold; the modes that print only
-// key=value lines refuse -json rather than ignore it.
+// With -json the drain, e2e, latency, relay and ingress benches print one
+// JSON object holding what the text lines hold; the soak, which prints
+// only key=value lines, refuses -json rather than ignore it.
 func TestBenchJSON(t *testing.T) {
 	t.Parallel()
 	type report struct {
@@ -212,6 +212,24 @@ func TestBenchJSON(t *testing.T) {
 			BytesPerJob float64  `json:"bytes_per_job"`
 			HeapInserts *float64 `json:"heap_inserts_per_job"`
 		} `json:"wal"`
+		Relay *struct {
+			Fleet *struct {
+				Relays          int     `json:"relays"`
+				As              string  `json:"as"`
+				Events          int     `json:"events"`
+				EventsPerSecond float64 `json:"events_per_s"`
+				PeakConnections *struct {
+					AllRelays int `json:"all_relays"`
+				} `json:"peak_connections"`
+				CPU *struct {
+					WindowSeconds float64 `json:"window_s"`
+				} `json:"cpu"`
+			} `json:"fleet"`
+			RabbitMQ *struct {
+				RelayToRaw float64   `json:"relay_to_raw"`
+				Rounds     []float64 `json:"rounds_relay_to_raw"`
+			} `json:"rabbitmq"`
+		} `json:"relay"`
 		Latency *struct {
 			EnqueueToStart struct {
 				N     int     `json:"n"`
@@ -225,6 +243,8 @@ func TestBenchJSON(t *testing.T) {
 		{"-mode", "e2e", "-jobs", "100", "-workers", "10", "-producers", "2", "-wal-records=false"},
 		{"-mode", "latency", "-jobs", "20", "-workers", "5", "-rate", "200"},
 		{"-mode", "ingress", "-jobs", "100", "-workers", "2"},
+		{"-mode", "relay", "-jobs", "300", "-workers", "2"},
+		{"-mode", "relay", "-jobs", "300", "-workers", "2", "-broker", "rabbitmq"},
 	} {
 		code, out, stderr := runCLI(t, append([]string{"bench", "-database-url", dbtest.URL(), "-json"}, args...)...)
 		require.Equal(t, 0, code, stderr)
@@ -255,14 +275,32 @@ func TestBenchJSON(t *testing.T) {
 			require.Equal(t, 20, r.Latency.EnqueueToStart.N)
 			require.Positive(t, r.Latency.EnqueueToStart.P50Ms)
 			require.GreaterOrEqual(t, r.Latency.EnqueueToStart.MaxMs, r.Latency.EnqueueToStart.P50Ms)
+		case "relay":
+			require.NotNil(t, r.Relay, out)
+			if slices.Contains(args, "rabbitmq") {
+				require.NotNil(t, r.Relay.RabbitMQ, out)
+				require.Nil(t, r.Relay.Fleet, "the fleet's runs go to stderr: %s", out)
+				require.NotEmpty(t, r.Relay.RabbitMQ.Rounds)
+				require.Positive(t, r.Relay.RabbitMQ.RelayToRaw)
+				break
+			}
+			f := r.Relay.Fleet
+			require.NotNil(t, f, out)
+			require.Equal(t, 2, f.Relays)
+			require.Equal(t, "processes", f.As)
+			require.Equal(t, 300, f.Events)
+			require.Positive(t, f.EventsPerSecond)
+			require.NotNil(t, f.PeakConnections, out)
+			require.Positive(t, f.PeakConnections.AllRelays)
+			require.NotNil(t, f.CPU, out)
+			require.Positive(t, f.CPU.WindowSeconds)
 		default:
 			require.Empty(t, r.WAL)
 			require.Nil(t, r.Latency)
+			require.Nil(t, r.Relay)
 		}
 	}
-	for _, args := range [][]string{{"-mode", "relay"}, {"-mode", "soak"}} {
-		code, _, stderr := runCLI(t, append([]string{"bench", "-database-url", dbtest.URL(), "-json"}, args...)...)
-		require.Equal(t, 2, code, args)
-		require.Contains(t, stderr, "-json: -mode "+args[1]+" prints key=value lines only")
-	}
+	code, _, stderr := runCLI(t, "bench", "-database-url", dbtest.URL(), "-json", "-mode", "soak")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "-json: -mode soak prints key=value lines only")
 }
