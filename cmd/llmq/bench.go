@@ -216,15 +216,15 @@ func (c *common) connectBench(ctx context.Context, o benchOptions) (*pgxpool.Poo
 }
 
 type bench struct {
-	o          benchOptions
-	pool       *pgxpool.Pool
-	store      *jobs.PostgresStore
-	schema     string
-	report     *benchReport
-	wal        *walMeter // drain and e2e
-	progress   io.Writer
-	recorded   atomic.Int64 // successes durably recorded
-	unrecorded atomic.Int64 // outcomes the runner failed to record
+	o              benchOptions
+	pool           *pgxpool.Pool
+	store          *jobs.PostgresStore
+	schema         string
+	report         *benchReport
+	wal            *walMeter // drain and e2e
+	progress       io.Writer
+	recorded       atomic.Int64 // successes durably recorded
+	saidUnrecorded atomic.Bool  // an outcome the runner failed to record was reported on progress
 	// unfinished ends waitDone: a job that ended other than SUCCEEDED.
 	unfinished chan error
 	// stallAfter ends waitDone when no job has finished for that long
@@ -276,7 +276,7 @@ func (b *bench) startRunner(ctx context.Context, claimBatch int) (stop func() er
 func (b *bench) afterRecord(job *jobs.Job, err error) {
 	switch {
 	case err != nil:
-		if b.unrecorded.Add(1) == 1 {
+		if b.saidUnrecorded.CompareAndSwap(false, true) {
 			fmt.Fprintf(b.progress, "llmq bench: an outcome was not recorded (its job comes back after its lease expires): %v\n", err)
 		}
 	case job.State == jobs.StateSucceeded:

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -446,10 +447,12 @@ func sampleConnections(ctx context.Context, pool *pgxpool.Pool) <-chan connectio
 	return out
 }
 
-// percentile of sorted values, q in [0, 1].
-func percentile(sorted []float64, q float64) float64 {
+// percentile of sorted values, q in [0, 1]: the nearest rank, the
+// largest value for q = 1, zero for no values.
+func percentile[T cmp.Ordered](sorted []T, q float64) T {
 	if len(sorted) == 0 {
-		return 0
+		var zero T
+		return zero
 	}
 	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
 }

@@ -74,11 +74,10 @@ func summarize(ds []time.Duration) durationSummary {
 		return durationSummary{}
 	}
 	slices.Sort(ds)
-	ms := func(d time.Duration) float64 {
-		return float64(d.Round(10*time.Microsecond)) / float64(time.Millisecond)
+	at := func(q float64) float64 {
+		return float64(percentile(ds, q).Round(10*time.Microsecond)) / float64(time.Millisecond)
 	}
-	at := func(q float64) float64 { return ms(ds[min(len(ds)-1, int(q*float64(len(ds))))]) }
-	return durationSummary{N: len(ds), P50Ms: at(0.50), P90Ms: at(0.90), P99Ms: at(0.99), MaxMs: ms(ds[len(ds)-1])}
+	return durationSummary{N: len(ds), P50Ms: at(0.50), P90Ms: at(0.90), P99Ms: at(0.99), MaxMs: at(1)}
 }
 
 func (s durationSummary) String() string {
