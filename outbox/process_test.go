@@ -172,6 +172,13 @@ type failoverRun struct {
 	writerDone chan struct{}
 }
 
+// failoverLease is the leader lease of the failover tests' relays: short,
+// so takeovers come quickly, but long enough that the child relay keeps it
+// until the test strikes while every package's tests load the machine (at
+// 2 s its renewals, a third of the lease apart, timed out under make test
+// and it stood down before it had published anything).
+const failoverLease = 5 * time.Second
+
 func startFailoverRun(t *testing.T, childID string, lease time.Duration) *failoverRun {
 	t.Helper()
 	run := &failoverRun{f: setupRelay(t), mq: setupRabbit(t), total: 1500, keys: 20, childLog: &telemetrytest.LogBuffer{}, writerDone: make(chan struct{})}
@@ -284,7 +291,7 @@ func (run *failoverRun) finish(t *testing.T) {
 // first delivery of each key's events in write order.
 func TestRelayFailoverAfterSIGKILL(t *testing.T) {
 	t.Parallel()
-	const lease = 2 * time.Second
+	const lease = failoverLease
 	run := startFailoverRun(t, "doomed", lease)
 	require.NoError(t, run.child.Process.Kill())
 	killedAt := time.Now()
@@ -306,7 +313,7 @@ func TestRelayFailoverAfterSIGKILL(t *testing.T) {
 // resumed relay's late copies of its old batch are duplicates).
 func TestRelayPausedPastItsLeaseStandsDown(t *testing.T) {
 	t.Parallel()
-	const lease = 2 * time.Second
+	const lease = failoverLease
 	run := startFailoverRun(t, "paused", lease)
 	require.NoError(t, run.child.Process.Signal(syscall.SIGSTOP))
 	pausedAt := time.Now()
