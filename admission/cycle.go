@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/llmq/llmq/internal/dbsql"
 )
@@ -296,22 +297,22 @@ func (l *Postgres) try(ctx context.Context, pool string, acquires []*acquireWait
 	b := &pgx.Batch{}
 	b.Queue(l.sql.cycleSetup, l.lockTimeout)
 	if len(releases) > 0 {
-		ids := make([]uuid.UUID, len(releases))
+		ids := make([]pgtype.UUID, len(releases))
 		results := make([]int16, len(releases))
 		in, out := make([]int64, len(releases)), make([]int64, len(releases))
 		for i, r := range releases {
-			ids[i], results[i], in[i], out[i] = r.permit.ID, int16(r.outcome.Result), r.outcome.InputTokens, r.outcome.OutputTokens
+			ids[i], results[i], in[i], out[i] = dbsql.UUID(r.permit.ID), int16(r.outcome.Result), r.outcome.InputTokens, r.outcome.OutputTokens
 		}
 		// The first permit's random tail picks the ledger shard.
-		b.Queue(l.sql.releaseGroup, pool, ids, results, in, out, int16(ids[0][15]%ledgerShards))
+		b.Queue(l.sql.releaseGroup, pool, ids, results, in, out, int16(releases[0].permit.ID[15]%ledgerShards))
 	}
 	var rows []grantRow
 	if len(acquires) > 0 {
-		ids := make([]uuid.UUID, len(acquires))
+		ids := make([]pgtype.UUID, len(acquires))
 		tokens := make([]int64, len(acquires))
 		tenants := make([]string, len(acquires))
 		for i, a := range acquires {
-			ids[i], tokens[i], tenants[i] = a.id, a.req.Tokens, a.req.Tenant
+			ids[i], tokens[i], tenants[i] = dbsql.UUID(a.id), a.req.Tokens, a.req.Tenant
 		}
 		b.Queue(l.sql.grantGroup, pool, ids, tokens, tenants, l.cfg.Holder, l.cfg.PermitTTL, again).Query(func(r pgx.Rows) error {
 			var err error
@@ -366,7 +367,7 @@ func (l *Postgres) releaseOne(ctx context.Context, pool string, r *releaseWaiter
 	b := &pgx.Batch{}
 	b.Queue(l.sql.cycleSetup, l.lockTimeout)
 	// The permit id's random tail picks the ledger shard.
-	b.Queue(l.sql.releaseOne, r.permit.ID, int(r.outcome.Result), r.outcome.InputTokens, r.outcome.OutputTokens,
+	b.Queue(l.sql.releaseOne, dbsql.UUID(r.permit.ID), int(r.outcome.Result), r.outcome.InputTokens, r.outcome.OutputTokens,
 		int16(r.permit.ID[15]%ledgerShards))
 	if err := l.sendBatch(ctx, b); err != nil {
 		return cycleResult{err: fmt.Errorf("admission: pool %q: %w", pool, err)}

@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/llmq/llmq/internal/dbsql"
@@ -505,7 +506,7 @@ func (l *Postgres) Usage(ctx context.Context, tenant string, from, to time.Time)
 		return nil, err
 	}
 	defer done()
-	rows, err := l.db.Query(ctx, l.sql.selectUsage, tenant, utcDay(from), utcDay(to))
+	rows, err := l.db.Query(ctx, l.sql.selectUsage, tenant, dateArg(from), dateArg(to))
 	if err != nil {
 		return nil, fmt.Errorf("admission: reading usage of tenant %q: %w", tenant, err)
 	}
@@ -525,3 +526,8 @@ func utcDay(t time.Time) time.Time {
 	y, m, d := t.UTC().Date()
 	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
 }
+
+// dateArg is t's UTC calendar day as a date argument: a pgtype.Date is the
+// same text ("2006-01-02") whether or not pgx knows the parameter's type,
+// where a time.Time would be a timestamp without it.
+func dateArg(t time.Time) pgtype.Date { return pgtype.Date{Time: utcDay(t), Valid: true} }

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/llmq/llmq/internal/dbsql"
 )
@@ -30,12 +31,12 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		// argument types are declared too (see cycle.go).
 		dbsql.Discard(&q.cycleSetup, "CycleSetup", 1).Binds(""),
 		dbsql.Discard(&q.releaseGroup, "ReleaseGroup", 6).
-			Binds("", []uuid.UUID{}, []int16{}, []int64{}, []int64{}, int16(0)),
+			Binds("", []pgtype.UUID{}, []int16{}, []int64{}, []int64{}, int16(0)),
 		dbsql.Query(&q.grantGroup, "GrantGroup", 7, new(grantScan).dest()...).
-			Binds("", []uuid.UUID{}, []int64{}, []string{}, "", time.Duration(0), false),
+			Binds("", []pgtype.UUID{}, []int64{}, []string{}, "", time.Duration(0), false),
 		dbsql.Query(&q.acquireOne, "AcquireOne", 6, new(grantScan).acquiredDest()...).
 			Binds("", int64(0), uuid.UUID{}, "", "", time.Duration(0)),
-		dbsql.Discard(&q.releaseOne, "ReleaseOne", 5).Binds(uuid.UUID{}, 0, int64(0), int64(0), int16(0)),
+		dbsql.Discard(&q.releaseOne, "ReleaseOne", 5).Binds(pgtype.UUID{}, 0, int64(0), int64(0), int16(0)),
 		dbsql.Exec(&q.upsertPool, "UpsertPool", 11),
 		dbsql.Query(&q.selectPool, "SelectPool", 1, new(poolScan).dest()...),
 		dbsql.Query(&q.selectPools, "SelectPools", 0, new(poolScan).namedDest()...),

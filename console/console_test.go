@@ -15,6 +15,7 @@ import (
 
 	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/console"
+	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/jobs"
 )
 
@@ -643,7 +644,7 @@ func TestDeadLetterCursorTies(t *testing.T) {
 	_, err := f.store.Complete(ctx, f.pool, done)
 	require.NoError(t, err)
 	// One instant for the whole batch, whatever the clock did.
-	_, err = f.pool.Exec(ctx, "UPDATE "+f.schema+".jobs SET finished_at = date_trunc('second', now()) WHERE id = ANY($1)", batch)
+	_, err = f.pool.Exec(ctx, "UPDATE "+f.schema+".jobs SET finished_at = date_trunc('second', now()) WHERE id = ANY($1)", dbsql.UUIDs(batch))
 	require.NoError(t, err)
 
 	rows, err := f.pool.Query(ctx, "SELECT id::text FROM "+f.schema+".jobs WHERE state = 'FAILED_TERMINAL' ORDER BY finished_at DESC, id DESC")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/jobs"
@@ -388,9 +389,12 @@ const usageTenants = 10
 // usageByDay reads a page of tenants' usage: those after the tenant named
 // after, or the scoped tenant's.
 func (h *Handler) usageByDay(ctx context.Context, after string, from, to time.Time) ([]usageDay, error) {
-	query, args := h.sql.usageByDay, []any{after, from, to, usageTenants + 1}
+	// Days as pgtype.Date: the same text whether or not pgx knows the
+	// parameters' type (a time.Time would be a timestamp without it).
+	first, last := pgtype.Date{Time: from, Valid: true}, pgtype.Date{Time: to, Valid: true}
+	query, args := h.sql.usageByDay, []any{after, first, last, usageTenants + 1}
 	if h.cfg.Tenant != "" {
-		query, args = h.sql.usageByDayTenant, []any{h.cfg.Tenant, from, to}
+		query, args = h.sql.usageByDayTenant, []any{h.cfg.Tenant, first, last}
 	}
 	rows, err := h.cfg.DB.Query(ctx, query, args...)
 	if err != nil {

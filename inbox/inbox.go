@@ -122,8 +122,12 @@ func (s *Store) Accept(ctx context.Context, tx DBTX, consumer string, msg broker
 		return 0, &llmqtype.ValidationError{Kind: ErrInvalidMessage, Field: "Message.ID", Problem: p}
 	}
 	digest := Digest(msg.Body)
+	src, err := jsonText(source)
+	if err != nil {
+		return 0, fmt.Errorf("inbox: accepting %s for %s: source: %w", msg.ID, consumer, err)
+	}
 	var inserted bool
-	err := tx.QueryRow(ctx, s.sql.insert, consumer, msg.ID, digest, source).Scan(&inserted)
+	err = tx.QueryRow(ctx, s.sql.insert, consumer, msg.ID, digest, src).Scan(&inserted)
 	switch {
 	case err == nil:
 		return NewMessage, nil
@@ -232,13 +236,30 @@ func (s *Store) Quarantine(ctx context.Context, db DBTX, consumer string, msg br
 	}
 	// A reason may quote what the message carried, which may not be text.
 	reason = validate.MakeStorable(reason)
+	src, err := jsonText(source)
+	if err != nil {
+		return 0, fmt.Errorf("inbox: quarantining a message for %s: source: %w", consumer, err)
+	}
+	headers, err := jsonText(readable)
+	if err != nil {
+		return 0, fmt.Errorf("inbox: quarantining a message for %s: headers: %w", consumer, err)
+	}
 	var id int64
-	err := db.QueryRow(ctx, s.sql.quarantine, consumer, textID, Digest(msg.Body), source, readable, payload,
+	err = db.QueryRow(ctx, s.sql.quarantine, consumer, textID, Digest(msg.Body), src, headers, payload,
 		reason, rawID, rawKeys, rawValues).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("inbox: quarantining a message for %s: %w", consumer, err)
 	}
 	return id, nil
+}
+
+// jsonText is v, a broker.Source or a map of strings, as the JSON text a
+// jsonb column is bound from: text, which pgx sends alike whether or not it
+// knows the parameter's type (its exec and simple-protocol modes have no
+// encoding for a struct or a map).
+func jsonText[T broker.Source | map[string]string](v T) (string, error) {
+	b, err := json.Marshal(v)
+	return string(b), err
 }
 
 // Quarantined is a message kept out of processing, as it was received.

@@ -141,7 +141,7 @@ func (s *PostgresStore) EnqueueBatch(ctx context.Context, db DBTX, params Enqueu
 	if err != nil {
 		return EnqueueBatchResult{}, fmt.Errorf("jobs: batch id: %w", err)
 	}
-	batch.batchID = (*[16]byte)(&id)
+	batch.batchID = dbsql.UUID(id)
 	var res EnqueueBatchResult
 	err = dbsql.WithTx(ctx, db, func(tx pgx.Tx) error {
 		b, inserted, err := s.scanBatch(tx.QueryRow(ctx, s.sql.insertBatch, id, params.Tenant, params.Key, hash,

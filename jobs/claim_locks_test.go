@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/jobs"
 )
 
@@ -85,7 +86,7 @@ func TestAJobHeldElsewhereHoldsBackOnlyThatJob(t *testing.T) {
 	operator, err := f.pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = operator.Rollback(context.Background()) }()
-	_, err = operator.Exec(ctx, "SELECT FROM "+f.schema+".jobs WHERE id = ANY ($1) FOR UPDATE", []uuid.UUID{ids[0], ids[3]})
+	_, err = operator.Exec(ctx, "SELECT FROM "+f.schema+".jobs WHERE id = ANY ($1) FOR UPDATE", dbsql.UUIDs([]uuid.UUID{ids[0], ids[3]}))
 	require.NoError(t, err)
 
 	caller, err := f.pool.Begin(ctx)

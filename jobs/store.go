@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/telemetry"
@@ -360,15 +361,15 @@ func (s *PostgresStore) enqueueBatch(ctx context.Context, db DBTX, batch *insert
 
 // insertBatch is a validated batch in the column arrays InsertJobs takes.
 type insertBatch struct {
-	ids, eventIDs                    [][16]byte // [16]byte, not uuid.UUID: pgx encodes it as binary, not through driver.Valuer
+	ids, eventIDs                    []pgtype.UUID // see dbsql.UUID
 	tenants, kinds, queues, payloads []string
 	keys, hashes, groupKeys          []*string
 	priorities                       []int16
 	maxAttempts                      []int32
 	availableAt, deadlineAt          []*time.Time
 	estimatedTokens                  []int64
-	derivedHash                      []bool    // the request hash was derived from kind and payload
-	batchID                          *[16]byte // the batch every job of it belongs to (EnqueueBatch), or none
+	derivedHash                      []bool      // the request hash was derived from kind and payload
+	batchID                          pgtype.UUID // the batch every job of it belongs to (EnqueueBatch), or NULL
 }
 
 // args is InsertJobs' arguments, in order: the batch's arrays, then the
@@ -401,7 +402,7 @@ func (b *insertBatch) one(topic, channel string, notify []string, traceParent *s
 // of one, for statements to declare InsertJob's argument types).
 func newInsertBatch(n int) *insertBatch {
 	return &insertBatch{
-		ids: make([][16]byte, n), eventIDs: make([][16]byte, n),
+		ids: make([]pgtype.UUID, n), eventIDs: make([]pgtype.UUID, n),
 		tenants: make([]string, n), kinds: make([]string, n), queues: make([]string, n), payloads: make([]string, n),
 		keys: make([]*string, n), hashes: make([]*string, n), groupKeys: make([]*string, n),
 		priorities: make([]int16, n), maxAttempts: make([]int32, n),
@@ -442,7 +443,7 @@ func (s *PostgresStore) prepare(params []EnqueueParams) (*insertBatch, error) {
 		if err != nil {
 			return nil, fmt.Errorf("jobs: new event id: %w", err)
 		}
-		b.ids[i], b.eventIDs[i] = jobID, eventID
+		b.ids[i], b.eventIDs[i] = dbsql.UUID(jobID), dbsql.UUID(eventID)
 		b.tenants[i], b.kinds[i], b.queues[i], b.payloads[i] = p.Tenant, p.Kind, p.Queue, string(p.Payload)
 		b.keys[i] = dbsql.NullIfZero(p.IdempotencyKey)
 		b.hashes[i] = dbsql.NullIfZero(p.RequestHash)
@@ -482,7 +483,7 @@ func (s *PostgresStore) insert(ctx context.Context, db DBTX, b *insertBatch) ([]
 			byID[j.ID] = j
 		}
 		for i, id := range b.ids {
-			results[i] = EnqueueResult{Job: byID[uuid.UUID(id)]}
+			results[i] = EnqueueResult{Job: byID[id.Bytes]}
 		}
 		return results, nil
 	}
@@ -501,7 +502,7 @@ func (s *PostgresStore) resolveExisting(ctx context.Context, db DBTX, b *insertB
 	}
 	var tenants, keys []string
 	for i, id := range b.ids {
-		if _, ok := insertedIDs[uuid.UUID(id)]; !ok {
+		if _, ok := insertedIDs[id.Bytes]; !ok {
 			tenants = append(tenants, b.tenants[i])
 			keys = append(keys, *b.keys[i]) // only keyed jobs can conflict
 		}
@@ -519,7 +520,7 @@ func (s *PostgresStore) resolveExisting(ctx context.Context, db DBTX, b *insertB
 		byKey[tenantKey{j.Tenant, j.IdempotencyKey}] = j
 	}
 	for i, id := range b.ids {
-		if j, ok := insertedIDs[uuid.UUID(id)]; ok {
+		if j, ok := insertedIDs[id.Bytes]; ok {
 			results[i] = EnqueueResult{Job: j}
 			continue
 		}
@@ -678,7 +679,7 @@ func (s *PostgresStore) Stats(ctx context.Context, db DBTX) ([]QueueStats, error
 		qs.OldestEligibleAge = max(qs.OldestEligibleAge, time.Duration(ageSeconds*float64(time.Second)))
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("jobs: stats: %w", err)
+		return nil, fmt.Errorf("jobs: stats: %w", s.migrated(err))
 	}
 	return out, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/validate"
@@ -243,10 +244,10 @@ func (s *PostgresStore) Heartbeat(ctx context.Context, db DBTX, worker string, l
 	if len(leases) == 0 {
 		return res, nil
 	}
-	ids := make([][16]byte, len(leases)) // binary-encoded by pgx, unlike uuid.UUID
+	ids := make([]pgtype.UUID, len(leases))
 	fences := make([]int64, len(leases))
 	for i, l := range lockOrder(leases, func(l Lease) uuid.UUID { return l.JobID }) {
-		ids[i], fences[i] = l.JobID, l.Fence
+		ids[i], fences[i] = dbsql.UUID(l.JobID), l.Fence
 	}
 	type kept struct {
 		id     [16]byte
@@ -316,7 +317,7 @@ func (s *PostgresStore) Complete(ctx context.Context, db DBTX, completions []Com
 		return nil, nil
 	}
 	var (
-		ids, eventIDs              = make([][16]byte, n), make([][16]byte, n) // binary-encoded by pgx, unlike uuid.UUID
+		ids, eventIDs              = make([]pgtype.UUID, n), make([]pgtype.UUID, n)
 		fences, delays, margins    = make([]int64, n), make([]int64, n), make([]int64, n)
 		inTokens, outTokens        = make([]int64, n), make([]int64, n)
 		outcomes                   = make([]string, n)
@@ -342,7 +343,7 @@ func (s *PostgresStore) Complete(ctx context.Context, db DBTX, completions []Com
 		if err != nil {
 			return nil, fmt.Errorf("jobs: new event id: %w", err)
 		}
-		ids[i], eventIDs[i], fences[i], outcomes[i] = c.JobID, id, c.Fence, string(c.Outcome)
+		ids[i], eventIDs[i], fences[i], outcomes[i] = dbsql.UUID(c.JobID), dbsql.UUID(id), c.Fence, string(c.Outcome)
 		classes[i], messages[i] = dbsql.NullIfZero(c.ErrorClass), dbsql.NullIfZero(validate.MakeStorable(c.Error))
 		if len(c.Result) > 0 {
 			results[i] = dbsql.NullIfZero(string(c.Result))
@@ -384,12 +385,12 @@ func (s *PostgresStore) Complete(ctx context.Context, db DBTX, completions []Com
 // rows, and nowhere else.
 func (s *PostgresStore) markStale(ctx context.Context, db DBTX, stale []Completion) error {
 	n := len(stale)
-	ids, attempts, fences := make([][16]byte, n), make([]int32, n), make([]int64, n)
+	ids, attempts, fences := make([]pgtype.UUID, n), make([]int32, n), make([]int64, n)
 	workers, outcomes := make([]string, n), make([]string, n)
 	inTokens, outTokens, uncertain := make([]int64, n), make([]int64, n), make([]bool, n)
 	for i, c := range lockOrder(stale, func(c Completion) uuid.UUID { return c.JobID }) {
 		// Validate bounded the attempt number.
-		ids[i], attempts[i], fences[i] = c.JobID, int32(c.Attempt), c.Fence
+		ids[i], attempts[i], fences[i] = dbsql.UUID(c.JobID), int32(c.Attempt), c.Fence
 		workers[i], outcomes[i] = c.Worker, string(c.Outcome)
 		inTokens[i], outTokens[i], uncertain[i] = c.Usage.InputTokens, c.Usage.OutputTokens, c.Usage.Uncertain
 	}
@@ -579,11 +580,11 @@ func (s *PostgresStore) MarkHung(ctx context.Context, db DBTX, worker string, hu
 	if worker == "" {
 		return nil, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "worker", Problem: "must not be empty"}
 	}
-	ids := make([][16]byte, len(hung)) // binary-encoded by pgx, unlike uuid.UUID
+	ids := make([]pgtype.UUID, len(hung))
 	fences := make([]int64, len(hung))
 	messages := make([]string, len(hung))
 	for i, h := range lockOrder(hung, func(h HungAttempt) uuid.UUID { return h.JobID }) {
-		ids[i], fences[i], messages[i] = h.JobID, h.Fence, validate.MakeStorable(h.Error)
+		ids[i], fences[i], messages[i] = dbsql.UUID(h.JobID), h.Fence, validate.MakeStorable(h.Error)
 	}
 	marked, err := dbsql.CollectUnder(ctx, db, s.sql.keyedPlans, s.sql.restorePlans, s.sql.markHung,
 		[]any{worker, ids, fences, messages},
@@ -610,7 +611,7 @@ func (s *PostgresStore) Attempts(ctx context.Context, db DBTX, tenant string, id
 		return r.attempt(), err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("jobs: attempts of %s: %w", id, err)
+		return nil, fmt.Errorf("jobs: attempts of %s: %w", id, s.migrated(err))
 	}
 	if len(attempts) == 0 {
 		if _, err := s.Get(ctx, db, tenant, id); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/llmqtype"
@@ -79,8 +80,7 @@ func (s *Store) WriteBatch(ctx context.Context, db DBTX, events []Event) ([]Reco
 // batchColumns is a batch's events validated, as InsertBatch's arrays.
 type batchColumns struct {
 	records                          []Record
-	ids                              [][16]byte
-	aggregates                       []*[16]byte
+	ids, aggregates                  []pgtype.UUID // see dbsql.UUID; a NULL aggregate for none
 	topics, types, payloads, headers []string
 	keys                             []*string
 }
@@ -92,7 +92,7 @@ func (s *Store) batchColumns(ctx context.Context, events []Event) (*batchColumns
 	}
 	n := len(events)
 	c := &batchColumns{
-		records: make([]Record, n), ids: make([][16]byte, n), aggregates: make([]*[16]byte, n),
+		records: make([]Record, n), ids: make([]pgtype.UUID, n), aggregates: make([]pgtype.UUID, n),
 		topics: make([]string, n), types: make([]string, n), payloads: make([]string, n),
 		headers: make([]string, n), keys: make([]*string, n),
 	}
@@ -113,12 +113,9 @@ func (s *Store) batchColumns(ctx context.Context, events []Event) (*batchColumns
 		}
 		seen[ev.ID] = i
 		ev.Headers = s.withTraceContext(ctx, ev.Headers)
-		headers := []byte("{}")
-		if len(ev.Headers) > 0 {
-			var err error
-			if headers, err = json.Marshal(ev.Headers); err != nil {
-				return nil, fmt.Errorf("outbox: headers of event %s: %w", ev.ID, err)
-			}
+		headers, err := headersJSON(ev)
+		if err != nil {
+			return nil, err
 		}
 		bytes += len(ev.Payload) + len(headers)
 		if bytes > MaxBatchBytes {
@@ -126,12 +123,11 @@ func (s *Store) batchColumns(ctx context.Context, events []Event) (*batchColumns
 				Problem: fmt.Sprintf("takes the batch's payloads and headers past the limit of %d bytes", MaxBatchBytes)}
 		}
 		c.records[i] = Record{Event: ev}
-		c.ids[i] = ev.ID
+		c.ids[i] = dbsql.UUID(ev.ID)
 		if ev.AggregateID != uuid.Nil {
-			agg := [16]byte(ev.AggregateID)
-			c.aggregates[i] = &agg
+			c.aggregates[i] = dbsql.UUID(ev.AggregateID)
 		}
-		c.topics[i], c.types[i], c.payloads[i], c.headers[i] = ev.Topic, ev.Type, string(ev.Payload), string(headers)
+		c.topics[i], c.types[i], c.payloads[i], c.headers[i] = ev.Topic, ev.Type, string(ev.Payload), headers
 		c.keys[i] = dbsql.NullIfZero(ev.Key)
 	}
 	return c, nil

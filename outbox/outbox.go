@@ -134,12 +134,12 @@ func (s *Store) Write(ctx context.Context, db DBTX, ev Event) (Record, error) {
 		return Record{}, err
 	}
 	ev.Headers = s.withTraceContext(ctx, ev.Headers)
-	headers := ev.Headers
-	if headers == nil {
-		headers = map[string]string{}
+	headers, err := headersJSON(ev)
+	if err != nil {
+		return Record{}, err
 	}
 	rec := Record{Event: ev}
-	err := db.QueryRow(ctx, s.sql.insertEvent,
+	err = db.QueryRow(ctx, s.sql.insertEvent,
 		ev.ID, dbsql.NullIfZero(ev.AggregateID), ev.Topic, dbsql.NullIfZero(ev.Key), ev.Type, string(ev.Payload), headers, s.channel,
 	).Scan(&rec.Seq, &rec.CreatedAt)
 	if err != nil {
@@ -147,6 +147,20 @@ func (s *Store) Write(ctx context.Context, db DBTX, ev Event) (Record, error) {
 		return Record{}, fmt.Errorf("outbox: writing event %s (%s): %w", ev.ID, ev.Type, err)
 	}
 	return rec, nil
+}
+
+// headersJSON is ev's headers as the JSON text the headers column is
+// bound from: text, which pgx sends alike whether or not it knows the
+// parameter's type (a map has no encoding without it; see dbsql.UUID).
+func headersJSON(ev Event) (string, error) {
+	if len(ev.Headers) == 0 {
+		return "{}", nil
+	}
+	b, err := json.Marshal(ev.Headers)
+	if err != nil {
+		return "", fmt.Errorf("outbox: headers of event %s: %w", ev.ID, err)
+	}
+	return string(b), nil
 }
 
 // withTraceContext returns headers with ctx's trace context added, when ctx

@@ -351,16 +351,16 @@ func (r *Relay) queueVerdict(b *pgx.Batch, v *verdict, skipLocked bool, skipped 
 			mark, markSkipping = r.store.sql.deletePublished, r.store.sql.deletePublishedSkippingLocked
 		}
 		if skipLocked {
-			b.Queue(markSkipping, r.cfg.ID, v.published).Query(collect)
+			b.Queue(markSkipping, r.cfg.ID, dbsql.UUIDs(v.published)).Query(collect)
 		} else {
-			b.Queue(mark, r.cfg.ID, v.published)
+			b.Queue(mark, r.cfg.ID, dbsql.UUIDs(v.published))
 		}
 	}
 	if len(v.failed) > 0 {
 		if skipLocked {
-			b.Queue(r.store.sql.markFailedSkippingLocked, r.cfg.ID, v.failed, v.errs, v.delays).Query(collect)
+			b.Queue(r.store.sql.markFailedSkippingLocked, r.cfg.ID, dbsql.UUIDs(v.failed), v.errs, v.delays).Query(collect)
 		} else {
-			b.Queue(r.store.sql.markFailed, r.cfg.ID, v.failed, v.errs, v.delays)
+			b.Queue(r.store.sql.markFailed, r.cfg.ID, dbsql.UUIDs(v.failed), v.errs, v.delays)
 		}
 	}
 	for _, bv := range v.batches {

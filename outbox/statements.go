@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/llmq/llmq/internal/dbsql"
 )
@@ -23,7 +24,7 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 	return dbsql.Load(schema, []string{queriesSQL, pruneSQL, batchesSQL},
 		dbsql.Query(&q.insertEvent, "InsertEvent", 8, new(int64), new(time.Time)),
 		dbsql.Query(&q.insertBatch, "InsertBatch", 8, new([]int64), new(time.Time)).
-			Binds([][16]byte{}, []*[16]byte{}, []string{}, []*string{}, []string{}, []string{}, []string{}, ""),
+			Binds([]pgtype.UUID{}, []pgtype.UUID{}, []string{}, []*string{}, []string{}, []string{}, []string{}, ""),
 		dbsql.Query(&q.claimBatches, "ClaimBatches", 4, new(claimedBatchRow).dest()...),
 		dbsql.Query(&q.claimBatchSkippingLocked, "ClaimBatchSkippingLocked", 4, new(claimedBatchRow).dest()...),
 		dbsql.Query(&q.settleBatch, "SettleBatch", 6, new(int64)).
@@ -34,9 +35,9 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.claimEventsSkippingLocked, "ClaimEventsSkippingLocked", 6, new(claimedRow).dest()...),
 		dbsql.Discard(&q.claimLockTimeout, "ClaimLockTimeout", 1),
 		dbsql.Discard(&q.settleTimeouts, "SettleTimeouts", 2),
-		dbsql.Query(&q.markPublishedSkippingLocked, "MarkPublishedSkippingLocked", 2, new([16]byte)).Binds("relay", [][16]byte{}),
-		dbsql.Query(&q.deletePublishedSkippingLocked, "DeletePublishedSkippingLocked", 2, new([16]byte)).Binds("relay", [][16]byte{}),
-		dbsql.Query(&q.markFailedSkippingLocked, "MarkFailedSkippingLocked", 4, new([16]byte)).Binds("relay", [][16]byte{}, []string{}, []int64{}),
+		dbsql.Query(&q.markPublishedSkippingLocked, "MarkPublishedSkippingLocked", 2, new([16]byte)).Binds("relay", []pgtype.UUID{}),
+		dbsql.Query(&q.deletePublishedSkippingLocked, "DeletePublishedSkippingLocked", 2, new([16]byte)).Binds("relay", []pgtype.UUID{}),
+		dbsql.Query(&q.markFailedSkippingLocked, "MarkFailedSkippingLocked", 4, new([16]byte)).Binds("relay", []pgtype.UUID{}, []string{}, []int64{}),
 		dbsql.Discard(&q.relaxCommit, "RelaxCommit", 0),
 		dbsql.Discard(&q.restorePlans, "RestorePlans", 0),
 		dbsql.Exec(&q.markPublished, "MarkPublished", 2),

@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/broker/memory"
+	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/outbox"
 )
 
@@ -29,7 +31,7 @@ func TestTakeoverIsNotHeldUpByALockedRow(t *testing.T) {
 	_, err := f.db.Pool.Exec(t.Context(), "UPDATE "+f.db.Schema+".outbox_relay_lease SET holder = 'dead', lease_epoch = 1, lease_until = now() - interval '1 second'")
 	require.NoError(t, err)
 	_, err = f.db.Pool.Exec(t.Context(), "UPDATE "+f.db.Schema+".outbox SET claimed_by = 'dead', claimed_until = now() + interval '1 hour' WHERE event_id = ANY ($1)",
-		[][16]byte{held.ID, free.ID})
+		dbsql.UUIDs([]uuid.UUID{held.ID, free.ID}))
 	require.NoError(t, err)
 	operator, err := f.db.Pool.Begin(t.Context())
 	require.NoError(t, err)

@@ -246,7 +246,10 @@ func (p Pass) Total() int64 {
 // pooled connection at a time.
 func (s *Service) PruneOnce(ctx context.Context) (Pass, error) {
 	pass := Pass{Started: time.Now()}
-	var policy []byte // NULL: keep the recorded policy (OneOff)
+	// JSON as json.RawMessage, not []byte: pgx sends a []byte as bytea
+	// where it does not know the parameter's type (its exec and simple
+	// protocol modes).
+	var policy json.RawMessage // NULL: keep the recorded policy (OneOff)
 	if !s.cfg.OneOff {
 		var err error
 		if policy, err = json.Marshal(s.cfg.Policy); err != nil {
@@ -277,7 +280,7 @@ func (s *Service) PruneOnce(ctx context.Context) (Pass, error) {
 	if err != nil {
 		return pass, fmt.Errorf("retention: %w", err)
 	}
-	if _, err := s.pool.Exec(ctx, s.sql.recordPass, s.cfg.ID, record); err != nil {
+	if _, err := s.pool.Exec(ctx, s.sql.recordPass, s.cfg.ID, json.RawMessage(record)); err != nil {
 		return pass, fmt.Errorf("retention: recording the pass: %w", err)
 	}
 	return pass, nil

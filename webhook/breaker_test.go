@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
 	"github.com/llmq/llmq/webhook"
@@ -70,7 +71,7 @@ func TestBreakerIsSharedByDispatchersAndPerEndpoint(t *testing.T) {
 	// while the breaker stays open.
 	dueNow := func() {
 		t.Helper()
-		_, err := f.pool.Exec(t.Context(), "UPDATE "+f.schema+".jobs SET available_at = now() WHERE id = ANY ($1) AND state = 'RETRY_SCHEDULED'", jobsOf[bad.ID])
+		_, err := f.pool.Exec(t.Context(), "UPDATE "+f.schema+".jobs SET available_at = now() WHERE id = ANY ($1) AND state = 'RETRY_SCHEDULED'", dbsql.UUIDs(jobsOf[bad.ID]))
 		require.NoError(t, err)
 	}
 	dueNow()

@@ -367,6 +367,12 @@ func (d *Dispatcher) record(ctx context.Context, r attemptRecord) error {
 	for k := range r.header {
 		headers[k] = r.header.Get(k)
 	}
+	// As JSON text: pgx has no encoding for a map where it does not know
+	// the parameter's type (its exec and simple-protocol modes).
+	headersJSON, err := json.Marshal(headers)
+	if err != nil {
+		return fmt.Errorf("webhook: request headers: %w", err)
+	}
 	var status *int
 	var respBody *string
 	if r.resp != nil {
@@ -379,7 +385,7 @@ func (d *Dispatcher) record(ctx context.Context, r attemptRecord) error {
 		return dbsql.WithTx(ctx, d.db, func(tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, d.store.sql.insertAttempt, r.p.DeliveryID, r.job.ID, r.job.Attempt, cmp.Or(d.cfg.Worker, r.job.LeaseOwner), r.url, r.started,
 				float64(r.latency)/float64(time.Millisecond), status, r.verdict.outcome, dbsql.NullIfZero(r.verdict.class),
-				dbsql.NullIfZero(r.verdict.message), keyIDs, headers, respBody)
+				dbsql.NullIfZero(r.verdict.message), keyIDs, string(headersJSON), respBody)
 			if err != nil {
 				return err
 			}

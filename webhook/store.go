@@ -420,7 +420,7 @@ func (s *Store) SealSecrets(ctx context.Context, db DBTX) (int64, error) {
 				}
 				endpoints[i], keyIDs[i] = k.endpoint, k.keyID
 			}
-			tag, err := tx.Exec(ctx, s.sql.sealKeys, endpoints, keyIDs, sealed)
+			tag, err := tx.Exec(ctx, s.sql.sealKeys, dbsql.UUIDs(endpoints), keyIDs, sealed)
 			n = tag.RowsAffected()
 			return err
 		})
@@ -550,9 +550,14 @@ func (s *Store) Enqueue(ctx context.Context, tx DBTX, tenant string, ev Event) (
 	if err != nil {
 		return nil, fmt.Errorf("webhook: enqueue: %w", dbsql.Migrated(err, s.schema.Name(), "webhook.Config.Schema"))
 	}
+	// In pgx's exec and simple-protocol modes the statement's error comes
+	// with its rows, not from Query.
 	endpoints, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	if err != nil || len(endpoints) == 0 {
-		return nil, err
+	if err != nil {
+		return nil, fmt.Errorf("webhook: enqueue: %w", dbsql.Migrated(err, s.schema.Name(), "webhook.Config.Schema"))
+	}
+	if len(endpoints) == 0 {
+		return nil, nil
 	}
 	ids := make([]uuid.UUID, len(endpoints))
 	for i := range ids {
@@ -562,7 +567,7 @@ func (s *Store) Enqueue(ctx context.Context, tx DBTX, tenant string, ev Event) (
 	}
 	var out []Delivery
 	err = dbsql.WithTx(ctx, tx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, s.sql.insertDeliveries, ids, endpoints, tenant, ev.ID, ev.Type, body)
+		rows, err := tx.Query(ctx, s.sql.insertDeliveries, dbsql.UUIDs(ids), dbsql.UUIDs(endpoints), tenant, ev.ID, ev.Type, body)
 		if err != nil {
 			return err
 		}

@@ -88,7 +88,9 @@ func Setup(t testing.TB, opts ...Options) *DB {
 }
 
 // Pool opens a pool on URL with maxConns connections (0 means 4), closed
-// when the test ends.
+// when the test ends. Every statement run on it with arguments is checked
+// for pgx's exec and simple-protocol modes (see textParams): the test fails
+// for an argument those modes would encode wrongly.
 func Pool(t testing.TB, maxConns int32) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(URL())
@@ -96,6 +98,9 @@ func Pool(t testing.TB, maxConns int32) *pgxpool.Pool {
 		t.Fatalf("dbtest: DATABASE_URL %q: %v", URL(), err)
 	}
 	cfg.MaxConns = max(maxConns, 4)
+	params := newTextParams(cfg.ConnConfig)
+	cfg.ConnConfig.Tracer = params
+	t.Cleanup(func() { params.finish(t) })
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("dbtest: connecting to %s: %v", URL(), err)

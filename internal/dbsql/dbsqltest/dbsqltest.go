@@ -152,20 +152,26 @@ func bindProblems(m *pgtype.Map, spec dbsql.Spec, oids []uint32) []string {
 	for i, oid := range oids {
 		if m.PlanEncode(oid, m.FormatCodeForOID(oid), binds[i]) == nil {
 			problems = append(problems, fmt.Sprintf("parameter $%d %s cannot be bound from %T", i+1, typeName(m, oid), binds[i]))
+		} else if p := dbtest.TextProblem(m, oid, binds[i]); p != "" {
+			problems = append(problems, fmt.Sprintf("parameter $%d: %s (pgx's exec and simple-protocol modes)", i+1, p))
 		}
 	}
 	return problems
 }
 
 // scannable asks pgx for a plan to scan a value of oid into dest, in the
-// format pgx itself requests for that type.
+// format pgx itself requests for that type and in text, the format of
+// every result in pgx's exec and simple-protocol modes.
 func scannable(m *pgtype.Map, oid uint32, dest any) bool {
 	if dest == nil || reflect.TypeOf(dest).Kind() != reflect.Pointer {
 		return false
 	}
 	// pgx returns its unexported failing plan when no plan fits; it has no
 	// exported way to ask.
-	return fmt.Sprintf("%T", m.PlanScan(oid, m.FormatCodeForOID(oid), dest)) != "*pgtype.scanPlanFail"
+	fails := func(format int16) bool {
+		return fmt.Sprintf("%T", m.PlanScan(oid, format, dest)) == "*pgtype.scanPlanFail"
+	}
+	return !fails(m.FormatCodeForOID(oid)) && !fails(pgtype.TextFormatCode)
 }
 
 func columns(m *pgtype.Map, fields []pgconn.FieldDescription) string {

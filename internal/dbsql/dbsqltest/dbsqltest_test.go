@@ -1,9 +1,11 @@
 package dbsqltest_test
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/internal/dbsql"
@@ -148,4 +150,71 @@ CREATE TABLE /*schema*/nowhere.x (a int); SELECT 1;
 	errs := dbsqltest.Verify(t.Context(), conn.Conn(), set)
 	require.Len(t, errs, 1)
 	require.ErrorContains(t, errs[0], "statement Broken: script fails")
+}
+
+// pgx's exec and simple-protocol modes, which a transaction pooler needs,
+// send every argument as text without its parameter's type: an argument
+// must encode without it, and to the same text as with it.
+func TestCheckFailsAnArgumentTheTextModesCannotSend(t *testing.T) {
+	t.Parallel()
+	byID := `
+-- name: Versions
+SELECT version, applied_at FROM /*schema*/migrations WHERE version > $1;
+-- name: Forget
+DELETE FROM /*schema*/migrations WHERE md5(version::text)::uuid = $1;
+`
+	errs := verifyBinding(t, byID, [16]byte{})
+	require.Len(t, errs, 1)
+	require.EqualError(t, errs[0], "statement Forget: statement does not match its Go code: "+
+		"parameter $1: [16]uint8 cannot be encoded without the parameter's type (uuid) (pgx's exec and simple-protocol modes)")
+	require.Empty(t, verifyBinding(t, byID, pgtype.UUID{Bytes: [16]byte{1}, Valid: true}))
+
+	byNote := `
+-- name: Versions
+SELECT version, applied_at FROM /*schema*/migrations WHERE version > $1;
+-- name: Forget
+DELETE FROM /*schema*/migrations WHERE to_jsonb(version) = $1;
+`
+	errs = verifyBinding(t, byNote, []byte("7"))
+	require.Len(t, errs, 1)
+	require.EqualError(t, errs[0], "statement Forget: statement does not match its Go code: "+
+		`parameter $1: []uint8 is sent as "\\x37" without the parameter's type (jsonb), as "7" with it (pgx's exec and simple-protocol modes)`)
+	require.Empty(t, verifyBinding(t, byNote, json.RawMessage("7")))
+}
+
+// Results come back as text in pgx's exec and simple-protocol modes: a
+// destination must scan from text as well as in the format pgx prefers.
+// pgx scans every destination llmq uses from both; a codec that cannot
+// scan text stands here for one that might not.
+func TestCheckFailsAColumnThatCannotBeScannedFromText(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Setup(t)
+	schema, err := dbsql.NewSchema(db.Schema)
+	require.NoError(t, err)
+	conn, err := db.Pool.Acquire(t.Context())
+	require.NoError(t, err)
+	defer conn.Release()
+	var q struct{ read string }
+	set, err := dbsql.Load(schema, []string{"-- name: Read\nSELECT version FROM /*schema*/migrations;\n"},
+		dbsql.Query(&q.read, "Read", 0, new(int32)))
+	require.NoError(t, err)
+	require.Empty(t, dbsqltest.Verify(t.Context(), conn.Conn(), set))
+
+	conn.Conn().TypeMap().RegisterType(&pgtype.Type{Name: "int4", OID: pgtype.Int4OID, Codec: binaryOnly{pgtype.Int4Codec{}}})
+	errs := dbsqltest.Verify(t.Context(), conn.Conn(), set)
+	require.Len(t, errs, 1)
+	require.ErrorContains(t, errs[0], "column 1 version int4 cannot be scanned into *int32")
+	// The connection's type map is changed for good: it must not return
+	// to the pool.
+	require.NoError(t, conn.Conn().Close(t.Context()))
+}
+
+// binaryOnly is a codec that scans nothing from text.
+type binaryOnly struct{ pgtype.Int4Codec }
+
+func (c binaryOnly) PlanScan(m *pgtype.Map, oid uint32, format int16, target any) pgtype.ScanPlan {
+	if format == pgtype.TextFormatCode {
+		return nil
+	}
+	return c.Int4Codec.PlanScan(m, oid, format, target)
 }
