@@ -27,7 +27,7 @@ func (s *PostgresStore) Lookup(ctx context.Context, db DBTX, id uuid.UUID) (*Job
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("jobs: lookup %s: %w", id, err)
+		return nil, fmt.Errorf("jobs: lookup %s: %w", id, s.migrated(err))
 	}
 	return job, nil
 }

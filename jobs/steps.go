@@ -143,7 +143,7 @@ func (s *PostgresStore) Steps(ctx context.Context, db DBTX, tenant string, id uu
 		return r.step(), err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("jobs: steps of %s: %w", id, err)
+		return nil, fmt.Errorf("jobs: steps of %s: %w", id, s.migrated(err))
 	}
 	if len(steps) == 0 {
 		if _, err := s.Get(ctx, db, tenant, id); err != nil {
