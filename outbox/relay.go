@@ -58,6 +58,13 @@ type RelayConfig struct {
 	// PollInterval is the fallback claim interval when no NOTIFY arrives.
 	// Default 500ms.
 	PollInterval time.Duration
+	// DisableListen stops the active relay from LISTENing for the
+	// outbox's NOTIFYs, so that it holds no connection outside its pool:
+	// for a pool behind a connection pooler in transaction mode, which
+	// cannot keep a LISTEN (see the package documentation, Connection
+	// poolers). The relay then finds events by polling, every
+	// PollInterval. Default false: listen.
+	DisableListen bool
 	// Backoff delays an event after a failed publication. Default base 1s,
 	// cap 60s.
 	Backoff llmqtype.BackoffPolicy

@@ -225,7 +225,8 @@ func (r *Relay) release(ctx context.Context, epoch int64) {
 
 // serve is the active relay's loop, until ctx ends: drain, then wait for a
 // NOTIFY, the poll interval, a retry after a failure, or the pruner. Only
-// the active relay listens (one dedicated connection) and prunes.
+// the active relay listens (one dedicated connection, unless
+// DisableListen) and prunes.
 func (r *Relay) serve(ctx context.Context, epoch int64) error {
 	if r.cfg.MeterProvider != nil {
 		reg, err := r.registerGauges()
@@ -241,16 +242,18 @@ func (r *Relay) serve(ctx context.Context, epoch int64) error {
 		default:
 		}
 	}
-	listenCtx, stopListening := context.WithCancel(ctx)
-	defer stopListening()
-	listening := make(chan struct{})
-	go func() {
-		defer close(listening)
-		pglisten.Run(listenCtx, r.pool.Config().ConnConfig,
-			[]string{r.store.channel, r.store.schema.Channel("jobs")},
-			func(string, string) { signal() }, signal, r.cfg.Logger)
-	}()
-	defer func() { <-listening }()
+	if !r.cfg.DisableListen {
+		listenCtx, stopListening := context.WithCancel(ctx)
+		defer stopListening()
+		listening := make(chan struct{})
+		go func() {
+			defer close(listening)
+			pglisten.Run(listenCtx, r.pool.Config().ConnConfig,
+				[]string{r.store.channel, r.store.schema.Channel("jobs")},
+				func(string, string) { signal() }, signal, r.cfg.Logger)
+		}()
+		defer func() { <-listening }()
+	}
 
 	poll := time.NewTicker(r.cfg.PollInterval)
 	defer poll.Stop()
