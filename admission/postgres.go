@@ -227,7 +227,7 @@ func (l *Postgres) Acquire(ctx context.Context, req Request) (*Permit, error) {
 	var emergency bool
 	p, err := l.acquire(ctx, req, &emergency)
 	l.obs.acquired(ctx, req, err, emergency)
-	return p, dbsql.Migrated(err, l.cfg.Schema, "admission.Config.Schema")
+	return p, dbsql.Explain(err, l.cfg.Schema, "admission.Config.Schema")
 }
 
 // acquire is Acquire; emergency is set when the permit came from the

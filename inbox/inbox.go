@@ -132,7 +132,7 @@ func (s *Store) Accept(ctx context.Context, tx DBTX, consumer string, msg broker
 	case err == nil:
 		return NewMessage, nil
 	case !errors.Is(err, pgx.ErrNoRows):
-		err = dbsql.Migrated(err, s.schema, "inbox.Config.Schema")
+		err = dbsql.Explain(err, s.schema, "inbox.Config.Schema")
 		return 0, fmt.Errorf("inbox: accepting %s for %s: %w", msg.ID, consumer, err)
 	}
 	// The id was taken: by a committed transaction, which this second

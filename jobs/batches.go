@@ -184,11 +184,11 @@ func (s *PostgresStore) EnqueueBatch(ctx context.Context, db DBTX, params Enqueu
 func (s *PostgresStore) batchJobs(ctx context.Context, db DBTX, tenant string, b Batch) ([]*Job, error) {
 	rows, err := db.Query(ctx, s.sql.listBatchJobs, tenant, b.ID)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: reading batch %s's jobs: %w", b.ID, s.migrated(err))
+		return nil, fmt.Errorf("jobs: reading batch %s's jobs: %w", b.ID, s.explain(err))
 	}
 	js, err := pgx.CollectRows(rows, scanJob)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: reading batch %s's jobs: %w", b.ID, s.migrated(err))
+		return nil, fmt.Errorf("jobs: reading batch %s's jobs: %w", b.ID, s.explain(err))
 	}
 	if len(js) != b.Total {
 		return nil, nil
@@ -271,7 +271,7 @@ func (s *PostgresStore) Batch(ctx context.Context, db DBTX, tenant string, id uu
 func (s *PostgresStore) CancelBatch(ctx context.Context, db DBTX, tenant string, id uuid.UUID) (BatchCancelResult, error) {
 	var res BatchCancelResult
 	if err := db.QueryRow(ctx, s.sql.cancelBatch, tenant, id, s.cfg.EventTopic).Scan(&res.Cancelled, &res.Requested); err != nil {
-		return BatchCancelResult{}, fmt.Errorf("jobs: cancelling batch %s: %w", id, s.migrated(err))
+		return BatchCancelResult{}, fmt.Errorf("jobs: cancelling batch %s: %w", id, s.explain(err))
 	}
 	b, err := s.Batch(ctx, db, tenant, id)
 	if err != nil {
@@ -300,7 +300,7 @@ func (s *PostgresStore) scanBatch(row pgx.Row) (batchRow, bool, error) {
 	case errors.Is(err, pgx.ErrNoRows):
 		return batchRow{}, false, nil
 	case err != nil:
-		return batchRow{}, false, s.migrated(err)
+		return batchRow{}, false, s.explain(err)
 	}
 	r.b.FinishedAt = dbsql.Deref(r.finishedAt)
 	return r, true, nil

@@ -70,7 +70,7 @@ func (s *PostgresStore) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]*J
 		claimed, err = s.claimWith(ctx, db, p, nested, true)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("jobs: claim from %s: %w", p.Queue, s.migrated(err))
+		return nil, fmt.Errorf("jobs: claim from %s: %w", p.Queue, s.explain(err))
 	}
 	return claimed, nil
 }

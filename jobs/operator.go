@@ -20,14 +20,14 @@ import (
 func (s *PostgresStore) Lookup(ctx context.Context, db DBTX, id uuid.UUID) (*Job, error) {
 	rows, err := db.Query(ctx, s.sql.lookup, id)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: lookup %s: %w", id, s.migrated(err))
+		return nil, fmt.Errorf("jobs: lookup %s: %w", id, s.explain(err))
 	}
 	job, err := pgx.CollectExactlyOneRow(rows, scanJob)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("jobs: lookup %s: %w", id, s.migrated(err))
+		return nil, fmt.Errorf("jobs: lookup %s: %w", id, s.explain(err))
 	}
 	return job, nil
 }

@@ -118,7 +118,7 @@ func (s *PostgresStore) stepRow(row pgx.Row, id uuid.UUID, name string) (Step, b
 		r       stepRow
 	)
 	if err := row.Scan(append([]any{&current}, r.dest()[2:]...)...); err != nil {
-		return Step{}, false, s.migrated(err)
+		return Step{}, false, s.explain(err)
 	}
 	if !current {
 		return Step{}, false, ErrLeaseLost
@@ -135,7 +135,7 @@ func (s *PostgresStore) stepRow(row pgx.Row, id uuid.UUID, name string) (Step, b
 func (s *PostgresStore) Steps(ctx context.Context, db DBTX, tenant string, id uuid.UUID) ([]Step, error) {
 	rows, err := db.Query(ctx, s.sql.listSteps, tenant, id)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: steps of %s: %w", id, s.migrated(err))
+		return nil, fmt.Errorf("jobs: steps of %s: %w", id, s.explain(err))
 	}
 	steps, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Step, error) {
 		var r stepRow
@@ -143,7 +143,7 @@ func (s *PostgresStore) Steps(ctx context.Context, db DBTX, tenant string, id uu
 		return r.step(), err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("jobs: steps of %s: %w", id, s.migrated(err))
+		return nil, fmt.Errorf("jobs: steps of %s: %w", id, s.explain(err))
 	}
 	if len(steps) == 0 {
 		if _, err := s.Get(ctx, db, tenant, id); err != nil {

@@ -470,11 +470,11 @@ func (s *PostgresStore) insert(ctx context.Context, db DBTX, b *insertBatch) ([]
 	rows, err := db.Query(ctx, stmt, args(s.cfg.EventTopic, s.channel,
 		s.notify.queues(b.queues, time.Now()), dbsql.NullIfZero(telemetry.TraceParent(ctx)), s.cfg.KindsWithoutEvents)...)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: enqueue: %w", s.migrated(err))
+		return nil, fmt.Errorf("jobs: enqueue: %w", s.explain(err))
 	}
 	inserted, err := pgx.CollectRows(rows, scanJob)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: enqueue: %w", s.migrated(err))
+		return nil, fmt.Errorf("jobs: enqueue: %w", s.explain(err))
 	}
 	results := make([]EnqueueResult, len(b.ids))
 	if len(inserted) == len(b.ids) {
@@ -546,14 +546,14 @@ func (s *PostgresStore) resolveExisting(ctx context.Context, db DBTX, b *insertB
 func (s *PostgresStore) Get(ctx context.Context, db DBTX, tenant string, id uuid.UUID) (*Job, error) {
 	rows, err := db.Query(ctx, s.sql.get, tenant, id)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: get %s: %w", id, s.migrated(err))
+		return nil, fmt.Errorf("jobs: get %s: %w", id, s.explain(err))
 	}
 	job, err := pgx.CollectExactlyOneRow(rows, scanJob)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %s for tenant %q", ErrNotFound, id, tenant)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("jobs: get %s: %w", id, s.migrated(err))
+		return nil, fmt.Errorf("jobs: get %s: %w", id, s.explain(err))
 	}
 	return job, nil
 }
@@ -610,11 +610,11 @@ func newListPage(states []State, limit int, cursor, by string) (listPage, error)
 func (s *PostgresStore) fetchPage(ctx context.Context, db DBTX, op, query string, page listPage, args ...any) (*ListResult, error) {
 	rows, err := db.Query(ctx, query, append(args, page.after, page.limit+1)...)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: %s: %w", op, s.migrated(err))
+		return nil, fmt.Errorf("jobs: %s: %w", op, s.explain(err))
 	}
 	jobs, err := pgx.CollectRows(rows, scanJob)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: %s: %w", op, s.migrated(err))
+		return nil, fmt.Errorf("jobs: %s: %w", op, s.explain(err))
 	}
 	res := &ListResult{Jobs: jobs}
 	if len(jobs) > page.limit {
@@ -636,7 +636,7 @@ func (s *PostgresStore) Cancel(ctx context.Context, db DBTX, tenant string, id u
 	}
 	rows, err := db.Query(ctx, s.sql.cancel, tenant, id, eventID, s.cfg.EventTopic)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: cancel %s: %w", id, s.migrated(err))
+		return nil, fmt.Errorf("jobs: cancel %s: %w", id, s.explain(err))
 	}
 	job, err := pgx.CollectExactlyOneRow(rows, scanJob)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -658,7 +658,7 @@ func (s *PostgresStore) Cancel(ctx context.Context, db DBTX, tenant string, id u
 func (s *PostgresStore) Stats(ctx context.Context, db DBTX) ([]QueueStats, error) {
 	rows, err := db.Query(ctx, s.sql.stats)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: stats: %w", s.migrated(err))
+		return nil, fmt.Errorf("jobs: stats: %w", s.explain(err))
 	}
 	defer rows.Close()
 	var out []QueueStats
@@ -679,7 +679,7 @@ func (s *PostgresStore) Stats(ctx context.Context, db DBTX) ([]QueueStats, error
 		qs.OldestEligibleAge = max(qs.OldestEligibleAge, time.Duration(ageSeconds*float64(time.Second)))
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("jobs: stats: %w", s.migrated(err))
+		return nil, fmt.Errorf("jobs: stats: %w", s.explain(err))
 	}
 	return out, nil
 }

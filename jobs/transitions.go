@@ -603,7 +603,7 @@ func (s *PostgresStore) MarkHung(ctx context.Context, db DBTX, worker string, hu
 func (s *PostgresStore) Attempts(ctx context.Context, db DBTX, tenant string, id uuid.UUID) ([]Attempt, error) {
 	rows, err := db.Query(ctx, s.sql.attempts, tenant, id)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: attempts of %s: %w", id, s.migrated(err))
+		return nil, fmt.Errorf("jobs: attempts of %s: %w", id, s.explain(err))
 	}
 	attempts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Attempt, error) {
 		var r attemptRow
@@ -611,7 +611,7 @@ func (s *PostgresStore) Attempts(ctx context.Context, db DBTX, tenant string, id
 		return r.attempt(), err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("jobs: attempts of %s: %w", id, s.migrated(err))
+		return nil, fmt.Errorf("jobs: attempts of %s: %w", id, s.explain(err))
 	}
 	if len(attempts) == 0 {
 		if _, err := s.Get(ctx, db, tenant, id); err != nil {

@@ -13,6 +13,10 @@
 //     when its schema has no llmq tables (never migrated, or another
 //     schema than the one migrated), naming the schema, the setting that
 //     chose it and the command that fixes it.
+//   - StatementCacheError and ErrStatementCache, what they answer when the
+//     pool's prepared statements do not survive a transaction pooler
+//     (pgx's default query exec mode behind PgBouncer before 1.21), naming
+//     the fix.
 //   - BackoffPolicy, the full-jitter exponential backoff that jobs
 //     (ReapParams), lease (Config.Retry), outbox (RelayConfig.Backoff) and
 //     broker/rabbitmq (ConnConfig.Reconnect) take.

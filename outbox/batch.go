@@ -65,7 +65,7 @@ func (s *Store) WriteBatch(ctx context.Context, db DBTX, events []Event) ([]Reco
 		cols.ids, cols.aggregates, cols.topics, cols.keys, cols.types, cols.payloads, cols.headers, s.channel,
 	).Scan(&seqs, &created)
 	if err != nil {
-		err = dbsql.Migrated(err, s.schema.Name(), "outbox.Config.Schema")
+		err = dbsql.Explain(err, s.schema.Name(), "outbox.Config.Schema")
 		return nil, fmt.Errorf("outbox: writing a batch of %d events: %w", len(events), err)
 	}
 	if len(seqs) != len(cols.records) {

@@ -143,7 +143,7 @@ func (s *Store) Write(ctx context.Context, db DBTX, ev Event) (Record, error) {
 		ev.ID, dbsql.NullIfZero(ev.AggregateID), ev.Topic, dbsql.NullIfZero(ev.Key), ev.Type, string(ev.Payload), headers, s.channel,
 	).Scan(&rec.Seq, &rec.CreatedAt)
 	if err != nil {
-		err = dbsql.Migrated(err, s.schema.Name(), "outbox.Config.Schema")
+		err = dbsql.Explain(err, s.schema.Name(), "outbox.Config.Schema")
 		return Record{}, fmt.Errorf("outbox: writing event %s (%s): %w", ev.ID, ev.Type, err)
 	}
 	return rec, nil
@@ -188,7 +188,7 @@ func (s *Store) withTraceContext(ctx context.Context, headers map[string]string)
 func (s *Store) ListByAggregate(ctx context.Context, db DBTX, aggregateID uuid.UUID) ([]Record, error) {
 	rows, err := db.Query(ctx, s.sql.listByAggregate, aggregateID)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: listing events of %s: %w", aggregateID, s.migrated(err))
+		return nil, fmt.Errorf("outbox: listing events of %s: %w", aggregateID, s.explain(err))
 	}
 	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Record, error) {
 		var l listedRow
@@ -208,15 +208,16 @@ func (s *Store) ListByAggregate(ctx context.Context, db DBTX, aggregateID uuid.U
 		return r, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("outbox: listing events of %s: %w", aggregateID, s.migrated(err))
+		return nil, fmt.Errorf("outbox: listing events of %s: %w", aggregateID, s.explain(err))
 	}
 	return recs, nil
 }
 
-// migrated turns an undefined-table error into a *llmqtype.NotMigratedError
-// naming the store's schema.
-func (s *Store) migrated(err error) error {
-	return dbsql.Migrated(err, s.schema.Name(), "outbox.Config.Schema")
+// explain turns an undefined-table error into a
+// *llmqtype.NotMigratedError naming the store's schema (see
+// dbsql.Explain).
+func (s *Store) explain(err error) error {
+	return dbsql.Explain(err, s.schema.Name(), "outbox.Config.Schema")
 }
 
 func (s *Store) validate(ev *Event) error {

@@ -58,7 +58,7 @@ func (p *Pruner) PrunePublished(ctx context.Context, db DBTX, olderThan time.Dur
 	}
 	var r PruneResult
 	if err := db.QueryRow(ctx, p.sql.prunePublished, olderThan.Milliseconds(), limit).Scan(&r.Events, &r.More); err != nil {
-		return PruneResult{}, fmt.Errorf("outbox: pruning published events: %w", p.migrated(err))
+		return PruneResult{}, fmt.Errorf("outbox: pruning published events: %w", p.explain(err))
 	}
 	return r, nil
 }
@@ -74,7 +74,7 @@ func (p *Pruner) PruneUnrelayed(ctx context.Context, db DBTX, olderThan time.Dur
 	}
 	var r PruneResult
 	if err := db.QueryRow(ctx, p.sql.pruneUnrelayed, olderThan.Milliseconds(), limit).Scan(&r.Events, &r.More); err != nil {
-		return PruneResult{}, fmt.Errorf("outbox: pruning unrelayed events: %w", p.migrated(err))
+		return PruneResult{}, fmt.Errorf("outbox: pruning unrelayed events: %w", p.explain(err))
 	}
 	return r, nil
 }
@@ -87,7 +87,7 @@ func (p *Pruner) CountPublished(ctx context.Context, db DBTX, olderThan time.Dur
 	}
 	var n int64
 	if err := db.QueryRow(ctx, p.sql.countPublished, olderThan.Milliseconds()).Scan(&n); err != nil {
-		return 0, fmt.Errorf("outbox: counting published events: %w", p.migrated(err))
+		return 0, fmt.Errorf("outbox: counting published events: %w", p.explain(err))
 	}
 	return n, nil
 }
@@ -100,7 +100,7 @@ func (p *Pruner) CountUnrelayed(ctx context.Context, db DBTX, olderThan time.Dur
 	}
 	var n int64
 	if err := db.QueryRow(ctx, p.sql.countUnrelayed, olderThan.Milliseconds()).Scan(&n); err != nil {
-		return 0, fmt.Errorf("outbox: counting unrelayed events: %w", p.migrated(err))
+		return 0, fmt.Errorf("outbox: counting unrelayed events: %w", p.explain(err))
 	}
 	return n, nil
 }
@@ -116,7 +116,7 @@ func (p *Pruner) Backlog(ctx context.Context, db DBTX, limit int) (n int64, capp
 	}
 	var seconds float64
 	if err := db.QueryRow(ctx, p.sql.countUnpublishedUpTo, limit).Scan(&n, &seconds); err != nil {
-		return 0, false, 0, fmt.Errorf("outbox: counting the unpublished backlog: %w", p.migrated(err))
+		return 0, false, 0, fmt.Errorf("outbox: counting the unpublished backlog: %w", p.explain(err))
 	}
 	return n, n >= int64(limit), time.Duration(seconds * float64(time.Second)), nil
 }
@@ -126,7 +126,7 @@ func (p *Pruner) Backlog(ctx context.Context, db DBTX, limit int) (n int64, capp
 func (p *Pruner) Oldest(ctx context.Context, db DBTX) (published, unpublished time.Time, err error) {
 	var pub, unpub *time.Time
 	if err := db.QueryRow(ctx, p.sql.oldestEvents).Scan(&pub, &unpub); err != nil {
-		return time.Time{}, time.Time{}, fmt.Errorf("outbox: reading the oldest events: %w", p.migrated(err))
+		return time.Time{}, time.Time{}, fmt.Errorf("outbox: reading the oldest events: %w", p.explain(err))
 	}
 	return dbsql.Deref(pub), dbsql.Deref(unpub), nil
 }
@@ -145,16 +145,17 @@ func (p *Pruner) RelayLease(ctx context.Context, db DBTX) (RelayLeaseState, erro
 	var s RelayLeaseState
 	var until *time.Time // NULL: never held, or released
 	if err := db.QueryRow(ctx, p.sql.relayLease).Scan(&s.Holder, &until, &s.Acquisitions); err != nil {
-		return s, fmt.Errorf("outbox: reading the relay lease: %w", p.migrated(err))
+		return s, fmt.Errorf("outbox: reading the relay lease: %w", p.explain(err))
 	}
 	s.LeaseUntil = dbsql.Deref(until)
 	return s, nil
 }
 
-// migrated turns an undefined-table error into a *llmqtype.NotMigratedError
-// naming the pruner's schema.
-func (p *Pruner) migrated(err error) error {
-	return dbsql.Migrated(err, p.schema, "the schema given to outbox.NewPruner")
+// explain turns an undefined-table error into a
+// *llmqtype.NotMigratedError naming the pruner's schema (see
+// dbsql.Explain).
+func (p *Pruner) explain(err error) error {
+	return dbsql.Explain(err, p.schema, "the schema given to outbox.NewPruner")
 }
 
 func checkPrune(olderThan time.Duration, limit int) error {

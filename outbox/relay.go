@@ -413,7 +413,7 @@ func (r *Relay) keepHeld(v *verdict) {
 func (r *Relay) RelayOnce(ctx context.Context) (BatchResult, error) {
 	c, err := r.claim(ctx, nil, r.startSeq(r.floor.Load()), math.MaxInt64, unfenced)
 	if err != nil {
-		return BatchResult{}, fmt.Errorf("outbox: claiming events: %w", r.store.migrated(err))
+		return BatchResult{}, fmt.Errorf("outbox: claiming events: %w", r.store.explain(err))
 	}
 	if len(c.recs) < r.cfg.BatchSize {
 		r.floor.Store(0)
@@ -421,7 +421,7 @@ func (r *Relay) RelayOnce(ctx context.Context) (BatchResult, error) {
 		r.floor.Store(c.recs[0].Seq)
 	}
 	v := r.publish(ctx, c)
-	return v.result(), r.store.migrated(r.settle(ctx, v))
+	return v.result(), r.store.explain(r.settle(ctx, v))
 }
 
 // Drain relays until a claim finds no event due, and returns what it did
@@ -434,7 +434,7 @@ func (r *Relay) RelayOnce(ctx context.Context) (BatchResult, error) {
 // active relay; Drain, like RelayOnce, does not take the leader lease.
 func (r *Relay) Drain(ctx context.Context) (BatchResult, error) {
 	res, err := r.drain(ctx, unfenced)
-	return res, r.store.migrated(err)
+	return res, r.store.explain(err)
 }
 
 // unfenced is the epoch of claims made outside the leader lease.
@@ -873,7 +873,7 @@ func (r *Relay) Stats(ctx context.Context) (Stats, error) {
 	st := Stats{Published: r.published.Load(), Failed: r.failed.Load()}
 	var ageSeconds float64
 	if err := r.pool.QueryRow(ctx, r.store.sql.pendingStats).Scan(&st.Pending, &ageSeconds); err != nil {
-		return st, fmt.Errorf("outbox: reading the backlog: %w", r.store.migrated(err))
+		return st, fmt.Errorf("outbox: reading the backlog: %w", r.store.explain(err))
 	}
 	st.OldestPending = time.Duration(ageSeconds * float64(time.Second))
 	return st, nil
@@ -890,7 +890,7 @@ func (r *Relay) Prune(ctx context.Context) (int64, error) {
 			more bool // a limit was reached (see PrunePublished)
 		)
 		if err := r.pool.QueryRow(ctx, r.store.sql.prunePublished, r.cfg.Retention.Milliseconds(), batch).Scan(&n, &more); err != nil {
-			return total, fmt.Errorf("outbox: pruning: %w", r.store.migrated(err))
+			return total, fmt.Errorf("outbox: pruning: %w", r.store.explain(err))
 		}
 		total += n
 		if !more {

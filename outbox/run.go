@@ -52,7 +52,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
-			err = r.store.migrated(err)
+			err = r.store.explain(err)
 			r.cfg.Logger.Warn("llmq: outbox relay could not check the leader lease; trying again", "err", err, "retry_in", wait)
 		case l.epoch > 0:
 			standingBy = false

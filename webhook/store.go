@@ -548,13 +548,13 @@ func (s *Store) Enqueue(ctx context.Context, tx DBTX, tenant string, ev Event) (
 	}
 	rows, err := tx.Query(ctx, s.sql.subscribed, tenant, ev.Type)
 	if err != nil {
-		return nil, fmt.Errorf("webhook: enqueue: %w", dbsql.Migrated(err, s.schema.Name(), "webhook.Config.Schema"))
+		return nil, fmt.Errorf("webhook: enqueue: %w", dbsql.Explain(err, s.schema.Name(), "webhook.Config.Schema"))
 	}
 	// In pgx's exec and simple-protocol modes the statement's error comes
 	// with its rows, not from Query.
 	endpoints, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	if err != nil {
-		return nil, fmt.Errorf("webhook: enqueue: %w", dbsql.Migrated(err, s.schema.Name(), "webhook.Config.Schema"))
+		return nil, fmt.Errorf("webhook: enqueue: %w", dbsql.Explain(err, s.schema.Name(), "webhook.Config.Schema"))
 	}
 	if len(endpoints) == 0 {
 		return nil, nil
@@ -599,7 +599,7 @@ func (s *Store) Enqueue(ctx context.Context, tx DBTX, tenant string, ev Event) (
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("webhook: enqueue: %w", dbsql.Migrated(err, s.schema.Name(), "webhook.Config.Schema"))
+		return nil, fmt.Errorf("webhook: enqueue: %w", dbsql.Explain(err, s.schema.Name(), "webhook.Config.Schema"))
 	}
 	return out, nil
 }

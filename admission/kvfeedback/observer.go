@@ -331,7 +331,7 @@ func (o *Observer) takeLease(ctx context.Context) (bool, error) {
 	err := o.cfg.DB.QueryRow(ctx, o.sql.takeLease, o.cfg.Pool, o.cfg.Holder, o.cfg.Lease.Milliseconds()).Scan(&until)
 	held := err == nil
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return false, fmt.Errorf("kvfeedback: taking pool %q's observer lease: %w", o.cfg.Pool, dbsql.Migrated(err, o.cfg.Schema, "kvfeedback.Config.Schema"))
+		return false, fmt.Errorf("kvfeedback: taking pool %q's observer lease: %w", o.cfg.Pool, dbsql.Explain(err, o.cfg.Schema, "kvfeedback.Config.Schema"))
 	}
 	if held != o.holding {
 		o.holding = held

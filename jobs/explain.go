@@ -16,8 +16,10 @@ var ErrNotMigrated = llmqtype.ErrNotMigrated
 // about it; it is llmqtype.NotMigratedError.
 type NotMigratedError = llmqtype.NotMigratedError
 
-// migrated turns an undefined-table error into a *NotMigratedError for the
-// store's schema, and returns any other error as it is.
-func (s *PostgresStore) migrated(err error) error {
-	return dbsql.Migrated(err, s.cfg.Schema, "jobs.Config.Schema")
+// explain turns an undefined-table error into a *NotMigratedError for the
+// store's schema, and a prepared statement lost behind a transaction pooler
+// into a *llmqtype.StatementCacheError (see dbsql.Explain); any other error
+// is returned as it is.
+func (s *PostgresStore) explain(err error) error {
+	return dbsql.Explain(err, s.cfg.Schema, "jobs.Config.Schema")
 }
