@@ -5,12 +5,15 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/broker"
 	"github.com/llmq/llmq/broker/memory"
 	"github.com/llmq/llmq/inbox"
+	"github.com/llmq/llmq/internal/pgbouncertest"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/llmqtype"
 	"github.com/llmq/llmq/outbox"
@@ -20,10 +23,27 @@ import (
 // The first call a component makes on a schema that was never migrated
 // answers llmqtype.ErrNotMigrated, naming the schema, the setting that
 // chose it and the command that fixes it, not PostgreSQL's bare
-// "relation does not exist".
+// "relation does not exist": on a direct connection, and behind PgBouncer
+// in each exec mode it works with, where pgx reports a statement's error
+// with its rows rather than from Query.
 func TestUnmigratedSchemaSaysTheFix(t *testing.T) {
 	t.Parallel()
-	pool, opts := setup(t)
+	t.Run("direct", func(t *testing.T) {
+		t.Parallel()
+		pool, opts := setup(t)
+		requireFixes(t, pool, opts)
+	})
+	for _, mode := range poolerModes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			_, opts := setup(t)
+			requireFixes(t, pooledPool(t, pgbouncertest.Start(t).URL(mode)), opts)
+		})
+	}
+}
+
+func requireFixes(t *testing.T, pool *pgxpool.Pool, opts llmq.MigrateOptions) {
+	t.Helper()
 	requireFix := func(t *testing.T, err error, setting string) {
 		t.Helper()
 		require.ErrorIs(t, err, llmqtype.ErrNotMigrated)
