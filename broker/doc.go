@@ -22,7 +22,10 @@
 //     nil Body and an empty one a non-nil empty Body (adapters whose broker
 //     has no null payload never deliver nil); a null key and an empty key
 //     are both ""; a null header value is ""; a header repeated on the
-//     wire keeps its last value. Ids, keys and headers are passed on as
+//     wire keeps its last value. A typed header value (AMQP's numbers,
+//     timestamps, tables) is text that other clients can parse, as its
+//     adapter documents: numbers in decimal, timestamps in RFC 3339,
+//     tables and arrays as JSON. Ids, keys and headers are passed on as
 //     received, whatever their bytes: judging them is the receiver's
 //     business (package inbox quarantines what it cannot accept). The
 //     dead-letter path receives the original, not the mapping.

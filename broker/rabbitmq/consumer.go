@@ -190,7 +190,8 @@ func (c *Consumer) openSession(conn *amqp.Connection) (session, error) {
 }
 
 // toMessage reads a delivery. AMQP has no null body, so Body is never nil.
-// Headers are passed on whatever their bytes: the receiver judges them
+// Header values are rendered as text by fieldText, and strings and byte
+// arrays passed on whatever their bytes: the receiver judges them
 // (package inbox quarantines those it refuses).
 func toMessage(d amqp.Delivery) broker.Message {
 	m := broker.Message{ID: d.MessageId, Topic: d.RoutingKey, Body: d.Body}
@@ -201,7 +202,7 @@ func toMessage(d amqp.Delivery) broker.Message {
 		m.Headers = make(map[string]string, len(d.Headers))
 	}
 	for k, v := range d.Headers {
-		s := headerString(v)
+		s := fieldText(v)
 		if k == HeaderKey {
 			m.Key = s
 			continue
@@ -209,18 +210,6 @@ func toMessage(d amqp.Delivery) broker.Message {
 		m.Headers[k] = s
 	}
 	return m
-}
-
-// headerString renders an AMQP header value: strings as they are, others
-// (the broker's own, such as x-death or x-delivery-count) as text.
-func headerString(v any) string {
-	switch v := v.(type) {
-	case string:
-		return v
-	case []byte:
-		return string(v)
-	}
-	return fmt.Sprint(v)
 }
 
 // Delivery is one message received by a Consumer. It must be settled on the

@@ -68,13 +68,51 @@
 //   - Receive is safe for concurrent callers, each delivery going to one.
 //   - Messages from any AMQP client are read: message-id is Message.ID
 //     ("" without one), the routing key Message.Topic, the HeaderKey header
-//     Message.Key, other headers Message.Headers (strings and byte arrays
-//     as their bytes, other AMQP values as text), the body Message.Body
-//     (never nil: AMQP has no null body). Nothing is judged here: package
+//     Message.Key, other headers Message.Headers (each value as text, see
+//     Header values), the body Message.Body (never nil: AMQP has no null
+//     body). Nothing is judged here: package
 //     inbox quarantines and rejects a message without message-id or with
 //     an id or headers it refuses, so it is dead-lettered once instead of
 //     requeued in a loop, and rejects a message whose handling failed
 //     inbox.IngressConfig.MaxAttempts times.
+//
+// # Header values
+//
+// AMQP headers are typed; a Message's are text. Each received value (and
+// the HeaderKey header's, which becomes Message.Key) is rendered so that
+// a reader in any language can parse it:
+//
+//   - void (a null value): "";
+//   - a string (long string) or byte array: its bytes, as received, valid
+//     UTF-8 or not (package inbox quarantines what is not);
+//   - a boolean: "true" or "false";
+//   - an integer (signed or unsigned, 8 to 64 bits): decimal, "-7";
+//   - a float (32 or 64 bits): the shortest decimal that reads back as the
+//     same float, "0.1", "1e+21"; NaN and the infinities as "NaN", "+Inf"
+//     and "-Inf" (RabbitMQ refuses to carry them, so only a message built
+//     by hand can hold them);
+//   - a timestamp (whole seconds): RFC 3339 in UTC, "2026-03-04T05:06:07Z";
+//   - a decimal (Value·10^-Scale): exact decimal text, 12345 with scale 2
+//     as "123.45", -5 with scale 3 as "-0.005";
+//   - a table or an array: JSON. A table is an object with its keys in
+//     byte order, an array an array. Inside them void is null, booleans
+//     are true and false, integers, floats and decimals are JSON numbers
+//     written as above (NaN and the infinities as the JSON strings "NaN",
+//     "+Inf", "-Inf"), timestamps are RFC 3339 strings, and strings, byte
+//     arrays and keys are JSON strings of their text when they are valid
+//     UTF-8 and JSON strings of the base64 of their bytes (standard
+//     alphabet, padded) when they are not. The broker's x-death header,
+//     an array of tables, reads as
+//     [{"count":1,"reason":"rejected","time":"2026-03-04T05:06:07Z",...}].
+//
+// Decisions: the top-level rules match what other clients print, and
+// keep strings and byte arrays byte for byte so that the inbox can refuse
+// what is not text rather than receive a repaired copy. JSON cannot hold
+// bytes that are not UTF-8, so inside tables and arrays such values become
+// base64, as encoding/json writes []byte: a reader cannot tell a base64
+// string from text by looking, and such values are rare in headers (a
+// binary field inside a table). Decimals are numbers inside JSON because
+// their text is a valid JSON number, exact however it is read.
 //
 // # Topology trade-offs
 //
