@@ -68,7 +68,8 @@
 //     header key or value that is not valid UTF-8 or contains NUL, an id
 //     reused with another payload, and a handler error that is
 //     ErrMalformed or a *llmqtype.ValidationError.
-//   - Only failures known to be transient are retried without limit:
+//   - Only failures known to be transient are retried without limit (by
+//     the ingress; a broker's delivery limit is another matter, below):
 //     ErrTransient (wrap a handler's error with Transient), the database
 //     unreachable or shutting down, serialization failures, deadlocks,
 //     lock timeouts, a network peer unreachable, and failures of the
@@ -87,6 +88,20 @@
 //     service which may be down longer than MaxAttempts redeliveries
 //     (Kafka's NackDelay, RabbitMQ's RequeueDelay, 1s each by default)
 //     should wrap those failures with Transient.
+//   - No message leaves a broker with a delivery limit unrecorded. Such a
+//     broker (a RabbitMQ quorum queue with x-delivery-limit, or RabbitMQ
+//     4's default of 20) ends a message handed back on its last delivery,
+//     with no word to the receiver; its deliveries say which is the last
+//     (broker.LimitedDelivery). A failure there, of any kind, transient
+//     ones and the batch's own included, quarantines and rejects the
+//     message with ErrDeliveryLimit and logs an error, instead of nacking
+//     it. If even the quarantine row cannot be written (the database
+//     down), the delivery is nacked, the broker dead-letters it, and an
+//     error naming it is logged. So on such a queue a transient failure is
+//     retried only as many times as the limit allows: size the limit to
+//     outlast the outages handlers should wait out (limit × RabbitMQ's
+//     RequeueDelay, at least), or lift it, and tell the consumer what it
+//     is (rabbitmq.ConsumerConfig.DeliveryLimit).
 //   - A message is quarantined once. If its Reject fails (a dead-letter
 //     produce that failed), the redelivery is rejected again without a
 //     second row, in the same process; one delivered again after a crash
@@ -102,7 +117,11 @@
 // since a message can make its own handling slow; so does every error not
 // known to be transient, as River and Oban retry any error up to a limit.
 // The inbox's own statements never count: their failure says nothing about
-// the message.
+// the message. A broker's delivery count is read only to know which
+// delivery is the last: the ingress quarantines it there because a
+// dead-letter queue keeps the message without its reason, outside the
+// inbox where its other refusals are explained, and because a broker
+// that drops instead (no dead-letter exchange) keeps nothing at all.
 //
 // Connections: an ingress holds no database connection while it waits for
 // deliveries and uses at most IngressConfig.Concurrency connections (default
@@ -113,8 +132,9 @@
 //
 // Logging: with no IngressConfig.Logger the ingress logs through
 // slog.Default(): a warning for each delivery nacked and each failed
-// receive, an error for each message quarantined, each handler panic and
-// each handler that left its savepoint unusable.
+// receive, an error for each message quarantined, each handler panic,
+// each handler that left its savepoint unusable, and each message a
+// broker's delivery limit ended without a quarantine row.
 // Nothing is logged for deliveries accepted.
 //
 // # Observability

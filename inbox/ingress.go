@@ -127,6 +127,11 @@ type IngressConfig struct {
 //     reason: every delivery of the batch is nacked, none is counted. A
 //     failure is counted once per delivery, when the delivery is settled:
 //     a handling redone after a failed commit is not counted again.
+//   - Any of these nacks on a message's last delivery, which a broker with
+//     a delivery limit would end unrecorded (broker.LimitedDelivery): the
+//     message is quarantined and rejected instead, with ErrDeliveryLimit,
+//     the attempt and the last failure in the reason, in a transaction of
+//     its own. If that fails too, it is nacked and an error logged.
 //
 // One bad message never poisons its batch: its savepoint is rolled back
 // alone, and if the batch's commit fails for a reason of its own (a
@@ -253,7 +258,13 @@ func (in *Ingress) collect(ctx context.Context) ([]broker.Delivery, error) {
 
 func (in *Ingress) log(ctx context.Context, d broker.Delivery, err error) {
 	switch {
-	case err == nil, ctx.Err() != nil:
+	case err == nil:
+	case errors.Is(err, errUnrecordedLastDelivery):
+		// Logged even while stopping: nothing else records the message.
+		in.cfg.Logger.Error("llmq: message dead-lettered by the broker without a quarantine row", "consumer", in.cfg.Consumer, "message", d.Message().ID, "source", d.Source(), "err", err)
+	case errors.Is(err, ErrDeliveryLimit):
+		in.cfg.Logger.Error("llmq: message quarantined and rejected", "consumer", in.cfg.Consumer, "message", d.Message().ID, "source", d.Source(), "err", err)
+	case ctx.Err() != nil:
 	case errors.Is(err, ErrMalformed), errors.Is(err, ErrDigestMismatch), errors.Is(err, ErrTooManyAttempts):
 		in.cfg.Logger.Error("llmq: message quarantined and rejected", "consumer", in.cfg.Consumer, "message", d.Message().ID, "source", d.Source(), "err", err)
 	default:
@@ -300,6 +311,7 @@ func retryLater(err error) verdict { return verdict{settle: nack, err: err, resu
 func (in *Ingress) handleBatch(ctx context.Context, batch []broker.Delivery) []error {
 	spans := in.startSpans(ctx, batch)
 	verdicts := in.decide(ctx, spans, batch)
+	in.settleLastDeliveries(ctx, batch, verdicts)
 	// Settle even if ctx ended meanwhile: what committed should not be
 	// delivered again for want of an ack. Each delivery has a deadline of
 	// its own: a slow settle (a Kafka Reject's dead-letter produce) must

@@ -3,7 +3,8 @@
 // only for messages the broker confirmed and routed, a broker.Consumer whose
 // deliveries are acknowledged only after the receiver's transaction
 // committed, and a Topology helper that declares durable queues with
-// dead-lettering. It implements the broker contract without extending it.
+// dead-lettering. It implements the broker contract, deliveries included
+// as broker.LimitedDelivery, without extending it.
 //
 //	topo := rabbitmq.Topology{Exchange: "llmq", Queues: []rabbitmq.Queue{{Name: "erp", Bindings: []string{"invoice.#"}}}}
 //	pub, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{ConnConfig: rabbitmq.ConnConfig{Topology: &topo}, Exchange: "llmq"})
@@ -114,6 +115,32 @@
 // binary field inside a table). Decimals are numbers inside JSON because
 // their text is a valid JSON number, exact however it is read.
 //
+// # Delivery limits
+//
+// A quorum queue with a delivery limit N (Queue.DeliveryLimit, an
+// x-delivery-limit argument or a delivery-limit policy; RabbitMQ 4 sets 20
+// on queues that set none) delivers a message at most N+1 times: handed
+// back once more, by a Nack or by its consumer's channel closing first,
+// it is dead-lettered (or dropped, without a dead-letter exchange) by the
+// broker, with no word to the receiver. The count travels in the
+// x-delivery-count header of each redelivery.
+//
+// Each Delivery is a broker.LimitedDelivery: DeliveryAttempt reports the
+// attempt (x-delivery-count+1) against the most deliveries the queue
+// makes. The consumer must be told the limit (ConsumerConfig.DeliveryLimit,
+// or the Topology that declares the queue); without either it takes the
+// broker's default, 20 from RabbitMQ 4.0 on and none before, read from the
+// server's properties on each connection. Package inbox uses this to
+// quarantine a message whose last delivery failed, instead of nacking it
+// into a dead-lettering it would not record; a Nack of a last delivery is
+// logged as a warning.
+//
+// Decision: the consumer is told the limit rather than discovering it.
+// AMQP 0-9-1 cannot read a queue's arguments or policies back, and the
+// count alone does not say which delivery is the last. A limit set
+// lower than the queue's only makes the ingress quarantine sooner; one set
+// higher lets the broker dead-letter messages unrecorded, as before.
+//
 // # Topology trade-offs
 //
 // Queues are quorum queues by default: replicated, durable, and with
@@ -127,7 +154,7 @@
 // queue) and that a full queue pushes back on publishers. Queue.DeliveryLimit
 // (x-delivery-limit) dead-letters a message redelivered too often, which
 // ends a poison message's loop even when no receiver rejects it; RabbitMQ
-// 3.10 has no limit by default.
+// 3 has no limit by default, RabbitMQ 4 one of 20 (see Delivery limits).
 //
 // Classic queues (Queue.Type = Classic) are single-node and lighter, but
 // their dead-lettering is at most once (a message can be lost between the
