@@ -64,8 +64,8 @@
 //   - What can never be accepted is quarantined and rejected (to the
 //     broker's dead-letter path) at once, never retried: a message without
 //     an id or with one Accept refuses (control characters, invalid UTF-8,
-//     more than MaxMessageIDLen bytes), a null body (a Kafka tombstone), a
-//     header key or value that is not valid UTF-8 or contains NUL, an id
+//     more than MaxMessageIDLen bytes), a null body (a Kafka tombstone, by
+//     default: see Tombstones below), a header key or value that is not valid UTF-8 or contains NUL, an id
 //     reused with another payload, and a handler error that is
 //     ErrMalformed or a *llmqtype.ValidationError.
 //   - Only failures known to be transient are retried without limit (by
@@ -123,6 +123,35 @@
 // inbox where its other refusals are explained, and because a broker
 // that drops instead (no dead-letter exchange) keeps nothing at all.
 //
+// # Tombstones
+//
+// A Kafka record with a null value, a tombstone, is how change-data-capture
+// producers (Debezium and the like) mark a deleted row, so that compaction
+// can drop its key; such topics hold one after each deletion. It is a
+// message with a nil Body, and IngressConfig.Tombstones says what becomes
+// of it:
+//   - QuarantineTombstones (the zero value): quarantined and rejected to
+//     the dead-letter topic, byte for byte, as a message that can never be
+//     accepted.
+//   - SkipTombstones: acknowledged without a transaction, so the
+//     partition's commit moves past it; nothing is written and the
+//     handler is not called. Each is counted as skipped and logged at
+//     debug level with its topic, partition and offset. With or without an
+//     id, whatever its headers: a skipped message is not judged.
+//   - HandleTombstones: handled as any message, Body nil. It needs an id
+//     (one without is quarantined), is recorded in the inbox, so a
+//     redelivery is a duplicate, and its failures are retried, counted and
+//     quarantined as any message's. Its payload digest is the empty
+//     payload's: a tombstone and an empty message of one id are the same
+//     message.
+//
+// Decision: skipped tombstones leave no row. Most carry no id to record
+// them under (Debezium's carry none) and a record's position is no id
+// (offsets are reused when a topic is recreated); and a row per deletion
+// would cost a write for a message the host declared it does not need.
+// What explains a skip is the metric, the debug line and the committed
+// offset, which passes it only once every record before it was settled.
+//
 // Connections: an ingress holds no database connection while it waits for
 // deliveries and uses at most IngressConfig.Concurrency connections (default
 // 1), one per batch in flight, however many goroutines call Run or Handle
@@ -141,8 +170,8 @@
 //
 // With IngressConfig.MeterProvider the ingress counts llmq.inbox.messages
 // ({message}; consumer, result = accepted | duplicate | quarantined |
-// failed) as it settles each delivery: failed ones are nacked and come
-// back. Consumer names are configuration, so the label is bounded. With
+// failed | skipped) as it settles each delivery: failed ones are nacked
+// and come back, skipped ones are tombstones acknowledged unhandled. Consumer names are configuration, so the label is bounded. With
 // IngressConfig.TracerProvider each delivery gets a consumer span
 // "process <topic>" continuing the trace in the message's headers (read by
 // IngressConfig.Propagator, W3C traceparent/tracestate by default), with
