@@ -74,7 +74,8 @@
 //     unreachable or shutting down, serialization failures, deadlocks,
 //     lock timeouts, a network peer unreachable, and failures of the
 //     inbox's own statements. A database outage therefore never
-//     quarantines anything.
+//     quarantines anything, but for a message on the last delivery a
+//     broker's delivery limit allows (below).
 //   - Any other handler failure, a panic or a savepoint the handler left
 //     unusable included, is counted by message id, once per delivery,
 //     when the delivery is settled (a handling redone
@@ -146,8 +147,9 @@
 //     message.
 //
 // Decision: skipped tombstones leave no row. Most carry no id to record
-// them under (Debezium's carry none) and a record's position is no id
-// (offsets are reused when a topic is recreated); and a row per deletion
+// them under (change-data-capture producers write none), a record's
+// position is no id
+// (offsets are reused when a topic is recreated), and a row per deletion
 // would cost a write for a message the host declared it does not need.
 // What explains a skip is the metric, the debug line and the committed
 // offset, which passes it only once every record before it was settled.

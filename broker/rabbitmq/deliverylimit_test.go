@@ -2,6 +2,7 @@ package rabbitmq_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"sync/atomic"
@@ -39,13 +40,25 @@ func TestDeliveryAttemptCountsAgainstTheLimit(t *testing.T) {
 		require.Equal(t, [2]int{want, 3}, [2]int{attempt, limit})
 		require.NoError(t, d.Nack(t.Context()))
 	}
-	var dead amqp.Delivery
-	require.Eventually(t, func() bool {
-		var ok bool
-		dead, ok = f.getDeadLetter(t)
-		return ok
-	}, 10*time.Second, 20*time.Millisecond)
-	require.Equal(t, "delivery_limit", xDeathReason(t, dead), "the third nack was the last")
+	// The dead letter, read by a consumer of the dead-letter queue, carries
+	// the broker's x-death header as JSON.
+	_, dlq := f.queue.DeadLetterNames()
+	dc, err := rabbitmq.NewConsumer(rabbitmq.ConsumerConfig{ConnConfig: f.conn(t, false), Queue: dlq})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = dc.Close() })
+	dead := receive(t, dc).Message()
+	require.Equal(t, "ev-1", dead.ID)
+	var deaths []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(dead.Headers["x-death"]), &deaths), dead.Headers["x-death"])
+	require.Len(t, deaths, 1)
+	require.Equal(t, "delivery_limit", deaths[0]["reason"], "the third nack was the last")
+	require.Equal(t, f.queue.Name, deaths[0]["queue"])
+	require.Equal(t, []any{"orders.created"}, deaths[0]["routing-keys"])
+	require.InDelta(t, 1, deaths[0]["count"], 0)
+	at, ok := deaths[0]["time"].(string)
+	require.True(t, ok)
+	_, err = time.Parse(time.RFC3339, at)
+	require.NoError(t, err)
 }
 
 func xDeathReason(t *testing.T, d amqp.Delivery) any {

@@ -103,12 +103,13 @@
 //     arrays and keys are JSON strings of their text when they are valid
 //     UTF-8 and JSON strings of the base64 of their bytes (standard
 //     alphabet, padded) when they are not. The broker's x-death header,
-//     an array of tables, reads as
-//     [{"count":1,"reason":"rejected","time":"2026-03-04T05:06:07Z",...}].
+//     an array of tables, reads as [{"count":1,"exchange":"llmq",
+//     "queue":"erp","reason":"rejected","routing-keys":["invoice.created"],
+//     "time":"2026-03-04T05:06:07Z"}].
 //
-// Decisions: the top-level rules match what other clients print, and
-// keep strings and byte arrays byte for byte so that the inbox can refuse
-// what is not text rather than receive a repaired copy. JSON cannot hold
+// Decisions: at the top level, strings and byte arrays are kept byte for
+// byte, so that the inbox can refuse what is not text rather than receive
+// a repaired copy. JSON cannot hold
 // bytes that are not UTF-8, so inside tables and arrays such values become
 // base64, as encoding/json writes []byte: a reader cannot tell a base64
 // string from text by looking, and such values are rare in headers (a
@@ -123,7 +124,9 @@
 // back once more, by a Nack or by its consumer's channel closing first,
 // it is dead-lettered (or dropped, without a dead-letter exchange) by the
 // broker, with no word to the receiver. The count travels in the
-// x-delivery-count header of each redelivery.
+// x-delivery-count header of each redelivery. (RabbitMQ 3 counts both
+// kinds of return; later releases may leave some out, and their limit
+// applies to the same count.)
 //
 // Each Delivery is a broker.LimitedDelivery: DeliveryAttempt reports the
 // attempt (x-delivery-count+1) against the most deliveries the queue
