@@ -136,5 +136,21 @@ type Delivery interface {
 	Reject(ctx context.Context, reason error) error
 }
 
+// LimitedDelivery is a Delivery from a broker that gives up on a message
+// handed back too often: after its last allowed delivery, a Nack (or the
+// consumer closing before a verdict) ends the message on the broker's
+// dead-letter path, or discards it, instead of delivering it again, with
+// no say of the receiver's. RabbitMQ's quorum queues with a delivery limit
+// do this. A receiver that keeps a record of every message it lets go
+// (package inbox) checks for this interface and settles a message's last
+// delivery itself.
+type LimitedDelivery interface {
+	Delivery
+	// DeliveryAttempt returns which delivery of the message this is, 1 for
+	// the first, and the most deliveries the broker makes, 0 for no limit.
+	// If limit > 0 and attempt >= limit, handing the message back ends it.
+	DeliveryAttempt() (attempt, limit int)
+}
+
 // ErrClosed is returned by a Publisher or Consumer used after Close.
 var ErrClosed = errors.New("broker: closed")

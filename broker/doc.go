@@ -2,7 +2,8 @@
 // adapter carries, a Publisher that reports success only after the broker
 // confirmed, and a Consumer whose Deliveries are acknowledged only after the
 // receiver durably accepted them. Adapters (broker/memory here;
-// broker/rabbitmq and broker/kafka) implement it without extending it.
+// broker/rabbitmq and broker/kafka) implement it without extending it; one
+// optional interface, LimitedDelivery, is part of the contract.
 //
 // Guarantees an adapter must keep:
 //   - Publish returns nil only when the broker confirmed every message it
@@ -22,12 +23,20 @@
 //     nil Body and an empty one a non-nil empty Body (adapters whose broker
 //     has no null payload never deliver nil); a null key and an empty key
 //     are both ""; a null header value is ""; a header repeated on the
-//     wire keeps its last value. Ids, keys and headers are passed on as
+//     wire keeps its last value. A typed header value (AMQP's numbers,
+//     timestamps, tables) is text that other clients can parse, as its
+//     adapter documents: numbers in decimal, timestamps in RFC 3339,
+//     tables and arrays as JSON. Ids, keys and headers are passed on as
 //     received, whatever their bytes: judging them is the receiver's
 //     business (package inbox quarantines what it cannot accept). The
 //     dead-letter path receives the original, not the mapping.
 //   - Publishing a nil Body sends an empty payload, never a null one, so a
 //     message published and received through llmq has a non-nil Body.
+//   - A broker that stops delivering a message handed back too often (a
+//     RabbitMQ queue's delivery limit) says so: its deliveries are
+//     LimitedDelivery values reporting their attempt against that limit,
+//     so that a receiver can settle a message's last delivery itself
+//     rather than let the broker drop or dead-letter it unseen.
 //
 // Decision: null and empty keys and header values, and repeated headers,
 // are not told apart in Message. Doing so would change the type of Key or

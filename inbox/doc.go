@@ -64,16 +64,18 @@
 //   - What can never be accepted is quarantined and rejected (to the
 //     broker's dead-letter path) at once, never retried: a message without
 //     an id or with one Accept refuses (control characters, invalid UTF-8,
-//     more than MaxMessageIDLen bytes), a null body (a Kafka tombstone), a
-//     header key or value that is not valid UTF-8 or contains NUL, an id
+//     more than MaxMessageIDLen bytes), a null body (a Kafka tombstone, by
+//     default: see Tombstones below), a header key or value that is not valid UTF-8 or contains NUL, an id
 //     reused with another payload, and a handler error that is
 //     ErrMalformed or a *llmqtype.ValidationError.
-//   - Only failures known to be transient are retried without limit:
+//   - Only failures known to be transient are retried without limit (by
+//     the ingress; a broker's delivery limit is another matter, below):
 //     ErrTransient (wrap a handler's error with Transient), the database
 //     unreachable or shutting down, serialization failures, deadlocks,
 //     lock timeouts, a network peer unreachable, and failures of the
 //     inbox's own statements. A database outage therefore never
-//     quarantines anything.
+//     quarantines anything, but for a message on the last delivery a
+//     broker's delivery limit allows (below).
 //   - Any other handler failure, a panic or a savepoint the handler left
 //     unusable included, is counted by message id, once per delivery,
 //     when the delivery is settled (a handling redone
@@ -87,6 +89,20 @@
 //     service which may be down longer than MaxAttempts redeliveries
 //     (Kafka's NackDelay, RabbitMQ's RequeueDelay, 1s each by default)
 //     should wrap those failures with Transient.
+//   - No message leaves a broker with a delivery limit unrecorded. Such a
+//     broker (a RabbitMQ quorum queue with x-delivery-limit, or RabbitMQ
+//     4's default of 20) ends a message handed back on its last delivery,
+//     with no word to the receiver; its deliveries say which is the last
+//     (broker.LimitedDelivery). A failure there, of any kind, transient
+//     ones and the batch's own included, quarantines and rejects the
+//     message with ErrDeliveryLimit and logs an error, instead of nacking
+//     it. If even the quarantine row cannot be written (the database
+//     down), the delivery is nacked, the broker dead-letters it, and an
+//     error naming it is logged. So on such a queue a transient failure is
+//     retried only as many times as the limit allows: size the limit to
+//     outlast the outages handlers should wait out (limit × RabbitMQ's
+//     RequeueDelay, at least), or lift it, and tell the consumer what it
+//     is (rabbitmq.ConsumerConfig.DeliveryLimit).
 //   - A message is quarantined once. If its Reject fails (a dead-letter
 //     produce that failed), the redelivery is rejected again without a
 //     second row, in the same process; one delivered again after a crash
@@ -102,7 +118,41 @@
 // since a message can make its own handling slow; so does every error not
 // known to be transient, as River and Oban retry any error up to a limit.
 // The inbox's own statements never count: their failure says nothing about
-// the message.
+// the message. A broker's delivery count is read only to know which
+// delivery is the last: the ingress quarantines it there because a
+// dead-letter queue keeps the message without its reason, outside the
+// inbox where its other refusals are explained, and because a broker
+// that drops instead (no dead-letter exchange) keeps nothing at all.
+//
+// # Tombstones
+//
+// A Kafka record with a null value, a tombstone, is how change-data-capture
+// producers (Debezium and the like) mark a deleted row, so that compaction
+// can drop its key; such topics hold one after each deletion. It is a
+// message with a nil Body, and IngressConfig.Tombstones says what becomes
+// of it:
+//   - QuarantineTombstones (the zero value): quarantined and rejected to
+//     the dead-letter topic, byte for byte, as a message that can never be
+//     accepted.
+//   - SkipTombstones: acknowledged without a transaction, so the
+//     partition's commit moves past it; nothing is written and the
+//     handler is not called. Each is counted as skipped and logged at
+//     debug level with its topic, partition and offset. With or without an
+//     id, whatever its headers: a skipped message is not judged.
+//   - HandleTombstones: handled as any message, Body nil. It needs an id
+//     (one without is quarantined), is recorded in the inbox, so a
+//     redelivery is a duplicate, and its failures are retried, counted and
+//     quarantined as any message's. Its payload digest is the empty
+//     payload's: a tombstone and an empty message of one id are the same
+//     message.
+//
+// Decision: skipped tombstones leave no row. Most carry no id to record
+// them under (change-data-capture producers write none), a record's
+// position is no id
+// (offsets are reused when a topic is recreated), and a row per deletion
+// would cost a write for a message the host declared it does not need.
+// What explains a skip is the metric, the debug line and the committed
+// offset, which passes it only once every record before it was settled.
 //
 // Connections: an ingress holds no database connection while it waits for
 // deliveries and uses at most IngressConfig.Concurrency connections (default
@@ -113,16 +163,17 @@
 //
 // Logging: with no IngressConfig.Logger the ingress logs through
 // slog.Default(): a warning for each delivery nacked and each failed
-// receive, an error for each message quarantined, each handler panic and
-// each handler that left its savepoint unusable.
+// receive, an error for each message quarantined, each handler panic,
+// each handler that left its savepoint unusable, and each message a
+// broker's delivery limit ended without a quarantine row.
 // Nothing is logged for deliveries accepted.
 //
 // # Observability
 //
 // With IngressConfig.MeterProvider the ingress counts llmq.inbox.messages
 // ({message}; consumer, result = accepted | duplicate | quarantined |
-// failed) as it settles each delivery: failed ones are nacked and come
-// back. Consumer names are configuration, so the label is bounded. With
+// failed | skipped) as it settles each delivery: failed ones are nacked
+// and come back, skipped ones are tombstones acknowledged unhandled. Consumer names are configuration, so the label is bounded. With
 // IngressConfig.TracerProvider each delivery gets a consumer span
 // "process <topic>" continuing the trace in the message's headers (read by
 // IngressConfig.Propagator, W3C traceparent/tracestate by default), with

@@ -16,9 +16,10 @@ import (
 
 // ErrTransient marks a handler error that is not the message's fault,
 // such as a service the handler calls being down: the delivery is nacked
-// and redelivered however often it happens, and the failure does not count
-// toward IngressConfig.MaxAttempts. Wrap a handler's error with Transient
-// to say so.
+// and redelivered however often it happens (up to the last delivery of a
+// broker with a delivery limit: see ErrDeliveryLimit), and the failure
+// does not count toward IngressConfig.MaxAttempts. Wrap a handler's error
+// with Transient to say so.
 var ErrTransient = errors.New("inbox: transient failure")
 
 // Transient marks err as a transient failure.

@@ -41,6 +41,10 @@ func Malformed(err error) error { return fmt.Errorf("%w: %w", ErrMalformed, err)
 // message. Return every statement's error.
 type Handler func(ctx context.Context, tx pgx.Tx, msg broker.Message) error
 
+// ErrInvalidConfig is matched by every IngressConfig error NewIngress
+// returns, each a *llmqtype.ValidationError naming the field.
+var ErrInvalidConfig = errors.New("inbox: invalid ingress configuration")
+
 // Ingress batching defaults and limits.
 const (
 	DefaultIngressBatch  = 100
@@ -72,6 +76,10 @@ type IngressConfig struct {
 	// Default 1, which keeps delivery order; more trades order for
 	// throughput.
 	Concurrency int
+	// Tombstones says what becomes of a message with a null body, a Kafka
+	// tombstone: QuarantineTombstones (the zero value and default),
+	// SkipTombstones or HandleTombstones.
+	Tombstones TombstonePolicy
 	// MaxAttempts caps the failures of one message's handling: at the
 	// MaxAttempts-th it is quarantined and rejected instead of nacked, so
 	// a poison the ingress cannot recognise never blocks a partition or a
@@ -107,9 +115,10 @@ type IngressConfig struct {
 //     row commits with the batch) and rejected (dead-lettered) without
 //     calling the handler. That is one without an id, with an id Accept
 //     refuses (control characters, invalid UTF-8, over MaxMessageIDLen),
-//     with a null body (a Kafka tombstone), with a header key or value that
-//     is not valid UTF-8 or contains NUL, or with an id accepted before
-//     with another payload (ErrDigestMismatch).
+//     with a null body (a Kafka tombstone, unless IngressConfig.Tombstones
+//     says to skip or handle them), with a header key or value that is not
+//     valid UTF-8 or contains NUL, or with an id accepted before with
+//     another payload (ErrDigestMismatch).
 //   - The handler returns a permanent error (ErrMalformed, any
 //     *llmqtype.ValidationError): quarantined and rejected.
 //   - The handler fails in a way known to be transient (ErrTransient, the
@@ -127,6 +136,11 @@ type IngressConfig struct {
 //     reason: every delivery of the batch is nacked, none is counted. A
 //     failure is counted once per delivery, when the delivery is settled:
 //     a handling redone after a failed commit is not counted again.
+//   - Any of these nacks on a message's last delivery, which a broker with
+//     a delivery limit would end unrecorded (broker.LimitedDelivery): the
+//     message is quarantined and rejected instead, with ErrDeliveryLimit,
+//     the attempt and the last failure in the reason, in a transaction of
+//     its own. If that fails too, it is nacked and an error logged.
 //
 // One bad message never poisons its batch: its savepoint is rolled back
 // alone, and if the batch's commit fails for a reason of its own (a
@@ -157,21 +171,14 @@ type Ingress struct {
 
 // NewIngress validates cfg and returns an ingress reading from consumer
 // into db (a *pgxpool.Pool; each batch runs in a transaction of its own).
+// A bad field of cfg is a *llmqtype.ValidationError matching
+// ErrInvalidConfig.
 func (s *Store) NewIngress(db DBTX, consumer broker.Consumer, cfg IngressConfig) (*Ingress, error) {
-	switch {
-	case db == nil || consumer == nil:
+	if db == nil || consumer == nil {
 		return nil, errors.New("inbox: NewIngress needs a database and a consumer")
-	case cfg.Handler == nil:
-		return nil, errors.New("inbox: IngressConfig.Handler is required")
-	case cfg.MaxBatch < 0 || cfg.MaxBatch > MaxIngressBatch:
-		return nil, fmt.Errorf("inbox: IngressConfig.MaxBatch is %d; use 0 for the default of %d, or 1 to %d", cfg.MaxBatch, DefaultIngressBatch, MaxIngressBatch)
-	case cfg.MaxAttempts < 0 || cfg.MaxAttempts > MaxMaxAttempts:
-		return nil, fmt.Errorf("inbox: IngressConfig.MaxAttempts is %d; use 0 for the default of %d, or 1 to %d", cfg.MaxAttempts, DefaultMaxAttempts, MaxMaxAttempts)
-	case cfg.Linger < 0 || cfg.Concurrency < 0:
-		return nil, errors.New("inbox: IngressConfig.Linger and Concurrency must not be negative")
 	}
-	if p := validate.Text(cfg.Consumer, true, MaxConsumerLen); p != "" {
-		return nil, fmt.Errorf("inbox: IngressConfig.Consumer %s", p)
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, DefaultIngressBatch)
 	cfg.Linger = cmp.Or(cfg.Linger, DefaultIngressLinger)
@@ -187,6 +194,32 @@ func (s *Store) NewIngress(db DBTX, consumer broker.Consumer, cfg IngressConfig)
 	return &Ingress{store: s, db: db, consumer: consumer, cfg: cfg, obs: obs,
 		conns: make(chan struct{}, cfg.Concurrency), failures: newFailureCounts(), unrejected: newUnrejectedSet(),
 		settleTimeout: settleTimeout}, nil
+}
+
+// validate reports the first field of cfg that is wrong, as a
+// *llmqtype.ValidationError matching ErrInvalidConfig.
+func (cfg IngressConfig) validate() error {
+	problem := func(field, p string) error {
+		return &validate.Error{Kind: ErrInvalidConfig, Field: "IngressConfig." + field, Problem: p}
+	}
+	switch {
+	case cfg.Handler == nil:
+		return problem("Handler", "is required")
+	case cfg.MaxBatch < 0 || cfg.MaxBatch > MaxIngressBatch:
+		return problem("MaxBatch", fmt.Sprintf("is %d; use 0 for the default of %d, or 1 to %d", cfg.MaxBatch, DefaultIngressBatch, MaxIngressBatch))
+	case cfg.MaxAttempts < 0 || cfg.MaxAttempts > MaxMaxAttempts:
+		return problem("MaxAttempts", fmt.Sprintf("is %d; use 0 for the default of %d, or 1 to %d", cfg.MaxAttempts, DefaultMaxAttempts, MaxMaxAttempts))
+	case cfg.Linger < 0:
+		return problem("Linger", "must not be negative")
+	case cfg.Concurrency < 0:
+		return problem("Concurrency", "must not be negative")
+	case !cfg.Tombstones.valid():
+		return problem("Tombstones", fmt.Sprintf("is %d; use QuarantineTombstones (the default), SkipTombstones or HandleTombstones", int(cfg.Tombstones)))
+	}
+	if p := validate.Text(cfg.Consumer, true, MaxConsumerLen); p != "" {
+		return problem("Consumer", p)
+	}
+	return nil
 }
 
 // Run handles deliveries until ctx ends or the consumer is closed. It runs
@@ -253,7 +286,13 @@ func (in *Ingress) collect(ctx context.Context) ([]broker.Delivery, error) {
 
 func (in *Ingress) log(ctx context.Context, d broker.Delivery, err error) {
 	switch {
-	case err == nil, ctx.Err() != nil:
+	case err == nil:
+	case errors.Is(err, errUnrecordedLastDelivery):
+		// Logged even while stopping: nothing else records the message.
+		in.cfg.Logger.Error("llmq: message dead-lettered by the broker without a quarantine row", "consumer", in.cfg.Consumer, "message", d.Message().ID, "source", d.Source(), "err", err)
+	case errors.Is(err, ErrDeliveryLimit):
+		in.cfg.Logger.Error("llmq: message quarantined and rejected", "consumer", in.cfg.Consumer, "message", d.Message().ID, "source", d.Source(), "err", err)
+	case ctx.Err() != nil:
 	case errors.Is(err, ErrMalformed), errors.Is(err, ErrDigestMismatch), errors.Is(err, ErrTooManyAttempts):
 		in.cfg.Logger.Error("llmq: message quarantined and rejected", "consumer", in.cfg.Consumer, "message", d.Message().ID, "source", d.Source(), "err", err)
 	default:
@@ -299,7 +338,8 @@ func retryLater(err error) verdict { return verdict{settle: nack, err: err, resu
 // each was not accepted.
 func (in *Ingress) handleBatch(ctx context.Context, batch []broker.Delivery) []error {
 	spans := in.startSpans(ctx, batch)
-	verdicts := in.decide(ctx, spans, batch)
+	verdicts := in.decideSkipping(ctx, spans, batch)
+	in.settleLastDeliveries(ctx, batch, verdicts)
 	// Settle even if ctx ended meanwhile: what committed should not be
 	// delivered again for want of an ack. Each delivery has a deadline of
 	// its own: a slow settle (a Kafka Reject's dead-letter produce) must
@@ -349,7 +389,7 @@ func (in *Ingress) decide(ctx context.Context, spans []trace.Span, batch []broke
 	}
 	problems := make([]error, len(batch))
 	for i, d := range batch {
-		problems[i] = checkMessage(d.Message())
+		problems[i] = in.check(d.Message())
 		if cause := in.unrejected.cause(d); cause != nil {
 			problems[i] = alreadyQuarantinedError{cause}
 		}

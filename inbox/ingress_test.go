@@ -14,6 +14,7 @@ import (
 	"github.com/llmq/llmq/broker"
 	"github.com/llmq/llmq/broker/memory"
 	"github.com/llmq/llmq/inbox"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // erpFixture is an ingress whose handler writes each message id to a
@@ -264,6 +265,19 @@ func TestIngressConfigValidation(t *testing.T) {
 	require.ErrorContains(t, err, "MaxBatch")
 	_, err = f.store.NewIngress(f.pool, c, inbox.IngressConfig{Consumer: "erp", Handler: f.handler, Linger: -time.Second})
 	require.ErrorContains(t, err, "Linger")
+	for field, cfg := range map[string]inbox.IngressConfig{
+		"IngressConfig.Handler":     {Consumer: "erp"},
+		"IngressConfig.Consumer":    {Handler: f.handler},
+		"IngressConfig.MaxAttempts": {Consumer: "erp", Handler: f.handler, MaxAttempts: -1},
+		"IngressConfig.Concurrency": {Consumer: "erp", Handler: f.handler, Concurrency: -1},
+		"IngressConfig.Tombstones":  {Consumer: "erp", Handler: f.handler, Tombstones: inbox.HandleTombstones + 1},
+	} {
+		_, err := f.store.NewIngress(f.pool, c, cfg)
+		require.ErrorIs(t, err, inbox.ErrInvalidConfig, field)
+		var invalid *llmqtype.ValidationError
+		require.ErrorAs(t, err, &invalid, field)
+		require.Equal(t, field, invalid.Field)
+	}
 }
 
 // A batch whose commit fails is nacked whole, quarantined messages

@@ -19,6 +19,7 @@ const (
 	resultDuplicate   = "duplicate"   // already recorded: acknowledged, not handled again
 	resultQuarantined = "quarantined" // no id, malformed, or an id reused with another payload
 	resultFailed      = "failed"      // rolled back and nacked: the broker redelivers it
+	resultSkipped     = "skipped"     // a tombstone acknowledged unhandled (SkipTombstones)
 )
 
 // ingressInstruments are an ingress's metrics and tracer, created once by
@@ -34,7 +35,7 @@ type ingressInstruments struct {
 func newIngressInstruments(cfg IngressConfig) (*ingressInstruments, error) {
 	m := telemetry.Meter(cfg.MeterProvider, "inbox")
 	messages, err := m.Int64Counter("llmq.inbox.messages", metric.WithUnit("{message}"),
-		metric.WithDescription("Deliveries the ingress settled, by consumer and result: accepted, duplicate, quarantined or failed (redelivered)."))
+		metric.WithDescription("Deliveries the ingress settled, by consumer and result: accepted, duplicate, quarantined, failed (redelivered) or skipped (tombstones)."))
 	if err != nil {
 		return nil, err
 	}
@@ -45,7 +46,7 @@ func newIngressInstruments(cfg IngressConfig) (*ingressInstruments, error) {
 		messages:   messages,
 		results:    map[string]attribute.Set{},
 	}
-	for _, r := range []string{resultAccepted, resultDuplicate, resultQuarantined, resultFailed} {
+	for _, r := range []string{resultAccepted, resultDuplicate, resultQuarantined, resultFailed, resultSkipped} {
 		in.results[r] = attribute.NewSet(attribute.String("consumer", cfg.Consumer), attribute.String("result", r))
 	}
 	return in, nil

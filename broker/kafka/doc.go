@@ -83,10 +83,11 @@
 //     up to its last stable offset: records behind a transaction still open
 //     wait until it ends. Aborted records and transaction markers leave
 //     gaps in the offsets, which the commit passes over.
-//   - A record that can never be accepted (no id, a null value, an id or
-//     header that is not valid UTF-8) does not stop its partition: package
-//     inbox quarantines it and rejects it to the dead-letter topic, and a
-//     record whose handling keeps failing is rejected after
+//   - A record that can never be accepted (no id, a null value unless
+//     inbox.IngressConfig.Tombstones says to skip or handle tombstones, an
+//     id or header that is not valid UTF-8) does not stop its partition:
+//     package inbox quarantines it and rejects it to the dead-letter topic,
+//     and a record whose handling keeps failing is rejected after
 //     inbox.IngressConfig.MaxAttempts failures. The dead-letter record is
 //     the original, byte for byte (a null value stays null), with the two
 //     dead-letter headers added.
@@ -100,7 +101,10 @@
 //     one, or with a null value, it is "" and the inbox quarantines the
 //     record.
 //   - A null value (a tombstone) is a nil Body, an empty value an empty,
-//     non-nil Body. The inbox quarantines null bodies.
+//     non-nil Body. The inbox quarantines null bodies by default; on
+//     change-data-capture topics, which hold a tombstone after each
+//     deletion, inbox.IngressConfig.Tombstones skips them (acknowledged
+//     and committed past, unrecorded) or hands them to the handler.
 //   - A null key and an empty key are both Key "".
 //   - A null header value is ""; of a header repeated in one record only
 //     the last value is kept in Headers (the dead-letter record keeps them

@@ -30,14 +30,16 @@ type poisonFixture struct {
 	calls        map[string]int
 }
 
-func setupPoison(t *testing.T, c *cluster, partitions int32) *poisonFixture {
+// setupPoison makes a topic of one partition, so that its records are
+// handled, and quarantined, in offset order.
+func setupPoison(t *testing.T, c *cluster) *poisonFixture {
 	t.Helper()
 	db := dbtest.Setup(t, dbtest.Options{MaxConns: 4})
 	store, err := inbox.NewStore(inbox.Config{Schema: db.Schema})
 	require.NoError(t, err)
 	_, err = db.Pool.Exec(t.Context(), "CREATE TABLE "+db.Schema+".received (message_id text PRIMARY KEY)")
 	require.NoError(t, err)
-	return &poisonFixture{cluster: c, db: db, store: store, topic: c.topic(t, "poison", partitions), group: c.group("poison"), calls: map[string]int{}}
+	return &poisonFixture{cluster: c, db: db, store: store, topic: c.topic(t, "poison", 1), group: c.group("poison"), calls: map[string]int{}}
 }
 
 // handler refuses "not json" as malformed, fails "stuck" forever with an
@@ -127,7 +129,7 @@ func TestPoisonRecordsDoNotStopThePartition(t *testing.T) {
 	for _, tg := range targets() {
 		t.Run(tg.name, func(t *testing.T) {
 			t.Parallel()
-			f := setupPoison(t, tg.setup(t), 1)
+			f := setupPoison(t, tg.setup(t))
 			poisons := []*kgo.Record{
 				{Value: nil}, // a tombstone without an id
 				{Value: nil, Headers: idHeader("tomb-1")},
@@ -198,7 +200,7 @@ func TestPoisonRecordsDoNotStopThePartition(t *testing.T) {
 // at its MaxAttempts-th failure, and the partition moves on to the end.
 func TestFailureCapMovesThePartitionOn(t *testing.T) {
 	t.Parallel()
-	f := setupPoison(t, setup(t, ""), 1)
+	f := setupPoison(t, setup(t, ""))
 	recs := []*kgo.Record{{Value: []byte(`{}`), Headers: idHeader("stuck")}}
 	for i := range 100 {
 		recs = append(recs, &kgo.Record{Value: []byte(`{}`), Headers: idHeader(fmt.Sprintf("good-%03d", i))})
@@ -227,7 +229,7 @@ func TestAbortedTransactionsAreNeverAccepted(t *testing.T) {
 	for _, readUncommitted := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ReadUncommitted %t", readUncommitted), func(t *testing.T) {
 			t.Parallel()
-			f := setupPoison(t, setup(t, ""), 1)
+			f := setupPoison(t, setup(t, ""))
 			txn, err := kgo.NewClient(kgo.SeedBrokers(f.brokers...), kgo.DefaultProduceTopic(f.topic), kgo.TransactionalID("llmq-test-"+suffix()))
 			require.NoError(t, err)
 			defer txn.Close()

@@ -40,6 +40,24 @@ type ConsumerConfig struct {
 	// back to the queue, so a transient failure is not retried in a hot
 	// loop. It occupies a prefetch slot meanwhile. Default 1s.
 	RequeueDelay time.Duration
+	// DeliveryLimit is the queue's delivery limit: its x-delivery-limit
+	// argument or delivery-limit policy. The broker dead-letters a message
+	// handed back more often than that, so it is delivered at most
+	// DeliveryLimit+1 times. Deliveries report their attempt against it
+	// (broker.LimitedDelivery), and package inbox quarantines a message on
+	// its last delivery instead of nacking it into a dead-lettering it
+	// would not record. It must not exceed the queue's: a higher value lets
+	// the broker dead-letter messages before the ingress sees their last
+	// delivery, a lower one only quarantines them sooner.
+	//
+	// 0 takes the Queue.DeliveryLimit of ConnConfig.Topology's queue of
+	// this name, if the topology declares it with one, and otherwise the
+	// broker's default, read on each connection: 20 from RabbitMQ 4.0 on
+	// (which gives a quorum queue without a limit of its own that one;
+	// classic queues count no deliveries, so theirs never run out), none
+	// before. NoDeliveryLimit says the queue has none, such as a RabbitMQ 4
+	// queue whose limit a policy of -1 lifted.
+	DeliveryLimit int
 }
 
 // Consumer is a broker.Consumer of one queue, with manual acknowledgement,
@@ -73,6 +91,9 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		return nil, &validate.Error{Kind: ErrInvalidConfig, Field: "Prefetch", Problem: fmt.Sprintf("is %d; use 0 for the default of %d, or 1 to %d", cfg.Prefetch, DefaultPrefetch, MaxPrefetch)}
 	case cfg.RequeueDelay < 0:
 		return nil, &validate.Error{Kind: ErrInvalidConfig, Field: "RequeueDelay", Problem: "must not be negative"}
+	}
+	if cfg.DeliveryLimit, err = deliveryLimit(cfg); err != nil {
+		return nil, err
 	}
 	cfg.Prefetch = cmp.Or(cfg.Prefetch, DefaultPrefetch)
 	cfg.RequeueDelay = cmp.Or(cfg.RequeueDelay, DefaultRequeueDelay)
@@ -131,6 +152,9 @@ type consSession struct {
 	ch     *amqp.Channel
 	deadCh chan struct{}
 	once   sync.Once
+	// deliveryLimit is the queue's on this connection's broker (see
+	// ConsumerConfig.DeliveryLimit); 0 for none.
+	deliveryLimit int
 }
 
 func (s *consSession) dead() <-chan struct{} { return s.deadCh }
@@ -164,7 +188,7 @@ func (c *Consumer) openSession(conn *amqp.Connection) (session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: consuming %s: %w", c.cfg.Queue, err)
 	}
-	s := &consSession{ch: ch, deadCh: make(chan struct{})}
+	s := &consSession{ch: ch, deadCh: make(chan struct{}), deliveryLimit: c.deliveryLimitOn(conn)}
 	go func() {
 		select {
 		case e := <-closed:
@@ -190,7 +214,8 @@ func (c *Consumer) openSession(conn *amqp.Connection) (session, error) {
 }
 
 // toMessage reads a delivery. AMQP has no null body, so Body is never nil.
-// Headers are passed on whatever their bytes: the receiver judges them
+// Header values are rendered as text by fieldText, and strings and byte
+// arrays passed on whatever their bytes: the receiver judges them
 // (package inbox quarantines those it refuses).
 func toMessage(d amqp.Delivery) broker.Message {
 	m := broker.Message{ID: d.MessageId, Topic: d.RoutingKey, Body: d.Body}
@@ -201,7 +226,7 @@ func toMessage(d amqp.Delivery) broker.Message {
 		m.Headers = make(map[string]string, len(d.Headers))
 	}
 	for k, v := range d.Headers {
-		s := headerString(v)
+		s := fieldText(v)
 		if k == HeaderKey {
 			m.Key = s
 			continue
@@ -209,18 +234,6 @@ func toMessage(d amqp.Delivery) broker.Message {
 		m.Headers[k] = s
 	}
 	return m
-}
-
-// headerString renders an AMQP header value: strings as they are, others
-// (the broker's own, such as x-death or x-delivery-count) as text.
-func headerString(v any) string {
-	switch v := v.(type) {
-	case string:
-		return v
-	case []byte:
-		return string(v)
-	}
-	return fmt.Sprint(v)
 }
 
 // Delivery is one message received by a Consumer. It must be settled on the
@@ -234,7 +247,7 @@ type Delivery struct {
 	settled atomic.Bool
 }
 
-var _ broker.Delivery = (*Delivery)(nil)
+var _ broker.LimitedDelivery = (*Delivery)(nil)
 
 // Message returns the message; Key comes from the HeaderKey header, which
 // Headers then omits.
@@ -256,10 +269,17 @@ func (d *Delivery) Ack(context.Context) error {
 
 // Nack hands the message back after ConsumerConfig.RequeueDelay, measured
 // by a timer: Nack returns at once. If the channel closes meanwhile, the
-// broker requeues it anyway.
+// broker requeues it anyway. On the message's last delivery (see
+// DeliveryAttempt) the broker dead-letters it instead, which is logged as
+// a warning.
 func (d *Delivery) Nack(context.Context) error {
 	return d.settle("nack", func() error {
 		c := d.c
+		if d.lastAttempt() {
+			attempt, _ := d.DeliveryAttempt()
+			c.cfg.Logger.Warn("llmq: a message nacked on its last delivery: the queue's delivery limit dead-letters it",
+				"queue", c.cfg.Queue, "message", d.msg.ID, "delivery", attempt, "delivery_limit", d.sess.deliveryLimit)
+		}
 		c.timersMu.Lock()
 		defer c.timersMu.Unlock()
 		select {

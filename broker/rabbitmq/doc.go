@@ -3,7 +3,8 @@
 // only for messages the broker confirmed and routed, a broker.Consumer whose
 // deliveries are acknowledged only after the receiver's transaction
 // committed, and a Topology helper that declares durable queues with
-// dead-lettering. It implements the broker contract without extending it.
+// dead-lettering. It implements the broker contract, deliveries included
+// as broker.LimitedDelivery, without extending it.
 //
 //	topo := rabbitmq.Topology{Exchange: "llmq", Queues: []rabbitmq.Queue{{Name: "erp", Bindings: []string{"invoice.#"}}}}
 //	pub, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{ConnConfig: rabbitmq.ConnConfig{Topology: &topo}, Exchange: "llmq"})
@@ -68,13 +69,80 @@
 //   - Receive is safe for concurrent callers, each delivery going to one.
 //   - Messages from any AMQP client are read: message-id is Message.ID
 //     ("" without one), the routing key Message.Topic, the HeaderKey header
-//     Message.Key, other headers Message.Headers (strings and byte arrays
-//     as their bytes, other AMQP values as text), the body Message.Body
-//     (never nil: AMQP has no null body). Nothing is judged here: package
+//     Message.Key, other headers Message.Headers (each value as text, see
+//     Header values), the body Message.Body (never nil: AMQP has no null
+//     body). Nothing is judged here: package
 //     inbox quarantines and rejects a message without message-id or with
 //     an id or headers it refuses, so it is dead-lettered once instead of
 //     requeued in a loop, and rejects a message whose handling failed
 //     inbox.IngressConfig.MaxAttempts times.
+//
+// # Header values
+//
+// AMQP headers are typed; a Message's are text. Each received value (and
+// the HeaderKey header's, which becomes Message.Key) is rendered so that
+// a reader in any language can parse it:
+//
+//   - void (a null value): "";
+//   - a string (long string) or byte array: its bytes, as received, valid
+//     UTF-8 or not (package inbox quarantines what is not);
+//   - a boolean: "true" or "false";
+//   - an integer (signed or unsigned, 8 to 64 bits): decimal, "-7";
+//   - a float (32 or 64 bits): the shortest decimal that reads back as the
+//     same float, "0.1", "1e+21"; NaN and the infinities as "NaN", "+Inf"
+//     and "-Inf" (RabbitMQ refuses to carry them, so only a message built
+//     by hand can hold them);
+//   - a timestamp (whole seconds): RFC 3339 in UTC, "2026-03-04T05:06:07Z";
+//   - a decimal (Value·10^-Scale): exact decimal text, 12345 with scale 2
+//     as "123.45", -5 with scale 3 as "-0.005";
+//   - a table or an array: JSON. A table is an object with its keys in
+//     byte order, an array an array. Inside them void is null, booleans
+//     are true and false, integers, floats and decimals are JSON numbers
+//     written as above (NaN and the infinities as the JSON strings "NaN",
+//     "+Inf", "-Inf"), timestamps are RFC 3339 strings, and strings, byte
+//     arrays and keys are JSON strings of their text when they are valid
+//     UTF-8 and JSON strings of the base64 of their bytes (standard
+//     alphabet, padded) when they are not. The broker's x-death header,
+//     an array of tables, reads as [{"count":1,"exchange":"llmq",
+//     "queue":"erp","reason":"rejected","routing-keys":["invoice.created"],
+//     "time":"2026-03-04T05:06:07Z"}].
+//
+// Decisions: at the top level, strings and byte arrays are kept byte for
+// byte, so that the inbox can refuse what is not text rather than receive
+// a repaired copy. JSON cannot hold
+// bytes that are not UTF-8, so inside tables and arrays such values become
+// base64, as encoding/json writes []byte: a reader cannot tell a base64
+// string from text by looking, and such values are rare in headers (a
+// binary field inside a table). Decimals are numbers inside JSON because
+// their text is a valid JSON number, exact however it is read.
+//
+// # Delivery limits
+//
+// A quorum queue with a delivery limit N (Queue.DeliveryLimit, an
+// x-delivery-limit argument or a delivery-limit policy; RabbitMQ 4 sets 20
+// on queues that set none) delivers a message at most N+1 times: handed
+// back once more, by a Nack or by its consumer's channel closing first,
+// it is dead-lettered (or dropped, without a dead-letter exchange) by the
+// broker, with no word to the receiver. The count travels in the
+// x-delivery-count header of each redelivery. (RabbitMQ 3 counts both
+// kinds of return; later releases may leave some out, and their limit
+// applies to the same count.)
+//
+// Each Delivery is a broker.LimitedDelivery: DeliveryAttempt reports the
+// attempt (x-delivery-count+1) against the most deliveries the queue
+// makes. The consumer must be told the limit (ConsumerConfig.DeliveryLimit,
+// or the Topology that declares the queue); without either it takes the
+// broker's default, 20 from RabbitMQ 4.0 on and none before, read from the
+// server's properties on each connection. Package inbox uses this to
+// quarantine a message whose last delivery failed, instead of nacking it
+// into a dead-lettering it would not record; a Nack of a last delivery is
+// logged as a warning.
+//
+// Decision: the consumer is told the limit rather than discovering it.
+// AMQP 0-9-1 cannot read a queue's arguments or policies back, and the
+// count alone does not say which delivery is the last. A limit set
+// lower than the queue's only makes the ingress quarantine sooner; one set
+// higher lets the broker dead-letter messages unrecorded, as before.
 //
 // # Topology trade-offs
 //
@@ -89,7 +157,7 @@
 // queue) and that a full queue pushes back on publishers. Queue.DeliveryLimit
 // (x-delivery-limit) dead-letters a message redelivered too often, which
 // ends a poison message's loop even when no receiver rejects it; RabbitMQ
-// 3.10 has no limit by default.
+// 3 has no limit by default, RabbitMQ 4 one of 20 (see Delivery limits).
 //
 // Classic queues (Queue.Type = Classic) are single-node and lighter, but
 // their dead-lettering is at most once (a message can be lost between the

@@ -46,8 +46,9 @@ func Example() {
 	fmt.Println("inv-2 unroutable:", errors.Is(failures[1], rabbitmq.ErrUnroutable))
 
 	cons, err := rabbitmq.NewConsumer(rabbitmq.ConsumerConfig{
-		ConnConfig: rabbitmq.ConnConfig{URL: amqpURL(), Name: "example-consumer"},
-		Queue:      name,
+		ConnConfig:    rabbitmq.ConnConfig{URL: amqpURL(), Name: "example-consumer"},
+		Queue:         name,
+		DeliveryLimit: 5, // the queue's: its sixth delivery is its last, which the inbox quarantines if it fails
 	})
 	if err != nil {
 		panic(err)

@@ -53,8 +53,12 @@ type Queue struct {
 	// DeliveryLimit; it is a durable fanout exchange bound to
 	// DeadLetterQueue. Defaults: Name+".dlx" and Name+".dlq".
 	DeadLetterExchange, DeadLetterQueue string
-	// DeliveryLimit dead-letters a message after this many failed
-	// deliveries (quorum queues only; x-delivery-limit). 0: no limit.
+	// DeliveryLimit dead-letters a message handed back (nacked, or its
+	// consumer's channel closed) more than this many times, so that it is
+	// delivered at most DeliveryLimit+1 times (quorum queues only;
+	// x-delivery-limit). 0: no limit set, which on RabbitMQ 4 means its
+	// default of 20. A Consumer whose ConnConfig.Topology declares the
+	// queue takes its limit from here; see ConsumerConfig.DeliveryLimit.
 	DeliveryLimit int
 	// MaxLength bounds the queue's ready messages. Publishes beyond it are
 	// refused (x-overflow reject-publish: the publisher sees a nack and
