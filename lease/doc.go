@@ -251,6 +251,21 @@
 // the database through the pool it was built with, under its own budget
 // (package admission): with a Postgres limiter, count its connections too.
 //
+// # Connection poolers
+//
+// The runner's statements, and the store's, keep no state from one
+// transaction to the next (settings are transaction-local, advisory locks
+// transaction-scoped, no temporary tables), so a runner works on a pool
+// behind PgBouncer in transaction pooling mode, in pgx's exec,
+// simple-protocol and cache-describe query exec modes, and in its default
+// mode where the pooler keeps prepared statements (PgBouncer 1.21 or
+// later with max_prepared_statements). Such a pooler cannot carry LISTEN:
+// set DisableListen, and the runner finds work by polling, every
+// PollInterval (1s by default), or when Wake is called. In pgx's default
+// mode behind a pooler that does not keep prepared statements, calls fail
+// with an error matching llmqtype.ErrStatementCache that names the fix.
+// docs/operations.md ("Connection poolers") says how to choose the mode.
+//
 // # Observability
 //
 // With Config.MeterProvider the runner reports, without tenant or job id

@@ -237,7 +237,8 @@
 // # Connections
 //
 // The active relay holds one dedicated connection for LISTEN (opened from
-// the pool's configuration, outside the pool) and uses the pool for one
+// the pool's configuration, outside the pool; none with
+// RelayConfig.DisableListen) and uses the pool for one
 // statement or transaction at a time: its claims and verdicts, pruning,
 // and the lease renewal beside them, so at most two pool connections at
 // once, plus one while the backlog gauges are read (MeterProvider only):
@@ -247,6 +248,23 @@
 // neither listens nor prunes nor reads the gauges. Whether an idle pool
 // connection stays open between uses is the pool's setting
 // (pgxpool.Config.MaxConnIdleTime).
+//
+// # Connection poolers
+//
+// Every statement the relay and the store run is whole in one transaction:
+// no session setting outlives it (settings are set_config(..., true)), the
+// claims' advisory lock is transaction-scoped, and nothing relies on a
+// prepared statement or a temporary table kept from one transaction to
+// the next. So the relay works on a pool that reaches PostgreSQL through
+// PgBouncer in transaction pooling mode, in pgx's exec, simple-protocol
+// and cache-describe query exec modes (and in its default mode where the
+// pooler keeps prepared statements, PgBouncer 1.21 or later with
+// max_prepared_statements). What such a pooler cannot carry is LISTEN: a
+// notification reaches whichever client holds the server connection at
+// that moment, or nobody. Set RelayConfig.DisableListen there; the relay
+// then polls every PollInterval (500ms by default), so an event waits for
+// at most that long, plus the claim, before it is published. docs/
+// operations.md ("Connection poolers") says how to choose the mode.
 //
 // # Logging
 //
