@@ -27,7 +27,10 @@
 // with a session advisory lock on its name (pg_try_advisory_lock, on a
 // connection of its own held until the test ends), so tests in parallel,
 // in one process or in several `go test` processes, never share one, and
-// a test that dies leaves no lock behind. A schema taken for the first
+// a test that dies leaves no lock behind. That lock belongs to a session,
+// so NewDB needs a URL that reaches PostgreSQL itself, not a transaction
+// pooler (which would hand the lock's session to other clients); the
+// pools of the code under test may go through one. A schema taken for the first
 // time is migrated; one taken again is cleared by a function written once,
 // when it was migrated: it drops the relations the last test created there
 // (a host's own tables), DELETEs every llmq table's rows, children before
