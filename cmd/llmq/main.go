@@ -209,6 +209,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "llmq: %v\n", err)
 		return 2
 	default:
+		if dbsql.StatementCacheLost(err) && !errors.Is(err, llmqtype.ErrStatementCache) {
+			err = &llmqtype.StatementCacheError{Err: err} // say the fix: -database-url needs an exec mode
+		}
 		fmt.Fprintf(stderr, "llmq: %v\n", err)
 		return 1
 	}

@@ -51,3 +51,20 @@ func TestCommandsBehindPgBouncer(t *testing.T) {
 		})
 	}
 }
+
+// In pgx's default mode, which PgBouncer before 1.21 cannot carry, a
+// command that meets another client's prepared statement on the server
+// connection (the pooler has one, which the first command left it on)
+// fails saying which -database-url works.
+func TestCommandsInTheDefaultModeBehindAnOldPoolerSayTheFix(t *testing.T) {
+	t.Parallel()
+	bouncer := pgbouncertest.Start(t, pgbouncertest.Options{PoolSize: 1})
+	c := setup(t)
+	args := []string{"migrate", "status", "-database-url", bouncer.URL(""), "-schema", c.schema}
+	code, _, stderr := runCLI(t, args...)
+	require.Equal(t, 0, code, stderr)
+	code, _, stderr = runCLI(t, args...)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "SQLSTATE 42P05")
+	require.Contains(t, stderr, "default_query_exec_mode=exec")
+}
