@@ -87,7 +87,7 @@ func TestDatabaseRestartsUnderLoad(t *testing.T) {
 	pub.stopDuring(cluster.Stop)
 	require.NoError(t, <-pub.stopped)
 	time.Sleep(3 * time.Second) // the restart's down time
-	require.NoError(t, cluster.Start())
+	require.NoError(t, cluster.Start(t.Context()))
 	back := time.Now()
 	require.Eventually(t, func() bool { return pub.lastPublished().After(back) }, 2*time.Second, time.Millisecond,
 		"publication resumes within 2s of the database being back")
@@ -102,9 +102,9 @@ func TestDatabaseRestartsUnderLoad(t *testing.T) {
 	require.Eventually(t, func() bool { return calls.running.Load() >= 10 }, 30*time.Second, time.Millisecond, "handlers run")
 	before := calls.total()
 	calls.outage.Store(true)
-	require.NoError(t, cluster.Stop())
+	require.NoError(t, cluster.Stop(t.Context()))
 	time.Sleep(6 * time.Second) // the outage
-	require.NoError(t, cluster.Start())
+	require.NoError(t, cluster.Start(t.Context()))
 	calls.outage.Store(false)
 	db.Pool.Reset()
 	require.Eventually(t, func() bool { return calls.total() > before+200 }, 30*time.Second, 10*time.Millisecond, "load resumes")
@@ -219,7 +219,7 @@ type watchedPublisher struct {
 	broker.Publisher
 	last    atomic.Int64 // unix nanoseconds
 	mu      sync.Mutex
-	stop    func() error
+	stop    func(context.Context) error
 	stopped chan error
 }
 
@@ -232,13 +232,13 @@ func (p *watchedPublisher) Publish(ctx context.Context, msgs []broker.Message) e
 	p.stop = nil
 	p.mu.Unlock()
 	if stop != nil {
-		p.stopped <- stop()
+		p.stopped <- stop(context.WithoutCancel(ctx))
 	}
 	p.last.Store(time.Now().UnixNano())
 	return nil
 }
 
-func (p *watchedPublisher) stopDuring(stop func() error) {
+func (p *watchedPublisher) stopDuring(stop func(context.Context) error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.stop = stop

@@ -141,11 +141,11 @@ func TestOutcomeWaitsForTheDatabase(t *testing.T) {
 	res, err := store.Enqueue(t.Context(), db.Pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k", Payload: json.RawMessage(`{}`)})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return calls.Load() == 1 }, 10*time.Second, 5*time.Millisecond)
-	require.NoError(t, cluster.Stop())
+	require.NoError(t, cluster.Stop(t.Context()))
 	close(proceed)
 	<-returned
 	time.Sleep(4 * time.Second) // the outage: the outcome is in hand meanwhile
-	require.NoError(t, cluster.Start())
+	require.NoError(t, cluster.Start(t.Context()))
 
 	var job *jobs.Job
 	require.Eventually(t, func() bool {

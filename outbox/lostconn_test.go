@@ -72,13 +72,13 @@ func (f relayFixture) runRelayOn(t *testing.T, pool *pgxpool.Pool, pub broker.Pu
 type stoppingPublisher struct {
 	broker.Publisher
 	once    sync.Once
-	stop    func() error
+	stop    func(context.Context) error
 	stopped chan error
 }
 
 func (p *stoppingPublisher) Publish(ctx context.Context, msgs []broker.Message) error {
 	err := p.Publisher.Publish(ctx, msgs)
-	p.once.Do(func() { p.stopped <- p.stop() })
+	p.once.Do(func() { p.stopped <- p.stop(context.WithoutCancel(ctx)) })
 	return err
 }
 
@@ -113,7 +113,7 @@ func TestRelayKeepsAVerdictALostConnectionFailed(t *testing.T) {
 		PollInterval: 20 * time.Millisecond, Logger: slog.New(failedPasses{Handler: slog.DiscardHandler, n: &failed})})
 	require.NoError(t, <-pub.stopped)
 	time.Sleep(time.Second) // the outage
-	require.NoError(t, cluster.Start())
+	require.NoError(t, cluster.Start(t.Context()))
 	back := time.Now()
 	got := drain(t, b, 40)
 	require.Less(t, time.Since(back), 10*time.Second, "published long before the claim ran out")

@@ -50,15 +50,15 @@ func New(t testing.TB) *Cluster {
 	if c.port, err = FreePort(t.Context()); err != nil {
 		t.Fatalf("pgcluster: %v", err)
 	}
-	if err := c.run("initdb", "-D", c.data, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C", "-N"); err != nil {
+	if err := c.run(t.Context(), "initdb", "-D", c.data, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C", "-N"); err != nil {
 		t.Fatalf("pgcluster: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := c.stop("immediate"); err != nil {
+		if err := c.stop(context.Background(), "immediate"); err != nil {
 			t.Errorf("pgcluster: %v", err)
 		}
 	})
-	if err := c.Start(); err != nil {
+	if err := c.Start(t.Context()); err != nil {
 		t.Fatalf("pgcluster: %v", err)
 	}
 	return c
@@ -74,7 +74,7 @@ func (c *Cluster) Port() int { return c.port }
 
 // Start starts the cluster, on its port and with its data, and returns
 // once it accepts connections. Starting a running cluster does nothing.
-func (c *Cluster) Start() error {
+func (c *Cluster) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.running {
@@ -87,7 +87,7 @@ func (c *Cluster) Start() error {
 		"-c", "fsync=off",
 		"-c", "full_page_writes=off",
 	}, " ")
-	if err := c.run("pg_ctl", "-D", c.data, "-o", opts, "-l", c.logFile(), "-w", "-t", "60", "start"); err != nil {
+	if err := c.run(ctx, "pg_ctl", "-D", c.data, "-o", opts, "-l", c.logFile(), "-w", "-t", "60", "start"); err != nil {
 		return fmt.Errorf("%w\n%s", err, c.logTail())
 	}
 	c.running = true
@@ -97,28 +97,32 @@ func (c *Cluster) Start() error {
 // Stop shuts the cluster down fast and returns once it is down: sessions
 // are ended (they see SQLSTATE 57P01), the server checkpoints and exits.
 // Stopping a stopped cluster does nothing.
-func (c *Cluster) Stop() error { return c.stop("fast") }
+func (c *Cluster) Stop(ctx context.Context) error { return c.stop(ctx, "fast") }
 
 // Crash stops the cluster at once, without a checkpoint, as a power cut
 // would: the next Start recovers from the WAL.
-func (c *Cluster) Crash() error { return c.stop("immediate") }
+func (c *Cluster) Crash(ctx context.Context) error { return c.stop(ctx, "immediate") }
 
 // Restart stops the cluster fast, waits down, and starts it again.
-func (c *Cluster) Restart(down time.Duration) error {
-	if err := c.Stop(); err != nil {
+func (c *Cluster) Restart(ctx context.Context, down time.Duration) error {
+	if err := c.Stop(ctx); err != nil {
 		return err
 	}
-	time.Sleep(down)
-	return c.Start()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(down):
+	}
+	return c.Start(ctx)
 }
 
-func (c *Cluster) stop(mode string) error {
+func (c *Cluster) stop(ctx context.Context, mode string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.running {
 		return nil
 	}
-	if err := c.run("pg_ctl", "-D", c.data, "-m", mode, "-w", "-t", "60", "stop"); err != nil {
+	if err := c.run(ctx, "pg_ctl", "-D", c.data, "-m", mode, "-w", "-t", "60", "stop"); err != nil {
 		return fmt.Errorf("%w\n%s", err, c.logTail())
 	}
 	c.running = false
@@ -127,8 +131,8 @@ func (c *Cluster) stop(mode string) error {
 
 // run runs one of the binaries, as the postgres OS user when the test
 // runs as root.
-func (c *Cluster) run(name string, args ...string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+func (c *Cluster) run(ctx context.Context, name string, args ...string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, name), args...)
 	cmd.Dir = c.dir

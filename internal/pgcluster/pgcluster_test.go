@@ -24,21 +24,21 @@ func TestClusterStopsAndStartsOnItsData(t *testing.T) {
 	_, err = pool.Exec(ctx, "CREATE TABLE kept (n int); INSERT INTO kept VALUES (1)")
 	require.NoError(t, err)
 
-	require.NoError(t, c.Stop())
+	require.NoError(t, c.Stop(t.Context()))
 	_, err = pgx.Connect(ctx, c.URL())
 	require.ErrorContains(t, err, "connect")
-	require.NoError(t, c.Start())
+	require.NoError(t, c.Start(t.Context()))
 	requireKept(t, pool, 1)
 
-	require.NoError(t, c.Restart(100*time.Millisecond))
+	require.NoError(t, c.Restart(t.Context(), 100*time.Millisecond))
 	// The pool's connection from before the restart fails once (57P01),
 	// and is replaced.
 	require.Eventually(t, func() bool {
 		_, err := pool.Exec(ctx, "INSERT INTO kept VALUES (2)")
 		return err == nil
 	}, 10*time.Second, 10*time.Millisecond)
-	require.NoError(t, c.Crash())
-	require.NoError(t, c.Start())
+	require.NoError(t, c.Crash(t.Context()))
+	require.NoError(t, c.Start(t.Context()))
 	requireKept(t, pool, 2)
 }
 
