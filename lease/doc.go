@@ -216,9 +216,11 @@
 //     SaveStep). Step then returns an error wrapping jobs.ErrLeaseLost.
 //   - At most once to success, not exactly once: a step whose function
 //     returned but whose process died before the store committed runs
-//     again on the next attempt. A store that fails for want of the
-//     database is tried again a few times while the attempt lasts; an
-//     output the store refuses (not JSON jsonb can hold, over
+//     again on the next attempt. A store that fails for the database's
+//     trouble (a lost connection, a restart, a pooler's statement errors)
+//     is tried again, with backoff up to a second, for as long as the
+//     attempt lasts (its timeout, and its lease); an output the store
+//     refuses (not JSON jsonb can hold, over
 //     jobs.MaxStepOutputBytes) fails the job at once.
 //   - The history says which attempt ran each step and which later
 //     attempts reused it (jobs.Store.Steps; Step.Attempt and ReusedBy), and

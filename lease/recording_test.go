@@ -156,3 +156,56 @@ func TestOutcomeWaitsForTheDatabase(t *testing.T) {
 	require.Equal(t, 1, job.Attempt)
 	require.EqualValues(t, 1, calls.Load(), "the handler ran once")
 }
+
+// The database stops just as a durable step's function returns, and stays
+// down for 3s, longer than a few quick retries: the step's output is
+// stored once the database is back, the job succeeds on its first attempt,
+// and neither the step nor the handler ran twice. (Given up after a few
+// tries, the attempt failed and the retry paid for the step again.)
+func TestStepOutputWaitsForTheDatabase(t *testing.T) {
+	t.Parallel()
+	cluster := pgcluster.New(t)
+	db := dbtest.Setup(t, dbtest.Options{URL: cluster.URL(), MaxConns: 6})
+	store, err := jobs.NewStore(jobs.Config{Schema: db.Schema})
+	require.NoError(t, err)
+
+	var calls, steps atomic.Int32
+	stopped := make(chan error, 1)
+	cfg := fastConfig(map[string]lease.Handler{"k": lease.HandlerFunc(func(ctx context.Context, _ *jobs.Job) (json.RawMessage, error) {
+		calls.Add(1)
+		text, err := lease.Step(ctx, "ocr", func(ctx context.Context) (string, error) {
+			if steps.Add(1) == 1 {
+				stopped <- cluster.Stop(ctx)
+			}
+			return "total 1234.50", nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(text)
+	})})
+	cfg.LeaseDuration, cfg.HeartbeatInterval, cfg.AttemptTimeout = 15*time.Second, time.Second, 10*time.Second
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	r, err := lease.NewRunner(db.Pool, store, cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+
+	res, err := store.Enqueue(t.Context(), db.Pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k", Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	require.NoError(t, <-stopped)
+	time.Sleep(3 * time.Second) // the outage: the step's output is in hand meanwhile
+	require.NoError(t, cluster.Start(t.Context()))
+
+	var job *jobs.Job
+	require.Eventually(t, func() bool {
+		job, err = store.Get(t.Context(), db.Pool, "acme", res.Job.ID)
+		return err == nil && job.State.Terminal()
+	}, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, jobs.StateSucceeded, job.State, "%s: %s", job.ErrorClass, job.LastError)
+	require.Equal(t, 1, job.Attempt)
+	require.EqualValues(t, 1, steps.Load(), "the step ran once")
+	require.EqualValues(t, 1, calls.Load(), "the handler ran once")
+}
