@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/llmq/llmq/internal/dberr"
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/pglisten"
 	"github.com/llmq/llmq/internal/retry"
@@ -33,6 +34,8 @@ type completer struct {
 
 type pendingCompletion struct {
 	completion jobs.Completion
+	attempt    *attempt  // whose lease bounds how long recording is tried
+	submitted  time.Time // when the outcome reached the completer
 	done       chan completionDone
 }
 
@@ -48,17 +51,22 @@ const (
 	completionLinger   = 2 * time.Millisecond
 )
 
-// completionAttempts is how often an outcome is tried before the runner
-// gives up on it (the lease then expires and the reaper retries the job).
-const completionAttempts = 5
+// How long the completer waits before it tries a failed completion again:
+// from firstRecordBackoff, doubling, to maxRecordBackoff, so an outcome is
+// recorded within about a second of the database's return.
+const (
+	firstRecordBackoff = 100 * time.Millisecond
+	maxRecordBackoff   = time.Second
+)
 
 func newCompleter(r *Runner) *completer {
 	return &completer{r: r, pending: make(chan *pendingCompletion, maxCompletionBatch), closed: make(chan struct{})}
 }
 
-// submit hands an outcome to the completer and waits until it is recorded.
-func (c *completer) submit(completion jobs.Completion) (*jobs.Job, error) {
-	p := &pendingCompletion{completion: completion, done: make(chan completionDone, 1)}
+// submit hands a's outcome to the completer and waits until it is
+// recorded, or given up.
+func (c *completer) submit(a *attempt, completion jobs.Completion) (*jobs.Job, error) {
+	p := &pendingCompletion{completion: completion, attempt: a, submitted: time.Now(), done: make(chan completionDone, 1)}
 	select {
 	case c.pending <- p:
 	case <-c.closed:
@@ -116,18 +124,16 @@ func (c *completer) loop(ctx context.Context) {
 }
 
 // apply records a batch in one transaction. If the database failed (a lost
-// connection, a timeout, a conflict), the whole batch is retried with
-// backoff; if the host's OnSucceeded hook failed, or PostgreSQL refused the
-// statement for what one of the outcomes holds, the outcomes are recorded
-// one by one, so that one bad outcome cannot hold back the others.
+// connection, a restart, a timeout, a conflict), the batch is tried again
+// with backoff for as long as its leases allow (recordWithRetry); if the
+// host's OnSucceeded hook failed, or PostgreSQL refused the statement for
+// what one of the outcomes holds, the outcomes are recorded one by one, so
+// that one bad outcome cannot hold back the others.
 func (c *completer) apply(ctx context.Context, batch []*pendingCompletion) {
-	completions := make([]jobs.Completion, len(batch))
-	for i, p := range batch {
-		completions[i] = p.completion
-	}
-	results, err := c.recordWithRetry(ctx, completions)
+	batch, results, err := c.recordWithRetry(ctx, batch)
 	var hookErr *hookError
 	switch {
+	case len(batch) == 0:
 	case err == nil:
 		for i, p := range batch {
 			p.done <- completionDone{job: results[i].Job, err: results[i].Err}
@@ -135,34 +141,79 @@ func (c *completer) apply(ctx context.Context, batch []*pendingCompletion) {
 	case (errors.As(err, &hookErr) || refused(err)) && len(batch) > 1:
 		c.r.cfg.Logger.Warn("llmq: recording a batch of outcomes failed; recording them one by one", "size", len(batch), "err", err)
 		for _, p := range batch {
-			p.done <- c.applyOne(ctx, p.completion)
+			p.done <- c.applyOne(ctx, p)
 		}
 	case errors.As(err, &hookErr) || refused(err):
 		p := batch[0]
-		p.done <- c.applyOne(ctx, p.completion)
+		p.done <- c.applyOne(ctx, p)
 	default:
 		for _, p := range batch {
-			p.done <- completionDone{err: fmt.Errorf("lease: recording attempt %d of job %s: %w", p.completion.Attempt, p.completion.JobID, err)}
+			p.done <- p.failed(err)
 		}
 	}
 }
 
-// recordWithRetry retries a batch that failed for a reason other than the
-// hook (a lost connection, a failover) with backoff, a few times.
-func (c *completer) recordWithRetry(ctx context.Context, completions []jobs.Completion) ([]jobs.CompletionResult, error) {
-	backoff := 100 * time.Millisecond
-	for try := 1; ; try++ {
+// failed is the answer to p when recording it failed for good.
+func (p *pendingCompletion) failed(err error) completionDone {
+	return completionDone{err: fmt.Errorf("lease: recording attempt %d of job %s: %w", p.completion.Attempt, p.completion.JobID, err)}
+}
+
+// recordWithRetry records batch, and tries again with backoff while the
+// database fails it for a reason other than the hook or the outcomes (a
+// lost connection, a restart, a pooler's statement trouble, a timeout, a
+// conflict), each outcome for as long as recordable allows: an outcome
+// that is not is answered with the error and left out of the next try. It
+// returns what is left of batch, with the last try's results or error.
+func (c *completer) recordWithRetry(ctx context.Context, batch []*pendingCompletion) ([]*pendingCompletion, []jobs.CompletionResult, error) {
+	backoff := firstRecordBackoff
+	for {
+		completions := make([]jobs.Completion, len(batch))
+		for i, p := range batch {
+			completions[i] = p.completion
+		}
 		results, err := c.record(ctx, completions)
 		var hookErr *hookError
-		if err == nil || errors.As(err, &hookErr) || refused(err) || try == completionAttempts {
-			return results, err
+		if err == nil || errors.As(err, &hookErr) || refused(err) {
+			return batch, results, err
 		}
-		c.r.cfg.Logger.Warn("llmq: recording outcomes failed; retrying", "size", len(completions), "err", err, "retry_in", backoff)
+		c.r.cfg.Logger.Warn("llmq: recording outcomes failed; retrying", "size", len(batch), "err", err, "retry_in", backoff)
 		if !retry.Sleep(ctx, backoff) {
-			return nil, err
+			return batch, nil, err // the runner gave up at the end of its shutdown
 		}
-		backoff = min(2*backoff, 5*time.Second)
+		backoff = min(2*backoff, maxRecordBackoff)
+		batch = c.dropUnrecordable(batch, err)
+		if len(batch) == 0 {
+			return nil, nil, err
+		}
 	}
+}
+
+// dropUnrecordable answers the outcomes of batch that are no longer worth
+// trying (recordable) with err, and returns the others.
+func (c *completer) dropUnrecordable(batch []*pendingCompletion, err error) []*pendingCompletion {
+	now := time.Now()
+	kept := batch[:0]
+	for _, p := range batch {
+		if c.r.recordable(p, now) {
+			kept = append(kept, p)
+			continue
+		}
+		p.done <- p.failed(fmt.Errorf("given up as its lease ran out: %w", err))
+	}
+	return kept
+}
+
+// recordable reports whether p's outcome is still worth trying to record
+// at now: the lease of its attempt, as last extended, has not run out
+// (after that the reaper may take the job back, and the outcome would be
+// stale), and it has been tried for less than LeaseDuration (a failure
+// that the heartbeats get past, which keep renewing the lease, is not
+// retried for ever).
+func (r *Runner) recordable(p *pendingCompletion, now time.Time) bool {
+	r.mu.Lock()
+	extendedAt := p.attempt.extendedAt
+	r.mu.Unlock()
+	return now.Before(extendedAt.Add(r.cfg.LeaseDuration)) && now.Before(p.submitted.Add(r.cfg.LeaseDuration))
 }
 
 // applyOne records one outcome whose batch failed in the host's hook or
@@ -173,14 +224,14 @@ func (c *completer) recordWithRetry(ctx context.Context, completions []jobs.Comp
 // constraint; results jsonb cannot hold are refused before, as the
 // handler's defect), the job fails at once with class
 // unrecordable and the refusal as its error: retrying would pay the
-// provider again for an answer that cannot be stored.
-func (c *completer) applyOne(ctx context.Context, completion jobs.Completion) completionDone {
-	backoff := 100 * time.Millisecond
-	var err error
+// provider again for an answer that cannot be stored. A failure of the
+// database is tried again as in recordWithRetry, while recordable.
+func (c *completer) applyOne(ctx context.Context, p *pendingCompletion) completionDone {
+	completion := p.completion
+	backoff := firstRecordBackoff
 	hookFailures, fellBack := 0, false
-	for try := 1; try <= completionAttempts; try++ {
-		var results []jobs.CompletionResult
-		results, err = c.record(ctx, []jobs.Completion{completion})
+	for {
+		results, err := c.record(ctx, []jobs.Completion{completion})
 		if err == nil {
 			return completionDone{job: results[0].Job, err: results[0].Err}
 		}
@@ -201,14 +252,13 @@ func (c *completer) applyOne(ctx context.Context, completion jobs.Completion) co
 			completion, fellBack = unrecordable(completion, err), true
 			continue // a refusal is not a busy database: no backoff
 		case refused(err):
-			return completionDone{err: fmt.Errorf("lease: recording attempt %d of job %s: %w", completion.Attempt, completion.JobID, err)}
+			return p.failed(err)
 		}
-		if !retry.Sleep(ctx, backoff) {
-			break
+		if !retry.Sleep(ctx, backoff) || !c.r.recordable(p, time.Now()) {
+			return p.failed(err)
 		}
-		backoff = min(2*backoff, 5*time.Second)
+		backoff = min(2*backoff, maxRecordBackoff)
 	}
-	return completionDone{err: fmt.Errorf("lease: recording attempt %d of job %s: %w", completion.Attempt, completion.JobID, err)}
 }
 
 // unrecordable is the failure recorded in place of an outcome PostgreSQL
@@ -224,11 +274,15 @@ func unrecordable(c jobs.Completion, err error) jobs.Completion {
 // refused reports whether err is the store or PostgreSQL refusing a
 // statement for what it holds (a data exception, a constraint, a host
 // trigger's error), which the same statement would meet again, as opposed
-// to a lost connection, a timeout, a serialization failure or a deadlock,
-// which a retry can get past.
+// to the connection's or the server's trouble (dberr.Connection: a lost
+// connection, a restart, a timeout, a pooler's prepared-statement errors),
+// a serialization failure or a deadlock, which a retry can get past.
 func refused(err error) bool {
 	if errors.Is(err, jobs.ErrInvalidParams) {
 		return true
+	}
+	if dberr.Connection(err) {
+		return false
 	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
@@ -295,6 +349,9 @@ func (c *completer) recordOn(ctx context.Context, completions []jobs.Completion)
 				// joins the trace its job was accepted in.
 				hookCtx := telemetry.RemoteContext(ctx, res.Job.TraceParent)
 				if err := c.r.cfg.OnSucceeded(hookCtx, tx, res.Job); err != nil {
+					if dberr.Connection(err) {
+						return err // the database's trouble, not the hook's: the batch is tried again whole
+					}
 					return &hookError{err: err}
 				}
 			}

@@ -145,7 +145,9 @@ type Config struct {
 	// success, with a context in the job's trace (the span that accepted
 	// it), so that jobs it enqueues and events it writes join that trace.
 	// If it fails, the completion is retried a few times and then recorded
-	// as a transient failure (the job is retried) without the hook. Keep
+	// as a transient failure (the job is retried) without the hook; a
+	// failure that is the database's (a lost connection) is not counted,
+	// and the completion is tried again with the hook. Keep
 	// it to database writes: the transaction holds the jobs' rows, and
 	// Postgres ends it if it sits idle for a third of LeaseDuration.
 	OnSucceeded SucceededHook

@@ -36,9 +36,31 @@
 //     handler_defect, FAILED_TERMINAL on that attempt, the bytes kept as
 //     text in its result). If PostgreSQL still refuses a batch's statement
 //     for what it holds, the batch is recorded job by job, and an outcome
-//     refused on its own fails its job alone (class unrecordable). Only a
-//     database that cannot be reached (a lost connection, a timeout) holds
-//     back a whole batch, which is then retried with backoff.
+//     refused on its own fails its job alone (class unrecordable). Only the
+//     database's own trouble holds back a whole batch, which is then tried
+//     again (below).
+//   - A connection-level error is never recorded as the job's fault: a
+//     lost, reset or refused connection, a timeout, a server shutting down
+//     or starting (class 08, 57P01, 57P02, 57P03), and the errors a pooler
+//     in transaction mode gives pgx's statement cache (26000 "prepared
+//     statement does not exist", 42P05 "already exists", 0A000 "cached
+//     plan must not change result type") are the database's trouble, and
+//     the outcome is tried again as after a lost connection; only what
+//     PostgreSQL refuses for what the outcome holds makes it unrecordable.
+//     The same holds for an OnSucceeded hook whose statement failed that
+//     way: its completion is tried again whole, not counted as the hook's
+//     failure.
+//   - An outcome in hand is not lost to a database that is away for less
+//     than the lease. The runner tries to record it again, with backoff
+//     from 100ms to 1s, for as long as the attempt's lease, as last
+//     extended, lasts, and for LeaseDuration at most: the lease is still
+//     heartbeated while the outcome waits, so a database back within the
+//     lease gets the outcome within about a second, and no handler runs a
+//     second time. After that (a fenced completion would then be stale
+//     once the reaper took the job back), or when Run gives up at the end
+//     of its shutdown grace, the outcome is given up, logged, and the job
+//     is retried by the reaper when its lease has expired, its attempt
+//     marked uncertain.
 //   - The raw output given to jobs.InvalidOutput and jobs.NeedsReview is
 //     stored as it is when it is JSON, else as a JSON string holding the
 //     text, so a REVIEW_REQUIRED (or failed) job shows what the model said.
@@ -137,7 +159,8 @@
 //     configured.
 //   - If OnSucceeded keeps failing, the success is recorded as a transient
 //     failure after a few tries: the job runs again rather than sitting
-//     RUNNING until its lease expires. A hook that stalls outside the
+//     RUNNING until its lease expires. A failure that is the database's
+//     (a lost connection) is not the hook's, and does not count. A hook that stalls outside the
 //     database cannot hold its jobs' rows (and with them this runner's
 //     heartbeats) for longer than a third of LeaseDuration: the completion
 //     transaction runs with idle_in_transaction_session_timeout set to
@@ -193,9 +216,11 @@
 //     SaveStep). Step then returns an error wrapping jobs.ErrLeaseLost.
 //   - At most once to success, not exactly once: a step whose function
 //     returned but whose process died before the store committed runs
-//     again on the next attempt. A store that fails for want of the
-//     database is tried again a few times while the attempt lasts; an
-//     output the store refuses (not JSON jsonb can hold, over
+//     again on the next attempt. A store that fails for the database's
+//     trouble (a lost connection, a restart, a pooler's statement errors)
+//     is tried again, with backoff up to a second, for as long as the
+//     attempt lasts (its timeout, and its lease); an output the store
+//     refuses (not JSON jsonb can hold, over
 //     jobs.MaxStepOutputBytes) fails the job at once.
 //   - The history says which attempt ran each step and which later
 //     attempts reused it (jobs.Store.Steps; Step.Attempt and ReusedBy), and

@@ -240,12 +240,13 @@ func (r *Runner) Run(ctx context.Context) error {
 		// Handlers that honour their context return at once; give the rest
 		// one more grace period (and their outcomes time to be recorded),
 		// then leave them: their leases expire, the reaper takes the jobs
-		// back, and fencing discards anything they do.
+		// back, and fencing discards anything they do. An outcome the
+		// database cannot take meanwhile (it is away) is given up too.
 		grace.Reset(r.cfg.ShutdownGrace + r.completionTimeout())
 		select {
 		case <-finished:
 		case <-grace.C:
-			err = fmt.Errorf("lease: %d attempts ignored cancellation and are still running", r.liveCount())
+			err = fmt.Errorf("lease: %d attempts ignored cancellation or could not record their outcomes, and are left to their leases", r.liveCount())
 		}
 	}
 	completer.close()
@@ -567,7 +568,7 @@ func (r *Runner) execute(ctx context.Context, a *attempt, c *completer) {
 		// no answer came back.
 		completion.Usage.Uncertain = true
 	}
-	res, err := c.submit(completion)
+	res, err := c.submit(a, completion)
 	r.endAttempt(context.WithoutCancel(ctx), span, job, completion, ran, res, err)
 	if r.cfg.AfterRecord != nil {
 		r.cfg.AfterRecord(res, err)

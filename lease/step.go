@@ -10,18 +10,21 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/llmq/llmq/admission"
+	"github.com/llmq/llmq/internal/dberr"
 	"github.com/llmq/llmq/internal/retry"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/llmqtype"
 )
 
 // A step's output is stored after its function returned, on the pool the
-// runner claims on. A store that fails for want of the database is tried
-// again this many times, pausing stepSavePause, doubling: the output is in
-// hand, and losing it would mean paying for the step again.
+// runner claims on. A store that fails for the database's trouble (a lost
+// connection, a restart: dberr.Connection) is tried again for as long as
+// the attempt lasts, pausing from stepSavePause, doubling, to
+// maxStepSavePause: the output is in hand, and losing it would mean paying
+// for the step again.
 const (
-	stepSaveAttempts = 4
 	stepSavePause    = 100 * time.Millisecond
+	maxStepSavePause = time.Second
 )
 
 // StepConfig configures one Step. The zero value runs the step without a
@@ -155,8 +158,9 @@ type takenStep struct {
 	found bool
 }
 
-// save stores a step's output, trying again while the database cannot be
-// reached and the attempt's context lasts.
+// save stores a step's output, trying again while the database fails it
+// for its own trouble and the attempt's context lasts (it ends with the
+// attempt's timeout, or once the lease must have run out).
 func (sc *stepScope) save(ctx context.Context, p jobs.SaveStepParams) (jobs.Step, error) {
 	pause := stepSavePause
 	for try := 1; ; try++ {
@@ -171,14 +175,14 @@ func (sc *stepScope) save(ctx context.Context, p jobs.SaveStepParams) (jobs.Step
 		switch {
 		case errors.As(err, &invalid):
 			return jobs.Step{}, jobs.Permanent(fmt.Errorf("lease: step %q returned an output the store cannot keep: %w", p.Name, err))
-		case errors.Is(err, jobs.ErrLeaseLost), errors.As(err, &pgErr), ctx.Err() != nil, try == stepSaveAttempts:
+		case errors.Is(err, jobs.ErrLeaseLost), errors.As(err, &pgErr) && !dberr.Connection(err), ctx.Err() != nil:
 			return jobs.Step{}, stepError(ctx, p.Name, "storing", err)
 		}
 		Logger(ctx).Warn("llmq: storing a step's output failed; trying again", "step", p.Name, "try", try, "err", err)
 		if !retry.Sleep(ctx, pause) {
 			return jobs.Step{}, stepError(ctx, p.Name, "storing", err)
 		}
-		pause *= 2
+		pause = min(2*pause, maxStepSavePause)
 	}
 }
 

@@ -31,6 +31,11 @@
 //     confirmed events are marked published; an event the broker did not
 //     confirm backs off (full jitter) on its own, without holding back
 //     events of other keys.
+//   - A database restart or a lost connection costs the active relay no
+//     claim lease: it records what the broker confirmed meanwhile once the
+//     database is back, releases its own claims that nothing is publishing,
+//     and resumes publication within about a second of the database's
+//     return (see "Lost connections" below).
 //   - Events sharing a key are published in write order, even with several
 //     relays and through failed publications: only the oldest unpublished
 //     event of a key is ever claimed, so a key has one event in flight at a
@@ -233,6 +238,58 @@
 // RelayOnce and Drain take no lease: they claim beside whichever relay is
 // active, which keeps key order (the claim rules hold across relays) but
 // adds no speed. They are for callers driving a relay themselves.
+//
+// # Lost connections
+//
+// A transaction of the active relay that fails for the connection's or
+// the server's trouble (a restart, a failover, a reset connection, a
+// timeout, a pooler's prepared-statement errors: SQLSTATE class 08,
+// 57P01 to 57P03, 26000, 42P05) may leave two things behind that would
+// hold events for ClaimLease, and every later event of their keys and
+// every batch row after them with them: the broker's verdict on a batch
+// it published, which the failed transaction was recording, and a claim
+// whose commit reached the server while its reply did not. Run deals with
+// both, and tries a failed pass again within a second (backoff from 50ms
+// to 1s), so publication resumes within about a second of the database's
+// return:
+//   - A verdict a lost connection failed is kept, as a verdict on a row
+//     another session holds is, and recorded first by the relay's next
+//     transaction, while the claims are still its own: what the broker
+//     confirmed is not published again. A verdict the database refused
+//     for what it holds is dropped: its events are published again once
+//     their claims run out.
+//   - The first claim after such a failure releases the relay's own
+//     claims (ReleaseOwnClaims), in the claims' lock, after the kept
+//     verdicts and before it claims. Only then: a failed pass ends only
+//     once the batch it was publishing has returned, and the next pass
+//     starts with nothing in flight, so every claim the relay still has is
+//     one nothing is publishing. A released claim is undone, its attempt
+//     count too (the relay knows its publication returned, so a batch row
+//     claimed again is published whole, not split out as a row whose
+//     publication stopped its relay), and its events are claimed again in
+//     key order, as after a takeover: each was the oldest unpublished
+//     event of its key, or its row the first unpublished batch row. Those
+//     of a lost reply were never handed to the broker; those of a dropped
+//     verdict are published a second time, which at-least-once delivery
+//     allows.
+//   - A database away for a whole LeaderLease makes the relay stand down
+//     (it cannot renew); whichever relay takes the lease next, itself
+//     included, releases the claims as after any takeover.
+//   - RelayOnce and Drain keep a verdict the same way but release nothing:
+//     they take no lease and may be driven beside Run, so their claims run
+//     out after ClaimLease.
+//
+// Decision: the relay releases its own claims after a failed pass rather
+// than treating them as claimable in every claim, because its claims
+// overlap publication (the next batch is claimed while one is in flight)
+// and a claim cannot tell a batch in flight from a lost one; after a
+// failed pass the relay knows there is none. The release is not fenced by
+// the leader epoch: it touches only claims made under this relay's ID,
+// which is unique, and no other relay publishes those (a takeover
+// releases them first). A failure that is not the connection's (a
+// statement the database refused) releases nothing, as before, so a row
+// that makes a statement fail cannot make the relay publish it again on
+// every pass.
 //
 // # Connections
 //

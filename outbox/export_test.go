@@ -21,3 +21,7 @@ func ClaimSQL(s *Store, skipLocked bool) string {
 // ClaimBatchSQL is the statement that claims a batch row, for tests to
 // EXPLAIN.
 func ClaimBatchSQL(s *Store) string { return s.sql.claimBatches }
+
+// ReleaseOwnClaimsSQL is the statement with which a relay releases its own
+// claims, for tests to EXPLAIN.
+func ReleaseOwnClaimsSQL(s *Store) string { return s.sql.releaseOwnClaims }

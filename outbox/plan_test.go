@@ -75,3 +75,34 @@ func TestClaimBatchReadsThroughItsIndexes(t *testing.T) {
 	require.Regexp(t, `Index (Only )?Scan using outbox_pending_key_idx`, plan)
 	require.NotRegexp(t, `Seq Scan on outbox(_batches)?\b`, plan)
 }
+
+// A relay releasing its own claims after a lost connection reads the
+// unpublished rows of both tables through their pending indexes when they
+// are few beside the published ones kept for Retention, not the tables.
+func TestReleaseOwnClaimsReadsThroughItsIndexes(t *testing.T) {
+	t.Parallel()
+	f := setupRelay(t)
+	ctx := t.Context()
+	tx, err := f.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	for i := range 5000 {
+		_, err = f.store.Write(ctx, tx, outbox.Event{Topic: "orders", Key: fmt.Sprintf("order-%d", i%2000), Type: "order.changed", Payload: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+	}
+	for i := range 1000 {
+		_, err = f.store.WriteBatch(ctx, tx, orderEvents(i*4, 4, func(n int) string { return fmt.Sprintf("order-%d", n%500) }))
+		require.NoError(t, err)
+	}
+	require.NoError(t, tx.Commit(ctx))
+	_, err = f.db.Pool.Exec(ctx, "UPDATE "+f.db.Schema+".outbox SET published_at = now() WHERE seq % 100 <> 0")
+	require.NoError(t, err)
+	_, err = f.db.Pool.Exec(ctx, "UPDATE "+f.db.Schema+".outbox_batches SET published_at = now() WHERE first_seq % 100 <> 0")
+	require.NoError(t, err)
+	_, err = f.db.Pool.Exec(ctx, "ANALYZE "+f.db.Schema+".outbox, "+f.db.Schema+".outbox_batches")
+	require.NoError(t, err)
+
+	plan := dbtest.GenericPlan(t, f.db.Pool, outbox.ReleaseOwnClaimsSQL(f.store), "'relay'")
+	require.Contains(t, plan, "outbox_pending_idx", plan)
+	require.Contains(t, plan, "outbox_batches_pending_idx", plan)
+	require.NotRegexp(t, `Seq Scan on outbox(_batches)?\b`, plan)
+}

@@ -394,6 +394,61 @@ SELECT lease_epoch, previous,
     (SELECT count(*) FROM released) + (SELECT coalesce(sum(event_count), 0) FROM released_batches)
 FROM acquired;
 
+-- name: ReleaseOwnClaims
+-- The claims of relay $1, released by the relay itself when it knows that
+-- none of them is in flight: its Run had a pass fail for the connection's
+-- or the server's trouble (a restart, a lost connection), and starts the
+-- next with nothing being published (see Relay.claim). What it still
+-- claims then is a claim whose commit reached the server and whose reply
+-- did not, or one whose verdict was lost (the relay keeps a verdict a
+-- lost connection failed and records it first, in this transaction, so
+-- such a claim is rare). Either would hold its events, the later events
+-- of their keys and every batch row after it for ClaimLease, while the
+-- relay publishes around them, as a dead relay's claims would (see
+-- AcquireLease, which releases those).
+--
+-- Each claim is undone, its attempt included: the relay knows its
+-- publication, if any, returned, and a batch row claimed again is split
+-- whole as one whose publication stopped its relay (see
+-- Relay.publishBatches), which this one did not. A claim made again
+-- publishes its events again, in key order, as after a takeover: each
+-- was the oldest unpublished event of its key, or its batch row the first
+-- unpublished one.
+--
+-- Runs in the claims' lock, after the verdicts and before the claims of
+-- its transaction, so those see the events free. It reads unpublished
+-- rows only: through outbox_pending_idx and outbox_batches_pending_idx
+-- when they are few beside the published ones kept for Retention, by a
+-- scan of the table during a large backlog; either is paid once per
+-- failed pass. SKIP LOCKED, as AcquireLease, for a row another session
+-- holds: it keeps the claim, which runs out after ClaimLease.
+WITH releasable AS (
+    SELECT p.event_id
+    FROM /*schema*/outbox AS p
+    WHERE p.published_at IS NULL
+        AND p.claimed_by = $1
+    FOR UPDATE OF p SKIP LOCKED
+), released AS (
+    UPDATE /*schema*/outbox AS o
+    SET claimed_by = NULL, claimed_until = NULL, attempts = greatest(o.attempts - 1, 0)
+    FROM releasable
+    WHERE o.event_id = releasable.event_id
+    RETURNING 1
+), releasable_batches AS (
+    SELECT p.first_seq
+    FROM /*schema*/outbox_batches AS p
+    WHERE p.published_at IS NULL
+        AND p.claimed_by = $1
+    FOR UPDATE OF p SKIP LOCKED
+), released_batches AS (
+    UPDATE /*schema*/outbox_batches AS b
+    SET claimed_by = NULL, claimed_until = NULL, attempts = greatest(b.attempts - 1, 0)
+    FROM releasable_batches
+    WHERE b.first_seq = releasable_batches.first_seq
+    RETURNING b.event_count
+)
+SELECT (SELECT count(*) FROM released) + (SELECT coalesce(sum(event_count), 0) FROM released_batches);
+
 -- name: RenewLease
 -- Extends relay $1's lease of epoch $2 by $3 ms from now. No row: another
 -- relay took the lease over, and this one must stop claiming (its claims

@@ -25,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmq/llmq/broker"
+	"github.com/llmq/llmq/internal/dberr"
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/llmqtype"
 )
@@ -47,8 +48,10 @@ type RelayConfig struct {
 	BatchSize int
 	// ClaimLease is how long a claim holds its events. When an active
 	// relay (Run) dies mid-batch, the relay taking the leader lease over
-	// releases its claims at once; claims of RelayOnce and Drain callers
-	// are reclaimed this long after they were made. A publication that
+	// releases its claims at once, and an active relay whose connection
+	// failed releases its own (see the package documentation, Lost
+	// connections); claims of RelayOnce and Drain callers are reclaimed
+	// this long after they were made. A publication that
 	// takes longer (a broker stall) lets a later claim take its events
 	// again, and they are published twice (see the package
 	// documentation): keep it well above the longest publication, whose
@@ -411,7 +414,7 @@ func (r *Relay) keepHeld(v *verdict) {
 // take the leader lease (see Run): it claims beside whichever relay is
 // active, which is safe (key order holds across relays) but not faster.
 func (r *Relay) RelayOnce(ctx context.Context) (BatchResult, error) {
-	c, err := r.claim(ctx, nil, r.startSeq(r.floor.Load()), math.MaxInt64, unfenced)
+	c, err := r.claim(ctx, nil, &claimRange{floor: r.startSeq(r.floor.Load()), ceiling: math.MaxInt64, epoch: unfenced})
 	if err != nil {
 		return BatchResult{}, fmt.Errorf("outbox: claiming events: %w", r.store.explain(err))
 	}
@@ -433,15 +436,18 @@ func (r *Relay) RelayOnce(ctx context.Context) (BatchResult, error) {
 // returns, also when it fails. Run relays the same way while it is the
 // active relay; Drain, like RelayOnce, does not take the leader lease.
 func (r *Relay) Drain(ctx context.Context) (BatchResult, error) {
-	res, err := r.drain(ctx, unfenced)
+	res, err := r.drain(ctx, unfenced, false)
 	return res, r.store.explain(err)
 }
 
 // unfenced is the epoch of claims made outside the leader lease.
 const unfenced = 0
 
-// drain is Drain, its claims fenced by the lease epoch (or unfenced).
-func (r *Relay) drain(ctx context.Context, epoch int64) (BatchResult, error) {
+// drain is Drain, its claims fenced by the lease epoch (or unfenced). With
+// releaseOwn, its first claim, made with nothing of this relay in flight,
+// releases the relay's own claims first (see ReleaseOwnClaims): Run asks
+// for it after a pass the connection failed.
+func (r *Relay) drain(ctx context.Context, epoch int64, releaseOwn bool) (BatchResult, error) {
 	var (
 		total   BatchResult
 		carried *verdict // published, not yet recorded
@@ -469,7 +475,7 @@ func (r *Relay) drain(ctx context.Context, epoch int64) (BatchResult, error) {
 		if flight != nil {
 			ceiling = flight.lastSeq + overlapWindow*int64(r.cfg.BatchSize)
 		}
-		c, err := r.claim(ctx, carried, r.startSeq(floor), ceiling, epoch)
+		c, err := r.claim(ctx, carried, &claimRange{floor: r.startSeq(floor), ceiling: ceiling, epoch: epoch, releaseOwn: releaseOwn})
 		if err != nil {
 			if flight != nil {
 				v := flight.wait()
@@ -479,6 +485,7 @@ func (r *Relay) drain(ctx context.Context, epoch int64) (BatchResult, error) {
 			return total, errors.Join(fmt.Errorf("outbox: claiming events: %w", err), r.settle(ctx, carried))
 		}
 		carried = nil // recorded, or kept for later (see claim)
+		releaseOwn = false
 		if flight != nil && c.empty() {
 			serial = serialAfterEmptyOverlap
 		}
@@ -670,14 +677,21 @@ func (r *Relay) publishSingles(ctx context.Context, recs []Record) *verdict {
 // broker confirmed is lost (at worst, if the relay stops first or its
 // claim passes to another relay, the event is published again).
 //
+// With c.releaseOwn, the relay's own claims are released after the
+// verdicts and before the claim (ReleaseOwnClaims): only when none of them
+// is in flight.
+//
 // When claim fails, carried is not recorded and stays the caller's.
-func (r *Relay) claim(ctx context.Context, carried *verdict, floor, ceiling, epoch int64) (claimed, error) {
-	return r.transact(ctx, carried, &claimRange{floor: floor, ceiling: ceiling, epoch: epoch})
+func (r *Relay) claim(ctx context.Context, carried *verdict, c *claimRange) (claimed, error) {
+	return r.transact(ctx, carried, c)
 }
 
 // claimRange is what a claim claims: seq in [floor, ceiling), fenced by
-// epoch.
-type claimRange struct{ floor, ceiling, epoch int64 }
+// epoch; releaseOwn releases the relay's own claims first.
+type claimRange struct {
+	floor, ceiling, epoch int64
+	releaseOwn            bool
+}
 
 // transact records carried and the verdicts kept from before, and then
 // claims c unless c is nil, as claim describes.
@@ -737,6 +751,18 @@ func (r *Relay) transactWith(ctx context.Context, v *verdict, c *claimRange, ski
 			batch.Queue(r.store.sql.settleTimeouts, r.lockTimeout.Milliseconds(), r.idleTimeoutMS())
 		}
 		r.queueVerdict(batch, v, skipLocked, skipped)
+		if c != nil && c.releaseOwn {
+			batch.Queue(r.store.sql.releaseOwnClaims, r.cfg.ID).QueryRow(func(row pgx.Row) error {
+				var released int64
+				if err := row.Scan(&released); err != nil {
+					return err
+				}
+				if released > 0 {
+					r.cfg.Logger.InfoContext(ctx, "llmq: outbox relay released the claims a lost connection left; their events are published again", "events", released)
+				}
+				return nil
+			})
+		}
 		if c != nil {
 			claimEvents := r.store.sql.claimEvents
 			if skipLocked {
@@ -803,6 +829,13 @@ func (r *Relay) settle(ctx context.Context, v *verdict) error {
 	settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ClaimLease)
 	defer cancel()
 	if _, err := r.transact(settleCtx, v, nil); err != nil {
+		if dberr.Connection(err) {
+			// The verdict is still true and still this relay's to record:
+			// the next transaction records it first (see claim), while the
+			// claim is this relay's, rather than have its events published
+			// again.
+			r.keepHeld(v)
+		}
 		res := v.result()
 		return fmt.Errorf("outbox: recording %d publications and %d failures: %w", res.Published, res.Failed, err)
 	}

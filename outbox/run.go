@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/llmq/llmq/internal/dberr"
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/pglisten"
 	"github.com/llmq/llmq/internal/retry"
@@ -223,6 +224,12 @@ func (r *Relay) release(ctx context.Context, epoch int64) {
 	}
 }
 
+// maxPassBackoff bounds the wait after a failed pass, so publication
+// resumes within about a second of the database's return (the LISTEN
+// connection, which would also wake the relay, is re-established more
+// slowly).
+const maxPassBackoff = time.Second
+
 // serve is the active relay's loop, until ctx ends: drain, then wait for a
 // NOTIFY, the poll interval, a retry after a failure, or the pruner. Only
 // the active relay listens (one dedicated connection, unless
@@ -260,13 +267,15 @@ func (r *Relay) serve(ctx context.Context, epoch int64) error {
 	prune := time.NewTicker(r.cfg.PruneInterval)
 	defer prune.Stop()
 	backoff := time.Duration(0)
+	releaseOwn := false // a pass failed for a connection reason: see drain
 	for {
-		_, err := r.drain(ctx, epoch)
+		_, err := r.drain(ctx, epoch, releaseOwn)
+		releaseOwn = err != nil && (releaseOwn || dberr.Connection(err))
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
-			backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
+			backoff = min(max(2*backoff, 50*time.Millisecond), maxPassBackoff)
 			r.cfg.Logger.Warn("llmq: outbox relay pass failed", "err", err, "retry_in", backoff)
 		default:
 			backoff = 0

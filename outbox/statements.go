@@ -18,6 +18,8 @@ type statements struct {
 	pendingStats, prunePublished, leaseFree, acquireLease, renewLease, releaseLease                string
 	countUnpublishedUpTo, countPublished, oldestEvents, pruneUnrelayed, countUnrelayed, relayLease string
 	restorePlans, insertBatch, claimBatches, claimBatchSkippingLocked, settleBatch                 string
+
+	releaseOwnClaims string // by Run, after a pass the connection failed
 }
 
 func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
@@ -47,6 +49,7 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.prunePublished, "PrunePublished", 2, new(int64), new(bool)),
 		dbsql.Query(&q.leaseFree, "LeaseFree", 0, new(bool), new(float64)),
 		dbsql.Query(&q.acquireLease, "AcquireLease", 2, new(int64), new(*string), new(int64)),
+		dbsql.Query(&q.releaseOwnClaims, "ReleaseOwnClaims", 1, new(int64)),
 		dbsql.Exec(&q.renewLease, "RenewLease", 3),
 		dbsql.Exec(&q.releaseLease, "ReleaseLease", 2),
 		dbsql.Query(&q.countUnpublishedUpTo, "CountUnpublishedUpTo", 1, new(int64), new(float64)),

@@ -4,6 +4,7 @@
 package dbtest
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -50,6 +51,9 @@ type Options struct {
 	// Unmigrated leaves the schema uncreated: its name is reserved and
 	// dropped at the end, for tests of migration itself.
 	Unmigrated bool
+	// URL is the server to use instead of DATABASE_URL: a throwaway
+	// cluster's (package pgcluster), for a test that stops it.
+	URL string
 }
 
 // Setup returns a pool and a schema of the test's own, migrated to the
@@ -61,7 +65,7 @@ func Setup(t testing.TB, opts ...Options) *DB {
 	if len(opts) > 0 {
 		o = opts[0]
 	}
-	pool := Pool(t, o.MaxConns)
+	pool := poolAt(t, cmp.Or(o.URL, URL()), o.MaxConns)
 	db := &DB{Pool: pool, Schema: SchemaName(t)}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -93,9 +97,14 @@ func Setup(t testing.TB, opts ...Options) *DB {
 // for an argument those modes would encode wrongly.
 func Pool(t testing.TB, maxConns int32) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(URL())
+	return poolAt(t, URL(), maxConns)
+}
+
+func poolAt(t testing.TB, url string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		t.Fatalf("dbtest: DATABASE_URL %q: %v", URL(), err)
+		t.Fatalf("dbtest: database URL %q: %v", url, err)
 	}
 	cfg.MaxConns = max(maxConns, 4)
 	params := newTextParams(cfg.ConnConfig)
@@ -103,13 +112,13 @@ func Pool(t testing.TB, maxConns int32) *pgxpool.Pool {
 	t.Cleanup(func() { params.finish(t) })
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
-		t.Fatalf("dbtest: connecting to %s: %v", URL(), err)
+		t.Fatalf("dbtest: connecting to %s: %v", url, err)
 	}
 	t.Cleanup(pool.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := pool.Ping(ctx); err != nil {
-		t.Fatalf("dbtest: Postgres at %s does not answer (run scripts/services): %v", URL(), err)
+		t.Fatalf("dbtest: Postgres at %s does not answer (run scripts/services): %v", url, err)
 	}
 	return pool
 }
