@@ -14,6 +14,7 @@ import (
 
 	"github.com/llmq/llmq/broker"
 	"github.com/llmq/llmq/broker/memory"
+	"github.com/llmq/llmq/internal/dberr/dberrtest"
 	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/llmqtype"
 )
@@ -104,6 +105,20 @@ func TestFailureClassification(t *testing.T) {
 			require.Equal(t, tc.transient, transient(tc.err), "transient")
 			require.Equal(t, tc.permanent, permanent(tc.err), "permanent")
 		})
+	}
+}
+
+// The session's trouble the server reports (a statement pgx's cache lost
+// behind a pooler, a cached plan a migration changed, a session ended) is
+// transient, as the server's own errors give it; a timeout is not, since a
+// message can make its own handling slow.
+func TestConnectionErrorsAreTransient(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Setup(t)
+	for what, err := range dberrtest.ConnectionErrors(t, db.Schema) {
+		err = fmt.Errorf("handler: %w", err)
+		require.Equal(t, what != "timeout", transient(err), "%s: %v", what, err)
+		require.False(t, permanent(err), what)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/llmq/llmq/broker"
+	"github.com/llmq/llmq/internal/dberr"
 	"github.com/llmq/llmq/llmqtype"
 )
 
@@ -61,6 +62,12 @@ func transient(err error) bool {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
+		if dberr.Connection(err) {
+			// The session's trouble, not the message's: among others, a
+			// statement of pgx's cache that a pooler in transaction mode
+			// lost, or a cached plan whose table a migration changed.
+			return true
+		}
 		switch pgErr.Code {
 		case "57014": // query_canceled: a statement timeout may be the message's doing
 			return false

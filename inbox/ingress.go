@@ -123,7 +123,8 @@ type IngressConfig struct {
 //     *llmqtype.ValidationError): quarantined and rejected.
 //   - The handler fails in a way known to be transient (ErrTransient, the
 //     database unreachable or shutting down, a serialization failure,
-//     deadlock or lock timeout, a network peer unreachable): rolled back
+//     deadlock or lock timeout, a network peer unreachable, a prepared
+//     statement the session lost behind a pooler): rolled back
 //     and nacked, so the broker redelivers it, however often.
 //   - The handler fails otherwise (any other error, a panic, a savepoint
 //     it left unusable by ignoring a failed statement): rolled back and
