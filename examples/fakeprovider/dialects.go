@@ -1,6 +1,7 @@
 package fakeprovider
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,11 +16,12 @@ const maxRequestBody = 1 << 20
 
 // openAI is the chat-completions API: POST /v1/chat/completions.
 var openAI = dialect{
-	name: "openai",
-	parse: func(r *http.Request) (request, error) {
-		req := request{apiKey: strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")}
+	name:   "openai",
+	apiKey: bearer,
+	decode: func(raw []byte) (request, error) {
+		var req request
 		var body ChatRequest
-		if err := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxRequestBody)).Decode(&body); err != nil {
+		if err := json.Unmarshal(raw, &body); err != nil {
 			return req, fmt.Errorf("body: %w", err)
 		}
 		if len(body.Messages) == 0 {
@@ -45,17 +47,39 @@ var openAI = dialect{
 		h.Set("x-ratelimit-reset-requests", refill(1-reqs, float64(s.cfg.RPM)/60).String())
 		h.Set("x-ratelimit-reset-tokens", refill(1-toks, float64(s.cfg.TPM)/60).String())
 	},
-	writeError: func(w http.ResponseWriter, status int, kind errorKind, msg string) {
-		typ := [...]string{errInvalidRequest: "invalid_request_error", errRateLimit: "rate_limit_exceeded", errServer: "server_error"}[kind]
-		writeJSON(w, status, map[string]any{"error": map[string]string{"type": typ, "message": msg}})
+	errorBody: func(kind errorKind, msg string) any {
+		typ := [...]string{errInvalidRequest: "invalid_request_error", errRateLimit: "rate_limit_exceeded", errServer: "server_error", errNotFound: "invalid_request_error"}[kind]
+		return openAIErrorBody(typ, msg)
 	},
-	writeAnswer: func(w http.ResponseWriter, id string, created time.Time, model, content string, usage Usage) {
-		writeJSON(w, http.StatusOK, ChatResponse{
+	answerBody: func(id string, created time.Time, model, content string, usage Usage) any {
+		return ChatResponse{
 			ID: "chatcmpl-" + id, Object: "chat.completion", Created: created.Unix(), Model: model,
 			Choices: []ChatChoice{{Message: ChatMessage{Role: "assistant", Content: content}, FinishReason: "stop"}},
 			Usage:   usage,
-		})
+		}
 	},
+}
+
+// openAIError is OpenAI's error body. Param and Code are always null
+// here: the fake's errors have neither.
+type openAIError struct {
+	Error openAIErrorDetail `json:"error"`
+}
+
+type openAIErrorDetail struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+func openAIErrorBody(typ, msg string) openAIError {
+	return openAIError{Error: openAIErrorDetail{Message: msg, Type: typ}}
+}
+
+// bearer is the request's bearer token, "" without one.
+func bearer(h http.Header) string {
+	return strings.TrimPrefix(h.Get("Authorization"), "Bearer ")
 }
 
 // MessagesRequest is the part of an Anthropic Messages API request the fake
@@ -101,10 +125,12 @@ type MessagesUsage struct {
 // anthropic is the Messages API: POST /v1/messages.
 var anthropic = dialect{
 	name: "anthropic",
-	parse: func(r *http.Request) (request, error) {
-		req := request{apiKey: r.Header.Get("X-Api-Key")}
+	// The SDK sends x-api-key, or a bearer token when given an auth token.
+	apiKey: func(h http.Header) string { return cmp.Or(h.Get("X-Api-Key"), bearer(h)) },
+	decode: func(raw []byte) (request, error) {
+		var req request
 		var body MessagesRequest
-		if err := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxRequestBody)).Decode(&body); err != nil {
+		if err := json.Unmarshal(raw, &body); err != nil {
 			return req, fmt.Errorf("body: %w", err)
 		}
 		switch {
@@ -142,17 +168,28 @@ var anthropic = dialect{
 		h.Set("anthropic-ratelimit-requests-reset", now.Add(refill(1-reqs, float64(s.cfg.RPM)/60)).UTC().Format(time.RFC3339Nano))
 		h.Set("anthropic-ratelimit-tokens-reset", now.Add(refill(1-toks, float64(s.cfg.TPM)/60)).UTC().Format(time.RFC3339Nano))
 	},
-	writeError: func(w http.ResponseWriter, status int, kind errorKind, msg string) {
-		typ := [...]string{errInvalidRequest: "invalid_request_error", errRateLimit: "rate_limit_error", errServer: "api_error"}[kind]
-		writeJSON(w, status, map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": msg}})
+	errorBody: func(kind errorKind, msg string) any {
+		typ := [...]string{errInvalidRequest: "invalid_request_error", errRateLimit: "rate_limit_error", errServer: "api_error", errNotFound: "not_found_error"}[kind]
+		return anthropicError{Type: "error", Error: anthropicErrorDetail{Type: typ, Message: msg}}
 	},
-	writeAnswer: func(w http.ResponseWriter, id string, _ time.Time, model, content string, usage Usage) {
-		writeJSON(w, http.StatusOK, MessagesResponse{
+	answerBody: func(id string, _ time.Time, model, content string, usage Usage) any {
+		return MessagesResponse{
 			ID: "msg_" + id, Type: "message", Role: "assistant", Model: model,
 			Content: []ContentBlock{{Type: "text", Text: content}}, StopReason: "end_turn",
 			Usage: MessagesUsage{InputTokens: usage.PromptTokens, OutputTokens: usage.CompletionTokens},
-		})
+		}
 	},
+}
+
+// anthropicError is Anthropic's error body.
+type anthropicError struct {
+	Type  string               `json:"type"`
+	Error anthropicErrorDetail `json:"error"`
+}
+
+type anthropicErrorDetail struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
 }
 
 // blocksText reads a Messages API content value: a string, or a list of

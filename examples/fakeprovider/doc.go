@@ -1,6 +1,6 @@
 // Package fakeprovider is a model provider's stand-in for the invoice
 // example's demo and tests: OpenAI's chat completions and Anthropic's
-// Messages API, over one set of quotas.
+// Messages API, over one set of quotas, and both providers' batch APIs.
 //
 // It serves POST /v1/chat/completions and POST /v1/messages, each with its
 // API's request and answer shapes, usage fields, rate-limit headers and
@@ -32,6 +32,54 @@
 // Config.OnCall sees every call once its answer is on the wire: the call
 // log a test checks quotas against, and the moment to kill a client that
 // has its answer but has not recorded it yet.
+//
+// # Batch APIs
+//
+// It serves both providers' batch APIs at the paths, and in the shapes,
+// their official Go SDKs call:
+//
+//   - OpenAI: POST /v1/files (multipart, purpose "batch"), GET and DELETE
+//     /v1/files/{id}, GET /v1/files/{id}/content, POST /v1/batches,
+//     GET /v1/batches/{id}, GET /v1/batches?after=&limit= and
+//     POST /v1/batches/{id}/cancel. The input file is JSONL of chat
+//     completions requests; the output file holds the answers with 200,
+//     the error file those answered 4xx or 5xx and the requests that
+//     expired ("batch_expired") or were cancelled ("batch_cancelled");
+//   - Anthropic: POST /v1/messages/batches, GET /v1/messages/batches/{id},
+//     GET /v1/messages/batches?after_id=&before_id=&limit=,
+//     POST /v1/messages/batches/{id}/cancel and the results_url,
+//     GET /v1/messages/batches/{id}/results: JSONL of "succeeded",
+//     "errored", "expired" and "canceled" results.
+//
+// Each request is answered by the same fake model, markers and rates as a
+// synchronous call, but at once and outside the RPM and TPM buckets; the
+// run-time faults (HangNext, MalformNext, FailNext) stay with synchronous
+// calls, and a hang ("[[fake:timeout-once]]", Config.TimeoutRate) becomes
+// a 500, there being no client to give up. Two markers are for batches
+// only: "[[fake:batch-400]]" and "[[fake:batch-500]]" answer that request
+// 400 or 500 with the API's error body.
+//
+// A create is refused with 400 as the provider refuses it: OpenAI's file
+// past Config.OpenAIBatchMaxFileBytes (200 MiB) or
+// Config.OpenAIBatchMaxRequests (50,000), with a line that is not JSON, a
+// duplicate custom_id, a url other than /v1/chat/completions or a second
+// model; Anthropic's batch past Config.AnthropicBatchMaxRequests (100,000)
+// or Config.AnthropicBatchMaxBytes (256 MiB), or with a custom_id
+// duplicate or outside [a-zA-Z0-9_-]{1,64}. An OpenAI batch that would take
+// its model's not-yet-ended batches past Config.OpenAIEnqueuedTokenLimit
+// of estimated input tokens is created, then "failed" with
+// "token_limit_exceeded", as OpenAI fails it.
+//
+// No goroutine runs a batch: it progresses when something reads it. It
+// completes, all its requests answered, at the first read once
+// Config.BatchDelay (10 minutes, divided by Config.Scale) has passed; a
+// cancel leaves it "cancelling" ("canceling") until the next read ends it.
+// Tests drive the clock: HoldBatches keeps batches running until
+// ReleaseBatches, AdvanceBatches completes the oldest n now and
+// ExpireBatches ends every running one as its completion window would.
+// Config.OnBatchCreate sees each batch created once its id is on the wire,
+// and Config.OnBatchRequest (and OnCall, with API "openai-batch" or
+// "anthropic-batch") each request answered in a batch.
 //
 // A document that says "ignore previous rules" makes the fake model obey it, as
 // a gullible model would: it adds a "send_to" field and swaps the IBAN for the

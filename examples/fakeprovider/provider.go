@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -19,7 +20,8 @@ import (
 )
 
 // Config configures a Server. The zero value is a provider with a 15s mean
-// latency, 600 RPM, 1M TPM and no random faults.
+// latency, 600 RPM, 1M TPM, no random faults, and batches that take 10
+// minutes within the providers' documented limits.
 type Config struct {
 	// MeanLatency is the provider's mean answer time before scaling.
 	// Default 15s.
@@ -36,7 +38,8 @@ type Config struct {
 	Seed uint64
 	// OnCall, when set, is called once per request, after its answer was
 	// written and flushed to the client (for a hung call: after the client
-	// gave up). Tests use it as the provider's call log and to act at the
+	// gave up), and once per request answered inside a batch, as
+	// OnBatchRequest is. Tests use it as the provider's call log and to act at the
 	// moment a client has its answer but has not yet used it. It runs on
 	// the request's goroutine and must be safe for concurrent use.
 	OnCall func(Call)
@@ -44,17 +47,47 @@ type Config struct {
 	// answer: it is called with the call's prompt and max tokens and
 	// returns when the answer is ready (the demo's -provider local waits
 	// for a simulated local server's engine here). An error answers 500.
+	// Batch requests never wait on it.
 	Latency func(ctx context.Context, promptTokens, maxTokens int64) error
+
+	// BatchDelay is how long a batch takes to complete, before scaling:
+	// like MeanLatency it is divided by Scale. Default 10 minutes.
+	BatchDelay time.Duration
+	// OpenAIBatchMaxFileBytes and OpenAIBatchMaxRequests bound one
+	// OpenAI batch's input file. Defaults 200 MiB and 50,000 requests.
+	OpenAIBatchMaxFileBytes int64
+	OpenAIBatchMaxRequests  int
+	// OpenAIEnqueuedTokenLimit bounds, per model, the estimated input
+	// tokens of the OpenAI batches not yet ended; a batch that would pass
+	// it fails with "token_limit_exceeded". 0: no limit.
+	OpenAIEnqueuedTokenLimit int64
+	// AnthropicBatchMaxRequests and AnthropicBatchMaxBytes bound one
+	// Message Batch. Defaults 100,000 requests and 256 MiB.
+	AnthropicBatchMaxRequests int
+	AnthropicBatchMaxBytes    int64
+	// OnBatchCreate, when set, is called once per batch created (a batch
+	// failed for the enqueued-token limit included), after the create's
+	// answer was written and flushed: the moment to kill a client that
+	// has created a batch but not recorded it.
+	OnBatchCreate func(BatchCreated)
+	// OnBatchRequest, when set, is called once per request answered inside
+	// a batch (not for those expired or cancelled), after the server's
+	// lock was released, on the goroutine whose read or control made the
+	// batch complete.
+	OnBatchRequest func(BatchRequest)
 }
 
 // Call describes one request the server handled, for Config.OnCall.
 type Call struct {
 	Start, End time.Time
 	// API is the API called: "openai" (chat completions) or "anthropic"
-	// (messages).
+	// (messages), or "openai-batch" and "anthropic-batch" for a request
+	// answered inside a batch (Start and End are then both the moment
+	// the fake answered it).
 	API string
 	// APIKey is the request's key: OpenAI's bearer token or Anthropic's
-	// x-api-key ("" without one).
+	// x-api-key or bearer token ("" without one). For a batch request,
+	// the key that created the batch.
 	APIKey string
 	// Document is the user messages' text.
 	Document string
@@ -70,7 +103,8 @@ type Call struct {
 	PromptTokens, CompletionTokens int64
 }
 
-// Stats counts what the server did.
+// Stats counts what the server did. The counters up to ServerErrors count
+// synchronous calls only; the Batch ones count the batch APIs.
 type Stats struct {
 	Calls       int64 `json:"calls"`
 	Answered    int64 `json:"answered"`
@@ -81,6 +115,20 @@ type Stats struct {
 	BadRequests int64 `json:"bad_requests"`
 	// ServerErrors counts calls answered 500 (FailNext).
 	ServerErrors int64 `json:"server_errors"`
+
+	// BatchesCreated counts batches created, in either API.
+	BatchesCreated int64 `json:"batches_created"`
+	// BatchesRefused counts batch creates refused with 400, and OpenAI
+	// batches created but failed for the enqueued-token limit.
+	BatchesRefused int64 `json:"batches_refused"`
+	// BatchRequestsAnswered counts requests inside batches answered 200
+	// (malformed and wrong answers included); BatchRequestsErrored those
+	// answered 4xx or 5xx; BatchRequestsExpired and
+	// BatchRequestsCancelled those never answered.
+	BatchRequestsAnswered  int64 `json:"batch_requests_answered"`
+	BatchRequestsErrored   int64 `json:"batch_requests_errored"`
+	BatchRequestsExpired   int64 `json:"batch_requests_expired"`
+	BatchRequestsCancelled int64 `json:"batch_requests_cancelled"`
 }
 
 // Server is the fake provider; it is an http.Handler.
@@ -100,6 +148,8 @@ type Server struct {
 	failNext   int              // calls still to answer 500 (FailNext)
 
 	calls64, answered, limited, timeouts, malformed, wrong, bad, serverErrors atomic.Int64
+
+	batches *batchStore
 }
 
 // New returns a server for cfg.
@@ -119,6 +169,7 @@ func New(cfg Config) *Server {
 	if cfg.Seed == 0 {
 		cfg.Seed = 1
 	}
+	cfg = batchDefaults(cfg)
 	s := &Server{
 		cfg:      cfg,
 		mux:      http.NewServeMux(),
@@ -126,9 +177,11 @@ func New(cfg Config) *Server {
 		tokens:   rate.NewLimiter(rate.Limit(float64(cfg.TPM)/60), max(1, cfg.TPM/10)),
 		rnd:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), //nolint:gosec // a fake's faults, not secrets
 		calls:    map[[32]byte]int{},
+		batches:  newBatchStore(),
 	}
 	s.mux.HandleFunc("POST /v1/chat/completions", s.complete)
 	s.mux.HandleFunc("POST /v1/messages", s.messages)
+	s.routeBatches()
 	return s
 }
 
@@ -182,6 +235,10 @@ func (s *Server) Stats() Stats {
 		Calls: s.calls64.Load(), Answered: s.answered.Load(), RateLimited: s.limited.Load(),
 		Timeouts: s.timeouts.Load(), Malformed: s.malformed.Load(), Wrong: s.wrong.Load(), BadRequests: s.bad.Load(),
 		ServerErrors: s.serverErrors.Load(),
+
+		BatchesCreated: s.batches.created.Load(), BatchesRefused: s.batches.refused.Load(),
+		BatchRequestsAnswered: s.batches.answered.Load(), BatchRequestsErrored: s.batches.errored.Load(),
+		BatchRequestsExpired: s.batches.expired.Load(), BatchRequestsCancelled: s.batches.cancelled.Load(),
 	}
 }
 
@@ -231,9 +288,10 @@ const (
 	faultWrongIBAN
 	faultBadTotal
 	faultServerError
+	faultBadRequest // a batch request the provider refuses ("[[fake:batch-400]]")
 )
 
-var faultNames = [...]string{faultNone: "", faultTimeout: "timeout", faultMalformed: "malformed", faultWrongIBAN: "wrong-iban", faultBadTotal: "bad-total", faultServerError: "server-error"}
+var faultNames = [...]string{faultNone: "", faultTimeout: "timeout", faultMalformed: "malformed", faultWrongIBAN: "wrong-iban", faultBadTotal: "bad-total", faultServerError: "server-error", faultBadRequest: "bad-request"}
 
 // request is what the fake reads of a request, in either API.
 type request struct {
@@ -244,14 +302,40 @@ type request struct {
 	apiKey      string
 }
 
+// promptTokens is the usage the fake reports for the request's prompt: a
+// quarter of its characters, as providers roughly count.
+func (r request) promptTokens() int64 { return int64(r.promptChars/4 + 1) }
+
 // dialect is one provider API: how its requests read and its answers,
-// errors and rate-limit headers are written.
+// errors and rate-limit headers are written. A batch request's body reads
+// and its answer writes as a synchronous call's does.
 type dialect struct {
 	name        string
-	parse       func(r *http.Request) (request, error)
+	apiKey      func(h http.Header) string
+	decode      func(body []byte) (request, error)
 	rateHeaders func(s *Server, h http.Header, now time.Time)
-	writeError  func(w http.ResponseWriter, status int, kind errorKind, msg string)
-	writeAnswer func(w http.ResponseWriter, id string, created time.Time, model, content string, usage Usage)
+	errorBody   func(kind errorKind, msg string) any
+	answerBody  func(id string, created time.Time, model, content string, usage Usage) any
+}
+
+// parse reads a synchronous call's key and body.
+func (d dialect) parse(r *http.Request) (request, error) {
+	key := d.apiKey(r.Header)
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxRequestBody))
+	if err != nil {
+		return request{apiKey: key}, fmt.Errorf("body: %w", err)
+	}
+	req, err := d.decode(body)
+	req.apiKey = key
+	return req, err
+}
+
+func (d dialect) writeError(w http.ResponseWriter, status int, kind errorKind, msg string) {
+	writeJSON(w, status, d.errorBody(kind, msg))
+}
+
+func (d dialect) writeAnswer(w http.ResponseWriter, id string, created time.Time, model, content string, usage Usage) {
+	writeJSON(w, http.StatusOK, d.answerBody(id, created, model, content, usage))
 }
 
 // errorKind is an error's class, named by each API in its own words.
@@ -261,6 +345,7 @@ const (
 	errInvalidRequest errorKind = iota
 	errRateLimit
 	errServer
+	errNotFound
 )
 
 func (s *Server) complete(w http.ResponseWriter, r *http.Request) { s.serve(w, r, openAI) }
@@ -288,7 +373,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, d dialect) {
 		return
 	}
 	call.Document = req.document
-	promptTokens := int64(req.promptChars/4 + 1)
+	promptTokens := req.promptTokens()
 	maxOut := int64(cmpOr(req.maxTokens, 800))
 
 	now := time.Now()
@@ -334,30 +419,17 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, d dialect) {
 		}
 	}
 
-	var content string
 	switch f {
 	case faultMalformed:
 		s.malformed.Add(1)
-		content = `{"supplier_name": "` + firstLine(req.document) + `", "line_items": [` // cut off mid-object
-	default:
-		ex := Extract(req.document)
-		switch f {
-		case faultWrongIBAN:
-			s.wrong.Add(1)
-			ex.IBAN = "GB33BUKB20201555555555"
-			ex.Evidence["iban"] = "IBAN: GB33BUKB20201555555555"
-		case faultBadTotal:
-			s.wrong.Add(1)
-			ex.Total = addCents(ex.Total, 10000)
-			ex.Evidence["total"] = "Total: " + ex.Total
-		}
-		b, err := json.Marshal(ex)
-		if err != nil {
-			call.Status = http.StatusInternalServerError
-			d.writeError(w, http.StatusInternalServerError, errServer, err.Error())
-			return
-		}
-		content = string(b)
+	case faultWrongIBAN, faultBadTotal:
+		s.wrong.Add(1)
+	}
+	content, err := modelContent(f, req.document)
+	if err != nil {
+		call.Status = http.StatusInternalServerError
+		d.writeError(w, http.StatusInternalServerError, errServer, err.Error())
+		return
 	}
 	s.answered.Add(1)
 	out := int64(len(content)/4 + 1)
@@ -365,6 +437,28 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, d dialect) {
 	d.rateHeaders(s, w.Header(), time.Now())
 	d.writeAnswer(w, strconv.FormatInt(s.calls64.Load(), 10), now, req.model, content,
 		Usage{PromptTokens: promptTokens, CompletionTokens: out, TotalTokens: promptTokens + out})
+}
+
+// modelContent is the fake model's answer to document, with fault f done
+// to it: the extraction as JSON, or JSON cut off mid-object.
+func modelContent(f fault, document string) (string, error) {
+	if f == faultMalformed {
+		return `{"supplier_name": "` + firstLine(document) + `", "line_items": [`, nil // cut off mid-object
+	}
+	ex := Extract(document)
+	switch f {
+	case faultWrongIBAN:
+		ex.IBAN = "GB33BUKB20201555555555"
+		ex.Evidence["iban"] = "IBAN: GB33BUKB20201555555555"
+	case faultBadTotal:
+		ex.Total = addCents(ex.Total, 10000)
+		ex.Evidence["total"] = "Total: " + ex.Total
+	}
+	b, err := json.Marshal(ex)
+	if err != nil {
+		return "", fmt.Errorf("encoding the extraction: %w", err)
+	}
+	return string(b), nil
 }
 
 // admit takes one request and tokens from the per-minute buckets, or says how
@@ -409,13 +503,22 @@ var markers = []struct {
 	{"[[fake:bad-total]]", faultBadTotal, false},
 }
 
-// decide picks the call's fault and latency: markers first, then the rates.
+// batchMarkers are the faults only a request inside a batch can meet: a
+// synchronous call has no status line of its own to put them in.
+var batchMarkers = []struct {
+	text  string
+	fault fault
+}{
+	{"[[fake:batch-400]]", faultBadRequest},
+	{"[[fake:batch-500]]", faultServerError},
+}
+
+// decide picks the call's fault and latency: run-time faults first, then
+// the markers, then the rates.
 func (s *Server) decide(text string) (fault, time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	key := sha256.Sum256([]byte(text))
-	s.calls[key]++
-	n := s.calls[key]
+	n := s.count(text)
 	mean := float64(s.cfg.MeanLatency) / s.cfg.Scale
 	latency := time.Duration(mean * (0.5 + 0.5*s.rnd.ExpFloat64()))
 	if s.hangNext > 0 {
@@ -430,21 +533,55 @@ func (s *Server) decide(text string) (fault, time.Duration) {
 		s.failNext--
 		return faultServerError, latency
 	}
+	return s.documentFault(text, n), latency
+}
+
+// decideBatch picks the fault of a request inside a batch: the batch
+// markers, then decide's markers and rates. The run-time faults (HangNext,
+// MalformNext, FailNext) are left to the synchronous calls they were
+// aimed at, and a hang becomes a 500: inside a batch no client is there to
+// give up.
+func (s *Server) decideBatch(text string) fault {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.count(text)
+	for _, m := range batchMarkers {
+		if strings.Contains(text, m.text) {
+			return m.fault
+		}
+	}
+	if f := s.documentFault(text, n); f != faultTimeout {
+		return f
+	}
+	return faultServerError
+}
+
+// count counts a call for text and returns how many it has had, for the
+// "-once" markers. The caller holds s.mu.
+func (s *Server) count(text string) int {
+	key := sha256.Sum256([]byte(text))
+	s.calls[key]++
+	return s.calls[key]
+}
+
+// documentFault is the fault text's markers ask for on its nth call, or
+// one drawn from the rates. The caller holds s.mu.
+func (s *Server) documentFault(text string, n int) fault {
 	for _, m := range markers {
 		if strings.Contains(text, m.text) && (!m.once || n == 1) {
-			return m.fault, latency
+			return m.fault
 		}
 	}
 	p := s.rnd.Float64()
 	switch {
 	case p < s.cfg.TimeoutRate:
-		return faultTimeout, latency
+		return faultTimeout
 	case p < s.cfg.TimeoutRate+s.cfg.MalformedRate:
-		return faultMalformed, latency
+		return faultMalformed
 	case p < s.cfg.TimeoutRate+s.cfg.MalformedRate+s.cfg.WrongRate:
-		return faultWrongIBAN, latency
+		return faultWrongIBAN
 	}
-	return faultNone, latency
+	return faultNone
 }
 
 func cmpOr(a, b int) int {

@@ -1,5 +1,6 @@
-// Command fakeprovider serves the fake OpenAI-compatible chat-completions
-// endpoint of package fakeprovider until interrupted.
+// Command fakeprovider serves the fake provider of package fakeprovider
+// (OpenAI's chat completions and Anthropic's Messages API, and their batch
+// APIs) until interrupted.
 //
 //	go run ./examples/fakeprovider/cmd/fakeprovider -addr 127.0.0.1:8090 -scale 100 -rpm 600
 package main
@@ -25,6 +26,7 @@ func main() {
 	timeouts := flag.Float64("timeout-rate", 0, "probability of a call that hangs")
 	malformed := flag.Float64("malformed-rate", 0, "probability of malformed JSON")
 	wrong := flag.Float64("wrong-rate", 0, "probability of a plausible but wrong extraction")
+	batchDelay := flag.Duration("batch-delay", 10*time.Minute, "how long a batch takes to complete, before scaling")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -32,6 +34,7 @@ func main() {
 	provider := fakeprovider.New(fakeprovider.Config{
 		MeanLatency: *mean, Scale: *scale, RPM: *rpm, TPM: *tpm,
 		TimeoutRate: *timeouts, MalformedRate: *malformed, WrongRate: *wrong,
+		BatchDelay: *batchDelay,
 	})
 	// An answer takes up to about 20 times the scaled mean (the latency's
 	// exponential tail); the write timeout must not cut it short. A call
