@@ -16,6 +16,7 @@ import (
 
 	"github.com/llmq/llmq/internal/dberr"
 	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/internal/outcome"
 	"github.com/llmq/llmq/internal/pglisten"
 	"github.com/llmq/llmq/internal/retry"
 	"github.com/llmq/llmq/internal/telemetry"
@@ -249,7 +250,7 @@ func (c *completer) applyOne(ctx context.Context, p *pendingCompletion) completi
 		case refused(err) && !fellBack:
 			c.r.cfg.Logger.Error("llmq: PostgreSQL refused an attempt's outcome; the job fails with class "+jobs.ClassUnrecordable,
 				"job", completion.JobID, "attempt", completion.Attempt, "fence", completion.Fence, "outcome", completion.Outcome, "err", err)
-			completion, fellBack = unrecordable(completion, err), true
+			completion, fellBack = outcome.Unrecordable(completion, err), true
 			continue // a refusal is not a busy database: no backoff
 		case refused(err):
 			return p.failed(err)
@@ -258,16 +259,6 @@ func (c *completer) applyOne(ctx context.Context, p *pendingCompletion) completi
 			return p.failed(err)
 		}
 		backoff = min(2*backoff, maxRecordBackoff)
-	}
-}
-
-// unrecordable is the failure recorded in place of an outcome PostgreSQL
-// refused.
-func unrecordable(c jobs.Completion, err error) jobs.Completion {
-	return jobs.Completion{
-		Lease: c.Lease, Attempt: c.Attempt, Worker: c.Worker, DeadlineMargin: c.DeadlineMargin, Usage: c.Usage,
-		Outcome: jobs.OutcomeFailed, ErrorClass: jobs.ClassUnrecordable,
-		Error: fmt.Sprintf("PostgreSQL refused to record the attempt's outcome (%s): %v", c.Outcome, err),
 	}
 }
 

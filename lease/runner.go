@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/llmq/llmq/internal/outcome"
 	"github.com/llmq/llmq/internal/retry"
 	"github.com/llmq/llmq/jobs"
 )
@@ -559,7 +560,7 @@ func (r *Runner) execute(ctx context.Context, a *attempt, c *completer) {
 	// Each outcome is checked before it joins a batch: one the store would
 	// refuse would fail every outcome batched with it.
 	if problem := completion.Validate(); problem != nil {
-		completion = defective(completion, result, problem)
+		completion = outcome.Defective(completion, result, problem)
 		logger.Error("llmq: the handler broke its contract; the job fails with class "+jobs.ClassHandlerDefect, "err", completion.Error)
 	}
 	completion.Usage = recorder.get()
@@ -601,25 +602,6 @@ func (r *Runner) hungFence(a *attempt) int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return a.hungFence
-}
-
-// defective replaces an outcome the store would refuse with what it stands
-// for: the handler broke its contract, and the job fails at once with class
-// handler_defect (retrying would pay the provider again for the same
-// defect). A result that is not JSON the store can keep is kept as text,
-// for whoever looks into the job.
-func defective(c jobs.Completion, result json.RawMessage, problem error) jobs.Completion {
-	d := jobs.Completion{
-		Lease: c.Lease, Attempt: c.Attempt, Worker: c.Worker, DeadlineMargin: c.DeadlineMargin,
-		Outcome: jobs.OutcomeFailed, ErrorClass: jobs.ClassHandlerDefect,
-	}
-	if c.Outcome == jobs.OutcomeSucceeded {
-		d.Result = jobs.OutputAsResult(result)
-		d.Error = fmt.Sprintf("the handler returned a result (%d bytes) that is not JSON the store can keep (%v); the job's result holds it as text", len(result), problem)
-		return d
-	}
-	d.Error = fmt.Sprintf("the handler's outcome (%s) cannot be recorded: %v", c.Outcome, problem)
-	return d
 }
 
 // safeWork calls the handler, turning a panic into an error.
@@ -666,67 +648,44 @@ func (r *Runner) invalidAttempts(ctx context.Context, job *jobs.Job, logger *slo
 	return n
 }
 
-// decide turns a handler's return into the completion to record.
+// decide turns a handler's return into the completion to record: the
+// runner's own causes (a cancellation, a shutdown, the attempt timeout, a
+// panic) first, then what the handler returned (outcome.Policy.Decide).
 // invalidBefore is how many of the job's earlier attempts ended in invalid
 // output.
 func (r *Runner) decide(job *jobs.Job, result json.RawMessage, err error, cause error, invalidBefore int) jobs.Completion {
-	c := jobs.Completion{
-		Lease:          jobs.Lease{JobID: job.ID, Fence: job.Fence},
-		Attempt:        job.Attempt,
-		Worker:         r.cfg.WorkerID,
-		DeadlineMargin: r.cfg.DeadlineMargin,
-	}
-	retryIn := func(class string, retryAfter time.Duration) jobs.Completion {
-		c.Outcome, c.ErrorClass = jobs.OutcomeRetry, class
-		c.RetryDelay = r.cfg.retryPolicy(job.Kind).Next(job.Attempt, retryAfter, nil)
-		return c
-	}
-	if err == nil {
-		c.Outcome, c.Result = jobs.OutcomeSucceeded, result
-		return c
-	}
-	c.Error = err.Error()
+	policy := r.outcomePolicy()
+	c := policy.Base(job)
 	var (
-		review  *jobs.ReviewError
-		panicE  *panicError
-		invalid *jobs.InvalidOutputError
-		snooze  *jobs.SnoozeError
+		panicE *panicError
+		snooze *jobs.SnoozeError
 	)
 	switch {
+	case err == nil:
 	case errors.Is(cause, ErrCancelRequested):
-		c.Outcome, c.ErrorClass = jobs.OutcomeCancelled, jobs.ClassCancelled
+		c.Outcome, c.ErrorClass, c.Error = jobs.OutcomeCancelled, jobs.ClassCancelled, err.Error()
 		return c
 	case errors.As(err, &snooze):
-		c.Outcome, c.RetryDelay = jobs.OutcomeSnoozed, snooze.After
-		return c
 	case errors.Is(cause, ErrShutdown):
-		c.Outcome, c.ErrorClass = jobs.OutcomeReleased, jobs.ClassShutdown
+		c.Outcome, c.ErrorClass, c.Error = jobs.OutcomeReleased, jobs.ClassShutdown, err.Error()
 		return c
 	case errors.Is(cause, ErrAttemptTimeout):
 		c.Error = fmt.Sprintf("attempt timed out after %s: %v", r.cfg.AttemptTimeout, err)
-		return retryIn(jobs.ClassTimeout, 0)
-	case errors.As(err, &review):
-		c.Outcome, c.Result, c.ErrorClass, c.Error = jobs.OutcomeReviewRequired, jobs.OutputAsResult(review.Result), "", review.Reason
-		return c
+		return policy.Retry(job, c, jobs.ClassTimeout, 0)
 	case errors.As(err, &panicE):
-		return retryIn(jobs.ClassPanic, 0)
-	case errors.As(err, &invalid):
-		if invalidBefore+1 < r.cfg.InvalidOutputAttempts {
-			return retryIn(jobs.ClassInvalidOutput, 0)
-		}
-		// The output is kept either way, as text when it is not JSON, so
-		// that whoever looks into the job reads what the model said.
-		c.ErrorClass, c.Result = jobs.ClassInvalidOutput, jobs.OutputAsResult(invalid.Output)
-		c.Outcome = jobs.OutcomeReviewRequired
-		if r.cfg.InvalidOutput == InvalidOutputFail {
-			c.Outcome = jobs.OutcomeFailed
-		}
-		return c
+		c.Error = err.Error()
+		return policy.Retry(job, c, jobs.ClassPanic, 0)
 	}
-	class, retryAfter := jobs.Classify(err)
-	if class == jobs.ClassPermanent || class == jobs.ClassMalformedPayload {
-		c.Outcome, c.ErrorClass = jobs.OutcomeFailed, class
-		return c
+	return policy.Decide(job, result, err, invalidBefore)
+}
+
+// outcomePolicy is the runner's part of deciding an outcome.
+func (r *Runner) outcomePolicy() outcome.Policy {
+	return outcome.Policy{
+		Worker:                r.cfg.WorkerID,
+		DeadlineMargin:        r.cfg.DeadlineMargin,
+		Backoff:               r.cfg.retryPolicy,
+		InvalidOutputAttempts: r.cfg.InvalidOutputAttempts,
+		FailInvalidOutput:     r.cfg.InvalidOutput == InvalidOutputFail,
 	}
-	return retryIn(class, retryAfter)
 }
