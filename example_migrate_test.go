@@ -51,5 +51,6 @@ func ExampleMigrate() {
 	// applied 0020_webhook_delivery_jobs
 	// applied 0021_outbox_batches
 	// applied 0022_outbox_batch_events_json
+	// applied 0023_provider_batches
 	// all applied: true
 }

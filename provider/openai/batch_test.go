@@ -1,0 +1,85 @@
+package openai_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	llmqopenai "github.com/llmq/llmq/provider/openai"
+	"github.com/llmq/llmq/providerbatch"
+)
+
+// Each shape of an output or error file's line reads as its result: an
+// answer, a refused request, a failed one, one the batch did not run
+// (expired, cancelled), and lines that cannot be read.
+func TestParseResultLine(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, line string
+		want       providerbatch.Result
+	}{
+		{"answer", `{"id":"batch_req_1","custom_id":"a","response":{"status_code":200,"request_id":"r","body":{"id":"c","choices":[]}},"error":null}`,
+			providerbatch.Result{CustomID: "a", Body: json.RawMessage(`{"id":"c","choices":[]}`)}},
+		{"refused", `{"id":"batch_req_2","custom_id":"b","response":{"status_code":400,"body":{"error":{"message":"bad messages","type":"invalid_request_error","code":null}}},"error":null}`,
+			providerbatch.Result{CustomID: "b", Err: &providerbatch.RequestError{Kind: providerbatch.RequestRefused, Status: 400, Code: "invalid_request_error", Message: "bad messages"}}},
+		{"failed", `{"custom_id":"c","response":{"status_code":500,"body":{"error":{"message":"oops","type":"server_error","code":"internal"}}}}`,
+			providerbatch.Result{CustomID: "c", Err: &providerbatch.RequestError{Kind: providerbatch.RequestFailed, Status: 500, Code: "internal", Message: "oops"}}},
+		{"rate limited", `{"custom_id":"d","response":{"status_code":429,"body":"not json"}}`,
+			providerbatch.Result{CustomID: "d", Err: &providerbatch.RequestError{Kind: providerbatch.RequestFailed, Status: 429, Message: `"not json"`}}},
+		{"expired", `{"custom_id":"e","response":null,"error":{"code":"batch_expired","message":"This request could not be executed before the completion window expired."}}`,
+			providerbatch.Result{CustomID: "e", Err: &providerbatch.RequestError{Kind: providerbatch.RequestExpired, Code: "batch_expired", Message: "This request could not be executed before the completion window expired."}}},
+		{"cancelled", `{"custom_id":"f","response":null,"error":{"code":"batch_cancelled","message":"cancelled"}}`,
+			providerbatch.Result{CustomID: "f", Err: &providerbatch.RequestError{Kind: providerbatch.RequestCancelled, Code: "batch_cancelled", Message: "cancelled"}}},
+	} {
+		require.Equal(t, tc.want, llmqopenai.ParseResultLine([]byte(tc.line)), tc.name)
+	}
+	for _, line := range []string{`not json`, `{"response":{"status_code":200,"body":{}}}`, `{"custom_id":"g"}`, `[]`} {
+		got := llmqopenai.ParseResultLine([]byte(line))
+		require.NotEmpty(t, got.Problem, "line %s", line)
+		require.Nil(t, got.Err, "line %s", line)
+	}
+}
+
+// No line, however malformed, panics or comes back as neither a result
+// nor a problem.
+func FuzzParseResultLine(f *testing.F) {
+	for _, seed := range []string{
+		`{"custom_id":"a","response":{"status_code":200,"body":{}}}`,
+		`{"custom_id":"e","response":null,"error":{"code":"batch_expired","message":"m"}}`,
+		`{"custom_id":"b","response":{"status_code":400,"body":{"error":{"code":5}}}}`,
+		`{"custom_id":"","error":null}`, `null`, `{`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		r := llmqopenai.ParseResultLine(line)
+		outcomes := 0
+		if r.Problem != "" {
+			outcomes++
+		}
+		if r.Err != nil {
+			outcomes++
+		}
+		if r.Body != nil && r.Err == nil && r.Problem == "" {
+			outcomes++
+		}
+		require.Equal(t, 1, outcomes, "line %q read as %+v", line, r)
+	})
+}
+
+// The codec reads what the SDK reads, and refuses an answer without
+// choices.
+func TestChatCodec(t *testing.T) {
+	t.Parallel()
+	var c llmqopenai.Chat
+	resp, err := c.Decode(json.RawMessage(`{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}`))
+	require.NoError(t, err)
+	require.Equal(t, "hi", resp.Choices[0].Message.Content)
+	require.Equal(t, int64(7), c.Usage(resp).InputTokens)
+	require.Equal(t, int64(3), c.Usage(resp).OutputTokens)
+	_, err = c.Decode(json.RawMessage(`{"id":"x","choices":[]}`))
+	require.ErrorContains(t, err, "no choices")
+	_, err = c.Decode(json.RawMessage(`[1]`))
+	require.Error(t, err)
+}

@@ -1,0 +1,580 @@
+package providerbatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/llmq/llmq/internal/dberr"
+	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/internal/outcome"
+	"github.com/llmq/llmq/jobs"
+)
+
+// applyChunk is how many outcomes one transaction records.
+const applyChunk = 500
+
+// Item outcomes beside the jobs' outcomes (jobs.CompletionOutcome).
+const (
+	itemStale    = "stale"    // the job no longer waited on the submission
+	itemReturned = "returned" // back to waiting without a result
+)
+
+// record writes each part as a submission with its items, in one
+// transaction under the lease, after extending its jobs' leases to the
+// completion window. A job whose lease was lost meanwhile (the reaper
+// took it back) is left out.
+func (s *Submitter) record(ctx context.Context, parts []*part) error {
+	var leases []jobs.Lease
+	for _, p := range parts {
+		for _, r := range p.requests {
+			leases = append(leases, jobs.Lease{JobID: r.job.ID, Fence: r.job.Fence})
+		}
+	}
+	return s.underLease(ctx, func(tx pgx.Tx) error {
+		hb, err := s.store.Heartbeat(ctx, tx, s.worker, s.cfg.Window+s.cfg.Grace, leases)
+		if err != nil {
+			return fmt.Errorf("providerbatch: extending the leases of batched jobs: %w", err)
+		}
+		for _, p := range parts {
+			p.requests = keep(p.requests, func(r request) bool { return hb.Kept[r.job.ID] })
+			if len(p.requests) == 0 {
+				continue
+			}
+			p.bytes, p.tokens = 0, 0
+			n := len(p.requests)
+			ids, tenants, kinds := make([]pgtype.UUID, n), make([]string, n), make([]string, n)
+			fences, attempts := make([]int64, n), make([]int32, n)
+			for i, r := range p.requests {
+				ids[i], tenants[i], kinds[i] = dbsql.UUID(r.job.ID), r.job.Tenant, r.job.Kind
+				fences[i], attempts[i] = r.job.Fence, int32(r.job.Attempt) //nolint:gosec // attempts are bounded by MaxMaxAttempts
+				p.bytes += int64(len(r.body)) + lineOverhead
+				p.tokens += r.tokens
+			}
+			if _, err := tx.Exec(ctx, s.sql.insertSubmission, dbsql.UUID(p.id), s.cfg.Pool, s.cfg.Provider.Name(), p.model,
+				s.cfg.Queue, int32(n), p.bytes, p.tokens); err != nil { //nolint:gosec // n is at most maxGather
+				return fmt.Errorf("providerbatch: recording a submission: %w", err)
+			}
+			if _, err := tx.Exec(ctx, s.sql.insertItems, dbsql.UUID(p.id), ids, tenants, kinds, fences, attempts); err != nil {
+				return fmt.Errorf("providerbatch: recording a submission's jobs: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+func keep[T any](xs []T, ok func(T) bool) []T {
+	kept := xs[:0]
+	for _, x := range xs {
+		if ok(x) {
+			kept = append(kept, x)
+		}
+	}
+	return kept
+}
+
+// create sends a recorded submission to the provider and records the
+// provider's id for it. The lease is renewed first and the call bounded
+// by half of it, so a submitter that lost its lease (paused, cut off)
+// does not send a batch its successor may send too.
+func (s *Submitter) create(ctx context.Context, id uuid.UUID, model string, requests []request, _ time.Time) error {
+	held, err := s.takeLease(ctx)
+	if err != nil {
+		return err
+	}
+	if !held {
+		return errLeaseLost
+	}
+	batch := Batch{Submission: id, Model: model, Requests: make([]Request, len(requests))}
+	for i, r := range requests {
+		batch.Requests[i] = Request{CustomID: r.job.ID.String(), Body: r.body}
+	}
+	callCtx, cancel := context.WithTimeout(ctx, s.cfg.LeaseDuration/2)
+	providerID, err := s.cfg.Provider.Create(callCtx, batch)
+	cancel()
+	if err != nil {
+		_, _ = s.pool.Exec(ctx, s.sql.recordPoll, dbsql.UUID(id), nil, s.cfg.PollMin.Milliseconds(), err.Error())
+		return fmt.Errorf("providerbatch: creating the provider batch of submission %s: %w", id, err)
+	}
+	return s.markSubmitted(ctx, id, providerID)
+}
+
+func (s *Submitter) markSubmitted(ctx context.Context, id uuid.UUID, providerID string) error {
+	err := s.underLease(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, s.sql.markSubmitted, dbsql.UUID(id), providerID, "submitted", s.cfg.PollMin.Milliseconds())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("providerbatch: recording provider batch %s for submission %s: %w", providerID, id, err)
+	}
+	s.logger.Info("llmq: provider batch submitted", "submission", id, "provider_batch", providerID)
+	return nil
+}
+
+// work moves one open submission on: sends one left preparing, or polls a
+// submitted one and applies its results once it ended.
+func (s *Submitter) work(ctx context.Context, sub openRow) error {
+	id := uuid.UUID(sub.id)
+	if sub.state == "preparing" {
+		return s.resume(ctx, sub)
+	}
+	items, err := s.items(ctx, id)
+	if err != nil {
+		return err
+	}
+	if sub.cancelRequested {
+		if err := s.cfg.Provider.Cancel(ctx, sub.providerBatchID); err != nil {
+			s.logger.Warn("llmq: cancelling a provider batch", "submission", id, "provider_batch", sub.providerBatchID, "err", err)
+		}
+	}
+	items, err = s.settleCancelled(ctx, id, items)
+	if err != nil {
+		return err
+	}
+	status, err := s.cfg.Provider.Status(ctx, sub.providerBatchID)
+	if err != nil {
+		s.recordPoll(ctx, id, "", sub.polls, err)
+		return fmt.Errorf("providerbatch: polling provider batch %s: %w", sub.providerBatchID, err)
+	}
+	if !status.Ended {
+		s.recordPoll(ctx, id, status.State, sub.polls, nil)
+		return nil
+	}
+	return s.apply(ctx, sub, items, status)
+}
+
+// recordPoll notes a poll and schedules the next.
+func (s *Submitter) recordPoll(ctx context.Context, id uuid.UUID, status string, polls int32, pollErr error) {
+	var st, errText *string
+	if status != "" {
+		st = &status
+	}
+	if pollErr != nil {
+		e := pollErr.Error()
+		errText = &e
+	}
+	if _, err := s.pool.Exec(ctx, s.sql.recordPoll, dbsql.UUID(id), st, s.pollDelay(polls).Milliseconds(), errText); err != nil {
+		s.logger.Warn("llmq: recording a provider batch poll", "submission", id, "err", err)
+	}
+}
+
+// resume sends a submission recorded but not known to be at the
+// provider: a predecessor died between recording it and recording the
+// provider's id, or the provider refused it. If the provider holds a
+// batch tagged with it, that batch is adopted; otherwise it is sent now.
+func (s *Submitter) resume(ctx context.Context, sub openRow) error {
+	id := uuid.UUID(sub.id)
+	found, err := s.cfg.Provider.Find(ctx, id, sub.createdAt.Add(-time.Minute))
+	switch {
+	case errors.Is(err, ErrCannotFind):
+	case err != nil:
+		s.recordPoll(ctx, id, "", sub.polls, err)
+		return fmt.Errorf("providerbatch: looking for submission %s at the provider: %w", id, err)
+	case len(found) > 0:
+		for _, extra := range found[1:] {
+			// Two batches for one submission: a predecessor sent it after
+			// losing its lease. Only the first is kept; the other's
+			// requests are cancelled before they are paid for, if they can
+			// still be.
+			s.logger.Error("llmq: the provider holds two batches for one submission; cancelling the later one",
+				"submission", id, "kept", found[0], "cancelled", extra)
+			if err := s.cfg.Provider.Cancel(ctx, extra); err != nil {
+				s.logger.Error("llmq: cancelling a duplicate provider batch", "provider_batch", extra, "err", err)
+			}
+		}
+		s.logger.Info("llmq: adopting a provider batch a previous submitter sent", "submission", id, "provider_batch", found[0])
+		return s.markSubmitted(ctx, id, found[0])
+	}
+	items, err := s.items(ctx, id)
+	if err != nil {
+		return err
+	}
+	items, err = s.settleCancelled(ctx, id, items)
+	if err != nil {
+		return err
+	}
+	var requests []request
+	var done []settled
+	for _, it := range items {
+		model, body, err := s.calls[it.job.Kind].request(ctx, it.job)
+		if err == nil && model != sub.model {
+			err = jobs.Permanent(fmt.Errorf("its request now names model %q, not the batch's %q", model, sub.model))
+		}
+		if err != nil {
+			done = append(done, settled{c: s.policy.Decide(it.job, nil, err, 0)})
+			continue
+		}
+		requests = append(requests, request{job: it.job, model: model, body: body})
+	}
+	if err := s.settle(ctx, id, done, 0); err != nil {
+		return err
+	}
+	if len(requests) == 0 {
+		return s.end(ctx, id, "")
+	}
+	return s.create(ctx, id, sub.model, requests, sub.createdAt)
+}
+
+// item is an unsettled item of a submission, with its job as the
+// submission holds it (the fence and attempt it was sent under).
+type item struct {
+	job *jobs.Job
+	// current is false when the job's row has moved past the item's
+	// fence (cancelled, reaped, replayed) or is gone.
+	current bool
+}
+
+// items reads a submission's unsettled items and their jobs' payloads.
+func (s *Submitter) items(ctx context.Context, id uuid.UUID) (map[string]*item, error) {
+	rows, err := s.pool.Query(ctx, s.sql.submissionItems, dbsql.UUID(id))
+	if err != nil {
+		return nil, fmt.Errorf("providerbatch: reading submission %s: %w", id, err)
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (itemRow, error) {
+		var r itemRow
+		err := row.Scan(r.dest()...)
+		return r, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("providerbatch: reading submission %s: %w", id, err)
+	}
+	items := make(map[string]*item, len(list))
+	ids := make([]pgtype.UUID, len(list))
+	for i, r := range list {
+		job := &jobs.Job{ID: r.jobID, Tenant: r.tenant, Kind: r.kind, Fence: r.fence, Attempt: int(r.attempt)}
+		items[job.ID.String()] = &item{job: job}
+		ids[i] = dbsql.UUID(r.jobID)
+	}
+	rows, err = s.pool.Query(ctx, s.sql.waitingJobs, ids)
+	if err != nil {
+		return nil, fmt.Errorf("providerbatch: reading the jobs of submission %s: %w", id, err)
+	}
+	current, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (jobRow, error) {
+		var r jobRow
+		err := row.Scan(r.dest()...)
+		return r, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("providerbatch: reading the jobs of submission %s: %w", id, err)
+	}
+	for _, r := range current {
+		it := items[uuid.UUID(r.id).String()]
+		it.job.Payload = r.payload
+		it.current = r.fence == it.job.Fence && jobs.State(r.state) == jobs.StateRunning
+	}
+	return items, nil
+}
+
+// settleCancelled settles the items whose jobs no longer wait on the
+// submission: a client asked to cancel one (its attempt ends cancelled,
+// as a runner's does when a heartbeat hears of it), or its lease moved on
+// (it was cancelled, reaped or replayed). It returns the items left.
+func (s *Submitter) settleCancelled(ctx context.Context, id uuid.UUID, items map[string]*item) (map[string]*item, error) {
+	var leases []jobs.Lease
+	var done []settled
+	for key, it := range items {
+		if !it.current {
+			done = append(done, settled{c: jobs.Completion{Lease: jobs.Lease{JobID: it.job.ID, Fence: it.job.Fence}}, outcome: itemStale})
+			delete(items, key)
+			continue
+		}
+		leases = append(leases, jobs.Lease{JobID: it.job.ID, Fence: it.job.Fence})
+	}
+	if len(leases) > 0 {
+		hb, err := s.store.Heartbeat(ctx, s.pool, s.worker, s.cfg.Window+s.cfg.Grace, leases)
+		if err != nil {
+			return nil, fmt.Errorf("providerbatch: checking the jobs of submission %s for cancellation: %w", id, err)
+		}
+		for key, it := range items {
+			switch {
+			case !hb.Kept[it.job.ID]:
+				done = append(done, settled{c: jobs.Completion{Lease: jobs.Lease{JobID: it.job.ID, Fence: it.job.Fence}}, outcome: itemStale})
+				delete(items, key)
+			case hb.CancelRequested[it.job.ID]:
+				c := s.policy.Base(it.job)
+				c.Outcome, c.ErrorClass, c.Error = jobs.OutcomeCancelled, jobs.ClassCancelled, "cancelled on request while in a provider batch"
+				done = append(done, settled{c: c})
+				delete(items, key)
+			}
+		}
+	}
+	return items, s.settle(ctx, id, done, 0)
+}
+
+// settled is one item's end: a completion to record, or (outcome set
+// and no completion) an outcome that records nothing on the job.
+type settled struct {
+	c       jobs.Completion
+	outcome string // itemStale: nothing to record; "" : record c
+}
+
+// apply reads an ended batch's results and settles every item: a result
+// under its item's fence, a request the batch did not run back to waiting.
+func (s *Submitter) apply(ctx context.Context, sub openRow, items map[string]*item, status Status) error {
+	id := uuid.UUID(sub.id)
+	var (
+		pending []settled
+		skipped int
+		unknown int
+	)
+	flush := func() error {
+		err := s.settle(ctx, id, pending, skipped)
+		pending, skipped = pending[:0], 0
+		return err
+	}
+	if !status.Failed {
+		err := s.cfg.Provider.Results(ctx, sub.providerBatchID, func(r Result) error {
+			it, ok := items[r.CustomID]
+			switch {
+			case r.Problem != "":
+				skipped++
+				s.logger.Warn("llmq: a provider batch result line could not be read; skipped", "submission", id, "custom_id", r.CustomID, "problem", r.Problem)
+			case !ok:
+				// Settled before (a result applied twice, a cancelled job)
+				// or not this submission's: nothing to apply.
+				unknown++
+			default:
+				delete(items, r.CustomID)
+				pending = append(pending, s.resultOf(ctx, it.job, r))
+			}
+			if len(pending) >= applyChunk {
+				return flush()
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("providerbatch: reading the results of provider batch %s: %w", sub.providerBatchID, err)
+		}
+	}
+	if unknown > 0 {
+		s.logger.Info("llmq: provider batch results for jobs already settled; not applied", "submission", id, "results", unknown)
+	}
+	// What has no result: refused with the batch, or not run before it
+	// expired or was cancelled.
+	for _, it := range items {
+		c := s.policy.Base(it.job)
+		if status.Failed {
+			c = s.policy.Retry(it.job, c, jobs.ClassTransient, 0)
+			c.Error = "the provider refused the batch: " + status.Reason
+			pending = append(pending, settled{c: c})
+		} else {
+			c.Outcome, c.Error = jobs.OutcomeSnoozed, fmt.Sprintf("the provider batch ended (%s) without running it", status.State)
+			pending = append(pending, settled{c: c, outcome: itemReturned})
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	return s.end(ctx, id, status.State)
+}
+
+// resultOf decides the outcome of one result line.
+func (s *Submitter) resultOf(ctx context.Context, job *jobs.Job, r Result) settled {
+	if r.Err != nil {
+		switch r.Err.Kind {
+		case RequestExpired, RequestCancelled:
+			c := s.policy.Base(job)
+			c.Outcome, c.Error = jobs.OutcomeSnoozed, r.Err.Error()
+			return settled{c: c, outcome: itemReturned}
+		case RequestRefused:
+			return settled{c: s.policy.Decide(job, nil, jobs.Permanent(r.Err), 0)}
+		default:
+			return settled{c: s.policy.Decide(job, nil, r.Err, 0)}
+		}
+	}
+	call, ok := s.calls[job.Kind]
+	if !ok {
+		return settled{c: s.policy.Decide(job, nil, jobs.Permanent(fmt.Errorf("%w %q", errNoCall, job.Kind)), 0)}
+	}
+	result, usage, err := call.answer(ctx, job, r.Body)
+	invalidBefore := 0
+	if invalid := (*jobs.InvalidOutputError)(nil); errors.As(err, &invalid) {
+		invalidBefore = s.invalidAttempts(ctx, job)
+	}
+	c := s.policy.Decide(job, result, err, invalidBefore)
+	if problem := c.Validate(); problem != nil {
+		c = outcome.Defective(c, result, problem)
+	}
+	c.Usage = usage
+	return settled{c: c}
+}
+
+// invalidAttempts counts the job's earlier attempts that ended in
+// invalid output (the invalid-output budget), as the lease runner does.
+func (s *Submitter) invalidAttempts(ctx context.Context, job *jobs.Job) int {
+	history, err := s.store.Attempts(ctx, s.pool, job.Tenant, job.ID)
+	if err != nil {
+		s.logger.Warn("llmq: reading the attempt history for the invalid-output budget", "job", job.ID, "err", err)
+		return 0
+	}
+	n := 0
+	for _, a := range history {
+		if a.ErrorClass == jobs.ClassInvalidOutput {
+			n++
+		}
+	}
+	return n
+}
+
+// settle records outcomes in one transaction under the lease: the jobs'
+// completions, each under its fence, and the items settled with them, so
+// a result read again after a crash finds its item settled and changes
+// nothing. A completion whose fence moved on settles its item as stale.
+func (s *Submitter) settle(ctx context.Context, id uuid.UUID, done []settled, skipped int) error {
+	for len(done) > 0 || skipped > 0 {
+		chunk := done[:min(len(done), applyChunk)]
+		done = done[len(chunk):]
+		if err := s.settleChunk(ctx, id, chunk, skipped); err != nil {
+			return err
+		}
+		skipped = 0
+	}
+	return nil
+}
+
+func (s *Submitter) settleChunk(ctx context.Context, id uuid.UUID, chunk []settled, skipped int) error {
+	var completions []jobs.Completion
+	var at []int
+	for i, d := range chunk {
+		if d.outcome != itemStale {
+			completions = append(completions, d.c)
+			at = append(at, i)
+		}
+	}
+	return s.underLease(ctx, func(tx pgx.Tx) error {
+		outcomes := make([]string, len(chunk))
+		for i, d := range chunk {
+			outcomes[i] = d.outcome
+		}
+		if len(completions) > 0 {
+			results, err := s.completeOn(ctx, tx, completions)
+			if err != nil {
+				return err
+			}
+			for k, r := range results {
+				i := at[k]
+				switch {
+				case errors.Is(r.Err, jobs.ErrLeaseLost):
+					outcomes[i] = itemStale
+				case outcomes[i] == "":
+					outcomes[i] = string(completions[k].Outcome)
+				}
+			}
+		}
+		var counts [5]int32        // succeeded, failed, stale, returned, skipped
+		counts[4] = int32(skipped) //nolint:gosec // bounded by a chunk's lines
+		ids := make([]pgtype.UUID, len(chunk))
+		for i, d := range chunk {
+			ids[i] = dbsql.UUID(d.c.JobID)
+		}
+		rows, err := tx.Query(ctx, s.sql.settleItems, dbsql.UUID(id), ids, outcomes)
+		if err != nil {
+			return fmt.Errorf("providerbatch: settling items: %w", err)
+		}
+		settledNow, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
+		if err != nil {
+			return fmt.Errorf("providerbatch: settling items: %w", err)
+		}
+		now := make(map[[16]byte]bool, len(settledNow))
+		for _, j := range settledNow {
+			now[j] = true
+		}
+		for i, d := range chunk {
+			if !now[d.c.JobID] {
+				continue
+			}
+			switch outcomes[i] {
+			case string(jobs.OutcomeSucceeded):
+				counts[0]++
+			case itemStale:
+				counts[2]++
+			case itemReturned:
+				counts[3]++
+			default:
+				counts[1]++
+			}
+		}
+		_, err = tx.Exec(ctx, s.sql.countSettled, dbsql.UUID(id), counts[0], counts[1], counts[2], counts[3], counts[4])
+		return err
+	})
+}
+
+// completeOn records completions in tx. If the store refuses the batch
+// for what one of them holds, each is recorded alone in a savepoint, and
+// one refused again is recorded as unrecordable, failing its job alone.
+func (s *Submitter) completeOn(ctx context.Context, tx pgx.Tx, completions []jobs.Completion) ([]jobs.CompletionResult, error) {
+	var results []jobs.CompletionResult
+	err := dbsql.WithTx(ctx, tx, func(sp pgx.Tx) error {
+		var err error
+		results, err = s.store.Complete(ctx, sp, completions)
+		return err
+	})
+	if err == nil || dberr.Connection(err) || ctx.Err() != nil {
+		return results, err
+	}
+	results = make([]jobs.CompletionResult, len(completions))
+	for i, c := range completions {
+		one, err := s.completeOne(ctx, tx, c)
+		if err != nil && !dberr.Connection(err) {
+			s.logger.Error("llmq: PostgreSQL refused a provider batch result; the job fails with class "+jobs.ClassUnrecordable,
+				"job", c.JobID, "outcome", c.Outcome, "err", err)
+			one, err = s.completeOne(ctx, tx, outcome.Unrecordable(c, err))
+		}
+		if err != nil {
+			return nil, err
+		}
+		results[i] = one
+	}
+	return results, nil
+}
+
+func (s *Submitter) completeOne(ctx context.Context, tx pgx.Tx, c jobs.Completion) (jobs.CompletionResult, error) {
+	var res []jobs.CompletionResult
+	err := dbsql.WithTx(ctx, tx, func(sp pgx.Tx) error {
+		var err error
+		res, err = s.store.Complete(ctx, sp, []jobs.Completion{c})
+		return err
+	})
+	if err != nil {
+		return jobs.CompletionResult{}, err
+	}
+	return res[0], nil
+}
+
+// complete records outcomes of jobs not in any submission (refused before
+// a batch was made), under the lease.
+func (s *Submitter) complete(ctx context.Context, done []jobs.Completion) error {
+	for len(done) > 0 {
+		chunk := done[:min(len(done), applyChunk)]
+		done = done[len(chunk):]
+		err := s.underLease(ctx, func(tx pgx.Tx) error {
+			_, err := s.completeOn(ctx, tx, chunk)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// end marks a submission ended.
+func (s *Submitter) end(ctx context.Context, id uuid.UUID, status string) error {
+	var st *string
+	if status != "" {
+		st = &status
+	}
+	err := s.underLease(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, s.sql.endSubmission, dbsql.UUID(id), st)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("providerbatch: ending submission %s: %w", id, err)
+	}
+	return nil
+}

@@ -1,0 +1,312 @@
+package providerbatch_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	oai "github.com/openai/openai-go/v3"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/examples/fakeprovider"
+	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/llmqtype"
+	"github.com/llmq/llmq/providerbatch"
+)
+
+// Jobs waiting in the batch queue go out in one provider batch and each
+// result completes its job as an attempt of the submitter: the result
+// the synchronous path makes of the same answer, the answer's usage, one
+// attempt row each.
+func TestSubmitterServesJobsThroughOneBatch(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, fakeprovider.Config{})
+	texts := make([]string, 30)
+	for i := range texts {
+		texts[i] = invoice(i, "")
+	}
+	ids := h.enqueue(texts...)
+	s := h.submitter(h.cfg)
+	h.passUntil(s, "all succeeded", h.allIn(jobs.StateSucceeded, len(ids)))
+
+	require.Equal(t, int64(1), h.fake.Stats().BatchesCreated, "30 jobs of one model within the limits: one batch")
+	require.Zero(t, h.fake.Stats().Calls, "no synchronous call")
+
+	// The synchronous path, through the same Call, for the first document.
+	handler := extractCall.Handle(func(ctx context.Context, req oai.ChatCompletionNewParams) (*oai.ChatCompletion, error) {
+		client := h.client()
+		return client.Chat.Completions.New(ctx, req)
+	})
+	first := h.job(ids[0])
+	syncResult, err := handler.Handler.Work(t.Context(), first)
+	require.NoError(t, err)
+	require.JSONEq(t, string(syncResult), string(first.Result), "the batch path's result is the synchronous path's")
+
+	for _, id := range ids {
+		attempts := h.attempts(id)
+		require.Len(t, attempts, 1)
+		a := attempts[0]
+		require.Equal(t, jobs.AttemptSucceeded, a.Outcome)
+		require.Equal(t, s.Worker(), a.Worker)
+		require.Equal(t, "providerbatch:"+pool, a.Worker)
+		require.Positive(t, a.Usage.InputTokens)
+		require.Positive(t, a.Usage.OutputTokens)
+	}
+
+	subs := h.submissions()
+	require.Len(t, subs, 1)
+	sub := subs[0]
+	require.Equal(t, "ended", sub.State)
+	require.Equal(t, "completed", sub.ProviderStatus)
+	require.Equal(t, "gpt-test", sub.Model)
+	require.Equal(t, [5]int{30, 0, 0, 0, 0}, [5]int{sub.Succeeded, sub.Failed, sub.Stale, sub.Returned, sub.Skipped})
+	require.Equal(t, 30, sub.Requests)
+	require.NotEmpty(t, sub.ProviderBatchID)
+	require.False(t, sub.EndedAt.IsZero())
+}
+
+// What a gather claims is split within the provider's limits before it
+// is sent, never refused by the provider: requests per batch, bytes per
+// batch (Config.Limits) and the enqueued-token limit, which holds later
+// jobs back until earlier batches end.
+func TestSubmitterSplitsWithinTheLimits(t *testing.T) {
+	t.Parallel()
+	t.Run("requests", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, fakeprovider.Config{OpenAIBatchMaxRequests: 7})
+		texts := make([]string, 30)
+		for i := range texts {
+			texts[i] = invoice(i, "")
+		}
+		h.enqueue(texts...)
+		cfg := h.cfg
+		cfg.Limits.MaxRequests = 7
+		h.passUntil(h.submitter(cfg), "all succeeded", h.allIn(jobs.StateSucceeded, 30))
+		st := h.fake.Stats()
+		require.Equal(t, int64(5), st.BatchesCreated, "30 requests, 7 a batch")
+		require.Zero(t, st.BatchesRefused)
+	})
+	t.Run("bytes", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, fakeprovider.Config{OpenAIBatchMaxFileBytes: 4 << 10})
+		texts := make([]string, 20)
+		for i := range texts {
+			texts[i] = invoice(i, strings.Repeat("x", 200))
+		}
+		h.enqueue(texts...)
+		cfg := h.cfg
+		cfg.Limits.MaxBytes = 4 << 10
+		h.passUntil(h.submitter(cfg), "all succeeded", h.allIn(jobs.StateSucceeded, 20))
+		st := h.fake.Stats()
+		require.Greater(t, st.BatchesCreated, int64(1))
+		require.Zero(t, st.BatchesRefused)
+		for _, sub := range h.submissions() {
+			require.LessOrEqual(t, sub.Bytes, int64(4<<10))
+		}
+	})
+}
+
+// A job cancelled while in a batch ends CANCELLED at the next poll; its
+// result, when the batch ends, is recorded as stale, never applied.
+func TestSubmitterNeverAppliesTheResultOfACancelledJob(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, fakeprovider.Config{})
+	h.fake.HoldBatches()
+	ids := h.enqueue(invoice(1, ""), invoice(2, ""))
+	s := h.submitter(h.cfg)
+	h.passUntil(s, "submitted", func() bool { return h.states()[jobs.StateRunning] == 2 && h.fake.Stats().BatchesCreated == 1 })
+	_, err := h.store.Cancel(t.Context(), h.db.Pool, "acme", ids[0])
+	require.NoError(t, err)
+	h.passUntil(s, "cancelled", func() bool { return h.job(ids[0]).State == jobs.StateCancelled })
+	h.fake.ReleaseBatches()
+	h.passUntil(s, "ended", func() bool { return h.submissions()[0].State == "ended" })
+
+	cancelled := h.job(ids[0])
+	require.Equal(t, jobs.StateCancelled, cancelled.State)
+	require.Empty(t, cancelled.Result)
+	require.Equal(t, jobs.StateSucceeded, h.job(ids[1]).State)
+	sub := h.submissions()[0]
+	require.Equal(t, 1, sub.Succeeded)
+	require.Equal(t, 1, sub.Stale+sub.Failed, "the cancelled job's item is settled without its result")
+}
+
+// A job whose deadline comes before the provider's window could end is
+// not sent: it fails with class "deadline" and says why.
+func TestSubmitterFailsAJobWhoseDeadlineIsTooSoon(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, fakeprovider.Config{})
+	res, err := extractKind.Enqueue(t.Context(), h.store, h.db.Pool, "acme", docArgs{Text: invoice(1, "")},
+		jobs.EnqueueOptions{Queue: batchQueue, DeadlineAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	s := h.submitter(h.cfg)
+	h.passUntil(s, "failed", h.allIn(jobs.StateFailedTerminal, 1))
+	j := h.job(res.Job.ID)
+	require.Equal(t, jobs.ClassDeadline, j.ErrorClass)
+	require.Contains(t, j.LastError, "sooner than the provider batch window")
+	require.Zero(t, h.fake.Stats().BatchesCreated)
+}
+
+// An operator's cancel reaches the provider at the next poll; the
+// requests it did not run return to waiting and go out again.
+func TestOperatorCancelsASubmission(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, fakeprovider.Config{})
+	h.fake.HoldBatches()
+	ids := h.enqueue(invoice(1, ""), invoice(2, ""))
+	s := h.submitter(h.cfg)
+	h.passUntil(s, "submitted", func() bool { return h.fake.Stats().BatchesCreated == 1 && h.submissions()[0].State == "submitted" })
+	op, err := providerbatch.NewOperator(h.db.Schema)
+	require.NoError(t, err)
+	first := h.submissions()[0].ID
+	require.NoError(t, op.Cancel(t.Context(), h.db.Pool, first))
+	require.True(t, h.submissions()[0].CancelRequested)
+	h.passUntil(s, "ended", func() bool {
+		for _, sub := range h.submissions() {
+			if sub.ID == first {
+				return sub.State == "ended"
+			}
+		}
+		return false
+	})
+	require.Equal(t, int64(2), h.fake.Stats().BatchRequestsCancelled)
+	require.ErrorIs(t, op.Cancel(t.Context(), h.db.Pool, first), providerbatch.ErrNotFound, "an ended submission")
+	require.ErrorIs(t, op.Cancel(t.Context(), h.db.Pool, uuid.New()), providerbatch.ErrNotFound)
+	h.fake.ReleaseBatches()
+	h.passUntil(s, "all succeeded", h.allIn(jobs.StateSucceeded, len(ids)))
+}
+
+// Two submitters of one pool: one holds the lease and works, the other
+// stands by; every job is sent once.
+func TestOneSubmitterWorksAPool(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, fakeprovider.Config{})
+	ids := h.enqueue(invoice(1, ""), invoice(2, ""), invoice(3, ""))
+	a := h.submitter(h.cfg)
+	cfgB := h.cfg
+	cfgB.ID = "submitter-b"
+	b := h.submitter(cfgB)
+	h.passUntil(a, "all succeeded", func() bool {
+		require.NoError(t, b.Pass(t.Context()))
+		return h.allIn(jobs.StateSucceeded, len(ids))()
+	})
+	require.Equal(t, int64(1), h.fake.Stats().BatchesCreated)
+	var holder string
+	require.NoError(t, h.db.Pool.QueryRow(t.Context(), "SELECT holder FROM "+h.db.Schema+".provider_batch_leases WHERE pool = $1", pool).Scan(&holder))
+	require.Equal(t, "submitter-a", holder)
+}
+
+// A result applied twice changes nothing: a submission read again (as
+// after a crash before it was marked ended) finds its items settled.
+func TestSubmitterAppliesAResultOnce(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, fakeprovider.Config{})
+	ids := h.enqueue(invoice(1, ""), invoice(2, ""))
+	s := h.submitter(h.cfg)
+	h.passUntil(s, "all succeeded", h.allIn(jobs.StateSucceeded, len(ids)))
+	before := h.submissions()[0]
+	_, err := h.db.Pool.Exec(t.Context(), "UPDATE "+h.db.Schema+".provider_submissions SET state = 'submitted', ended_at = NULL, next_poll_at = now()")
+	require.NoError(t, err)
+	h.passUntil(s, "ended again", func() bool { return h.submissions()[0].State == "ended" })
+	after := h.submissions()[0]
+	require.Equal(t, before.Succeeded, after.Succeeded)
+	for _, id := range ids {
+		require.Len(t, h.attempts(id), 1)
+	}
+}
+
+// A submitter that created a provider batch but did not record its id
+// (the create's answer was lost) adopts it at the next pass rather than
+// send the submission again.
+func TestSubmitterAdoptsABatchItDidNotRecord(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, fakeprovider.Config{})
+	ids := h.enqueue(invoice(1, ""), invoice(2, ""))
+	cfg := h.cfg
+	lost := &loseCreate{Provider: cfg.Provider, lose: 1}
+	cfg.Provider = lost
+	s := h.submitter(cfg)
+	require.NoError(t, s.Pass(t.Context()))
+	require.Equal(t, int64(1), h.fake.Stats().BatchesCreated)
+	require.Equal(t, "preparing", h.submissions()[0].State)
+	h.passUntil(s, "all succeeded", h.allIn(jobs.StateSucceeded, len(ids)))
+	require.Equal(t, int64(1), h.fake.Stats().BatchesCreated, "adopted, not sent again")
+}
+
+// loseCreate creates the batch at the provider and then reports a failure,
+// as a create whose answer was lost does, lose times.
+type loseCreate struct {
+	providerbatch.Provider
+	lose int
+}
+
+func (l *loseCreate) Create(ctx context.Context, b providerbatch.Batch) (string, error) {
+	id, err := l.Provider.Create(ctx, b)
+	if err != nil || l.lose == 0 {
+		return id, err
+	}
+	l.lose--
+	return "", errors.New("the connection was reset after the request was sent")
+}
+
+// A Config that cannot work is refused at construction, naming its field.
+func TestNewSubmitterRefusesABadConfig(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, fakeprovider.Config{})
+	for field, mutate := range map[string]func(*providerbatch.Config){
+		"Pool":          func(c *providerbatch.Config) { c.Pool = "" },
+		"Queue":         func(c *providerbatch.Config) { c.Queue = "" },
+		"Provider":      func(c *providerbatch.Config) { c.Provider = nil },
+		"Calls":         func(c *providerbatch.Config) { c.Calls = nil },
+		"Calls[1]":      func(c *providerbatch.Config) { c.Calls = append(c.Calls, extractCall.Batch()) },
+		"Calls[0]":      func(c *providerbatch.Config) { c.Calls = []providerbatch.KindCall{{}} },
+		"LeaseDuration": func(c *providerbatch.Config) { c.LeaseDuration = time.Millisecond },
+		"PollMax":       func(c *providerbatch.Config) { c.PollMin, c.PollMax = time.Minute, time.Second },
+		"Window":        func(c *providerbatch.Config) { c.Window = -time.Hour },
+		"Limits":        func(c *providerbatch.Config) { c.Limits.MaxBytes = -1 },
+	} {
+		cfg := h.cfg
+		mutate(&cfg)
+		_, err := providerbatch.NewSubmitter(h.db.Pool, h.store, cfg)
+		require.ErrorIs(t, err, providerbatch.ErrInvalidConfig, field)
+		var v *llmqtype.ValidationError
+		require.ErrorAs(t, err, &v, field)
+		require.Equal(t, field, v.Field)
+	}
+}
+
+// Result lines that cannot be read are counted as skipped and logged;
+// the rest of the batch applies.
+func TestSubmitterSkipsUnreadableResultLines(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, fakeprovider.Config{})
+	ids := h.enqueue(invoice(1, ""), invoice(2, ""))
+	cfg := h.cfg
+	cfg.Provider = &extraLines{Provider: cfg.Provider, lines: []providerbatch.Result{
+		{Problem: "not a JSON result line"},
+		{CustomID: uuid.NewString(), Body: json.RawMessage(`{}`)},
+		{CustomID: "x", Problem: "an unknown status"},
+	}}
+	h.passUntil(h.submitter(cfg), "all succeeded", h.allIn(jobs.StateSucceeded, len(ids)))
+	sub := h.submissions()[0]
+	require.Equal(t, 2, sub.Succeeded)
+	require.Equal(t, 2, sub.Skipped)
+}
+
+// extraLines adds lines before a batch's own results.
+type extraLines struct {
+	providerbatch.Provider
+	lines []providerbatch.Result
+}
+
+func (e *extraLines) Results(ctx context.Context, id string, fn func(providerbatch.Result) error) error {
+	for _, l := range e.lines {
+		if err := fn(l); err != nil {
+			return err
+		}
+	}
+	return e.Provider.Results(ctx, id, fn)
+}
