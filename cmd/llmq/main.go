@@ -36,6 +36,11 @@
 //	llmq pools list                 provider pools: limits, in flight, bucket levels, cooldown
 //	llmq pools set POOL [--rpm R] [--tpm T] [--in-flight N] [--create] [flags]
 //	                                change only the limits given (--create for a new pool)
+//	llmq batches list [--pool P] [--limit N]
+//	                                provider batch submissions, newest first: state, the
+//	                                provider's batch id and status, requests as settled so far
+//	llmq batches cancel ID          ask the pool's submitter to cancel a provider batch at its
+//	                                next poll; the jobs it did not answer return to waiting
 //	llmq bench -mode drain|e2e|latency|relay|ingress|admission -jobs N -workers W [flags]
 //	                                measure against DATABASE_URL in a throwaway schema
 //	llmq plan -rpm R -tpm T -concurrency C [-latency D] [-tokens N] [-backlog B] [-pool P]
@@ -58,8 +63,8 @@
 // connecting), any other value llmq's packages refuse (their
 // ValidationError), a migration version this build does not know, an
 // unknown pool. Exit 1 is for what the database said or
-// did (a job not found, a version applied by a newer build, a refused
-// statement, no connection).
+// did (a job not found, no open provider batch submission with the id, a
+// version applied by a newer build, a refused statement, no connection).
 //
 // Operator commands are not tenant-scoped: a job is found by its id alone,
 // and -tenant, where given, narrows the search to that tenant.
@@ -121,6 +126,8 @@ commands:
   pools list                             provider pools: limits, in flight, cooldown
   pools set POOL [--rpm R] [--tpm T] [--in-flight N] [--create] [flags]
                                          change a pool's limits (only those given)
+  batches list [--pool P] [--limit N]    provider batch submissions, newest first
+  batches cancel ID                      cancel a provider batch at its submitter's next poll
   bench -mode drain|e2e|latency|relay|ingress|admission
                                          measure throughput, latency or admission grants in a throwaway schema
   plan -rpm R -tpm T -concurrency C [-pool P]
@@ -180,6 +187,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runTenants(ctx, args[1:], stdout, stderr)
 	case "pools":
 		err = runPools(ctx, args[1:], stdout, stderr)
+	case "batches":
+		err = runBatches(ctx, args[1:], stdout, stderr)
 	case "plan":
 		err = runPlan(ctx, args[1:], stdout, stderr)
 	case "prune":
