@@ -86,6 +86,10 @@
 //     submission's id; it adopts one it finds and sends the submission
 //     only if none exists. If a paused predecessor created a second one,
 //     the later is cancelled and the incident logged at ERROR.
+//     A provider whose batches carry no tag (Anthropic's Message Batches)
+//     cannot be searched (ErrCannotFind): there the submission is sent
+//     again, and the provider may run and bill both batches; only one is
+//     read, so nothing is applied twice.
 //   - while polling: polls are reads; the next holder polls on.
 //   - half-way through applying results: each chunk of results is
 //     recorded with its items settled in one transaction, so the next
