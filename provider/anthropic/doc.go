@@ -84,4 +84,52 @@
 // under lease.Admission that would settle the permit as answered and
 // refund tokens the provider may have counted; its rate-limit headers are
 // lost with it.
+//
+// # Batches
+//
+// Batches is Anthropic's Message Batches API as a providerbatch.Provider,
+// and Messages the Messages API's codec for providerbatch.NewCall: a
+// kind's call declared once serves a lease.Runner (through Call) and a
+// providerbatch.Submitter alike, at the batch price.
+//
+//	var extract = providerbatch.NewCall(Extract, llmqanthropic.Messages{}, buildExtract, parseExtract)
+//	batches := llmqanthropic.NewBatches(client, llmqanthropic.BatchesConfig{}) // client built with Options
+//
+// A batch is one create call holding up to 100,000 requests and 256 MB,
+// each request's params the body Messages.Encode made, sent as encoded
+// (the SDK's params type is not used to re-encode it: its decoder drops
+// fields it does not know and takes a string or an array as empty
+// params). A body without a model, max_tokens or messages fails Create,
+// naming its custom_id, before anything is sent. Messages.Encode refuses a
+// request that sets WorkspaceID or UserProfileID: they are headers, and a
+// batch request carries none; set them on the batch client.
+//
+// Status is "in_progress", "canceling" or "ended"; a Message Batch never
+// fails as a whole once created. Results reads the batch's JSONL results
+// itself, line by line (ParseResultLine), rather than through the SDK's
+// ResultsStreaming, whose stream stops at the first line it cannot
+// decode: a line that cannot be read is passed on with Result.Problem
+// and the read goes on. An "errored" result is decided as its error type's
+// HTTP status would be on the synchronous path: invalid_request_error
+// (400), authentication_error (401), billing_error (402),
+// permission_error (403), not_found_error (404) and request_too_large
+// (413) refuse the request (terminal); rate_limit_error (429), api_error
+// (500), timeout_error (504), overloaded_error (529) and any type llmq
+// does not know fail it (retried). "expired" and "canceled" results return
+// their jobs to waiting without counting an attempt.
+//
+// A client built with Options reads every 2xx answer in full before the
+// SDK sees it (see Guarantees), the results file included: a batch's
+// results are held in memory once while they are read.
+//
+// Crash safety is weaker than with OpenAI's batches. A Message Batch keeps
+// no metadata and echoes nothing llmq sends it (its requests' custom_ids
+// can be read only from its results, once it ended), so Find returns
+// providerbatch.ErrCannotFind. A submitter killed after Anthropic created
+// a batch and before the submission recorded its id, or whose create's
+// answer was lost after the request went out (a timeout, a reset
+// connection), leaves the submission "preparing", and the next holder
+// sends it again: Anthropic runs, and bills, both batches. Only the second
+// is read; the first's results are never applied. Nothing is applied
+// twice, but the requests may be paid for twice.
 package anthropic
