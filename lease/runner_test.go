@@ -324,7 +324,10 @@ func TestStalledRunnerCannotOverwrite(t *testing.T) {
 		<-aRelease // stalled: ignores its context
 		return json.RawMessage(`{"by":"a"}`), nil
 	})})
-	cfgA.LeaseDuration, cfgA.AttemptTimeout = 1*time.Second, 900*time.Millisecond
+	// A's own view of its lease is long, so that however slow a loaded
+	// machine makes the test, A still sends its late completion and tries
+	// it until it is recorded; the database's view is cut short below.
+	cfgA.LeaseDuration, cfgA.AttemptTimeout = 30*time.Second, 20*time.Second
 	cfgA.ReapInterval = time.Hour // only B reaps
 	cfgA.WorkerID = "runner-a"
 	cfgA.Queues = map[string]lease.QueueConfig{"default": {MaxWorkers: 1}} // its one slot stays stuck
