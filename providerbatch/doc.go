@@ -110,7 +110,13 @@
 // (Limits.MaxEnqueuedTokens, OpenAI's enqueued-token limit; a job's
 // EstimatedTokens, or a quarter of its request's bytes). A request alone
 // over the byte limit fails its job permanently; jobs past the token limit
-// wait for the open batches to end. A batch is never sent over a limit.
+// wait for the open batches to end. A gather claims only as many jobs as
+// the room the open batches leave holds at their average tokens a
+// request, and none when there is no room, so a long wait on the limit
+// does not write a snoozed attempt per job at every gather; a job claimed
+// past the room all the same (the first gather, or requests larger than
+// the average) is snoozed until the next. A batch is never sent over a
+// limit.
 //
 // # Operators
 //

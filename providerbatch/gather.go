@@ -39,15 +39,14 @@ type part struct {
 // sends them.
 func (s *Submitter) gather(ctx context.Context, open []openRow) error {
 	enqueued := map[string]int64{}
-	var enqueuedAll int64
 	for _, sub := range open {
 		enqueued[sub.model] += sub.estimatedTokens
-		enqueuedAll += sub.estimatedTokens
 	}
-	if s.limits.MaxEnqueuedTokens > 0 && enqueuedAll >= s.limits.MaxEnqueuedTokens {
+	most := s.claimBudget(open)
+	if most == 0 {
 		return nil // the pool's batches hold all the provider takes; wait for them
 	}
-	claimed, err := s.claim(ctx)
+	claimed, err := s.claim(ctx, most)
 	if err != nil || len(claimed) == 0 {
 		return err
 	}
@@ -82,13 +81,38 @@ func (s *Submitter) gather(ctx context.Context, open []openRow) error {
 	return nil
 }
 
-// claim leases the queue's waiting jobs for the time it takes to build and
-// record their batches: a submitter that dies before recording them
-// leaves them to the reaper after DefaultPrepareLease.
-func (s *Submitter) claim(ctx context.Context) ([]*jobs.Job, error) {
+// claimBudget is how many jobs a gather may claim: maxGather, or, under an
+// enqueued-token limit, as many as the room the open batches leave holds
+// at their average tokens a request. A job claimed past the room is
+// deferred with a snoozed attempt, so claiming only what is likely to fit
+// keeps a long wait on the limit from writing an attempt per job at every
+// gather. Zero: no room; claim nothing.
+func (s *Submitter) claimBudget(open []openRow) int {
+	if s.limits.MaxEnqueuedTokens <= 0 {
+		return maxGather
+	}
+	var tokens, requests int64
+	for _, sub := range open {
+		tokens += sub.estimatedTokens
+		requests += int64(sub.requests)
+	}
+	room := s.limits.MaxEnqueuedTokens - tokens
+	switch {
+	case room <= 0:
+		return 0
+	case requests == 0 || tokens == 0:
+		return maxGather // nothing to measure a request by yet
+	}
+	return int(min(room*requests/tokens, maxGather))
+}
+
+// claim leases up to most of the queue's waiting jobs for the time it
+// takes to build and record their batches: a submitter that dies before
+// recording them leaves them to the reaper after DefaultPrepareLease.
+func (s *Submitter) claim(ctx context.Context, most int) ([]*jobs.Job, error) {
 	var claimed []*jobs.Job
-	for len(claimed) < maxGather {
-		limit := min(jobs.MaxBatch, maxGather-len(claimed))
+	for len(claimed) < most {
+		limit := min(jobs.MaxBatch, most-len(claimed))
 		if s.limits.MaxRequests > 0 {
 			limit = min(limit, s.limits.MaxRequests)
 		}

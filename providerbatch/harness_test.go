@@ -138,7 +138,7 @@ func (h *harness) passUntil(s *providerbatch.Submitter, what string, done func()
 			return
 		}
 	}
-	h.t.Fatalf("after 200 passes, still not %s", what)
+	h.t.Fatalf("after 200 passes, still not %s: jobs %v, submissions %+v", what, h.states(), h.submissions())
 }
 
 // states counts the jobs by state.
@@ -183,4 +183,16 @@ func (h *harness) submissions() []providerbatch.Submission {
 	subs, err := op.List(h.t.Context(), h.db.Pool, "", providerbatch.MaxListLimit)
 	require.NoError(h.t, err)
 	return subs
+}
+
+// submission is the submission with id.
+func (h *harness) submission(id uuid.UUID) providerbatch.Submission {
+	h.t.Helper()
+	for _, sub := range h.submissions() {
+		if sub.ID == id {
+			return sub
+		}
+	}
+	h.t.Fatalf("no submission %s", id)
+	return providerbatch.Submission{}
 }

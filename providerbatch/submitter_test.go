@@ -108,6 +108,35 @@ func TestSubmitterSplitsWithinTheLimits(t *testing.T) {
 			require.LessOrEqual(t, sub.Bytes, int64(4<<10))
 		}
 	})
+	t.Run("enqueued tokens", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, fakeprovider.Config{OpenAIEnqueuedTokenLimit: 2_000})
+		h.fake.HoldBatches()
+		texts := make([]string, 10)
+		for i := range texts {
+			texts[i] = invoice(i, strings.Repeat("x", 1_600)) // about 450 tokens: four fit
+		}
+		ids := h.enqueue(texts...)
+		cfg := h.cfg
+		cfg.Provider = h.batches(2_000)
+		s := h.submitter(cfg)
+		h.passUntil(s, "one batch out", func() bool { return h.fake.Stats().BatchesCreated == 1 })
+		for range 3 {
+			require.NoError(t, s.Pass(t.Context()))
+		}
+		require.Equal(t, int64(1), h.fake.Stats().BatchesCreated, "no second batch while the first holds the limit")
+		waiting := h.states()[jobs.StateReady] + h.states()[jobs.StateRetryScheduled]
+		require.Positive(t, waiting, "jobs past the limit wait")
+		h.fake.ReleaseBatches()
+		h.passUntil(s, "all succeeded", h.allIn(jobs.StateSucceeded, len(ids)))
+		require.Greater(t, h.fake.Stats().BatchesCreated, int64(1))
+		require.Zero(t, h.fake.Stats().BatchesRefused)
+		for _, id := range ids {
+			for _, a := range h.attempts(id) {
+				require.NotEqual(t, jobs.AttemptRetryScheduled, a.Outcome, "waiting on the limit is not a failed attempt")
+			}
+		}
+	})
 }
 
 // A job cancelled while in a batch ends CANCELLED at the next poll; its
@@ -309,4 +338,66 @@ func (e *extraLines) Results(ctx context.Context, id string, fn func(providerbat
 		}
 	}
 	return e.Provider.Results(ctx, id, fn)
+}
+
+// A request the provider refused fails its job; one it failed is retried
+// into a later batch; an answer the parser rejects is invalid output, as
+// on the synchronous path: tried once more, then sent to review. None
+// stops the others.
+func TestSubmitterMapsRequestErrors(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, fakeprovider.Config{})
+	ids := h.enqueue(invoice(1, ""), invoice(2, "[[fake:batch-400]]"), invoice(3, "[[fake:batch-500]]"), invoice(4, "[[fake:malformed]]"))
+	cfg := h.cfg
+	cfg.Retry = llmqtype.BackoffPolicy{Base: time.Millisecond, Cap: time.Millisecond}
+	s := h.submitter(cfg)
+	h.passUntil(s, "all finished", func() bool {
+		st := h.states()
+		return st[jobs.StateSucceeded]+st[jobs.StateFailedTerminal]+st[jobs.StateReviewRequired] == len(ids)
+	})
+	ok, refused, failed, malformed := h.job(ids[0]), h.job(ids[1]), h.job(ids[2]), h.job(ids[3])
+	require.Equal(t, jobs.StateSucceeded, ok.State)
+
+	require.Equal(t, jobs.StateFailedTerminal, refused.State)
+	require.Equal(t, jobs.ClassPermanent, refused.ErrorClass)
+	require.Contains(t, refused.LastError, "HTTP 400")
+	require.Len(t, h.attempts(ids[1]), 1, "a refused request is not sent again")
+
+	require.Equal(t, jobs.StateFailedTerminal, failed.State)
+	require.Equal(t, jobs.ClassTransient, failed.ErrorClass)
+	require.Len(t, h.attempts(ids[2]), 3, "a failed request is retried, in later batches, up to MaxAttempts")
+
+	require.Equal(t, jobs.StateReviewRequired, malformed.State)
+	require.Equal(t, jobs.ClassInvalidOutput, malformed.ErrorClass)
+	require.Len(t, h.attempts(ids[3]), 2, "the first invalid answer is retried, the second goes to review")
+}
+
+// An expired provider batch returns its unfinished jobs to waiting, the
+// attempt not counted; a later batch serves them.
+func TestSubmitterReturnsTheJobsOfAnExpiredBatch(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, fakeprovider.Config{})
+	h.fake.HoldBatches()
+	ids := h.enqueue(invoice(1, ""), invoice(2, ""), invoice(3, ""))
+	s := h.submitter(h.cfg)
+	h.passUntil(s, "submitted", func() bool { return len(h.submissions()) == 1 && h.submissions()[0].State == "submitted" })
+	expired := h.submissions()[0].ID
+	require.Equal(t, 1, h.fake.ExpireBatches())
+	h.passUntil(s, "returned", func() bool { return h.submission(expired).State == "ended" })
+	require.Equal(t, 3, h.submission(expired).Returned)
+	require.Equal(t, "expired", h.submission(expired).ProviderStatus)
+	for _, id := range ids {
+		j := h.job(id)
+		require.Contains(t, []jobs.State{jobs.StateReady, jobs.StateRetryScheduled, jobs.StateRunning}, j.State)
+	}
+	h.fake.ReleaseBatches()
+	h.passUntil(s, "all succeeded", h.allIn(jobs.StateSucceeded, len(ids)))
+	require.Equal(t, int64(2), h.fake.Stats().BatchesCreated)
+	for _, id := range ids {
+		a := h.attempts(id)
+		require.Len(t, a, 2)
+		require.Equal(t, jobs.AttemptSnoozed, a[0].Outcome)
+		require.Equal(t, jobs.AttemptSucceeded, a[1].Outcome)
+		require.Equal(t, 4, h.job(id).MaxAttempts, "an expired batch's attempt is not counted against MaxAttempts (3)")
+	}
 }
