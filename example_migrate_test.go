@@ -52,5 +52,6 @@ func ExampleMigrate() {
 	// applied 0021_outbox_batches
 	// applied 0022_outbox_batch_events_json
 	// applied 0023_provider_batches
+	// applied 0024_batch_prices
 	// all applied: true
 }

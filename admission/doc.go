@@ -215,6 +215,12 @@
 // uncertain). Each key is spread over a few shard rows so a busy tenant's
 // releases do not queue on one row lock; Usage sums them.
 //
+// Requests served through a provider's batch API take no permit; their
+// results are added by BatchLedger (package providerbatch calls it in the
+// transaction that applies them) as attempts and BatchAttempts, costed at
+// the pool's BatchInputPrice and BatchOutputPrice, half the synchronous
+// prices when left at zero.
+//
 // # Decisions
 //
 //   - Buckets are token buckets: any window of w seconds holds at most

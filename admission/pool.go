@@ -49,6 +49,12 @@ type Pool struct {
 	// column of the usage ledger. Zero records no cost.
 	InputPrice  int64 `json:"input_price"`
 	OutputPrice int64 `json:"output_price"`
+	// BatchInputPrice and BatchOutputPrice are the prices of requests
+	// served through the provider's batch API (package providerbatch), in
+	// the same unit. Zero means half of InputPrice and OutputPrice: the
+	// batch discount OpenAI and Anthropic both give.
+	BatchInputPrice  int64 `json:"batch_input_price"`
+	BatchOutputPrice int64 `json:"batch_output_price"`
 }
 
 // withDefaults validates p and fills in the bursts.
@@ -68,6 +74,8 @@ func (p Pool) withDefaults() (Pool, error) {
 		return fail("RequestBurst", fmt.Sprintf("is %d; use 0 for the default or 1 to %d", p.RequestBurst, math.MaxInt32))
 	case p.InputPrice < 0 || p.OutputPrice < 0:
 		return fail("InputPrice/OutputPrice", "must not be negative")
+	case p.BatchInputPrice < 0 || p.BatchOutputPrice < 0:
+		return fail("BatchInputPrice/BatchOutputPrice", "must not be negative")
 	case p.TokenBurst < 0:
 		return fail("TokenBurst", fmt.Sprintf("is %d; use 0 for the default or a positive number", p.TokenBurst))
 	case p.MaxInFlightTokens < 0:

@@ -178,7 +178,7 @@ func (l *Postgres) SetPool(ctx context.Context, pool Pool) error {
 	defer done()
 	_, err = l.db.Exec(ctx, l.sql.upsertPool, pool.Name, pool.RPM, pool.TPM, pool.MaxInFlight,
 		pool.RequestBurst, pool.TokenBurst, pool.ChargeReserved, pool.RefundUncertain, pool.InputPrice, pool.OutputPrice,
-		pool.MaxInFlightTokens)
+		pool.MaxInFlightTokens, pool.BatchInputPrice, pool.BatchOutputPrice)
 	if err != nil {
 		return fmt.Errorf("admission: setting pool %q: %w", pool.Name, err)
 	}
@@ -495,6 +495,9 @@ type Usage struct {
 	InputTokens       int64     `json:"input_tokens"`
 	OutputTokens      int64     `json:"output_tokens"`
 	Cost              int64     `json:"cost"` // micro-units, at the pool's prices when each call was released
+	// BatchAttempts is how many of Attempts were provider batch requests,
+	// costed at the pool's batch prices (RecordBatchUsage).
+	BatchAttempts int64 `json:"batch_attempts"`
 }
 
 // Usage returns tenant's ledger rows for the UTC days from through to.

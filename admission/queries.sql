@@ -358,8 +358,9 @@ FROM settled;
 -- burst nor takes away what was earned.
 INSERT INTO /*schema*/admission_pools AS p (
     name, rpm, tpm, max_in_flight, request_burst, token_burst,
-    charge_reserved, refund_uncertain, input_price, output_price, request_level, token_level, max_in_flight_tokens)
-VALUES ($1, $2, $3, $4, $5::integer, $6::bigint, $7, $8, $9, $10, $5::integer, $6::bigint, $11)
+    charge_reserved, refund_uncertain, input_price, output_price, request_level, token_level, max_in_flight_tokens,
+    batch_input_price, batch_output_price)
+VALUES ($1, $2, $3, $4, $5::integer, $6::bigint, $7, $8, $9, $10, $5::integer, $6::bigint, $11, $12, $13)
 ON CONFLICT (name) DO UPDATE SET
     request_level = least(excluded.request_burst,
         /*schema*/admission_level(p.request_level, p.request_burst, p.rpm, p.refilled_at)),
@@ -375,6 +376,8 @@ ON CONFLICT (name) DO UPDATE SET
     refund_uncertain = excluded.refund_uncertain,
     input_price = excluded.input_price,
     output_price = excluded.output_price,
+    batch_input_price = excluded.batch_input_price,
+    batch_output_price = excluded.batch_output_price,
     max_in_flight_tokens = excluded.max_in_flight_tokens,
     updated_at = now();
 
@@ -383,7 +386,7 @@ ON CONFLICT (name) DO UPDATE SET
 -- allowance's local copy of the limits. The levels are computed, not
 -- stored, values.
 SELECT rpm, tpm, max_in_flight, request_burst, token_burst, charge_reserved, refund_uncertain,
-    input_price, output_price,
+    input_price, output_price, batch_input_price, batch_output_price,
     /*schema*/admission_level(request_level, request_burst, rpm, refilled_at),
     /*schema*/admission_level(token_level, token_burst, tpm, refilled_at),
     in_flight,
@@ -397,7 +400,7 @@ WHERE name = $1;
 -- A tenant's ledger for a range of UTC days, shards summed, served by the
 -- primary key.
 SELECT tenant, pool, day, sum(attempts)::bigint, sum(uncertain_attempts)::bigint,
-    sum(input_tokens)::bigint, sum(output_tokens)::bigint, sum(cost)::bigint
+    sum(input_tokens)::bigint, sum(output_tokens)::bigint, sum(cost)::bigint, sum(batch_attempts)::bigint
 FROM /*schema*/admission_usage
 WHERE tenant = $1 AND day BETWEEN $2 AND $3
 GROUP BY tenant, pool, day
@@ -449,7 +452,7 @@ WHERE p.name = $1;
 -- Every pool as of now, by name, for operators: SelectPool's columns with
 -- the name first.
 SELECT name, rpm, tpm, max_in_flight, request_burst, token_burst, charge_reserved, refund_uncertain,
-    input_price, output_price,
+    input_price, output_price, batch_input_price, batch_output_price,
     /*schema*/admission_level(request_level, request_burst, rpm, refilled_at),
     /*schema*/admission_level(token_level, token_burst, tpm, refilled_at),
     in_flight,
@@ -458,3 +461,29 @@ SELECT name, rpm, tpm, max_in_flight, request_burst, token_burst, charge_reserve
     max_in_flight_tokens, in_flight_tokens
 FROM /*schema*/admission_pools AS p
 ORDER BY name;
+
+-- name: RecordBatchUsage
+-- $1 pool, $2 tenants, $3 input tokens, $4 output tokens (one element per
+-- provider batch result), $5 shard. Adds the results to the ledger as
+-- attempts and batch attempts, at the pool's batch prices: a zero batch
+-- price is half the synchronous one. A pool the limiter does not know
+-- (the LEFT JOIN finds no row) records tokens at no cost. Run in the
+-- transaction that applies the results, so a result is in the ledger
+-- exactly when its item is settled. One upsert per tenant; the shard
+-- spreads its row lock as Release's do (admission_usage's primary key).
+INSERT INTO /*schema*/admission_usage AS u (
+    tenant, pool, day, shard, attempts, batch_attempts, uncertain_attempts, input_tokens, output_tokens, cost)
+SELECT r.tenant, $1, (now() AT TIME ZONE 'UTC')::date, $5, count(*), count(*), 0,
+    sum(r.input_tokens)::bigint, sum(r.output_tokens)::bigint,
+    coalesce(sum(round((r.input_tokens::numeric * coalesce(nullif(p.batch_input_price, 0)::numeric, p.input_price / 2.0)
+        + r.output_tokens::numeric * coalesce(nullif(p.batch_output_price, 0)::numeric, p.output_price / 2.0)) / 1000000)), 0)::bigint
+FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS r(tenant, input_tokens, output_tokens)
+LEFT JOIN /*schema*/admission_pools AS p ON p.name = $1
+WHERE r.tenant <> ''
+GROUP BY r.tenant
+ON CONFLICT (tenant, day, pool, shard) DO UPDATE SET
+    attempts = u.attempts + excluded.attempts,
+    batch_attempts = u.batch_attempts + excluded.batch_attempts,
+    input_tokens = u.input_tokens + excluded.input_tokens,
+    output_tokens = u.output_tokens + excluded.output_tokens,
+    cost = u.cost + excluded.cost;

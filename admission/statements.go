@@ -17,7 +17,7 @@ type statements struct {
 	// queries.sql: the limiter.
 	cycleSetup, releaseGroup, grantGroup, acquireOne, releaseOne  string
 	upsertPool, selectPool, selectPools, reapPermits, setCooldown string
-	lowerRemaining, countPermits, selectUsage                     string
+	lowerRemaining, countPermits, selectUsage, recordBatchUsage   string
 	// quotas.sql
 	upsertTenantQuota, deleteTenantQuota, selectTenantQuotas string
 	countPendingSystem, lockTenantQuota, countPendingTenant  string
@@ -37,7 +37,7 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.acquireOne, "AcquireOne", 6, new(grantScan).acquiredDest()...).
 			Binds("", int64(0), uuid.UUID{}, "", "", time.Duration(0)),
 		dbsql.Discard(&q.releaseOne, "ReleaseOne", 5).Binds(pgtype.UUID{}, 0, int64(0), int64(0), int16(0)),
-		dbsql.Exec(&q.upsertPool, "UpsertPool", 11),
+		dbsql.Exec(&q.upsertPool, "UpsertPool", 13),
 		dbsql.Query(&q.selectPool, "SelectPool", 1, new(poolScan).dest()...),
 		dbsql.Query(&q.selectPools, "SelectPools", 0, new(poolScan).namedDest()...),
 		dbsql.Query(&q.reapPermits, "ReapPermits", 1, new(int64)),
@@ -45,6 +45,7 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Exec(&q.lowerRemaining, "LowerRemaining", 3),
 		dbsql.Query(&q.countPermits, "CountPermits", 1, new(int), new(int)),
 		dbsql.Query(&q.selectUsage, "SelectUsage", 3, usageDest(new(Usage))...),
+		dbsql.Exec(&q.recordBatchUsage, "RecordBatchUsage", 5).Binds("", []string{}, []int64{}, []int64{}, int16(0)),
 		dbsql.Exec(&q.upsertTenantQuota, "UpsertTenantQuota", 5),
 		dbsql.Exec(&q.deleteTenantQuota, "DeleteTenantQuota", 1),
 		dbsql.Query(&q.selectTenantQuotas, "SelectTenantQuotas", 1, new(quotaScan).dest()...),
@@ -81,7 +82,8 @@ type poolScan struct {
 func (p *poolScan) dest() []any {
 	s := &p.s
 	return []any{&s.RPM, &s.TPM, &s.MaxInFlight, &s.RequestBurst, &s.TokenBurst, &s.ChargeReserved, &s.RefundUncertain,
-		&s.InputPrice, &s.OutputPrice, &s.RequestLevel, &s.TokenLevel, &s.InFlight, &p.cooldown, &s.hasExpired,
+		&s.InputPrice, &s.OutputPrice, &s.BatchInputPrice, &s.BatchOutputPrice,
+		&s.RequestLevel, &s.TokenLevel, &s.InFlight, &p.cooldown, &s.hasExpired,
 		&s.MaxInFlightTokens, &s.InFlightTokens}
 }
 
@@ -94,7 +96,7 @@ func (p *poolScan) state() PoolState {
 }
 
 func usageDest(u *Usage) []any {
-	return []any{&u.Tenant, &u.Pool, &u.Day, &u.Attempts, &u.UncertainAttempts, &u.InputTokens, &u.OutputTokens, &u.Cost}
+	return []any{&u.Tenant, &u.Pool, &u.Day, &u.Attempts, &u.UncertainAttempts, &u.InputTokens, &u.OutputTokens, &u.Cost, &u.BatchAttempts}
 }
 
 // quotaScan is a tenant's quota row as scanned; NULL limits are unset.

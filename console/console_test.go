@@ -295,14 +295,17 @@ func TestPoolEdit(t *testing.T) {
 	}
 	rec := s.post("/pools/none", url.Values{"csrf_token": {token}, "rpm": {"5"}}, user)
 	require.Equal(t, http.StatusNotFound, rec.Code)
-	rec = s.post("/pools/openai-gpt", url.Values{"csrf_token": {token}, "rpm": {"1200"}, "max_in_flight": {"16"}, "max_in_flight_tokens": {"64000"}}, user)
+	rec = s.post("/pools/openai-gpt", url.Values{"csrf_token": {token}, "rpm": {"1200"}, "max_in_flight": {"16"}, "max_in_flight_tokens": {"64000"},
+		"batch_output_price": {"4000000"}}, user)
 	require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
-	var rpm, inFlight, inFlightTokens int
-	require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT rpm, max_in_flight, max_in_flight_tokens FROM "+f.schema+".admission_pools WHERE name = 'openai-gpt'").
-		Scan(&rpm, &inFlight, &inFlightTokens))
+	var rpm, inFlight, inFlightTokens, batchIn, batchOut int
+	require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT rpm, max_in_flight, max_in_flight_tokens, batch_input_price, batch_output_price FROM "+f.schema+".admission_pools WHERE name = 'openai-gpt'").
+		Scan(&rpm, &inFlight, &inFlightTokens, &batchIn, &batchOut))
 	require.Equal(t, 1200, rpm)
 	require.Equal(t, 16, inFlight)
 	require.Equal(t, 64000, inFlightTokens)
+	require.Zero(t, batchIn, "a batch price left empty keeps its value")
+	require.Equal(t, 4_000_000, batchOut)
 	_, body = s.get("/pools")
 	require.Contains(t, body, "0 / 64,000", "the pool's tokens in flight against its budget")
 }

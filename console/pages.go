@@ -502,7 +502,8 @@ func (h *Handler) setPool(w http.ResponseWriter, r *http.Request, actor string) 
 	h.cfg.Logger.InfoContext(r.Context(), "console: pool limits changed", "actor", actor, "pool", name,
 		"rpm", p.RPM, "tpm", p.TPM, "max_in_flight", p.MaxInFlight, "max_in_flight_tokens", p.MaxInFlightTokens,
 		"request_burst", p.RequestBurst, "token_burst", p.TokenBurst,
-		"input_price", p.InputPrice, "output_price", p.OutputPrice)
+		"input_price", p.InputPrice, "output_price", p.OutputPrice,
+		"batch_input_price", p.BatchInputPrice, "batch_output_price", p.BatchOutputPrice)
 	target := h.cfg.BasePath + "/pools?" + url.Values{"flash": {"pool-updated"}}.Encode()
 	http.Redirect(w, r, target, http.StatusSeeOther)
 	return nil
@@ -521,6 +522,7 @@ func poolFromForm(r *http.Request, p admission.Pool) (admission.Pool, error) {
 		{"rpm", &rpm}, {"tpm", &p.TPM}, {"max_in_flight", &inFlight}, {"request_burst", &reqBurst},
 		{"token_burst", &p.TokenBurst}, {"input_price", &p.InputPrice}, {"output_price", &p.OutputPrice},
 		{"max_in_flight_tokens", &p.MaxInFlightTokens},
+		{"batch_input_price", &p.BatchInputPrice}, {"batch_output_price", &p.BatchOutputPrice},
 	}
 	for _, f := range ints {
 		s := r.PostFormValue(f.field)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/internal/dberr"
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/outcome"
@@ -311,6 +312,7 @@ func (s *Submitter) settleCancelled(ctx context.Context, id uuid.UUID, items map
 type settled struct {
 	c       jobs.Completion
 	outcome string // itemStale: nothing to record; "" : record c
+	tenant  string // the job's, for the usage ledger: set with c.Usage
 }
 
 // apply reads an ended batch's results and settles every item: a result
@@ -401,7 +403,7 @@ func (s *Submitter) resultOf(ctx context.Context, job *jobs.Job, r Result) settl
 		c = outcome.Defective(c, result, problem)
 	}
 	c.Usage = usage
-	return settled{c: c}
+	return settled{c: c, tenant: job.Tenant}
 }
 
 // invalidAttempts counts the job's earlier attempts that ended in
@@ -499,9 +501,26 @@ func (s *Submitter) settleChunk(ctx context.Context, id uuid.UUID, chunk []settl
 				counts[1]++
 			}
 		}
-		_, err = tx.Exec(ctx, s.sql.countSettled, dbsql.UUID(id), counts[0], counts[1], counts[2], counts[3], counts[4])
-		return err
+		if _, err := tx.Exec(ctx, s.sql.countSettled, dbsql.UUID(id), counts[0], counts[1], counts[2], counts[3], counts[4]); err != nil {
+			return fmt.Errorf("providerbatch: counting settled items: %w", err)
+		}
+		return s.ledger.Record(ctx, tx, s.cfg.Pool, billed(chunk, now))
 	})
+}
+
+// billed is the usage the provider reported for the results of chunk
+// settled now, for the usage ledger: whether the result was applied or
+// found stale, the provider served the request and bills it. A result
+// settled before (read again after a crash) is not billed twice.
+func billed(chunk []settled, now map[[16]byte]bool) []admission.BatchUsage {
+	var usage []admission.BatchUsage
+	for _, d := range chunk {
+		u := d.c.Usage
+		if now[d.c.JobID] && u.InputTokens+u.OutputTokens > 0 {
+			usage = append(usage, admission.BatchUsage{Tenant: d.tenant, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens})
+		}
+	}
+	return usage
 }
 
 // completeOn records completions in tx. If the store refuses the batch

@@ -1,6 +1,7 @@
 // Package providerbatch serves jobs through a provider's batch API
-// (OpenAI's Batch API) at its batch price, about half the synchronous one,
-// for work that can wait up to the provider's completion window (24 hours).
+// (OpenAI's Batch API, Anthropic's Message Batches) at its batch price,
+// half the synchronous one, for work that can wait up to the provider's
+// completion window (24 hours).
 //
 // # One call, two paths
 //
@@ -44,7 +45,13 @@
 // attempt, through the same jobs.RunnerStore.Complete a runner uses.
 //
 //   - A result is decided by the kind's parser as on the synchronous path;
-//     its usage is the attempt's.
+//     its usage is the attempt's, and goes into the usage ledger
+//     (admission_usage, through admission.BatchLedger) in the same
+//     transaction, at the pool's batch prices: admission.Pool's
+//     BatchInputPrice and BatchOutputPrice, by default half the
+//     synchronous ones. A result found stale is billed too: the provider
+//     served it. Batch requests take no admission permit: the provider's
+//     batch limits, not the pool's RPM and TPM, bound them.
 //   - A request the provider refused (HTTP 4xx other than 408, 409, 429)
 //     fails its job (permanent); one the provider failed (5xx, 429) is
 //     retried with backoff as a transient failure, into a later batch.

@@ -76,12 +76,15 @@ type harness struct {
 }
 
 // newHarness serves a fake provider for fcfg (batches complete at their
-// first read unless held) and a submitter config that polls and gathers
-// at every Pass.
+// first read unless held; synchronous calls take about a millisecond) and
+// a submitter config that polls and gathers at every Pass.
 func newHarness(t *testing.T, fcfg fakeprovider.Config) *harness {
 	t.Helper()
 	if fcfg.BatchDelay == 0 {
 		fcfg.BatchDelay = time.Nanosecond
+	}
+	if fcfg.MeanLatency == 0 {
+		fcfg.MeanLatency = time.Millisecond // for the synchronous calls some tests make
 	}
 	db := dbtest.Setup(t, dbtest.Options{MaxConns: 8})
 	store, err := jobs.NewStore(jobs.Config{Schema: db.Schema, Queues: []string{jobs.DefaultQueue, batchQueue}})

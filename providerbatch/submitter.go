@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/outcome"
 	"github.com/llmq/llmq/jobs"
@@ -28,6 +29,7 @@ type Submitter struct {
 	kinds  []string
 	limits Limits
 	policy outcome.Policy
+	ledger *admission.BatchLedger
 	worker string
 	logger *slog.Logger
 
@@ -60,6 +62,9 @@ func NewSubmitter(pool *pgxpool.Pool, store jobs.RunnerStore, cfg Config) (*Subm
 		logger: cfg.Logger.With("pool", cfg.Pool, "submitter", cfg.ID),
 	}
 	if _, err := s.sql.load(schema); err != nil {
+		return nil, fmt.Errorf("providerbatch: %w", err)
+	}
+	if s.ledger, err = admission.NewBatchLedger(schema.Name()); err != nil {
 		return nil, fmt.Errorf("providerbatch: %w", err)
 	}
 	for _, c := range cfg.Calls {

@@ -12,6 +12,7 @@ import (
 	oai "github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/examples/fakeprovider"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/llmqtype"
@@ -245,6 +246,9 @@ func TestSubmitterAppliesAResultOnce(t *testing.T) {
 	for _, id := range ids {
 		require.Len(t, h.attempts(id), 1)
 	}
+	var billed int64
+	require.NoError(t, h.db.Pool.QueryRow(t.Context(), "SELECT coalesce(sum(batch_attempts), 0) FROM "+h.db.Schema+".admission_usage").Scan(&billed))
+	require.Equal(t, int64(len(ids)), billed, "the usage ledger holds each result once")
 }
 
 // A submitter that created a provider batch but did not record its id
@@ -400,4 +404,75 @@ func TestSubmitterReturnsTheJobsOfAnExpiredBatch(t *testing.T) {
 		require.Equal(t, jobs.AttemptSucceeded, a[1].Outcome)
 		require.Equal(t, 4, h.job(id).MaxAttempts, "an expired batch's attempt is not counted against MaxAttempts (3)")
 	}
+}
+
+// The usage ledger holds a batch result at the pool's batch price: with
+// the price left at zero, half the synchronous one. The same documents
+// served synchronously, released through the limiter as a runner does,
+// cost twice as much. A result read again after it was applied is not
+// billed again.
+func TestBatchUsageCostsHalfInTheLedger(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, fakeprovider.Config{RPM: 100_000})
+	limiter, err := admission.NewPostgres(h.db.Pool, admission.Config{Schema: h.db.Schema})
+	require.NoError(t, err)
+	require.NoError(t, limiter.SetPool(t.Context(), admission.Pool{
+		Name: pool, RPM: 10_000, TPM: 10_000_000, MaxInFlight: 10,
+		InputPrice: 2_500_000, OutputPrice: 10_000_000, // $2.50 and $10 a million tokens
+	}))
+	texts := make([]string, 40)
+	for i := range texts {
+		texts[i] = invoice(i, strings.Repeat("line item\n", i))
+	}
+	ids := h.enqueue(texts...)
+	s := h.submitter(h.cfg)
+	h.passUntil(s, "all succeeded", h.allIn(jobs.StateSucceeded, len(ids)))
+
+	// The same documents, synchronously, under the tenant "sync".
+	client := h.client()
+	for _, text := range texts {
+		req, err := buildExtract(t.Context(), docArgs{Text: text})
+		require.NoError(t, err)
+		permit, err := limiter.Acquire(t.Context(), admission.Request{Pool: pool, Tenant: "sync", Tokens: 1_000})
+		require.NoError(t, err)
+		answer, err := client.Chat.Completions.New(t.Context(), req)
+		require.NoError(t, err)
+		require.NoError(t, permit.Release(t.Context(), admission.CallOutcome{
+			Result: admission.CallAnswered, InputTokens: answer.Usage.PromptTokens, OutputTokens: answer.Usage.CompletionTokens,
+		}))
+	}
+
+	today := time.Now().UTC()
+	usage := func(tenant string) admission.Usage {
+		rows, err := limiter.Usage(t.Context(), tenant, today, today)
+		require.NoError(t, err)
+		require.Len(t, rows, 1)
+		return rows[0]
+	}
+	batch, sync := usage("acme"), usage("sync")
+	require.Equal(t, int64(len(ids)), batch.Attempts)
+	require.Equal(t, int64(len(ids)), batch.BatchAttempts)
+	require.Zero(t, sync.BatchAttempts)
+	require.Equal(t, sync.InputTokens, batch.InputTokens, "the batch served the same requests")
+	require.Equal(t, sync.OutputTokens, batch.OutputTokens)
+	require.Positive(t, sync.Cost)
+	require.InEpsilon(t, 0.5, float64(batch.Cost)/float64(sync.Cost), 0.01, "batch %d, sync %d micro-units", batch.Cost, sync.Cost)
+
+	var attemptsIn int64
+	for _, id := range ids {
+		attemptsIn += h.attempts(id)[0].Usage.InputTokens
+	}
+	require.Equal(t, attemptsIn, batch.InputTokens, "the ledger holds the attempts' usage")
+
+	// A batch price set on the pool is used as it is.
+	state, err := limiter.State(t.Context(), pool)
+	require.NoError(t, err)
+	p := state.Pool
+	p.BatchInputPrice, p.BatchOutputPrice = 2_500_000, 10_000_000
+	require.NoError(t, limiter.SetPool(t.Context(), p))
+	more := h.enqueue(texts...)
+	h.passUntil(s, "the second lot succeeded", h.allIn(jobs.StateSucceeded, len(ids)+len(more)))
+	batch = usage("acme")
+	require.Equal(t, int64(2*len(ids)), batch.BatchAttempts)
+	require.InEpsilon(t, 1.5, float64(batch.Cost)/float64(sync.Cost), 0.01, "half price, then full price")
 }

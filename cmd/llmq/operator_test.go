@@ -437,7 +437,7 @@ func TestPoolsCommands(t *testing.T) {
 
 	code, out, stderr = f.run("pools", "set", "gpt-4o", "--create", "--rpm", "600", "--tpm", "100000", "--in-flight", "10", "--input-price", "2500000")
 	require.Equal(t, 0, code, stderr)
-	require.Regexp(t, `gpt-4o\s+600\s+100000\s+0/10\s+0/-\s+10/10\s+10000/10000\s+-\s+2500000/0`, out)
+	require.Regexp(t, `gpt-4o\s+600\s+100000\s+0/10\s+0/-\s+10/10\s+10000/10000\s+-\s+2500000/0\s+1250000\(half\)/0\(half\)`, out)
 
 	// Usage shows: a held permit and a provider's cooldown.
 	permit, err := limiter.Acquire(ctx, admission.Request{Pool: "gpt-4o", Tenant: "acme", Tokens: 1000})
@@ -452,7 +452,7 @@ func TestPoolsCommands(t *testing.T) {
 	require.Greater(t, rows[0].CooldownSeconds, 50.0)
 	code, out, _ = f.run("pools", "list")
 	require.Equal(t, 0, code)
-	require.Regexp(t, `gpt-4o\s+600\s+100000\s+1/10\s+1000/-\s+\d+/10\s+\d+/10000\s+(59|1m0)s\s+2500000/0`, out)
+	require.Regexp(t, `gpt-4o\s+600\s+100000\s+1/10\s+1000/-\s+\d+/10\s+\d+/10000\s+(59|1m0)s\s+2500000/0\s+1250000\(half\)/0\(half\)`, out)
 
 	// Setting some limits keeps the others; a burst left at its default
 	// follows the new rate.
@@ -468,6 +468,17 @@ func TestPoolsCommands(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, admission.Pool{Name: "gpt-4o", RPM: 1200, TPM: 200_000, MaxInFlight: 4, MaxInFlightTokens: 64_000, RequestBurst: 20, TokenBurst: 4000,
 		InputPrice: 2_500_000, RefundUncertain: true}, state.Pool, "the burst set on purpose stays")
+
+	// A batch price set on purpose is shown as it is.
+	code, out, stderr = f.run("pools", "set", "gpt-4o", "--batch-input-price", "1000000")
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `\s2500000/0\s+1000000/0\(half\)\n`, out)
+	state, err = limiter.State(ctx, "gpt-4o")
+	require.NoError(t, err)
+	require.Equal(t, int64(1_000_000), state.BatchInputPrice)
+	require.Zero(t, state.BatchOutputPrice)
+	code, _, stderr = f.run("pools", "set", "gpt-4o", "--batch-output-price", "-1")
+	require.Equal(t, 2, code, "a negative price is refused: %s", stderr)
 	require.Equal(t, int64(1000), state.InFlightTokens, "the held permit's reservation counts")
 	require.Equal(t, 1, state.InFlight, "the held permit still counts")
 	require.NoError(t, permit.Release(ctx, admission.CallOutcome{Result: admission.CallNotSent}))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"text/tabwriter"
 
 	"github.com/jackc/pgx/v5"
@@ -49,7 +50,7 @@ func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return printPools(stdout, c.json, rows)
 		})
 	}
-	var rpm, tpm, inFlight, inFlightTokens, requestBurst, tokenBurst, inputPrice, outputPrice count
+	var rpm, tpm, inFlight, inFlightTokens, requestBurst, tokenBurst, inputPrice, outputPrice, batchInputPrice, batchOutputPrice count
 	fs.Var(&rpm, "rpm", "`requests` per minute the provider allows the pool")
 	fs.Var(&tpm, "tpm", "`tokens` per minute the provider allows the pool")
 	fs.Var(&inFlight, "in-flight", "`calls` in flight at once, across every process")
@@ -58,6 +59,8 @@ func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Var(&tokenBurst, "token-burst", "token bucket size in `tokens`, the largest request admitted (0: TPM/10)")
 	fs.Var(&inputPrice, "input-price", "price of a million input tokens, in `micro-units`, for the usage ledger")
 	fs.Var(&outputPrice, "output-price", "price of a million output tokens, in `micro-units`, for the usage ledger")
+	fs.Var(&batchInputPrice, "batch-input-price", "price of a million input tokens sent in a provider batch, in `micro-units` (0: half --input-price)")
+	fs.Var(&batchOutputPrice, "batch-output-price", "price of a million output tokens sent in a provider batch, in `micro-units` (0: half --output-price)")
 	chargeReserved := fs.Bool("charge-reserved", false, "the provider counts max_tokens: answered calls refund nothing")
 	refundUncertain := fs.Bool("refund-uncertain", false, "refund the tokens of calls sent but not answered")
 	create := fs.Bool("create", false, "create the pool if it does not exist (--rpm, --tpm and --in-flight then required)")
@@ -70,13 +73,13 @@ func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	changes := 0
-	for _, f := range []string{"rpm", "tpm", "in-flight", "in-flight-tokens", "request-burst", "token-burst", "input-price", "output-price", "charge-reserved", "refund-uncertain"} {
+	for _, f := range []string{"rpm", "tpm", "in-flight", "in-flight-tokens", "request-burst", "token-burst", "input-price", "output-price", "batch-input-price", "batch-output-price", "charge-reserved", "refund-uncertain"} {
 		if set[f] {
 			changes++
 		}
 	}
 	if changes == 0 {
-		return fmt.Errorf("%w: pools set %s: give at least one of --rpm, --tpm, --in-flight, --in-flight-tokens, --request-burst, --token-burst, --input-price, --output-price, --charge-reserved, --refund-uncertain", errUsage, name)
+		return fmt.Errorf("%w: pools set %s: give at least one of --rpm, --tpm, --in-flight, --in-flight-tokens, --request-burst, --token-burst, --input-price, --output-price, --batch-input-price, --batch-output-price, --charge-reserved, --refund-uncertain", errUsage, name)
 	}
 	for _, f := range []struct {
 		name string
@@ -131,6 +134,8 @@ func runPools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			{"token-burst", func() { p.TokenBurst = int64(tokenBurst) }},
 			{"input-price", func() { p.InputPrice = int64(inputPrice) }},
 			{"output-price", func() { p.OutputPrice = int64(outputPrice) }},
+			{"batch-input-price", func() { p.BatchInputPrice = int64(batchInputPrice) }},
+			{"batch-output-price", func() { p.BatchOutputPrice = int64(batchOutputPrice) }},
 			{"charge-reserved", func() { p.ChargeReserved = *chargeReserved }},
 			{"refund-uncertain", func() { p.RefundUncertain = *refundUncertain }},
 		}
@@ -198,13 +203,23 @@ func printPools(w io.Writer, asJSON bool, rows []poolRow) error {
 		return writeJSON(w, rows)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprint(tw, "POOL\tRPM\tTPM\tIN FLIGHT\tTOKENS IN FLIGHT\tREQUESTS NOW\tTOKENS NOW\tCOOLDOWN\tPRICE IN/OUT\n")
+	fmt.Fprint(tw, "POOL\tRPM\tTPM\tIN FLIGHT\tTOKENS IN FLIGHT\tREQUESTS NOW\tTOKENS NOW\tCOOLDOWN\tPRICE IN/OUT\tBATCH PRICE IN/OUT\n")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d/%d\t%d/%s\t%.0f/%d\t%.0f/%d\t%s\t%d/%d\n", r.Name, r.RPM, r.TPM, r.InFlight, r.MaxInFlight,
-			r.InFlightTokens, limit(r.MaxInFlightTokens), math.Floor(r.RequestLevel), r.RequestBurst, math.Floor(r.TokenLevel), r.TokenBurst, age(r.CooldownSeconds), r.InputPrice, r.OutputPrice)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d/%d\t%d/%s\t%.0f/%d\t%.0f/%d\t%s\t%d/%d\t%s/%s\n", r.Name, r.RPM, r.TPM, r.InFlight, r.MaxInFlight,
+			r.InFlightTokens, limit(r.MaxInFlightTokens), math.Floor(r.RequestLevel), r.RequestBurst, math.Floor(r.TokenLevel), r.TokenBurst, age(r.CooldownSeconds), r.InputPrice, r.OutputPrice,
+			batchPrice(r.BatchInputPrice, r.InputPrice), batchPrice(r.BatchOutputPrice, r.OutputPrice))
 	}
 	if len(rows) == 0 {
 		fmt.Fprint(tw, "(no pools)\n")
 	}
 	return tw.Flush()
+}
+
+// batchPrice shows a batch price as the ledger applies it: set, or half
+// the synchronous price, marked so.
+func batchPrice(batch, sync int64) string {
+	if batch == 0 {
+		return strconv.FormatFloat(float64(sync)/2, 'f', -1, 64) + "(half)"
+	}
+	return strconv.FormatInt(batch, 10)
 }
