@@ -14,6 +14,7 @@ import (
 	"github.com/llmq/llmq/internal/dberr"
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/outcome"
+	"github.com/llmq/llmq/internal/telemetry"
 	"github.com/llmq/llmq/jobs"
 )
 
@@ -523,27 +524,31 @@ func billed(chunk []settled, now map[[16]byte]bool) []admission.BatchUsage {
 	return usage
 }
 
-// completeOn records completions in tx. If the store refuses the batch
-// for what one of them holds, each is recorded alone in a savepoint, and
-// one refused again is recorded as unrecordable, failing its job alone.
+// hookAttempts is how many times a result whose OnSucceeded hook fails is
+// recorded with the hook before it is recorded without it, as a retry: as
+// the lease runner does.
+const hookAttempts = 3
+
+// hookError is the host's OnSucceeded hook failing.
+type hookError struct{ err error }
+
+func (e *hookError) Error() string { return "OnSucceeded hook: " + e.err.Error() }
+func (e *hookError) Unwrap() error { return e.err }
+
+// completeOn records completions in tx, with the host's OnSucceeded hook
+// for each success. If the store refuses the batch for what one of them
+// holds, or a hook fails, each is recorded alone in a savepoint: one
+// whose hook keeps failing is recorded as a transient failure without the
+// hook (the job goes back for a later batch, as a runner's would), one
+// refused again as unrecordable, failing its job alone.
 func (s *Submitter) completeOn(ctx context.Context, tx pgx.Tx, completions []jobs.Completion) ([]jobs.CompletionResult, error) {
-	var results []jobs.CompletionResult
-	err := dbsql.WithTx(ctx, tx, func(sp pgx.Tx) error {
-		var err error
-		results, err = s.store.Complete(ctx, sp, completions)
-		return err
-	})
+	results, err := s.completeHooked(ctx, tx, completions, true)
 	if err == nil || dberr.Connection(err) || ctx.Err() != nil {
 		return results, err
 	}
 	results = make([]jobs.CompletionResult, len(completions))
 	for i, c := range completions {
-		one, err := s.completeOne(ctx, tx, c)
-		if err != nil && !dberr.Connection(err) {
-			s.logger.Error("llmq: PostgreSQL refused a provider batch result; the job fails with class "+jobs.ClassUnrecordable,
-				"job", c.JobID, "outcome", c.Outcome, "err", err)
-			one, err = s.completeOne(ctx, tx, outcome.Unrecordable(c, err))
-		}
+		one, err := s.completeAlone(ctx, tx, c)
 		if err != nil {
 			return nil, err
 		}
@@ -552,17 +557,65 @@ func (s *Submitter) completeOn(ctx context.Context, tx pgx.Tx, completions []job
 	return results, nil
 }
 
-func (s *Submitter) completeOne(ctx context.Context, tx pgx.Tx, c jobs.Completion) (jobs.CompletionResult, error) {
-	var res []jobs.CompletionResult
-	err := dbsql.WithTx(ctx, tx, func(sp pgx.Tx) error {
-		var err error
-		res, err = s.store.Complete(ctx, sp, []jobs.Completion{c})
-		return err
-	})
+// completeAlone records c in a savepoint of tx, falling back as
+// completeOn says.
+func (s *Submitter) completeAlone(ctx context.Context, tx pgx.Tx, c jobs.Completion) (jobs.CompletionResult, error) {
+	var err error
+	for range hookAttempts {
+		var res []jobs.CompletionResult
+		if res, err = s.completeHooked(ctx, tx, []jobs.Completion{c}, true); err == nil {
+			return res[0], nil
+		}
+		if hookErr := (*hookError)(nil); !errors.As(err, &hookErr) {
+			break
+		}
+	}
+	if hookErr := (*hookError)(nil); errors.As(err, &hookErr) {
+		s.logger.Error("llmq: the OnSucceeded hook keeps failing for a provider batch result; the job is retried",
+			"job", c.JobID, "err", err)
+		c.Outcome, c.ErrorClass, c.Error, c.Result = jobs.OutcomeRetry, jobs.ClassTransient, err.Error(), nil
+		c.RetryDelay = s.cfg.Retry.Delay(c.Attempt, nil)
+		var res []jobs.CompletionResult
+		if res, err = s.completeHooked(ctx, tx, []jobs.Completion{c}, false); err == nil {
+			return res[0], nil
+		}
+	}
+	if dberr.Connection(err) || ctx.Err() != nil {
+		return jobs.CompletionResult{}, err
+	}
+	s.logger.Error("llmq: PostgreSQL refused a provider batch result; the job fails with class "+jobs.ClassUnrecordable,
+		"job", c.JobID, "outcome", c.Outcome, "err", err)
+	res, err := s.completeHooked(ctx, tx, []jobs.Completion{outcome.Unrecordable(c, err)}, false)
 	if err != nil {
 		return jobs.CompletionResult{}, err
 	}
 	return res[0], nil
+}
+
+// completeHooked records completions in a savepoint of tx and, when
+// hooked, runs the OnSucceeded hook for each success in it, in the job's
+// trace. A hook's error (other than the database's) is a *hookError.
+func (s *Submitter) completeHooked(ctx context.Context, tx pgx.Tx, completions []jobs.Completion, hooked bool) ([]jobs.CompletionResult, error) {
+	var results []jobs.CompletionResult
+	err := dbsql.WithTx(ctx, tx, func(sp pgx.Tx) error {
+		var err error
+		if results, err = s.store.Complete(ctx, sp, completions); err != nil || !hooked || s.cfg.OnSucceeded == nil {
+			return err
+		}
+		for _, res := range results {
+			if res.Job == nil || res.Job.State != jobs.StateSucceeded {
+				continue
+			}
+			if err := s.cfg.OnSucceeded(telemetry.RemoteContext(ctx, res.Job.TraceParent), sp, res.Job); err != nil {
+				if dberr.Connection(err) {
+					return err
+				}
+				return &hookError{err: err}
+			}
+		}
+		return nil
+	})
+	return results, err
 }
 
 // complete records outcomes of jobs not in any submission (refused before

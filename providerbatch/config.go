@@ -87,6 +87,15 @@ type Config struct {
 	// a kind's parser decides the same outcome on both paths.
 	InvalidOutputAttempts int
 	InvalidOutput         lease.InvalidOutputPolicy
+	// OnSucceeded, when set, runs in the transaction that records each
+	// successful result, as lease.Config.OnSucceeded does for a runner's:
+	// give both the same hook, and a job's side effects (a webhook
+	// delivery) are the same whichever path served it. If it keeps
+	// failing (three times) for a result, the result is recorded as a
+	// transient failure without the hook and the job goes back for a
+	// later batch: the host's side effect is never skipped, at the price
+	// of a second request.
+	OnSucceeded lease.SucceededHook
 	// Logger receives the submitter's logs. Default slog.Default().
 	Logger *slog.Logger
 }

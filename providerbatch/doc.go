@@ -52,6 +52,12 @@
 //     synchronous ones. A result found stale is billed too: the provider
 //     served it. Batch requests take no admission permit: the provider's
 //     batch limits, not the pool's RPM and TPM, bound them.
+//   - Config.OnSucceeded, the host's hook (lease.SucceededHook), runs in
+//     the transaction that records each success, as a runner's does: give
+//     both paths the same hook and a job's side effects (a webhook
+//     delivery) do not depend on the path. A hook that fails three times
+//     for a result records it as a transient failure without the hook;
+//     the job goes to a later batch.
 //   - A request the provider refused (HTTP 4xx other than 408, 409, 429)
 //     fails its job (permanent); one the provider failed (5xx, 429) is
 //     retried with backoff as a transient failure, into a later batch.

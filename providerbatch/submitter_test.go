@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	oai "github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/require"
 
@@ -475,4 +476,46 @@ func TestBatchUsageCostsHalfInTheLedger(t *testing.T) {
 	batch = usage("acme")
 	require.Equal(t, int64(2*len(ids)), batch.BatchAttempts)
 	require.InEpsilon(t, 1.5, float64(batch.Cost)/float64(sync.Cost), 0.01, "half price, then full price")
+}
+
+// Config.OnSucceeded runs in the transaction that records each success,
+// as a runner's does: its writes commit with the result. A hook that
+// keeps failing for one result fails only that job's attempt, as a
+// transient failure recorded without the hook.
+func TestSubmitterRunsTheSucceededHook(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, fakeprovider.Config{})
+	_, err := h.db.Pool.Exec(t.Context(), "CREATE TABLE "+h.db.Schema+".delivered (job_id uuid PRIMARY KEY)")
+	require.NoError(t, err)
+	texts := make([]string, 12)
+	for i := range texts {
+		texts[i] = invoice(i, "")
+	}
+	texts = append(texts, invoice(99, "poison"))
+	ids := h.enqueue(texts...)
+	cfg := h.cfg
+	cfg.Retry = llmqtype.BackoffPolicy{Base: time.Millisecond, Cap: time.Millisecond}
+	cfg.OnSucceeded = func(ctx context.Context, tx pgx.Tx, job *jobs.Job) error {
+		if strings.Contains(string(job.Payload), "poison") {
+			return errors.New("the ERP refuses this supplier")
+		}
+		_, err := tx.Exec(ctx, "INSERT INTO "+h.db.Schema+".delivered VALUES ($1)", job.ID.String())
+		return err
+	}
+	s := h.submitter(cfg)
+	h.passUntil(s, "all finished", func() bool {
+		st := h.states()
+		return st[jobs.StateSucceeded]+st[jobs.StateFailedTerminal] == len(ids)
+	})
+	var delivered int
+	require.NoError(t, h.db.Pool.QueryRow(t.Context(), "SELECT count(*) FROM "+h.db.Schema+".delivered").Scan(&delivered))
+	require.Equal(t, 12, delivered, "one delivery per success, written with it")
+	for _, id := range ids[:12] {
+		require.Equal(t, jobs.StateSucceeded, h.job(id).State)
+	}
+	poisoned := h.job(ids[12])
+	require.Equal(t, jobs.StateFailedTerminal, poisoned.State)
+	require.Equal(t, jobs.ClassTransient, poisoned.ErrorClass)
+	require.Contains(t, poisoned.LastError, "OnSucceeded hook: the ERP refuses this supplier")
+	require.Len(t, h.attempts(ids[12]), 3, "retried up to MaxAttempts, in later batches")
 }
