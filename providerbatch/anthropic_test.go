@@ -26,14 +26,14 @@ var claudeKind = jobs.NewKind[docArgs, fakeprovider.Extraction]("doc.extract.cla
 
 var claudeCall = providerbatch.NewCall(claudeKind, llmqanthropic.Messages{}, buildClaude, parseClaude)
 
-func buildClaude(_ context.Context, a docArgs) (sdk.MessageNewParams, error) {
+func buildClaude(_ context.Context, _ *jobs.Job, a docArgs) (sdk.MessageNewParams, error) {
 	return sdk.MessageNewParams{
 		Model: "claude-test", MaxTokens: 800, System: []sdk.TextBlockParam{{Text: "extract"}},
 		Messages: []sdk.MessageParam{sdk.NewUserMessage(sdk.NewTextBlock(a.Text))},
 	}, nil
 }
 
-func parseClaude(_ context.Context, _ docArgs, m *sdk.Message) (fakeprovider.Extraction, error) {
+func parseClaude(_ context.Context, _ *jobs.Job, _ docArgs, m *sdk.Message) (fakeprovider.Extraction, error) {
 	var ex fakeprovider.Extraction
 	if len(m.Content) == 0 {
 		return ex, jobs.InvalidOutput(fmt.Errorf("the answer has no content"), nil)

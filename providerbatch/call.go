@@ -33,20 +33,22 @@ type Codec[Req, Resp any] interface {
 // the job's arguments; parse validates the answer and makes the job's
 // result, returning the jobs package's errors (jobs.InvalidOutput,
 // jobs.NeedsReview, jobs.Permanent) exactly as a handler would: both paths
-// decide the job's outcome from them the same way.
+// decide the job's outcome from them the same way. Both get the job as
+// lease.Handle's handlers do, for its tenant and id; on the batch path its
+// Attempt and Fence are those of the batch request.
 type Call[A, R, Req, Resp any] struct {
 	kind  jobs.Kind[A, R]
 	codec Codec[Req, Resp]
-	build func(ctx context.Context, args A) (Req, error)
-	parse func(ctx context.Context, args A, answer Resp) (R, error)
+	build func(ctx context.Context, job *jobs.Job, args A) (Req, error)
+	parse func(ctx context.Context, job *jobs.Job, args A, answer Resp) (R, error)
 }
 
 // NewCall declares kind's provider call. Declare it once, beside the kind:
 //
 //	var extractCall = providerbatch.NewCall(Extract, openai.Chat{}, buildExtract, parseExtract)
 func NewCall[A, R, Req, Resp any](kind jobs.Kind[A, R], codec Codec[Req, Resp],
-	build func(ctx context.Context, args A) (Req, error),
-	parse func(ctx context.Context, args A, answer Resp) (R, error)) *Call[A, R, Req, Resp] {
+	build func(ctx context.Context, job *jobs.Job, args A) (Req, error),
+	parse func(ctx context.Context, job *jobs.Job, args A, answer Resp) (R, error)) *Call[A, R, Req, Resp] {
 	return &Call[A, R, Req, Resp]{kind: kind, codec: codec, build: build, parse: parse}
 }
 
@@ -56,18 +58,20 @@ func (c *Call[A, R, Req, Resp]) Kind() jobs.Kind[A, R] { return c.kind }
 // Handle is the synchronous path: a typed handler for a lease.Runner that
 // builds the request, makes it with do (the provider's SDK, through the
 // adapter's Options so admission and usage see it) and parses the answer.
+// A request that could not be built was not sent (lease.NotSent): its
+// admission permit is given back whole.
 func (c *Call[A, R, Req, Resp]) Handle(do func(ctx context.Context, req Req) (Resp, error)) lease.KindHandler {
-	return lease.Handle(c.kind, func(ctx context.Context, _ *jobs.Job, args A) (R, error) {
+	return lease.Handle(c.kind, func(ctx context.Context, job *jobs.Job, args A) (R, error) {
 		var zero R
-		req, err := c.build(ctx, args)
+		req, err := c.build(ctx, job, args)
 		if err != nil {
-			return zero, fmt.Errorf("building the request of kind %q: %w", c.kind.Name(), err)
+			return zero, lease.NotSent(fmt.Errorf("building the request of kind %q: %w", c.kind.Name(), err))
 		}
 		resp, err := do(ctx, req)
 		if err != nil {
 			return zero, err
 		}
-		return c.parse(ctx, args, resp)
+		return c.parse(ctx, job, args, resp)
 	})
 }
 
@@ -106,7 +110,7 @@ func (b batchedFunc[A, R, Req, Resp]) request(ctx context.Context, job *jobs.Job
 	if err != nil {
 		return "", nil, err
 	}
-	req, err := b.c.build(ctx, args)
+	req, err := b.c.build(ctx, job, args)
 	if err != nil {
 		return "", nil, fmt.Errorf("building the request of kind %q: %w", b.c.kind.Name(), err)
 	}
@@ -129,7 +133,7 @@ func (b batchedFunc[A, R, Req, Resp]) answer(ctx context.Context, job *jobs.Job,
 		return nil, jobs.Usage{}, jobs.InvalidOutput(fmt.Errorf("the answer is not a %s answer: %w", b.c.codec.Provider(), err), body)
 	}
 	usage := b.c.codec.Usage(resp)
-	r, err := b.c.parse(ctx, args, resp)
+	r, err := b.c.parse(ctx, job, args, resp)
 	if err != nil {
 		return nil, usage, err
 	}

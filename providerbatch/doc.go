@@ -14,6 +14,9 @@
 //	var Extract = jobs.NewKind[ExtractArgs, Invoice]("invoice.extract")
 //	var extract = providerbatch.NewCall(Extract, openai.Chat{}, buildExtract, parseExtract)
 //
+//	func buildExtract(ctx context.Context, job *jobs.Job, a ExtractArgs) (oai.ChatCompletionNewParams, error)
+//	func parseExtract(ctx context.Context, job *jobs.Job, a ExtractArgs, c *oai.ChatCompletion) (Invoice, error)
+//
 //	// synchronous: a lease.Runner handler
 //	lease.Handlers(extract.Handle(func(ctx context.Context, req oai.ChatCompletionNewParams) (*oai.ChatCompletion, error) {
 //		return openai.Call(ctx, func(ctx context.Context) (*oai.ChatCompletion, error) { return client.Chat.Completions.New(ctx, req) })

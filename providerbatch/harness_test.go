@@ -39,14 +39,14 @@ var extractKind = jobs.NewKind[docArgs, fakeprovider.Extraction]("doc.extract")
 
 var extractCall = providerbatch.NewCall(extractKind, llmqopenai.Chat{}, buildExtract, parseExtract)
 
-func buildExtract(_ context.Context, a docArgs) (oai.ChatCompletionNewParams, error) {
+func buildExtract(_ context.Context, _ *jobs.Job, a docArgs) (oai.ChatCompletionNewParams, error) {
 	return oai.ChatCompletionNewParams{
 		Model:    "gpt-test",
 		Messages: []oai.ChatCompletionMessageParamUnion{oai.SystemMessage("extract"), oai.UserMessage(a.Text)},
 	}, nil
 }
 
-func parseExtract(_ context.Context, _ docArgs, c *oai.ChatCompletion) (fakeprovider.Extraction, error) {
+func parseExtract(_ context.Context, _ *jobs.Job, _ docArgs, c *oai.ChatCompletion) (fakeprovider.Extraction, error) {
 	var ex fakeprovider.Extraction
 	content := c.Choices[0].Message.Content
 	if err := json.Unmarshal([]byte(content), &ex); err != nil {

@@ -432,7 +432,7 @@ func TestBatchUsageCostsHalfInTheLedger(t *testing.T) {
 	// The same documents, synchronously, under the tenant "sync".
 	client := h.client()
 	for _, text := range texts {
-		req, err := buildExtract(t.Context(), docArgs{Text: text})
+		req, err := buildExtract(t.Context(), nil, docArgs{Text: text})
 		require.NoError(t, err)
 		permit, err := limiter.Acquire(t.Context(), admission.Request{Pool: pool, Tenant: "sync", Tokens: 1_000})
 		require.NoError(t, err)
