@@ -496,8 +496,10 @@ type Usage struct {
 	OutputTokens      int64     `json:"output_tokens"`
 	Cost              int64     `json:"cost"` // micro-units, at the pool's prices when each call was released
 	// BatchAttempts is how many of Attempts were provider batch requests,
-	// costed at the pool's batch prices (RecordBatchUsage).
+	// and BatchCost how much of Cost they were, at the pool's batch prices
+	// (BatchLedger).
 	BatchAttempts int64 `json:"batch_attempts"`
+	BatchCost     int64 `json:"batch_cost"`
 }
 
 // Usage returns tenant's ledger rows for the UTC days from through to.

@@ -400,7 +400,8 @@ WHERE name = $1;
 -- A tenant's ledger for a range of UTC days, shards summed, served by the
 -- primary key.
 SELECT tenant, pool, day, sum(attempts)::bigint, sum(uncertain_attempts)::bigint,
-    sum(input_tokens)::bigint, sum(output_tokens)::bigint, sum(cost)::bigint, sum(batch_attempts)::bigint
+    sum(input_tokens)::bigint, sum(output_tokens)::bigint, sum(cost)::bigint, sum(batch_attempts)::bigint,
+    sum(batch_cost)::bigint
 FROM /*schema*/admission_usage
 WHERE tenant = $1 AND day BETWEEN $2 AND $3
 GROUP BY tenant, pool, day
@@ -465,25 +466,29 @@ ORDER BY name;
 -- name: RecordBatchUsage
 -- $1 pool, $2 tenants, $3 input tokens, $4 output tokens (one element per
 -- provider batch result), $5 shard. Adds the results to the ledger as
--- attempts and batch attempts, at the pool's batch prices: a zero batch
+-- attempts and batch attempts, their cost to cost and batch_cost, at the
+-- pool's batch prices: a zero batch
 -- price is half the synchronous one. A pool the limiter does not know
 -- (the LEFT JOIN finds no row) records tokens at no cost. Run in the
 -- transaction that applies the results, so a result is in the ledger
 -- exactly when its item is settled. One upsert per tenant; the shard
 -- spreads its row lock as Release's do (admission_usage's primary key).
 INSERT INTO /*schema*/admission_usage AS u (
-    tenant, pool, day, shard, attempts, batch_attempts, uncertain_attempts, input_tokens, output_tokens, cost)
-SELECT r.tenant, $1, (now() AT TIME ZONE 'UTC')::date, $5, count(*), count(*), 0,
-    sum(r.input_tokens)::bigint, sum(r.output_tokens)::bigint,
-    coalesce(sum(round((r.input_tokens::numeric * coalesce(nullif(p.batch_input_price, 0)::numeric, p.input_price / 2.0)
-        + r.output_tokens::numeric * coalesce(nullif(p.batch_output_price, 0)::numeric, p.output_price / 2.0)) / 1000000)), 0)::bigint
-FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS r(tenant, input_tokens, output_tokens)
-LEFT JOIN /*schema*/admission_pools AS p ON p.name = $1
-WHERE r.tenant <> ''
-GROUP BY r.tenant
+    tenant, pool, day, shard, attempts, batch_attempts, uncertain_attempts, input_tokens, output_tokens, cost, batch_cost)
+SELECT c.tenant, $1, (now() AT TIME ZONE 'UTC')::date, $5, c.n, c.n, 0, c.input_tokens, c.output_tokens, c.cost, c.cost
+FROM (
+    SELECT r.tenant, count(*) AS n, sum(r.input_tokens)::bigint AS input_tokens, sum(r.output_tokens)::bigint AS output_tokens,
+        coalesce(sum(round((r.input_tokens::numeric * coalesce(nullif(p.batch_input_price, 0)::numeric, p.input_price / 2.0)
+            + r.output_tokens::numeric * coalesce(nullif(p.batch_output_price, 0)::numeric, p.output_price / 2.0)) / 1000000)), 0)::bigint AS cost
+    FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS r(tenant, input_tokens, output_tokens)
+    LEFT JOIN /*schema*/admission_pools AS p ON p.name = $1
+    WHERE r.tenant <> ''
+    GROUP BY r.tenant
+) AS c
 ON CONFLICT (tenant, day, pool, shard) DO UPDATE SET
     attempts = u.attempts + excluded.attempts,
     batch_attempts = u.batch_attempts + excluded.batch_attempts,
     input_tokens = u.input_tokens + excluded.input_tokens,
     output_tokens = u.output_tokens + excluded.output_tokens,
-    cost = u.cost + excluded.cost;
+    cost = u.cost + excluded.cost,
+    batch_cost = u.batch_cost + excluded.batch_cost;

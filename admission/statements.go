@@ -96,7 +96,7 @@ func (p *poolScan) state() PoolState {
 }
 
 func usageDest(u *Usage) []any {
-	return []any{&u.Tenant, &u.Pool, &u.Day, &u.Attempts, &u.UncertainAttempts, &u.InputTokens, &u.OutputTokens, &u.Cost, &u.BatchAttempts}
+	return []any{&u.Tenant, &u.Pool, &u.Day, &u.Attempts, &u.UncertainAttempts, &u.InputTokens, &u.OutputTokens, &u.Cost, &u.BatchAttempts, &u.BatchCost}
 }
 
 // quotaScan is a tenant's quota row as scanned; NULL limits are unset.

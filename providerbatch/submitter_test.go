@@ -458,6 +458,8 @@ func TestBatchUsageCostsHalfInTheLedger(t *testing.T) {
 	require.Equal(t, sync.OutputTokens, batch.OutputTokens)
 	require.Positive(t, sync.Cost)
 	require.InEpsilon(t, 0.5, float64(batch.Cost)/float64(sync.Cost), 0.01, "batch %d, sync %d micro-units", batch.Cost, sync.Cost)
+	require.Equal(t, batch.Cost, batch.BatchCost, "all of it batch spend")
+	require.Zero(t, sync.BatchCost)
 
 	var attemptsIn int64
 	for _, id := range ids {

@@ -11,7 +11,9 @@ ALTER TABLE /*schema*/admission_pools
     ADD COLUMN batch_input_price  bigint NOT NULL DEFAULT 0 CHECK (batch_input_price >= 0),
     ADD COLUMN batch_output_price bigint NOT NULL DEFAULT 0 CHECK (batch_output_price >= 0);
 
--- How many of a ledger row's attempts were provider batch requests, so
--- the usage of the two paths can be told apart.
+-- How many of a ledger row's attempts were provider batch requests, and
+-- how much of its cost they were, so the spend of the two paths can be
+-- told apart.
 ALTER TABLE /*schema*/admission_usage
-    ADD COLUMN batch_attempts bigint NOT NULL DEFAULT 0;
+    ADD COLUMN batch_attempts bigint NOT NULL DEFAULT 0,
+    ADD COLUMN batch_cost     bigint NOT NULL DEFAULT 0;
