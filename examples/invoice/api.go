@@ -144,6 +144,11 @@ func (s *Service) putDocument(w http.ResponseWriter, r *http.Request, _ string, 
 type CreateRequest struct {
 	Document Document `json:"document"`
 	Schema   string   `json:"schema"`
+	// NeededBy is the latest time the extraction is needed, if any: its
+	// job's deadline. At least BatchLead ahead, with the service's batch
+	// lane on, the document goes through the provider's batch API at half
+	// price.
+	NeededBy time.Time `json:"needed_by,omitzero"`
 }
 
 // Payload is what a job carries: ids and options, never the document.
@@ -210,6 +215,11 @@ func (s *Service) createJob(w http.ResponseWriter, r *http.Request, _ string, c 
 		refuse(w, cerr)
 		return
 	}
+	queue, deadline, cerr := s.lane("needed_by", req.NeededBy, time.Now())
+	if cerr != nil {
+		refuse(w, cerr)
+		return
+	}
 	text, err := s.document(ctx, c.Tenant, req.Document)
 	switch {
 	case errors.Is(err, errNoDocument):
@@ -239,7 +249,7 @@ func (s *Service) createJob(w http.ResponseWriter, r *http.Request, _ string, c 
 	}
 	res, err := inTx(ctx, s.pool, func(tx pgx.Tx) (jobs.EnqueueResult, error) {
 		return s.accept.Enqueue(ctx, tx, jobs.EnqueueParams{
-			Tenant: c.Tenant, Kind: Kind, Queue: Queue, Payload: payload,
+			Tenant: c.Tenant, Kind: Kind, Queue: queue, Payload: payload, DeadlineAt: deadline,
 			IdempotencyKey: key, RequestHash: hash,
 			EstimatedTokens: estimateTokens(len(text), s.cfg.MaxTokens),
 		})
@@ -352,4 +362,25 @@ func (s *Service) listJobs(w http.ResponseWriter, r *http.Request, _ string, c C
 		out.Jobs = append(out.Jobs, view(j))
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// BatchLead is how far ahead needed_by must be for the batch lane: the
+// providers' 24-hour completion window, plus an hour for the submitter to
+// gather the document and read the results.
+const BatchLead = 25 * time.Hour
+
+// lane is the queue and deadline of a document needed by neededBy (zero:
+// no deadline), refused when it is not after now: the batch queue when
+// the batch lane is on and the deadline leaves the batch window, else the
+// synchronous queue.
+func (s *Service) lane(field string, neededBy, now time.Time) (string, time.Time, *refusal) {
+	switch {
+	case neededBy.IsZero():
+		return Queue, time.Time{}, nil
+	case !neededBy.After(now.Add(time.Minute)):
+		return "", time.Time{}, invalid(field, "must be more than a minute from now")
+	case s.cfg.BatchLane && !neededBy.Before(now.Add(BatchLead)):
+		return BatchQueue, neededBy, nil
+	}
+	return Queue, neededBy, nil
 }

@@ -155,6 +155,8 @@ func TestAPIRefusesBadInputNamingTheField(t *testing.T) {
 		{"NUL in a document", http.MethodPut, "/documents/inv-2.txt", nil, []byte("Total: 10\x00.71"), 422, "body"},
 		{"document name with a space", http.MethodPut, "/documents/inv%202.txt", nil, []byte("Total: 10.71"), 422, "name"},
 		{"document over the limit", http.MethodPut, "/documents/inv-2.txt", nil, bytes.Repeat([]byte("a"), maxDocumentText+1), 413, "body"},
+		{"needed_by in the past", http.MethodPost, "/extraction-jobs", key("k1"), []byte(`{"document":{"name":"inv-1.txt","version":1,"sha256":"` + doc.SHA256 + `"},"schema":"invoice-v1","needed_by":"2020-01-01T00:00:00Z"}`), 422, "needed_by"},
+		{"needed_by not a time", http.MethodPost, "/extraction-jobs", key("k1"), []byte(`{"document":{"name":"inv-1.txt","version":1,"sha256":"` + doc.SHA256 + `"},"schema":"invoice-v1","needed_by":"tomorrow"}`), 400, "needed_by"},
 		{"bad cursor", http.MethodGet, "/extraction-jobs?cursor=%00%ff", nil, nil, 422, "cursor"},
 	}
 	for _, tc := range cases {
@@ -249,6 +251,8 @@ func FuzzDecodeCreateRequest(f *testing.F) {
 		[]byte(`{"document":{"name":"a\u0000b","version":1,"sha256":"` + sha + `"},"schema":"invoice-v1"}`),
 		append(createBody("a", 1, sha), '}'), append(createBody("a", 1, sha), createBody("a", 1, sha)...),
 		[]byte(`{"document":null,"schema":"invoice-v1"}`), []byte(`[]`), []byte(`null`), []byte("{\"document\":{\"name\":\"\xff\"}}"), {},
+		[]byte(`{"document":{"name":"a","version":1,"sha256":"` + sha + `"},"schema":"invoice-v1","needed_by":"2030-01-01T00:00:00Z"}`),
+		[]byte(`{"document":{"name":"a","version":1,"sha256":"` + sha + `"},"schema":"invoice-v1","needed_by":"x"}`),
 	} {
 		f.Add(seed)
 	}

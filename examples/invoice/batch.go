@@ -32,6 +32,8 @@ const (
 type BatchRequest struct {
 	Documents []Document `json:"documents"`
 	Schema    string     `json:"schema"`
+	// NeededBy is as in CreateRequest, for every document of the upload.
+	NeededBy time.Time `json:"needed_by,omitzero"`
 }
 
 // BatchView is an upload as the API shows it: its progress, read from the
@@ -90,6 +92,11 @@ func (s *Service) createBatch(w http.ResponseWriter, r *http.Request, _ string, 
 		refuse(w, cerr)
 		return
 	}
+	queue, deadline, cerr := s.lane("needed_by", req.NeededBy, time.Now())
+	if cerr != nil {
+		refuse(w, cerr)
+		return
+	}
 	sizes, cerr, err := s.documentSizes(ctx, c.Tenant, req.Documents)
 	switch {
 	case err != nil:
@@ -107,7 +114,7 @@ func (s *Service) createBatch(w http.ResponseWriter, r *http.Request, _ string, 
 			return
 		}
 		params.Jobs[i] = jobs.EnqueueParams{
-			Kind: Kind, Queue: Queue, Payload: payload,
+			Kind: Kind, Queue: queue, Payload: payload, DeadlineAt: deadline,
 			EstimatedTokens: estimateTokens(sizes[i], s.cfg.MaxTokens),
 		}
 	}

@@ -38,6 +38,13 @@
 //     which a retry may find back) or 500 (a request it can never serve),
 //     and each is logged with its cause through Config.Logger
 //     (slog.Default() unless set).
+//   - Both POSTs take an optional needed_by (RFC 3339): the latest time
+//     the extraction is needed, the job's deadline. With Config.BatchLane
+//     on, a document needed at least BatchLead (25 hours) ahead waits in
+//     BatchQueue and goes through the provider's Batch API at half price
+//     (see Batch lane); one needed sooner is extracted synchronously. A
+//     needed_by less than a minute ahead is 422, one that is not a time
+//     400, both naming needed_by.
 //   - GET /extraction-jobs/{id} is authoritative. Attempts and errors are
 //     shown to operator credentials only.
 //   - POST /extraction-batches accepts an upload: 1 to MaxUploadDocuments
@@ -72,6 +79,17 @@
 // failures: a call never sent refunds its permit, one sent without an
 // answer (timeout, 5xx, lost connection) is marked uncertain, a 429 with a
 // wait snoozes the job for it, other 4xx fail it.
+//
+// # Batch lane
+//
+// The extraction's provider call is one providerbatch.Call (extractCall):
+// the same request builder and answer checks serve the worker's
+// synchronous calls and the batch submitter (NewBatchSubmitter), so a
+// document's result, its review findings and its webhook delivery
+// (onSucceeded, the runner's hook, given to the submitter too) do not
+// depend on the lane. The submitter sends the lane's documents through
+// OpenAI's Files and Batches endpoints, one active per provider pool; the
+// usage ledger records their cost at the pool's batch price.
 //
 // # Validation policy
 //

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -194,11 +195,15 @@ func tooLarge(err error) bool {
 }
 
 // jsonField names the JSON field a decoding error is about: the path of a
-// value of the wrong type (document.version), an unknown field, else the
-// body.
+// value of the wrong type (document.version), a time that does not parse
+// (needed_by, the requests' only time; encoding/json does not say where
+// a value's own UnmarshalJSON failed), an unknown field, else the body.
 func jsonField(err error) string {
 	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
 		return te.Field
+	}
+	if _, ok := errors.AsType[*time.ParseError](err); ok {
+		return "needed_by"
 	}
 	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		if name, err := strconv.Unquote(f); err == nil && name != "" {

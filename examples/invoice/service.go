@@ -31,6 +31,9 @@ var queriesSQL string
 const (
 	Kind            = "invoice.extract"
 	Queue           = "extraction"
+	// BatchQueue is the queue of the documents that can wait: a provider
+	// batch submitter (NewBatchSubmitter) serves it at the batch price.
+	BatchQueue      = "extraction-batch"
 	CompletedEvent  = Kind + ".completed"
 	DefaultSchema   = "invoice"
 	maxDocumentText = 256 << 10
@@ -102,6 +105,12 @@ type Config struct {
 	AllowLoopback bool
 	// MaxTokens is the model's output budget per call. Default 800.
 	MaxTokens int
+	// BatchLane sends a document whose needed_by is at least BatchLead
+	// ahead to BatchQueue, served through the provider's batch API at half
+	// price by the submitter NewBatchSubmitter returns (run it, or those
+	// documents wait). Off, every document is extracted synchronously and
+	// needed_by only sets its deadline.
+	BatchLane bool
 	// ReplayWindow is the most events a reconnecting stream replays.
 	// Default DefaultReplayWindow.
 	ReplayWindow int
@@ -163,7 +172,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	queues := []string{Queue, webhook.DefaultQueue}
+	queues := []string{Queue, BatchQueue, webhook.DefaultQueue}
 	accept, err := jobs.NewStore(jobs.Config{Schema: cfg.Schema, Queues: queues, OnAccept: quotas.Hook()})
 	if err != nil {
 		return nil, err

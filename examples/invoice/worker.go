@@ -23,6 +23,7 @@ import (
 	"github.com/llmq/llmq/lease"
 	"github.com/llmq/llmq/llmqtype"
 	llmqopenai "github.com/llmq/llmq/provider/openai"
+	"github.com/llmq/llmq/providerbatch"
 	"github.com/llmq/llmq/webhook"
 )
 
@@ -85,10 +86,82 @@ type WorkerConfig struct {
 	TracerProvider trace.TracerProvider
 }
 
-// extractor is the handler of Kind.
+// ExtractKind is Kind with its payload and result types.
+var ExtractKind = jobs.NewKind[Payload, Result](Kind)
+
+// extractCall is the provider call of an extraction, written once: its
+// request builder and its result parser serve the worker's synchronous
+// calls (extractor) and the provider batches of the documents that can
+// wait (NewBatchSubmitter), so both paths validate, review and encode an
+// answer the same way.
+func (s *Service) extractCall() *providerbatch.Call[Payload, Result, oai.ChatCompletionNewParams, *oai.ChatCompletion] {
+	return providerbatch.NewCall(ExtractKind, llmqopenai.Chat{}, s.buildExtraction, s.parseExtraction)
+}
+
+// buildExtraction is an extraction's request: the document's text, fenced
+// as data, and an output budget that stays within the admission permit's
+// reservation when there is one (a synchronous call).
+func (s *Service) buildExtraction(ctx context.Context, job *jobs.Job, p Payload) (oai.ChatCompletionNewParams, error) {
+	text, err := s.document(ctx, job.Tenant, p.Document)
+	if errors.Is(err, errNoDocument) || errors.Is(err, errDigestMismatch) {
+		return oai.ChatCompletionNewParams{}, jobs.Permanent(err)
+	}
+	if err != nil {
+		return oai.ChatCompletionNewParams{}, err
+	}
+	maxTokens := s.cfg.MaxTokens
+	if permit := lease.PermitOf(ctx); permit != nil {
+		// Stay within the reservation: what is left after the prompt.
+		maxTokens = int(min(int64(maxTokens), max(1, permit.Tokens-int64(len(text)/4+len(systemPrompt)/4+16))))
+	}
+	return oai.ChatCompletionNewParams{
+		Model:          p.Model,
+		Messages:       []oai.ChatCompletionMessageParamUnion{oai.SystemMessage(systemPrompt), oai.UserMessage(text)},
+		MaxTokens:      oai.Int(int64(maxTokens)),
+		ResponseFormat: oai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &shared.ResponseFormatJSONObjectParam{}},
+		Temperature:    oai.Float(0),
+	}, nil
+}
+
+// parseExtraction checks an answer against the document and the
+// supplier's master data: a result, malformed output (jobs.InvalidOutput)
+// or findings for review (jobs.NeedsReview).
+func (s *Service) parseExtraction(ctx context.Context, job *jobs.Job, p Payload, answer *oai.ChatCompletion) (Result, error) {
+	if len(answer.Choices) == 0 {
+		return Result{}, jobs.InvalidOutput(errors.New("provider answer has no choices"), nil)
+	}
+	content := answer.Choices[0].Message.Content
+	ex, findings, err := parseExtraction(content)
+	if err != nil {
+		raw, _ := json.Marshal(content)
+		return Result{}, jobs.InvalidOutput(err, raw)
+	}
+	text, err := afterCall(ctx, "the document", func() (string, error) { return s.document(ctx, job.Tenant, p.Document) })
+	if errors.Is(err, errNoDocument) || errors.Is(err, errDigestMismatch) {
+		return Result{}, jobs.Permanent(err) // changed since the request was built
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	sup, err := afterCall(ctx, "supplier master data", func() (*Supplier, error) { return s.supplier(ctx, job.Tenant, ex.SupplierName) })
+	if err != nil {
+		return Result{}, err
+	}
+	findings = append(findings, check(&ex, text, sup)...)
+	result := Result{Policy: PolicyVersion, Extraction: ex, Findings: findings}
+	if len(findings) > 0 {
+		raw, err := json.Marshal(result)
+		if err != nil {
+			return Result{}, jobs.Permanent(err)
+		}
+		return Result{}, jobs.NeedsReview(raw, fmt.Sprintf("%d finding(s) under %s, first: %s: %s", len(findings), PolicyVersion, findings[0].Field, findings[0].Issue))
+	}
+	return result, nil
+}
+
+// extractor is the handler of Kind: extractCall made synchronously.
 type extractor struct {
-	svc    *Service
-	client oai.Client
+	lease.Handler
 }
 
 // newExtractor returns the handler of Kind, calling the provider at
@@ -96,14 +169,32 @@ type extractor struct {
 // SDK's own (llmq owns retries), every response reported to admission,
 // usage recorded, failures classified.
 func newExtractor(svc *Service, providerURL, apiKey string, httpClient *http.Client) (*extractor, error) {
-	adapter, err := llmqopenai.Options(llmqopenai.Config{})
+	client, err := newClient(providerURL, apiKey, httpClient)
 	if err != nil {
 		return nil, err
+	}
+	h := svc.extractCall().Handle(func(ctx context.Context, req oai.ChatCompletionNewParams) (*oai.ChatCompletion, error) {
+		// The adapter reports the response to admission, records its
+		// usage and says how the call ended (not sent, uncertain,
+		// permanent, snoozed for a 429's wait, invalid output).
+		return llmqopenai.Call(ctx, func(ctx context.Context) (*oai.ChatCompletion, error) {
+			return client.Chat.Completions.New(ctx, req)
+		})
+	})
+	return &extractor{Handler: h.Handler}, nil
+}
+
+// newClient is an openai-go client of the provider at providerURL through
+// llmq's adapter.
+func newClient(providerURL, apiKey string, httpClient *http.Client) (oai.Client, error) {
+	adapter, err := llmqopenai.Options(llmqopenai.Config{})
+	if err != nil {
+		return oai.Client{}, err
 	}
 	opts := append([]option.RequestOption{
 		option.WithBaseURL(providerURL), option.WithAPIKey(apiKey), option.WithHTTPClient(httpClient),
 	}, adapter...)
-	return &extractor{svc: svc, client: oai.NewClient(opts...)}, nil
+	return oai.NewClient(opts...), nil
 }
 
 // NewRunner returns the lease runner of the worker mode: extractions under
@@ -211,78 +302,21 @@ func (s *Service) onSucceeded(ctx context.Context, tx pgx.Tx, job *jobs.Job) err
 	return err
 }
 
-func (e *extractor) Work(ctx context.Context, job *jobs.Job) (json.RawMessage, error) {
-	var p Payload
-	if err := json.Unmarshal(job.Payload, &p); err != nil {
-		return nil, lease.NotSent(jobs.Permanent(fmt.Errorf("payload: %w", err)))
-	}
-	text, err := e.svc.document(ctx, job.Tenant, p.Document)
-	if errors.Is(err, errNoDocument) || errors.Is(err, errDigestMismatch) {
-		return nil, lease.NotSent(jobs.Permanent(err))
-	}
-	if err != nil {
-		return nil, lease.NotSent(err)
-	}
-	maxTokens := e.svc.cfg.MaxTokens
-	if permit := lease.PermitOf(ctx); permit != nil {
-		// Stay within the reservation: what is left after the prompt.
-		maxTokens = int(min(int64(maxTokens), max(1, permit.Tokens-int64(len(text)/4+len(systemPrompt)/4+16))))
-	}
-	params := oai.ChatCompletionNewParams{
-		Model:          p.Model,
-		Messages:       []oai.ChatCompletionMessageParamUnion{oai.SystemMessage(systemPrompt), oai.UserMessage(text)},
-		MaxTokens:      oai.Int(int64(maxTokens)),
-		ResponseFormat: oai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &shared.ResponseFormatJSONObjectParam{}},
-		Temperature:    oai.Float(0),
-	}
-	// The adapter reports the response to admission, records its usage
-	// and says how the call ended (not sent, uncertain, permanent,
-	// snoozed for a 429's wait, invalid output).
-	answer, err := llmqopenai.Call(ctx, func(ctx context.Context) (*oai.ChatCompletion, error) {
-		return e.client.Chat.Completions.New(ctx, params)
-	})
-	if err != nil {
-		return nil, err
-	}
-	if len(answer.Choices) == 0 {
-		return nil, jobs.InvalidOutput(errors.New("provider answer has no choices"), nil)
-	}
-	content := answer.Choices[0].Message.Content
-	ex, findings, err := parseExtraction(content)
-	if err != nil {
-		raw, _ := json.Marshal(content)
-		return nil, jobs.InvalidOutput(err, raw)
-	}
-	sup, err := e.supplierAfterCall(ctx, job.Tenant, ex.SupplierName)
-	if err != nil {
-		return nil, err
-	}
-	findings = append(findings, check(&ex, text, sup)...)
-	result, err := json.Marshal(Result{Policy: PolicyVersion, Extraction: ex, Findings: findings})
-	if err != nil {
-		return nil, jobs.Permanent(err)
-	}
-	if len(findings) > 0 {
-		return nil, jobs.NeedsReview(result, fmt.Sprintf("%d finding(s) under %s, first: %s: %s", len(findings), PolicyVersion, findings[0].Field, findings[0].Issue))
-	}
-	return result, nil
-}
-
-// supplierAfterCall reads the supplier's master data once the provider's
+// afterCall reads what an answer is checked against once the provider's
 // answer is in hand. The answer has been paid for, so a failed read (a lost
 // connection, a failover) is retried for as long as the attempt may run
 // rather than failing the attempt, which would throw the answer away and pay
-// for it again. The master data cannot be read before the call: the
-// supplier's name comes from the answer.
-func (e *extractor) supplierAfterCall(ctx context.Context, tenant, name string) (*Supplier, error) {
+// for it again. The supplier's master data cannot be read before the call:
+// its name comes from the answer.
+func afterCall[T any](ctx context.Context, what string, read func() (T, error)) (T, error) {
 	policy := llmqtype.BackoffPolicy{Base: 50 * time.Millisecond, Cap: time.Second}
 	for attempt := 1; ; attempt++ {
-		sup, err := e.svc.supplier(ctx, tenant, name)
-		if err == nil || ctx.Err() != nil {
-			return sup, err
+		v, err := read()
+		if err == nil || ctx.Err() != nil || errors.Is(err, errNoDocument) || errors.Is(err, errDigestMismatch) {
+			return v, err
 		}
 		if !sleep(ctx, policy.Delay(attempt, nil)) {
-			return nil, fmt.Errorf("reading supplier master data after a paid answer: %w", err)
+			return v, fmt.Errorf("reading %s after a paid answer: %w", what, err)
 		}
 	}
 }
@@ -303,4 +337,57 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // loopback is the address range tests and the demo deliver to.
 func loopback() []netip.Prefix {
 	return []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+}
+
+// BatchConfig configures the submitter of the batch lane.
+type BatchConfig struct {
+	// ProviderURL is the OpenAI-compatible base URL (…/v1) whose Files
+	// and Batches endpoints serve the lane. Required.
+	ProviderURL string
+	// APIKey is sent as a bearer token.
+	APIKey string
+	// Pool names the provider account: one submitter works it across every
+	// process, and the usage ledger costs its results at this admission
+	// pool's batch prices. Default "provider", the worker's pool.
+	Pool string
+	// ID names this submitter in the pool's lease. Default providerbatch's.
+	ID string
+	// GatherInterval, PollMin and PollMax are providerbatch.Config's:
+	// how often waiting documents go out, and how often a batch is polled.
+	GatherInterval, PollMin, PollMax time.Duration
+	// Window is the provider's completion window; documents needed sooner
+	// than it fail rather than wait. Default 24h: BatchLead leaves an hour
+	// beyond it. Tests shorten it along with the fake provider's delay.
+	Window time.Duration
+	// Retry is the backoff of a document the provider failed in a batch.
+	Retry  llmqtype.BackoffPolicy
+	Logger *slog.Logger
+}
+
+// NewBatchSubmitter returns the submitter of the batch lane (Config.BatchLane):
+// the documents waiting in BatchQueue go to the provider's Batch API, and
+// each answer is parsed, checked and recorded as the worker's would be,
+// its webhook delivery enqueued in the same transaction. Run it in every
+// worker process; one holds the pool's lease and works.
+func (s *Service) NewBatchSubmitter(cfg BatchConfig) (*providerbatch.Submitter, error) {
+	if cfg.ProviderURL == "" {
+		return nil, errors.New("invoice: BatchConfig.ProviderURL is required")
+	}
+	// The Files and Batches calls pass no limiter: a batch is bounded by
+	// the provider's batch limits, not by the pool's RPM and TPM.
+	client := oai.NewClient(option.WithBaseURL(cfg.ProviderURL), option.WithAPIKey(cfg.APIKey), option.WithMaxRetries(0),
+		option.WithHTTPClient(&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}))
+	batches, err := llmqopenai.NewBatches(client, llmqopenai.BatchesConfig{})
+	if err != nil {
+		return nil, err
+	}
+	return providerbatch.NewSubmitter(s.pool, s.Jobs, providerbatch.Config{
+		Pool: cmp.Or(cfg.Pool, "provider"), Queue: BatchQueue, Provider: batches,
+		Calls:  []providerbatch.KindCall{s.extractCall().Batch()},
+		Schema: s.cfg.Schema, ID: cfg.ID,
+		GatherInterval: cfg.GatherInterval, PollMin: cfg.PollMin, PollMax: cfg.PollMax, Window: cfg.Window,
+		Retry: cfg.Retry, InvalidOutputAttempts: 3, // as the worker's
+		OnSucceeded: s.onSucceeded,
+		Logger:      cfg.Logger,
+	})
 }
