@@ -71,6 +71,7 @@ func BenchmarkPages(b *testing.B) {
 		{"review", operator, "/dead?state=REVIEW_REQUIRED"},
 		{"dead-tenant", operator, "/dead?tenant=t7"},
 		{"pools", operator, "/pools"},
+		{"batches", operator, "/batches"},
 		{"scoped-overview", scoped, "/"},
 		{"scoped-jobs", scoped, "/jobs"},
 		{"scoped-dead", scoped, "/dead"},

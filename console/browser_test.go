@@ -161,6 +161,7 @@ func TestBrowserPages(t *testing.T) {
 		{"dead", "/dead", "Dead letters"},
 		{"review", "/dead?state=REVIEW_REQUIRED", "Awaiting review"},
 		{"admission", "/pools", "Provider pools"},
+		{"batches", "/batches", "batch_abc123"},
 	} {
 		b.do(chromedp.Navigate(srv.URL+p.path), chromedp.WaitVisible(chromedp.CSS("main")))
 		require.Contains(t, run(b, chromedp.Text(chromedp.CSS("main"))), p.want, p.path)
@@ -213,4 +214,36 @@ func TestBrowserFilterAndReplay(t *testing.T) {
 	require.Equal(t, "the provider is back", reason)
 	require.True(t, strings.HasPrefix(run(b, chromedp.Location()), srv.URL+"/jobs/"))
 	b.requireNoConsoleErrors("filter and replay")
+}
+
+// The batches page's pool filter narrows the list, and Cancel, through its
+// form, requests the submission's cancellation, end to end in the browser.
+func TestBrowserBatchCancel(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	srv := httptest.NewServer(f.console(t, console.Config{EnableActions: true, RefreshInterval: -1,
+		Actor: func(*http.Request) string { return "browser-test" }}))
+	t.Cleanup(srv.Close)
+	b := newBrowser(t)
+
+	b.do(chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("main")))
+	b.navigates(chromedp.Click(chromedp.CSS(`header nav a[href="/batches"]`)))
+	b.do(chromedp.WaitVisible(chromedp.CSS("#batch-filters")),
+		chromedp.SendKeys(chromedp.CSS(`#batch-filters input[name="pool"]`), "openai-gpt"))
+	b.navigates(chromedp.Submit(chromedp.CSS("#batch-filters")))
+	require.Contains(t, run(b, chromedp.Location()), "pool=openai-gpt")
+	pools := run(b, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#batches tbody tr td:nth-child(2)")].map(e => e.textContent)`))
+	require.Equal(t, []string{"openai-gpt", "openai-gpt", "openai-gpt"}, pools, "the pool's submissions only")
+	b.screenshot("batches-filtered")
+
+	id := f.batches["submitted"].String()
+	b.navigates(chromedp.Click(chromedp.CSS(`form[action="/batches/` + id + `/cancel"] button`)))
+	b.do(chromedp.WaitVisible(chromedp.CSS(".flash")))
+	require.Contains(t, run(b, chromedp.Text(chromedp.CSS(".flash"))), "Cancel requested")
+	require.Contains(t, run(b, chromedp.Location()), "pool=openai-gpt", "back to the filtered list")
+	require.Zero(t, run(b, chromedp.Evaluate[int](`document.querySelectorAll('form[action="/batches/`+id+`/cancel"]').length`)),
+		"a requested cancel is not offered again")
+	b.screenshot("batch-cancelled")
+	require.True(t, f.cancelRequested(t, f.batches["submitted"]))
+	b.requireNoConsoleErrors("batch cancel")
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/validate"
 	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/providerbatch"
 )
 
 //go:embed queries.sql
@@ -60,11 +61,13 @@ type Config struct {
 	BasePath string
 	// EnableActions allows the console's writes: replaying dead-lettered
 	// and REVIEW_REQUIRED jobs, and (without Tenant) changing provider
-	// pools' limits. Default false: the console only reads.
+	// pools' limits and cancelling provider batch submissions. Default
+	// false: the console only reads.
 	EnableActions bool
 	// Actor names the person behind a request, as the host's own
 	// authentication established it; the console records it with every
-	// action (a replay's replayed_by, a log line for a pool change).
+	// action (a replay's replayed_by, a log line for a pool change or a
+	// batch cancellation).
 	// Required when EnableActions is set; an action whose Actor returns ""
 	// is refused (403).
 	Actor func(r *http.Request) string
@@ -106,6 +109,7 @@ type Handler struct {
 	sql     statements
 	store   *jobs.PostgresStore
 	limiter *admission.Postgres
+	batches *providerbatch.Operator
 	pages   map[string]*template.Template
 	static  http.Handler
 	mux     *http.ServeMux
@@ -149,6 +153,10 @@ func newHandler(cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
+	batches, err := providerbatch.NewOperator(cfg.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
 	pages, err := parsePages()
 	if err != nil {
 		return nil, err
@@ -159,7 +167,7 @@ func newHandler(cfg Config) (*Handler, error) {
 			return nil, fmt.Errorf("%w: TrustedOrigins: %w", ErrInvalidConfig, err)
 		}
 	}
-	h := &Handler{cfg: cfg, sql: sql, store: store, limiter: limiter, pages: pages, origins: origins, chartCap: DefaultChartCap, eventScanLimit: DefaultEventScanLimit}
+	h := &Handler{cfg: cfg, sql: sql, store: store, limiter: limiter, batches: batches, pages: pages, origins: origins, chartCap: DefaultChartCap, eventScanLimit: DefaultEventScanLimit}
 	h.static = http.FileServerFS(assets)
 	h.routes()
 	return h, nil
@@ -222,6 +230,8 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET /dead", h.page("dead", h.deadList))
 	m.HandleFunc("GET /pools", h.page("pools", h.poolsPage))
 	m.HandleFunc("POST /pools/{name}", h.action(h.setPool))
+	m.HandleFunc("GET /batches", h.page("batches", h.batchesPage))
+	m.HandleFunc("POST /batches/{id}/cancel", h.action(h.cancelBatch))
 	m.Handle("GET /static/", h.static)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, &httpError{status: http.StatusNotFound, msg: "no such page: " + r.URL.Path})

@@ -32,6 +32,7 @@ func TestPagesRender(t *testing.T) {
 		"/dead":                            {"Dead letters", "FAILED_TERMINAL", "provider answered 400"},
 		"/dead?state=REVIEW_REQUIRED":      {"REVIEW_REQUIRED", "the total does not match"},
 		"/pools":                           {"openai-gpt", "Usage and cost per tenant per day", "acme"},
+		"/batches":                         {"Provider batches", "openai-gpt", "anthropic-claude", "batch_abc123", "in_progress"},
 		"/jobs/" + f.dead["acme"].String(): {"FAILED_TERMINAL", "permanent", "worker-a", "uncertain", "invoice.extract.dead_lettered", "ocr-pages"},
 	} {
 		code, body := get(t, h, path)
@@ -49,6 +50,7 @@ func TestBadInput(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	h := f.console(t, console.Config{})
+	longPool := strings.Repeat("p", 201)
 	for target, want := range map[string]string{
 		"/jobs?state=DONE":                       "state: ",
 		"/jobs?queue=no%20spaces":                "queue: ",
@@ -75,6 +77,11 @@ func TestBadInput(t *testing.T) {
 		"/jobs?unknown=%ff":                        "unknown: ",
 		"/dead?kind=%c3":                           "kind: ",
 		"/jobs?flash=" + strings.Repeat("x", 5000): "flash: ",
+		"/batches?pool=a%01b":                      "pool: ",
+		"/batches?pool=" + longPool:                "pool: ",
+		"/batches?pool=%ff":                        "pool: ",
+		"/batches?limit=0":                         "limit: ",
+		"/batches?limit=501":                       "limit: ",
 	} {
 		code, body := get(t, h, target)
 		require.Equal(t, http.StatusBadRequest, code, target)
@@ -105,6 +112,10 @@ func TestReadOnlyByDefault(t *testing.T) {
 	rec = s.post("/pools/openai-gpt", url.Values{"rpm": {"1"}}, nil)
 	require.Equal(t, http.StatusForbidden, rec.Code)
 	f.requireNoReplay(t, f.dead["acme"])
+	rec = s.post("/batches/"+f.batches["submitted"].String()+"/cancel", url.Values{}, nil)
+	require.Equal(t, http.StatusForbidden, rec.Code)
+	require.Contains(t, rec.Body.String(), "read-only")
+	require.False(t, f.cancelRequested(t, f.batches["submitted"]))
 }
 
 // An action without the page's CSRF token, with another's token, or sent
@@ -244,10 +255,12 @@ func TestTenantIsolation(t *testing.T) {
 	h := f.console(t, console.Config{Tenant: "acme", EnableActions: true})
 	s := &session{t: t, h: h}
 	for _, path := range []string{"/", "/tenants", "/jobs", "/jobs?state=FAILED_TERMINAL", "/dead", "/dead?state=REVIEW_REQUIRED",
-		"/pools", "/jobs/" + f.dead["acme"].String(), "/?fragment=live", "/tenants?fragment=rows"} {
+		"/pools", "/jobs/" + f.dead["acme"].String(), "/?fragment=live", "/tenants?fragment=rows", "/batches"} {
 		code, body := s.get(path)
 		require.Equal(t, http.StatusOK, code, path)
 		require.NotContains(t, body, "globex", path)
+		require.NotContains(t, body, "anthropic-claude", "%s: provider batches are shared infrastructure", path)
+		require.NotContains(t, body, `href="/batches"`, "%s: a tenant's console has no batches page in its navigation", path)
 		require.NotContains(t, body, f.dead["globex"].String(), path)
 		require.NotContains(t, body, "openai-gpt", "%s: pools are shared infrastructure", path)
 	}
@@ -274,6 +287,9 @@ func TestTenantIsolation(t *testing.T) {
 	f.requireNoReplay(t, f.dead["globex"])
 	rec = s.post("/pools/openai-gpt", url.Values{"csrf_token": {token}, "rpm": {"1"}}, user)
 	require.Equal(t, http.StatusForbidden, rec.Code)
+	rec = s.post("/batches/"+f.batches["submitted"].String()+"/cancel", url.Values{"csrf_token": {token}}, user)
+	require.Equal(t, http.StatusForbidden, rec.Code)
+	require.False(t, f.cancelRequested(t, f.batches["submitted"]))
 	// Its own dead letter it may replay.
 	replayed(t, s.post("/jobs/"+f.dead["acme"].String()+"/replay", url.Values{"csrf_token": {token}, "reason": {"ours"}}, user))
 }

@@ -1,8 +1,8 @@
 // Package console is llmq's operator web console: an http.Handler that a
 // host mounts behind its own authentication, serving server-rendered pages
 // (html/template, one small embedded script and stylesheet, no build step)
-// about the jobs, tenants, dead letters and provider pools of one llmq
-// schema.
+// about the jobs, tenants, dead letters, provider pools and provider
+// batches of one llmq schema.
 //
 //	h, err := console.New(console.Config{
 //		DB:       pool,                // *pgxpool.Pool on the llmq schema's database
@@ -41,6 +41,13 @@
 //   - Admission: each provider pool's buckets, in-flight permits, cooldown
 //     and limits (editable with actions on), and usage and cost per tenant
 //     per day over two weeks (a chart, ten tenants a page).
+//   - Batches: the provider batch submissions of package providerbatch
+//     (what `llmq batches list` shows), newest first, filtered by pool:
+//     each one's id, pool, model, state (preparing, submitted, ended), the
+//     provider's batch id and status as last polled, its requests and how
+//     many have settled (succeeded, failed, stale, returned, skipped), its
+//     age, whether a cancel was requested and the first line of its last
+//     error. With actions on, an open submission has a Cancel button.
 //
 // Pages refresh their live parts without a reload: the script polls the
 // page's own URL with ?fragment=NAME every Config.RefreshInterval (5s)
@@ -51,16 +58,19 @@
 //   - Read-only by default. Without Config.EnableActions every write
 //     endpoint answers 403 and no page carries a form that writes. With it,
 //     the console writes only through the packages' public APIs:
-//     jobs.Store.Replay and admission.Postgres.SetPool.
+//     jobs.Store.Replay, admission.Postgres.SetPool and
+//     providerbatch.Operator.Cancel.
 //   - Tenant scoping. With Config.Tenant set, every statement the console
 //     runs is restricted to that tenant (its jobs through the tenant's own
 //     key ranges, its usage rows, its tenant_queues rows): another tenant's
 //     job is "not found" (404) exactly like a job that does not exist, a
 //     filter naming another tenant is refused (403), and replaying another
 //     tenant's job finds nothing. Shared infrastructure, which carries other
-//     tenants' activity (provider pools' live state, workers, relays, the
-//     outbox), is not shown, and pools cannot be changed. Without Tenant the
-//     console is an operator's: every tenant's data.
+//     tenants' activity (provider pools' live state, provider batches,
+//     workers, relays, the outbox), is not shown (the batches page says so
+//     and leaves the navigation), and pools and batches cannot be changed
+//     (403). Without Tenant the console is an operator's: every tenant's
+//     data.
 //   - CSRF protection. Every action is a POST carrying a token that is the
 //     HMAC (Config.CSRFKey, random per process by default) of a random,
 //     HttpOnly, SameSite=Strict cookie the console set; a missing or
@@ -83,11 +93,16 @@
 //     dead job unchanged and is idempotent per job: a repeated submission
 //     (a double click, a retried request) returns the first replay, and only
 //     ticking "again" makes another. A pool change is logged (Config.Logger)
-//     with the actor and the new limits; the pool row keeps no history.
+//     with the actor and the new limits; the pool row keeps no history. A
+//     batch's Cancel does what `llmq batches cancel` does (the pool's
+//     submitter cancels the provider batch at its next poll, and the jobs
+//     the provider did not answer return to waiting) and is logged with
+//     the actor and the submission; an unknown or ended submission is a
+//     404, and asking again is harmless.
 //   - Bad input is refused with 400 and a message naming the field (state,
 //     queue, kind, tenant, from, to, limit, before, at, after, after_queue,
-//     after_tenant, id, fragment, reason, rpm, ...), before any statement
-//     runs with it. Every query and form parameter, known or not, must be
+//     after_tenant, pool, id, fragment, reason, rpm, ...), before any
+//     statement runs with it. Every query and form parameter, known or not, must be
 //     valid UTF-8 without NUL and at most 4,096 bytes.
 //   - Bounded cost. Every page answers from index reads whose size does not
 //     grow with history: counts stop at Config.CountCap (shown as "10,000+"),
@@ -105,6 +120,12 @@
 //     for tomorrow, checking that the entries they read stay within a few
 //     times the cap. Measured with 1,000,000 jobs (BenchmarkPages),
 //     every page answers well within 150 ms of server time.
+//   - A schema without the tables a page reads, never migrated or not to
+//     the version the page needs (the batches page's came with migration
+//     0023), is a 500 whose message names the schema, Config.Schema and
+//     the fix (llmq.Migrate, `llmq migrate up`), the same on every page
+//     and action (llmqtype.NotMigratedError), not a bare "relation does
+//     not exist" in the log.
 //
 // # Tests
 //
@@ -144,6 +165,14 @@
 //   - A tenant-scoped chart counts the tenant's jobs accepted in the last two
 //     hours (at most 20,000), read through its keys, rather than visiting
 //     every tenant's finished jobs.
+//   - The batches page reads through providerbatch.Operator.List, as the
+//     CLI does, rather than SQL of its own: newest first through
+//     provider_submissions_created_idx, one more than the page to know
+//     whether there are more. The list has no cursor, so a page grows (50,
+//     then 100, ... up to 500) instead of continuing. A pool filter walks
+//     the same index past other pools' submissions: the table holds one
+//     row per provider batch (up to 50,000 requests each), so it stays
+//     small, unlike the jobs tables the scan limit guards.
 //   - The oldest runnable job, per queue on the overview and per (queue,
 //     tenant) on the tenants page, is the least available_at among the
 //     first entries of the priorities in use, which the loose index scan

@@ -23,7 +23,8 @@ import (
 // fixture is one test's schema with a little of everything the console
 // shows: two tenants' jobs in two queues in every state, attempts with
 // usage, a dead letter and a job awaiting review per tenant, a provider
-// pool with a held permit and usage over several days.
+// pool with a held permit and usage over several days, and provider batch
+// submissions in every state.
 type fixture struct {
 	pool   *pgxpool.Pool
 	schema string
@@ -32,6 +33,8 @@ type fixture struct {
 	// tenant.
 	dead, review map[string]uuid.UUID
 	running      uuid.UUID
+	// batches are provider batch submissions by name (see seedBatches).
+	batches map[string]uuid.UUID
 }
 
 var fixtureQueues = []string{"default", "extraction"}
@@ -41,7 +44,8 @@ func newFixture(t *testing.T) *fixture {
 	db := dbtest.Setup(t)
 	store, err := jobs.NewStore(jobs.Config{Schema: db.Schema, Queues: fixtureQueues, DisableNotify: true})
 	require.NoError(t, err)
-	f := &fixture{pool: db.Pool, schema: db.Schema, store: store, dead: map[string]uuid.UUID{}, review: map[string]uuid.UUID{}}
+	f := &fixture{pool: db.Pool, schema: db.Schema, store: store, dead: map[string]uuid.UUID{}, review: map[string]uuid.UUID{},
+		batches: map[string]uuid.UUID{}}
 	f.seed(t)
 	return f
 }
@@ -93,6 +97,7 @@ func (f *fixture) seed(t *testing.T) {
 		require.NoError(t, r.Err)
 	}
 	f.seedAdmission(t)
+	f.seedBatches(t)
 }
 
 func completion(j *jobs.Job, o jobs.CompletionOutcome, class string, u jobs.Usage) jobs.Completion {
@@ -130,6 +135,48 @@ func (f *fixture) seedAdmission(t *testing.T) {
 		SELECT t, 'openai-gpt', current_date - d, 0, 10 * d, 9000 * d, 2000 * d, (9000 * d * 2.5 + 2000 * d * 10)::bigint
 		FROM unnest(ARRAY['acme', 'globex']) AS t, generate_series(1, 6) AS d`, f.schema))
 	require.NoError(t, err)
+}
+
+// seedBatches records provider batch submissions as package providerbatch
+// writes them, newest first: "preparing" (openai-gpt, not yet at the
+// provider), "submitted" (openai-gpt, polled, with a two-line last error),
+// "claude" (anthropic-claude, submitted, its cancel requested) and "ended"
+// (openai-gpt, every request settled).
+func (f *fixture) seedBatches(t *testing.T) {
+	t.Helper()
+	for _, b := range []struct {
+		name, pool, provider, model, state, batchID, status, lastError string
+		requests, succeeded, failed, stale, returned, skipped          int
+		cancel                                                         bool
+		age                                                            time.Duration
+	}{
+		{name: "ended", pool: "openai-gpt", provider: "openai", model: "gpt-4o-mini", state: "ended", batchID: "batch_ended01", status: "completed",
+			requests: 40, succeeded: 35, failed: 3, stale: 1, skipped: 1, age: 3 * time.Hour},
+		{name: "claude", pool: "anthropic-claude", provider: "anthropic", model: "claude-haiku", state: "submitted", batchID: "msgbatch_01", status: "in_progress",
+			requests: 12, cancel: true, age: 2 * time.Hour},
+		{name: "submitted", pool: "openai-gpt", provider: "openai", model: "gpt-4o-mini", state: "submitted", batchID: "batch_abc123", status: "in_progress",
+			requests: 120, succeeded: 20, failed: 2, returned: 4, lastError: "polling the provider: 502 bad gateway\nretried at the next poll", age: time.Hour},
+		{name: "preparing", pool: "openai-gpt", provider: "openai", model: "gpt-4o", state: "preparing", requests: 7, age: 5 * time.Minute},
+	} {
+		id := uuid.Must(uuid.NewV7())
+		f.batches[b.name] = id
+		created := time.Now().Add(-b.age)
+		var submitted, ended *time.Time
+		if b.state != "preparing" {
+			submitted = &created
+		}
+		if b.state == "ended" {
+			ended = &created
+		}
+		_, err := f.pool.Exec(t.Context(), `INSERT INTO `+f.schema+`.provider_submissions (id, pool, provider, model, queue, state,
+				provider_batch_id, provider_status, requests, bytes, estimated_tokens, succeeded, failed, stale, returned, skipped,
+				cancel_requested, last_error, created_at, submitted_at, ended_at, next_poll_at)
+			VALUES ($1, $2, $3, $4, 'batch', $5, NULLIF($6, ''), NULLIF($7, ''), $8, $8 * 2000, $8 * 500, $9, $10, $11, $12, $13,
+				$14, NULLIF($15, ''), $16, $17, $18, now() + interval '1 minute')`,
+			id, b.pool, b.provider, b.model, b.state, b.batchID, b.status, b.requests, b.succeeded, b.failed, b.stale, b.returned, b.skipped,
+			b.cancel, b.lastError, created, submitted, ended)
+		require.NoError(t, err, b.name)
+	}
 }
 
 // console builds a console on the fixture's schema.

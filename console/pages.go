@@ -2,12 +2,14 @@ package console
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,6 +17,7 @@ import (
 	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/internal/validate"
 	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/providerbatch"
 )
 
 type overviewData struct {
@@ -567,5 +570,122 @@ func formFlag(r *http.Request, field string, dst *bool) error {
 	default:
 		return badInput(field, "use on or off")
 	}
+	return nil
+}
+
+type batchesData struct {
+	Subs   []batchRow
+	Pool   string // the pool filter; "" for every pool
+	Limit  int
+	System bool // the submissions are shown (not tenant-scoped)
+	// MoreQuery shows more of the newest submissions, when more exist and
+	// the page is not at its largest; AtMost says it is and more exist.
+	MoreQuery template.URL
+	AtMost    bool
+}
+
+// batchRow is a submission as the batches page shows it.
+type batchRow struct {
+	providerbatch.Submission
+	ErrorLine string // the first line of LastError
+	Open      bool   // not ended: cancellable
+}
+
+// maxBatchesLimit is the largest page the batches page shows, as the
+// listings' limit.
+const maxBatchesLimit = 500
+
+func (h *Handler) batchesPage(ctx context.Context, r *http.Request, v *view) error {
+	v.Title = "Provider batches"
+	q := r.URL.Query()
+	d := &batchesData{Pool: q.Get("pool"), Limit: DefaultPageSize, System: h.cfg.Tenant == ""}
+	v.Data = d
+	if p := validate.Text(d.Pool, false, admission.MaxPoolLen); p != "" {
+		return badInput("pool", p)
+	}
+	// The listings' page size, checked as they check it.
+	f, err := h.parseFilter(url.Values{"limit": q["limit"]})
+	if err != nil {
+		return err
+	}
+	d.Limit = f.Limit
+	if !d.System {
+		// A submission's requests are many tenants' jobs and its pool is
+		// shared: like the pools' live state, not a tenant's to see.
+		return nil
+	}
+	// Operator.List has no cursor: one more than the page says whether
+	// there are more, and a larger page shows them.
+	subs, err := h.batches.List(ctx, h.cfg.DB, d.Pool, d.Limit+1)
+	if err != nil {
+		return fmt.Errorf("console: listing provider batches: %w", err)
+	}
+	if len(subs) > d.Limit {
+		subs = subs[:d.Limit]
+		if d.Limit < maxBatchesLimit {
+			d.MoreQuery = batchesQuery(d.Pool, min(2*d.Limit, maxBatchesLimit))
+		} else {
+			d.AtMost = true
+		}
+	}
+	d.Subs = make([]batchRow, len(subs))
+	for i, s := range subs {
+		d.Subs[i] = batchRow{Submission: s, ErrorLine: firstLine(s.LastError), Open: s.State != "ended"}
+	}
+	return nil
+}
+
+// batchesQuery is the batches page's query string for a pool filter and
+// a page size (the default left out).
+func batchesQuery(pool string, limit int) template.URL {
+	v := url.Values{}
+	if pool != "" {
+		v.Set("pool", pool)
+	}
+	if limit != DefaultPageSize {
+		v.Set("limit", strconv.Itoa(limit))
+	}
+	return template.URL(v.Encode()) // #nosec G203 -- url.Values.Encode escapes every value
+}
+
+// firstLine is s up to its first line break: a provider's error can run
+// to a stack of lines, and the listing has room for one.
+func firstLine(s string) string {
+	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// cancelBatch does what `llmq batches cancel` does: marks an open
+// submission cancel_requested (providerbatch.Operator.Cancel), and the
+// pool's submitter cancels the provider batch at its next poll.
+func (h *Handler) cancelBatch(w http.ResponseWriter, r *http.Request, actor string) error {
+	if h.cfg.Tenant != "" {
+		return &httpError{status: http.StatusForbidden, msg: "provider batches hold every tenant's jobs: a tenant's console cannot cancel them"}
+	}
+	s := r.PathValue("id")
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return badInput("id", fmt.Sprintf("%q is not a submission id", truncate(40, s)))
+	}
+	// The form sends the page's pool filter back, to return to the same
+	// list; it is checked as the page checks it.
+	pool := r.PostFormValue("pool")
+	if p := validate.Text(pool, false, admission.MaxPoolLen); p != "" {
+		return badInput("pool", p)
+	}
+	if err := h.batches.Cancel(r.Context(), h.cfg.DB, id); err != nil {
+		if errors.Is(err, providerbatch.ErrNotFound) {
+			return &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("no open submission %s: none has that id, or it has ended", id)}
+		}
+		return fmt.Errorf("console: cancelling a provider batch: %w", err)
+	}
+	h.cfg.Logger.InfoContext(r.Context(), "console: batch cancel requested", "actor", actor, "submission", id)
+	target := url.Values{"flash": {"batch-cancel"}}
+	if pool != "" {
+		target.Set("pool", pool)
+	}
+	http.Redirect(w, r, h.cfg.BasePath+"/batches?"+target.Encode(), http.StatusSeeOther)
 	return nil
 }

@@ -12,8 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/validate"
 	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/llmqtype"
 )
 
 // httpError is a refusal with its status and a message for people; for bad
@@ -79,6 +81,7 @@ var flashes = map[string]string{
 	"replayed":        "Replayed as a new job.",
 	"replayed-before": "This job was replayed before: here is that replay (tick \"again\" for another).",
 	"pool-updated":    "Pool limits updated.",
+	"batch-cancel":    "Cancel requested: the pool's submitter cancels the provider batch at its next poll, and the jobs the provider did not answer return to waiting.",
 }
 
 var fragmentName = regexp.MustCompile(`^[a-z]{1,30}$`)
@@ -111,9 +114,11 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, page, tmpl stri
 }
 
 // fail answers an error: its own status and message for an *httpError or
-// a validation error of the packages, 404 for a job not found, else 500
-// (the cause is logged, not shown).
+// a validation error of the packages, 404 for a job not found, 500 saying
+// the fix for a schema without the tables a page reads, else 500 (the
+// cause is logged, not shown).
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	err = h.explain(err)
 	status, msg := classify(err)
 	if status >= 500 {
 		h.cfg.Logger.ErrorContext(r.Context(), "console: serving a request", "path", r.URL.Path, "err", err)
@@ -128,12 +133,32 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	h.render(w, r, "error", "layout", status, v)
 }
 
+// explain turns a missing table into a *llmqtype.NotMigratedError naming
+// the console's schema and setting: the schema was never migrated, or not
+// to the version a page reads (the batches page's tables came with
+// migration 0023, so a schema left behind an upgrade fails there first).
+// The operator reading the page is the one who can fix it, and the
+// generic 500 would send them to the log for a cause the console knows. An
+// explanation a package made already names that package's setting; the
+// console's own (Config.Schema) is the one to check, so it is made again
+// from the database's error.
+func (h *Handler) explain(err error) error {
+	var nm *llmqtype.NotMigratedError
+	if errors.As(err, &nm) {
+		err = nm.Err
+	}
+	return dbsql.Explain(err, h.cfg.Schema, "console.Config.Schema")
+}
+
 func classify(err error) (int, string) {
 	var he *httpError
 	var ve *validate.Error // jobs' and admission's ValidationError
+	var nm *llmqtype.NotMigratedError
 	switch {
 	case errors.As(err, &he):
 		return he.status, he.msg
+	case errors.As(err, &nm):
+		return http.StatusInternalServerError, nm.Error()
 	case errors.As(err, &ve):
 		return http.StatusBadRequest, ve.Field + ": " + ve.Problem
 	case errors.Is(err, jobs.ErrNotReplayable):
@@ -152,7 +177,7 @@ func parsePages() (map[string]*template.Template, error) {
 		return nil, fmt.Errorf("console: templates: %w", err)
 	}
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "tenants", "jobs", "job", "dead", "pools", "error"} {
+	for _, name := range []string{"overview", "tenants", "jobs", "job", "dead", "pools", "batches", "error"} {
 		t, err := base.Clone()
 		if err == nil {
 			t, err = t.ParseFS(assets, "templates/"+name+".html")
