@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/llmq/llmq/examples/invoice"
 )
@@ -67,7 +68,12 @@ type submitted struct {
 }
 
 func (c apiClient) submit(ctx context.Context, key string, doc invoice.Document) (submitted, error) {
-	body, err := json.Marshal(invoice.CreateRequest{Document: doc, Schema: invoice.SchemaV1})
+	return c.submitBy(ctx, key, doc, time.Time{})
+}
+
+// submitBy submits doc needed by neededBy (zero: no deadline).
+func (c apiClient) submitBy(ctx context.Context, key string, doc invoice.Document, neededBy time.Time) (submitted, error) {
+	body, err := json.Marshal(invoice.CreateRequest{Document: doc, Schema: invoice.SchemaV1, NeededBy: neededBy})
 	if err != nil {
 		return submitted{}, err
 	}

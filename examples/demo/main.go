@@ -19,12 +19,19 @@
 // jobs (Runner.Wake), in place of Postgres NOTIFY; polling stays as the
 // fallback.
 //
+// With -deferrable N, N more of the large tenant's invoices are needed
+// two days from now: the service's batch lane sends them through the fake
+// provider's Batch API (its batches take 10 minutes divided by -scale),
+// and the final table shows each lane's jobs, paid calls and cost from the
+// usage ledger; the demo fails unless the batch lane cost half its calls'
+// synchronous price (±1%).
+//
 // With -provider local, the provider's answers take as long as a simulated
 // local inference server's engine needs for them (examples/localserver:
 // a KV cache of -kv-tokens, continuous batching, preemption), and the
 // worker's pool admits by tokens in flight within the same budget.
 //
-//	go run ./examples/demo [-invoices 300] [-scale 100] [-schema llmq_demo] [-broker memory|rabbitmq|kafka|none] [-provider fake|local]
+//	go run ./examples/demo [-invoices 300] [-scale 100] [-schema llmq_demo] [-broker memory|rabbitmq|kafka|none] [-provider fake|local] [-deferrable 0]
 package main
 
 import (
@@ -36,6 +43,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -43,6 +51,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/examples/internal/sample"
 	"github.com/llmq/llmq/examples/invoice"
 	"github.com/llmq/llmq/jobs"
@@ -62,6 +71,7 @@ type options struct {
 	AMQPURL     string
 	Provider    string // fake, or local: the fake provider in front of a simulated local server
 	KVTokens    int64  // -provider local: the local server's KV cache, and the pool's budget
+	Deferrable  int    // the big tenant's invoices that can wait: the batch lane
 }
 
 func main() {
@@ -78,10 +88,11 @@ func main() {
 	flag.StringVar(&o.Broker, "broker", "memory", "carry the job events through none, memory (in process), rabbitmq or kafka (KAFKA_BROKERS, else in-process kfake)")
 	flag.StringVar(&o.AMQPURL, "amqp-url", envOr("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL for -broker rabbitmq")
 	flag.StringVar(&o.Provider, "provider", "fake", "fake, or local: the fake provider's API, quotas and faults in front of a simulated local inference server, whose KV cache sets the latency, and a pool with an in-flight token budget")
+	flag.IntVar(&o.Deferrable, "deferrable", 0, "invoices of the large tenant needed two days from now: the batch lane, through the provider's Batch API at half price")
 	flag.Int64Var(&o.KVTokens, "kv-tokens", 8000, "-provider local: the server's KV cache in tokens, and the pool's in-flight token budget")
 	flag.Parse()
-	if o.Provider != "fake" && o.Provider != "local" || o.KVTokens < 1 {
-		fmt.Fprintln(os.Stderr, "demo: -provider is fake or local, and -kv-tokens positive")
+	if o.Provider != "fake" && o.Provider != "local" || o.KVTokens < 1 || o.Deferrable < 0 {
+		fmt.Fprintln(os.Stderr, "demo: -provider is fake or local, -kv-tokens positive and -deferrable not negative")
 		os.Exit(2)
 	}
 
@@ -103,6 +114,7 @@ type submission struct {
 	invoice   string // the ERP's key: supplier and number
 	review    bool
 	malformed bool // the provider answers malformed JSON once
+	deferred  bool // needed two days from now: the batch lane
 	doc       invoice.Document
 	jobID     uuid.UUID
 }
@@ -204,7 +216,8 @@ func run(ctx context.Context, o options) error {
 	}
 	cfg := stackConfig{
 		Schema: o.Schema, Scale: o.Scale, ProviderRPM: o.RPM, Workers: o.Workers,
-		SmallQuota: 2, SystemMax: int64(o.Invoices + o.Small + 100), Broker: o.Broker,
+		SmallQuota: 2, SystemMax: int64(o.Invoices + o.Small + o.Deferrable + 100), Broker: o.Broker,
+		BatchLane: o.Deferrable > 0,
 	}
 	if o.Provider == "local" {
 		cfg.LocalKVTokens = o.KVTokens
@@ -302,6 +315,15 @@ func (d *demo) plan() []*submission {
 			text: sample.Invoice(sup, number, i, extra), invoice: sup.Name + "/" + number, review: review, malformed: extra == malformed,
 		})
 	}
+	// The batch lane: clean invoices needed two days from now.
+	for i := range d.o.Deferrable {
+		sup := suppliers[bigTenant][i%2]
+		number := fmt.Sprintf("%s-L%04d", sup.Name[:2], i)
+		subs = append(subs, &submission{
+			client: big, tenant: bigTenant, name: fmt.Sprintf("later-%04d.txt", i),
+			text: sample.Invoice(sup, number, i, plain), invoice: sup.Name + "/" + number, deferred: true,
+		})
+	}
 	// Duplicate uploads: the same invoices again under other names and
 	// keys. They are new jobs; the ERP books each invoice once.
 	for i := 0; i < min(3, len(subs)); i++ {
@@ -391,8 +413,12 @@ func (d *demo) submit(ctx context.Context, sub *submission) error {
 		return err
 	}
 	sub.doc = doc
+	var neededBy time.Time
+	if sub.deferred {
+		neededBy = time.Now().Add(48 * time.Hour)
+	}
 	for {
-		r, err := sub.client.submit(ctx, "key-"+sub.name, doc)
+		r, err := sub.client.submitBy(ctx, "key-"+sub.name, doc, neededBy)
 		if err != nil {
 			return err
 		}
@@ -492,6 +518,7 @@ func (d *demo) report(ctx context.Context) error {
 	var failures []string
 	fail := func(format string, args ...any) { failures = append(failures, fmt.Sprintf(format, args...)) }
 	rows := map[string]*tenantRow{bigTenant: {}, smallTenant: {}}
+	lanes := map[bool]*laneRow{false: {}, true: {}} // by deferred
 	succeededJobs := map[string]bool{}
 	wantBooked := map[string]bool{}
 	for _, sub := range d.subs {
@@ -503,14 +530,17 @@ func (d *demo) report(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		r := rows[sub.tenant]
+		r, lane := rows[sub.tenant], lanes[sub.deferred]
 		r.jobs++
+		lane.jobs++
 		r.attempts += len(atts)
 		r.latencies = append(r.latencies, d.finishedAt[j.ID])
 		successes := 0
 		for _, a := range atts {
 			if a.Usage.InputTokens > 0 {
 				r.paid++
+				lane.paid++
+				lane.in, lane.out = lane.in+a.Usage.InputTokens, lane.out+a.Usage.OutputTokens
 			}
 			if a.Outcome == jobs.AttemptSnoozed {
 				r.snoozed++
@@ -529,6 +559,7 @@ func (d *demo) report(ctx context.Context) error {
 		switch j.State {
 		case jobs.StateSucceeded:
 			r.succeeded++
+			lane.succeeded++
 			succeededJobs[j.ID.String()] = true
 			wantBooked[sub.tenant+"/"+sub.invoice] = true
 			if successes != 1 {
@@ -615,6 +646,10 @@ func (d *demo) report(ctx context.Context) error {
 	if d.quota429 == 0 {
 		fail("the small tenant's quota never answered 429")
 	}
+	laneTable, err := d.laneTable(ctx, lanes, fail)
+	if err != nil {
+		return err
+	}
 
 	fmt.Println()
 	fmt.Fprintln(d.out, "tenant\tjobs\tSUCCEEDED\tREVIEW_REQUIRED\tother\tattempts\tsnoozed\tpaid calls\tp50 finish\tmax finish")
@@ -628,9 +663,10 @@ func (d *demo) report(ctx context.Context) error {
 		fmt.Fprintf(d.out, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", tenant, r.jobs, r.succeeded, r.review, r.failed, r.attempts, r.snoozed, r.paid, p50.Round(10*time.Millisecond), worst.Round(10*time.Millisecond))
 	}
 	_ = d.out.Flush()
+	fmt.Print(laneTable)
 	p := d.s.provider.Stats()
-	fmt.Printf("\nprovider: %d calls, %d answered, %d rate-limited (429), %d hung, %d malformed, %d plausible but wrong\n",
-		p.Calls, p.Answered, p.RateLimited, p.Timeouts, p.Malformed, p.Wrong)
+	fmt.Printf("\nprovider: %d calls, %d answered, %d rate-limited (429), %d hung, %d malformed, %d plausible but wrong; %d batches, %d batch requests answered\n",
+		p.Calls, p.Answered, p.RateLimited, p.Timeouts, p.Malformed, p.Wrong, p.BatchesCreated, p.BatchRequestsAnswered)
 	if d.s.local != nil {
 		ls := d.s.local.Stats()
 		fmt.Printf("local server: %d requests completed, %d preempted, %d abandoned by their clients, KV cache %d tokens\n",
@@ -651,6 +687,62 @@ func (d *demo) report(ctx context.Context) error {
 	}
 	fmt.Println("all invariants hold: every job finished as its document says, review-required results never reached the ERP, every success was booked exactly once")
 	return nil
+}
+
+// laneRow is one lane of the cost table: the synchronous one, or the
+// batch lane's documents that could wait.
+type laneRow struct {
+	jobs, succeeded, paid int
+	in, out               int64 // tokens the paid calls reported
+}
+
+// laneTable is the cost of each lane as the usage ledger holds it, and
+// checks that the batch lane's calls cost half what they would have cost
+// synchronously (±1%, the ledger rounds each call to a micro-dollar).
+func (d *demo) laneTable(ctx context.Context, lanes map[bool]*laneRow, fail func(string, ...any)) (string, error) {
+	limiter, err := admission.NewPostgres(d.s.pool, admission.Config{Schema: d.s.schema})
+	if err != nil {
+		return "", err
+	}
+	var cost, batchCost int64
+	for _, tenant := range []string{bigTenant, smallTenant} {
+		usage, err := limiter.Usage(ctx, tenant, d.start, time.Now())
+		if err != nil {
+			return "", err
+		}
+		for _, u := range usage {
+			if u.Pool == poolName {
+				cost, batchCost = cost+u.Cost, batchCost+u.BatchCost
+			}
+		}
+	}
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nlane\tjobs\tSUCCEEDED\tpaid calls\tinput tokens\toutput tokens\tcost (ledger)\tper paid call")
+	for _, l := range []struct {
+		name string
+		row  *laneRow
+		cost int64
+	}{{"synchronous", lanes[false], cost - batchCost}, {"batch", lanes[true], batchCost}} {
+		per := 0.0
+		if l.row.paid > 0 {
+			per = float64(l.cost) / float64(l.row.paid)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t$%.4f\t$%.6f\n", l.name, l.row.jobs, l.row.succeeded, l.row.paid, l.row.in, l.row.out, float64(l.cost)/1e6, per/1e6)
+	}
+	_ = tw.Flush()
+	if batch := lanes[true]; batch.jobs > 0 {
+		atSync := (float64(batch.in)*inputPrice + float64(batch.out)*outputPrice) / 1e6
+		ratio := float64(batchCost) / atSync
+		fmt.Fprintf(&b, "batch lane: $%.4f for calls that cost $%.4f at the synchronous price: %.3f×\n", float64(batchCost)/1e6, atSync/1e6, ratio)
+		if ratio < 0.495 || ratio > 0.505 {
+			fail("the batch lane cost %.3f× its synchronous price, want 0.5× ±1%%", ratio)
+		}
+		if batch.paid != batch.jobs {
+			fail("the batch lane made %d paid calls for %d jobs, want one each", batch.paid, batch.jobs)
+		}
+	}
+	return b.String(), nil
 }
 
 func pgIdent(s string) string { return strconv.Quote(s) }

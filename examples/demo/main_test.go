@@ -32,6 +32,19 @@ func TestDemoRuns(t *testing.T) {
 	}))
 }
 
+// With a batch lane: the documents that can wait go through the fake
+// provider's Batch API, are checked and delivered to the ERP as the
+// others are, and cost half as much in the usage ledger (the demo fails
+// otherwise).
+func TestDemoRunsWithABatchLane(t *testing.T) {
+	t.Parallel()
+	db := freshSchema(t)
+	require.NoError(t, run(t.Context(), options{
+		DatabaseURL: llmqtest.URL(), Schema: db.Schema, Invoices: 20, Small: 4, Deferrable: 12,
+		Scale: 300, RPM: 3000, Workers: 8, Outage: time.Second, Timeout: 60 * time.Second, Broker: "none",
+	}))
+}
+
 // Against a simulated local inference server's engine, with the pool
 // admitting by tokens in flight: the same invariants hold.
 func TestDemoRunsAgainstALocalServer(t *testing.T) {

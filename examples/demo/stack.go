@@ -20,7 +20,15 @@ import (
 	"github.com/llmq/llmq/lease"
 	"github.com/llmq/llmq/llmqtype"
 	"github.com/llmq/llmq/outbox"
+	"github.com/llmq/llmq/providerbatch"
 	"github.com/llmq/llmq/webhook"
+)
+
+// The provider pool, and its prices in micro-dollars a million tokens.
+const (
+	poolName    = "fake-provider"
+	inputPrice  = 2_500_000
+	outputPrice = 10_000_000
 )
 
 // The demo's tenants and their bearer tokens.
@@ -50,6 +58,10 @@ type stackConfig struct {
 	// answers' latency is its engine's, and the worker's pool has the
 	// same in-flight token budget (-provider local).
 	LocalKVTokens int64
+	// BatchLane runs the service's batch lane: documents needed two days
+	// ahead go through the fake provider's Batch API, served by a
+	// providerbatch submitter (-deferrable).
+	BatchLane bool
 	// Broker names the broker carrying the job events ("" or "none": no
 	// broker). With one, the runner does not LISTEN: the events' consumer
 	// wakes it (see signals).
@@ -71,12 +83,14 @@ type stack struct {
 	provSrv  *httptest.Server
 	erpSrv   *httptest.Server
 	runner   *lease.Runner
+	batch    *providerbatch.Submitter // with BatchLane
 	// relay sends the uploads' webhooks when no broker carries the
 	// events; with one, signals' relay does (see startSignals).
 	relay  *outbox.Relay
-	cancel context.CancelFunc
-	done   chan error
-	stop   func() error
+	cancel  context.CancelFunc
+	done    chan error
+	started int // goroutines that answer on done
+	stop    func() error
 }
 
 // startStack migrates the schema, starts every server and the runner, and
@@ -92,7 +106,7 @@ func startStack(ctx context.Context, pool *pgxpool.Pool, cfg stackConfig) (*stac
 		operatorToken: {Tenant: bigTenant, Operator: true},
 	})
 	svc, err := invoice.New(pool, invoice.Config{
-		Schema: cfg.Schema, Auth: auth, AllowLoopback: true,
+		Schema: cfg.Schema, Auth: auth, AllowLoopback: true, BatchLane: cfg.BatchLane,
 		SystemMaxPendingJobs: cfg.SystemMax, QuotaRetry: 2 * time.Second, ReplayWindow: cfg.Window, StreamGapWait: cfg.GapWait, TracerProvider: cfg.Tracer,
 		// Short delivery retries, so an ERP outage of seconds is ridden out
 		// in seconds; production keeps webhook.DefaultSchedule().
@@ -149,11 +163,15 @@ func startStack(ctx context.Context, pool *pgxpool.Pool, cfg stackConfig) (*stac
 	}
 	runner, err := svc.NewRunner(ctx, invoice.WorkerConfig{
 		ProviderURL: s.provSrv.URL + "/v1",
-		Pool:        "fake-provider",
+		Pool:        poolName,
 		// The limiter holds the workers to the provider's own limits; the
 		// provider's clock and buckets are not the limiter's, so a few 429s
 		// still come back, and cool the pool down for every worker.
-		Limits:          admission.Pool{RPM: cfg.ProviderRPM, TPM: 1_800_000, MaxInFlight: cfg.Workers, MaxInFlightTokens: cfg.LocalKVTokens},
+		// Prices of a large model ($2.50 and $10 a million tokens), so the
+		// usage ledger shows what each lane cost; the batch price is left
+		// at its default, half.
+		Limits: admission.Pool{RPM: cfg.ProviderRPM, TPM: 1_800_000, MaxInFlight: cfg.Workers, MaxInFlightTokens: cfg.LocalKVTokens,
+			InputPrice: inputPrice, OutputPrice: outputPrice},
 		Workers:         cfg.Workers,
 		AttemptTimeout:  2 * time.Second,
 		Retry:           llmqtype.BackoffPolicy{Base: 100 * time.Millisecond, Cap: time.Second},
@@ -169,6 +187,18 @@ func startStack(ctx context.Context, pool *pgxpool.Pool, cfg stackConfig) (*stac
 		return nil, err
 	}
 	s.runner = runner
+	if cfg.BatchLane {
+		// The fake's batches take 10 minutes divided by Scale; polled
+		// often enough to see them end within a second of it.
+		if s.batch, err = svc.NewBatchSubmitter(invoice.BatchConfig{
+			ProviderURL: s.provSrv.URL + "/v1", Pool: poolName, ID: "demo",
+			GatherInterval: 500 * time.Millisecond, PollMin: 250 * time.Millisecond, PollMax: time.Second,
+			Retry: llmqtype.BackoffPolicy{Base: 100 * time.Millisecond, Cap: time.Second},
+		}); err != nil {
+			closeAll()
+			return nil, err
+		}
+	}
 	if cfg.Broker == "" || cfg.Broker == "none" {
 		if s.relay, err = svc.NewEventRelay(nil, outbox.RelayConfig{PollInterval: 100 * time.Millisecond}); err != nil {
 			closeAll()
@@ -179,7 +209,7 @@ func startStack(ctx context.Context, pool *pgxpool.Pool, cfg stackConfig) (*stac
 		var err error
 		if s.cancel != nil {
 			s.cancel()
-			for range cap(s.done) {
+			for range s.started {
 				err = errors.Join(err, <-s.done)
 			}
 		}
@@ -194,12 +224,17 @@ func startStack(ctx context.Context, pool *pgxpool.Pool, cfg stackConfig) (*stac
 func (s *stack) run(ctx context.Context) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
-	if s.relay == nil {
-		s.done = make(chan error, 1)
-	} else {
-		s.done = make(chan error, 2)
+	s.done = make(chan error, 3)
+	started := 1
+	if s.relay != nil {
+		started++
 		go func() { s.done <- s.relay.Run(runCtx) }()
 	}
+	if s.batch != nil {
+		started++
+		go func() { s.done <- s.batch.Run(runCtx) }()
+	}
+	s.started = started
 	go func() { s.done <- s.runner.Run(runCtx) }()
 }
 
