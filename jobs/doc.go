@@ -114,6 +114,11 @@
 //     stays RUNNING until its lease expires, when Reap takes it back with
 //     the class "hung" (a primary-key probe of job_attempts per job taken
 //     back tells it so).
+//   - Move hands a held job to another queue under its fence, runnable at
+//     once, its attempt snoozed (not counted against MaxAttempts) with the
+//     reason given: a provider batch submitter's way to pass a job whose
+//     deadline leaves no room for a batch to synchronous runners. It
+//     writes no lifecycle event and NOTIFYs the new queue.
 //
 // # Fair claiming
 //
@@ -297,7 +302,8 @@
 // EnqueueMany, EnqueueBatch, Get, List, Cancel, Batch, CancelBatch, Stats,
 // Attempts, Steps and Replay.
 // RunnerStore is what lease.NewRunner needs: Claim, Heartbeat, Complete,
-// MarkHung, Reap, Leases, WakeIdleTenants, TakeStep, SaveStep and Channel.
+// MarkHung, Reap, Leases, WakeIdleTenants, TakeStep, SaveStep and Channel;
+// and Move, for a providerbatch.Submitter.
 // TakeStep and SaveStep keep durable steps (lease.Step): a step's output
 // is stored once per job and name, under the fence of the attempt that ran
 // it, and is neither stored nor taken by an attempt whose fence has moved

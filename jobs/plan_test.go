@@ -44,7 +44,7 @@ func TestFencedStatementsProbeThePrimaryKey(t *testing.T) {
 		return dbtest.GenericPlan(t, f.pool, f.store.QueryForTest(name))
 	}
 
-	for _, name := range []string{"HeartbeatLeases", "CompleteJobs", "MarkHungAttempts"} {
+	for _, name := range []string{"HeartbeatLeases", "CompleteJobs", "MarkHungAttempts", "MoveJob"} {
 		plan := explain(name)
 		require.Contains(t, plan, "jobs_pkey", "%s:\n%s", name, plan)
 		require.NotContains(t, plan, "jobs_running_tenant_idx", "%s:\n%s", name, plan)

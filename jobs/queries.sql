@@ -863,6 +863,50 @@ SELECT
     /*job_columns*/
 FROM updated;
 
+-- name: MoveJob
+-- Ends the lease of RUNNING job $1 under its fence $2 and moves it to
+-- queue $3, runnable at once: the attempt is recorded as snoozed, with $5
+-- as its error and $4 as its worker, and, as a snooze does, raises
+-- max_attempts by one so it does not count against the retry budget. No
+-- lifecycle event: like a snooze, a move is the workers' business (a
+-- runner of the new queue hears of it through NOTIFY $6 when it listens,
+-- else at its next poll). The job's tenant is made active in the new
+-- queue as an enqueue makes it (InsertJob's activate). One row, through
+-- the primary key.
+WITH moved AS (
+    UPDATE /*schema*/jobs AS j
+    SET fence         = j.fence + 1,
+        state         = 'RETRY_SCHEDULED',
+        queue         = $3::text,
+        available_at  = now(),
+        max_attempts  = j.max_attempts + 1,
+        state_version = j.state_version + 1,
+        updated_at    = now()
+    WHERE j.id = $1 AND j.fence = $2 AND j.state = 'RUNNING'
+    RETURNING
+        /*job_columns j*/
+),
+attempt AS (
+    INSERT INTO /*schema*/job_attempts (job_id, attempt, fence, worker, started_at, outcome, error, retry_at)
+    SELECT id, attempt, fence, $4::text, attempted_at, 'snoozed', $5::text, available_at
+    FROM moved
+),
+activate AS (
+    INSERT INTO /*schema*/tenant_queues AS q (queue, tenant, vtime)
+    SELECT moved.queue, moved.tenant, coalesce((
+        SELECT min(t.vtime) FROM /*schema*/tenant_queues AS t
+        WHERE t.queue = moved.queue AND NOT t.idle), 0)
+    FROM moved
+    WHERE NOT EXISTS (
+        SELECT 1 FROM /*schema*/tenant_queues AS t
+        WHERE t.queue = moved.queue AND t.tenant = moved.tenant AND NOT t.idle)
+    /*activate_tenant*/
+)
+SELECT
+    /*job_columns*/
+FROM moved
+WHERE pg_notify($6, moved.queue) IS NOT NULL;
+
 -- name: MarkStaleAttempts
 -- Completions that arrived after their lease was lost: only the attempt's
 -- own row records them. The reaper wrote that row when it took the lease

@@ -19,7 +19,7 @@ type statements struct {
 	// queries.sql: claiming, leases and transitions.
 	claimSettings, lockClaimTenants, claim, claimSkippingLocked, wakeIdleTenants string
 	keyedPlans, restorePlans                                                     string
-	heartbeat, leases, complete                                                  string
+	heartbeat, leases, complete, move                                            string
 	markStale, markHung, reap, failDeadlines, replay, attempts, unservedKinds    string
 	// queries.sql: tenant limits and operator reads.
 	setTenantLimits, deleteTenantLimits, getTenantLimits, listTenantLimits string
@@ -63,6 +63,7 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.heartbeat, "HeartbeatLeases", 4, new([16]byte), new(bool)),
 		dbsql.Query(&q.leases, "ListLeases", 2, job...),
 		dbsql.Query(&q.complete, "CompleteJobs", 13, job...),
+		dbsql.Query(&q.move, "MoveJob", 6, job...).Binds(pgtype.UUID{}, int64(0), "", "", "", ""),
 		dbsql.Exec(&q.markStale, "MarkStaleAttempts", 8),
 		dbsql.Query(&q.markHung, "MarkHungAttempts", 4, new([16]byte), new(int64)),
 		dbsql.Query(&q.reap, "ReapExpiredLeases", 8, new(int), new(int)),

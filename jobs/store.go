@@ -90,6 +90,9 @@ type RunnerStore interface {
 	Heartbeat(ctx context.Context, db DBTX, worker string, leaseDuration time.Duration, leases []Lease) (HeartbeatResult, error)
 	// Complete applies attempt outcomes, each only under its fence.
 	Complete(ctx context.Context, db DBTX, completions []Completion) ([]CompletionResult, error)
+	// Move ends a held job's lease and puts it in another queue (a
+	// provider batch submitter's hand-over to synchronous runners).
+	Move(ctx context.Context, db DBTX, params MoveParams) (*Job, error)
 	// MarkHung gives up attempts whose handlers ignore their cancellation:
 	// their fences move on and their rows say "hung"; their leases are left
 	// to expire for the reaper.

@@ -485,6 +485,50 @@ func (s *PostgresStore) Reap(ctx context.Context, db DBTX, p ReapParams) (ReapRe
 	return res, nil
 }
 
+// MoveParams moves a job its worker holds to another queue (Move).
+type MoveParams struct {
+	Lease
+	// Worker is the lease holder, recorded as the attempt's worker.
+	Worker string
+	// Queue is where the job goes: one of the store's Config.Queues.
+	Queue string
+	// Reason says why, for the attempt's row. Required.
+	Reason string
+}
+
+// Move ends a running job's lease under its fence and puts it in another
+// queue, runnable at once, for another kind of worker to serve: a
+// provider batch submitter hands a job whose deadline no longer leaves
+// room for a batch to a queue of synchronous runners. The attempt is
+// recorded as snoozed with Reason as its error and, as a snooze, is not
+// counted against MaxAttempts. It writes no lifecycle event and NOTIFYs
+// the new queue. ErrLeaseLost if the job is no longer in that lease.
+func (s *PostgresStore) Move(ctx context.Context, db DBTX, p MoveParams) (*Job, error) {
+	fail := func(field, problem string, cause error) error {
+		return &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem, Cause: cause}
+	}
+	switch {
+	case !s.queues[p.Queue]:
+		return nil, fail("Queue", fmt.Sprintf("%q is not one of the configured queues %q", p.Queue, s.cfg.Queues), ErrUnknownQueue)
+	case p.Worker == "":
+		return nil, fail("Worker", "must not be empty", nil)
+	case p.Reason == "":
+		return nil, fail("Reason", "must not be empty", nil)
+	}
+	rows, err := db.Query(ctx, s.sql.move, dbsql.UUID(p.JobID), p.Fence, p.Queue, p.Worker, validate.MakeStorable(p.Reason), s.channel)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: move: %w", err)
+	}
+	job, err := pgx.CollectExactlyOneRow(rows, scanJob)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: job %s (fence %d)", ErrLeaseLost, p.JobID, p.Fence)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jobs: move: %w", err)
+	}
+	return job, nil
+}
+
 // Replay implements Store: a new job with the finished job's input, linked
 // by ReplayOf and recording who asked and why. The finished job is not
 // changed. SUCCEEDED jobs and live jobs return ErrNotReplayable.

@@ -447,3 +447,52 @@ func TestHeartbeatAndCompletionNeverDeadlock(t *testing.T) {
 		}
 	}
 }
+
+// Move hands a held job to another queue under its fence: runnable there
+// at once, its attempt recorded as snoozed with the reason and not counted
+// against MaxAttempts, its tenant active in the new queue. A stale fence
+// moves nothing; a queue the store does not know is refused naming it.
+func TestMoveHandsAJobToAnotherQueue(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	enqueued, err := f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k", MaxAttempts: 3})
+	require.NoError(t, err)
+	held := f.claim(t, "batcher")
+	require.Equal(t, enqueued.Job.ID, held.ID)
+
+	_, err = f.store.Move(ctx, f.pool, jobs.MoveParams{Lease: jobs.Lease{JobID: held.ID, Fence: held.Fence}, Worker: "batcher", Queue: "nowhere", Reason: "r"})
+	var bad *llmqtype.ValidationError
+	require.ErrorAs(t, err, &bad)
+	require.Equal(t, "Queue", bad.Field)
+	require.ErrorIs(t, err, jobs.ErrUnknownQueue)
+	_, err = f.store.Move(ctx, f.pool, jobs.MoveParams{Lease: jobs.Lease{JobID: held.ID, Fence: held.Fence + 1}, Worker: "batcher", Queue: "webhooks", Reason: "r"})
+	require.ErrorIs(t, err, jobs.ErrLeaseLost, "a stale fence moves nothing")
+
+	moved, err := f.store.Move(ctx, f.pool, jobs.MoveParams{
+		Lease: jobs.Lease{JobID: held.ID, Fence: held.Fence}, Worker: "batcher", Queue: "webhooks", Reason: "its deadline leaves no room for a batch",
+	})
+	require.NoError(t, err)
+	require.Equal(t, "webhooks", moved.Queue)
+	require.Equal(t, jobs.StateRetryScheduled, moved.State)
+	require.Equal(t, 4, moved.MaxAttempts, "the attempt is not counted")
+	require.Greater(t, moved.Fence, held.Fence)
+	_, err = f.store.Move(ctx, f.pool, jobs.MoveParams{Lease: jobs.Lease{JobID: held.ID, Fence: held.Fence}, Worker: "batcher", Queue: "webhooks", Reason: "again"})
+	require.ErrorIs(t, err, jobs.ErrLeaseLost, "moved once")
+
+	attempts, err := f.store.Attempts(ctx, f.pool, "acme", held.ID)
+	require.NoError(t, err)
+	require.Len(t, attempts, 1)
+	require.Equal(t, jobs.AttemptSnoozed, attempts[0].Outcome)
+	require.Equal(t, "batcher", attempts[0].Worker)
+	require.Equal(t, "its deadline leaves no room for a batch", attempts[0].Error)
+
+	again, err := f.store.Claim(ctx, f.pool, jobs.ClaimParams{Queue: "webhooks", Kinds: []string{"k"}, Worker: "runner", Limit: 1, LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, again, 1, "a runner of the new queue claims it at once")
+	require.Equal(t, held.ID, again[0].ID)
+	require.Equal(t, 2, again[0].Attempt)
+	none, err := f.store.Claim(ctx, f.pool, jobs.ClaimParams{Queue: "default", Kinds: []string{"k"}, Worker: "runner", Limit: 1, LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	require.Empty(t, none, "gone from the old queue")
+}

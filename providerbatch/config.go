@@ -50,6 +50,15 @@ type Config struct {
 	// are served by this pool's submitter only; no lease.Runner should
 	// serve it. It must be one of the store's Config.Queues.
 	Queue string
+	// SyncQueue, when set, is where a job goes whose deadline no longer
+	// leaves room for a batch (it is sooner than Window when the job is
+	// gathered: it was enqueued too late, or an expired or cancelled batch
+	// returned it): moved there (jobs.RunnerStore.Move), its attempt
+	// snoozed, for a lease.Runner serving the same Call's Handle to make
+	// synchronously, at the synchronous price. Empty: such a job fails
+	// with class "deadline". It must be one of the store's queues, and not
+	// Queue.
+	SyncQueue string
 	// Provider is the provider's batch API (provider/openai.NewBatches).
 	Provider Provider
 	// Calls are the kinds this submitter serves (Call.Batch), each with
@@ -109,6 +118,8 @@ func (c Config) withDefaults() (Config, error) {
 		return fail("Pool", "is required")
 	case c.Queue == "":
 		return fail("Queue", "is required")
+	case c.SyncQueue != "" && c.SyncQueue == c.Queue:
+		return fail("SyncQueue", fmt.Sprintf("is the batch queue %q itself; name a queue that lease.Runners serve", c.Queue))
 	case c.Provider == nil:
 		return fail("Provider", "is required")
 	case len(c.Calls) == 0:

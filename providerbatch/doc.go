@@ -17,13 +17,15 @@
 //	func buildExtract(ctx context.Context, job *jobs.Job, a ExtractArgs) (oai.ChatCompletionNewParams, error)
 //	func parseExtract(ctx context.Context, job *jobs.Job, a ExtractArgs, c *oai.ChatCompletion) (Invoice, error)
 //
-//	// synchronous: a lease.Runner handler
-//	lease.Handlers(extract.Handle(func(ctx context.Context, req oai.ChatCompletionNewParams) (*oai.ChatCompletion, error) {
+//	// synchronous: a lease.Runner's handler, for the queue "extract"
+//	lease.Config{Handlers: lease.Kinds(extract.Handle(func(ctx context.Context, req oai.ChatCompletionNewParams) (*oai.ChatCompletion, error) {
 //		return openai.Call(ctx, func(ctx context.Context) (*oai.ChatCompletion, error) { return client.Chat.Completions.New(ctx, req) })
-//	}))
-//	// batch: a Submitter
+//	}))}
+//	// batch: a Submitter for the queue "extract-batch", handing what is
+//	// too late for a batch to "extract"
 //	providerbatch.NewSubmitter(pool, store, providerbatch.Config{
-//		Pool: "openai", Queue: "extract-batch", Provider: batches, Calls: []providerbatch.KindCall{extract.Batch()}})
+//		Pool: "openai", Queue: "extract-batch", SyncQueue: "extract",
+//		Provider: batches, Calls: []providerbatch.KindCall{extract.Batch()}})
 //
 // # Which jobs wait for a batch
 //
@@ -36,9 +38,15 @@
 //
 // A job whose deadline is sooner than now plus Config.Window (the
 // provider's 24 hours) when the submitter gathers it cannot be sure of an
-// answer in time: it fails with class "deadline" and an error that says
-// so, rather than wait in a batch that may end too late. Enqueue such
-// work to a synchronous queue.
+// answer in time: enqueued too late, or returned by an expired or
+// cancelled batch once its time has grown short. With Config.SyncQueue it
+// is moved there (jobs.RunnerStore.Move: its attempt snoozed, not counted)
+// for a runner serving the same Call's Handle, at the synchronous price;
+// without one it fails with class "deadline" and an error that says so,
+// rather than wait in a batch that may end too late. The choice is the
+// host's, per submitter: a queue of runners is what a synchronous call
+// needs (admission, workers, timeouts), which the submitter does not
+// have.
 //
 // # A batch is an attempt
 //
@@ -67,7 +75,7 @@
 //   - A request the batch did not run (the batch expired or was
 //     cancelled) returns its job to waiting, the attempt not counted
 //     against MaxAttempts (snoozed); a later gather sends it again if its
-//     deadline still allows.
+//     deadline still allows, else hands it to SyncQueue (above).
 //   - A job cancelled by a client while in a batch ends CANCELLED at the
 //     next poll (its attempt "cancelled"), and its result, when it comes,
 //     is not applied: the item is recorded as stale. So is the result of

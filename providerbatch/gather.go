@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/llmq/llmq/jobs"
 )
@@ -50,7 +51,8 @@ func (s *Submitter) gather(ctx context.Context, open []openRow) error {
 	if err != nil || len(claimed) == 0 {
 		return err
 	}
-	requests, done := s.build(ctx, claimed)
+	requests, done, late := s.build(ctx, claimed)
+	done = append(done, s.moveToSync(ctx, late)...)
 	parts, deferred, refused := s.split(requests, enqueued)
 	done = append(done, refused...)
 	for _, r := range deferred {
@@ -131,17 +133,19 @@ func (s *Submitter) claim(ctx context.Context, most int) ([]*jobs.Job, error) {
 }
 
 // build makes each claimed job's request. A job that cannot go into a
-// batch (its deadline is sooner than the window, its request cannot be
-// built) gets its completion in done instead.
-func (s *Submitter) build(ctx context.Context, claimed []*jobs.Job) (requests []request, done []jobs.Completion) {
+// batch gets its completion in done instead (its request cannot be built;
+// its deadline is sooner than the window and there is no SyncQueue), or
+// is returned in late (its deadline is sooner than the window: for
+// SyncQueue).
+func (s *Submitter) build(ctx context.Context, claimed []*jobs.Job) (requests []request, done []jobs.Completion, late []*jobs.Job) {
 	latest := time.Now().Add(s.cfg.Window)
 	for _, job := range claimed {
 		if !job.DeadlineAt.IsZero() && job.DeadlineAt.Before(latest) {
-			c := s.policy.Base(job)
-			c.Outcome, c.ErrorClass = jobs.OutcomeFailed, jobs.ClassDeadline
-			c.Error = fmt.Sprintf("its deadline %s is sooner than the provider batch window (%s): enqueue it to a synchronous queue, or with a later DeadlineAt",
-				job.DeadlineAt.UTC().Format(time.RFC3339), s.cfg.Window)
-			done = append(done, c)
+			if s.cfg.SyncQueue != "" {
+				late = append(late, job)
+				continue
+			}
+			done = append(done, s.tooLate(job))
 			continue
 		}
 		model, body, err := s.calls[job.Kind].request(ctx, job)
@@ -158,7 +162,45 @@ func (s *Submitter) build(ctx context.Context, claimed []*jobs.Job) (requests []
 		}
 		requests = append(requests, request{job: job, model: model, body: body, tokens: tokens})
 	}
-	return requests, done
+	return requests, done, late
+}
+
+// tooLate fails a job whose deadline leaves no room for a batch.
+func (s *Submitter) tooLate(job *jobs.Job) jobs.Completion {
+	c := s.policy.Base(job)
+	c.Outcome, c.ErrorClass = jobs.OutcomeFailed, jobs.ClassDeadline
+	c.Error = fmt.Sprintf("its deadline %s is sooner than the provider batch window (%s): enqueue it to a synchronous queue, or with a later DeadlineAt",
+		job.DeadlineAt.UTC().Format(time.RFC3339), s.cfg.Window)
+	return c
+}
+
+// moveToSync hands the late jobs to SyncQueue, each under its fence and
+// the pool's lease. One the store refuses to move (SyncQueue is not one
+// of its queues) is failed as tooLate instead, in the completions
+// returned, and the refusal logged: a job is never left leased.
+func (s *Submitter) moveToSync(ctx context.Context, late []*jobs.Job) []jobs.Completion {
+	var failed []jobs.Completion
+	for _, job := range late {
+		reason := fmt.Sprintf("its deadline %s is sooner than the provider batch window (%s): moved to the synchronous queue %q",
+			job.DeadlineAt.UTC().Format(time.RFC3339), s.cfg.Window, s.cfg.SyncQueue)
+		err := s.underLease(ctx, func(tx pgx.Tx) error {
+			_, err := s.store.Move(ctx, tx, jobs.MoveParams{Lease: jobs.Lease{JobID: job.ID, Fence: job.Fence}, Worker: s.worker, Queue: s.cfg.SyncQueue, Reason: reason})
+			return err
+		})
+		switch {
+		case err == nil:
+			s.logger.Info("llmq: a job too late for a provider batch moved to the synchronous queue", "job", job.ID, "queue", s.cfg.SyncQueue)
+		case errors.Is(err, jobs.ErrLeaseLost):
+		case errors.Is(err, jobs.ErrInvalidParams):
+			s.logger.Error("llmq: moving a job to SyncQueue was refused; it fails with class deadline", "job", job.ID, "queue", s.cfg.SyncQueue, "err", err)
+			failed = append(failed, s.tooLate(job))
+		default:
+			// The database's trouble: the job's short gather lease runs
+			// out and the reaper returns it; the next gather tries again.
+			s.logger.Warn("llmq: moving a job to SyncQueue", "job", job.ID, "err", err)
+		}
+	}
+	return failed
 }
 
 // split groups requests by model into parts within the limits, in claim

@@ -16,6 +16,7 @@ import (
 	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/examples/fakeprovider"
 	"github.com/llmq/llmq/jobs"
+	"github.com/llmq/llmq/lease"
 	"github.com/llmq/llmq/llmqtype"
 	"github.com/llmq/llmq/providerbatch"
 )
@@ -181,6 +182,66 @@ func TestSubmitterFailsAJobWhoseDeadlineIsTooSoon(t *testing.T) {
 	require.Zero(t, h.fake.Stats().BatchesCreated)
 }
 
+// With a SyncQueue, a job whose deadline leaves no room for a batch is
+// handed to it instead of failing: enqueued too late, or returned by an
+// expired batch once its time has grown short. A runner of that queue
+// makes the same Call synchronously, and the result is the one the batch
+// path would have made.
+func TestSubmitterMovesALateJobToTheSyncQueue(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, fakeprovider.Config{})
+	late, err := extractKind.Enqueue(t.Context(), h.store, h.db.Pool, "acme", docArgs{Text: invoice(1, "")},
+		jobs.EnqueueOptions{Queue: batchQueue, DeadlineAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	ids := h.enqueue(invoice(2, ""), invoice(3, ""))
+	cfg := h.cfg
+	cfg.SyncQueue = jobs.DefaultQueue
+	h.fake.HoldBatches()
+	s := h.submitter(cfg)
+	h.passUntil(s, "submitted", func() bool { return len(h.submissions()) == 1 })
+	moved := h.job(late.Job.ID)
+	require.Equal(t, jobs.DefaultQueue, moved.Queue)
+	require.Equal(t, jobs.StateRetryScheduled, moved.State)
+	a := h.attempts(late.Job.ID)
+	require.Len(t, a, 1)
+	require.Equal(t, jobs.AttemptSnoozed, a[0].Outcome)
+	require.Contains(t, a[0].Error, `moved to the synchronous queue "default"`)
+	require.Equal(t, 2, h.submissions()[0].Requests, "the late job is not in the batch")
+
+	// The batch expires; by then the jobs' time has grown short.
+	_, err = h.db.Pool.Exec(t.Context(), "UPDATE "+h.db.Schema+".jobs SET deadline_at = now() + interval '2 hours' WHERE queue = $1", batchQueue)
+	require.NoError(t, err)
+	require.Equal(t, 1, h.fake.ExpireBatches())
+	h.passUntil(s, "all moved", func() bool {
+		for _, id := range ids {
+			if h.job(id).Queue != jobs.DefaultQueue {
+				return false
+			}
+		}
+		return true
+	})
+	require.Equal(t, int64(1), h.fake.Stats().BatchesCreated, "not sent in a second batch")
+
+	runner, err := lease.NewRunner(h.db.Pool, h.store, lease.Config{
+		Handlers: lease.Kinds(extractCall.Handle(func(ctx context.Context, req oai.ChatCompletionNewParams) (*oai.ChatCompletion, error) {
+			client := h.client()
+			return client.Chat.Completions.New(ctx, req)
+		})),
+		PollInterval: 20 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- runner.Run(ctx) }()
+	require.Eventually(t, h.allIn(jobs.StateSucceeded, 3), 20*time.Second, 20*time.Millisecond)
+	stop()
+	require.NoError(t, <-done)
+	require.Equal(t, int64(3), h.fake.Stats().Calls, "each served synchronously")
+	for _, id := range append(ids, late.Job.ID) {
+		require.Equal(t, jobs.StateSucceeded, h.job(id).State)
+	}
+}
+
 // An operator's cancel reaches the provider at the next poll; the
 // requests it did not run return to waiting and go out again.
 func TestOperatorCancelsASubmission(t *testing.T) {
@@ -301,6 +362,7 @@ func TestNewSubmitterRefusesABadConfig(t *testing.T) {
 		"PollMax":       func(c *providerbatch.Config) { c.PollMin, c.PollMax = time.Minute, time.Second },
 		"Window":        func(c *providerbatch.Config) { c.Window = -time.Hour },
 		"Limits":        func(c *providerbatch.Config) { c.Limits.MaxBytes = -1 },
+		"SyncQueue":     func(c *providerbatch.Config) { c.SyncQueue = c.Queue },
 	} {
 		cfg := h.cfg
 		mutate(&cfg)

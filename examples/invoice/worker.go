@@ -382,7 +382,10 @@ func (s *Service) NewBatchSubmitter(cfg BatchConfig) (*providerbatch.Submitter, 
 		return nil, err
 	}
 	return providerbatch.NewSubmitter(s.pool, s.Jobs, providerbatch.Config{
-		Pool: cmp.Or(cfg.Pool, "provider"), Queue: BatchQueue, Provider: batches,
+		// A document whose batch expired when too little of its time is
+		// left goes to the worker's queue: extracted synchronously, at
+		// the synchronous price, rather than failed.
+		Pool: cmp.Or(cfg.Pool, "provider"), Queue: BatchQueue, SyncQueue: Queue, Provider: batches,
 		Calls:  []providerbatch.KindCall{s.extractCall().Batch()},
 		Schema: s.cfg.Schema, ID: cfg.ID,
 		GatherInterval: cfg.GatherInterval, PollMin: cfg.PollMin, PollMax: cfg.PollMax, Window: cfg.Window,
