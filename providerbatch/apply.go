@@ -84,7 +84,7 @@ func keep[T any](xs []T, ok func(T) bool) []T {
 // provider's id for it. The lease is renewed first and the call bounded
 // by half of it, so a submitter that lost its lease (paused, cut off)
 // does not send a batch its successor may send too.
-func (s *Submitter) create(ctx context.Context, id uuid.UUID, model string, requests []request, _ time.Time) error {
+func (s *Submitter) create(ctx context.Context, id uuid.UUID, model string, requests []request) error {
 	held, err := s.takeLease(ctx)
 	if err != nil {
 		return err
@@ -125,18 +125,10 @@ func (s *Submitter) work(ctx context.Context, sub openRow) error {
 	if sub.state == "preparing" {
 		return s.resume(ctx, sub)
 	}
-	items, err := s.items(ctx, id)
-	if err != nil {
-		return err
-	}
 	if sub.cancelRequested {
 		if err := s.cfg.Provider.Cancel(ctx, sub.providerBatchID); err != nil {
 			s.logger.Warn("llmq: cancelling a provider batch", "submission", id, "provider_batch", sub.providerBatchID, "err", err)
 		}
-	}
-	items, err = s.settleCancelled(ctx, id, items)
-	if err != nil {
-		return err
 	}
 	status, err := s.cfg.Provider.Status(ctx, sub.providerBatchID)
 	if err != nil {
@@ -144,10 +136,78 @@ func (s *Submitter) work(ctx context.Context, sub openRow) error {
 		return fmt.Errorf("providerbatch: polling provider batch %s: %w", sub.providerBatchID, err)
 	}
 	if !status.Ended {
+		if err := s.settleWhileRunning(ctx, id); err != nil {
+			return err
+		}
 		s.recordPoll(ctx, id, status.State, sub.polls, nil)
 		return nil
 	}
+	items, err := s.items(ctx, id)
+	if err != nil {
+		return err
+	}
+	items, err = s.settleCancelled(ctx, id, items)
+	if err != nil {
+		return err
+	}
 	return s.apply(ctx, sub, items, status)
+}
+
+// settleWhileRunning is a poll's work on the jobs of a batch the provider
+// still runs, from one read (PollItems): a job a client asked to cancel
+// ends CANCELLED, one that moved on (cancelled, reaped, replayed) is
+// settled stale, and only the leases about to run out (a batch running
+// past Window, its leases set to Window+Grace when it was recorded) are
+// renewed. Nothing else is written, so a batch polled for a day costs
+// reads, not a row version per job per poll.
+func (s *Submitter) settleWhileRunning(ctx context.Context, id uuid.UUID) error {
+	rows, err := s.pool.Query(ctx, s.sql.pollItems, dbsql.UUID(id), (s.cfg.Grace / 2).Milliseconds())
+	if err != nil {
+		return fmt.Errorf("providerbatch: reading the jobs of submission %s: %w", id, err)
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (pollRow, error) {
+		var r pollRow
+		err := row.Scan(r.dest()...)
+		return r, err
+	})
+	if err != nil {
+		return fmt.Errorf("providerbatch: reading the jobs of submission %s: %w", id, err)
+	}
+	var done []settled
+	var renew []jobs.Lease
+	for _, r := range list {
+		job := &jobs.Job{ID: r.item.jobID, Tenant: r.item.tenant, Kind: r.item.kind, Fence: r.item.fence, Attempt: int(r.item.attempt)}
+		lease := jobs.Lease{JobID: job.ID, Fence: job.Fence}
+		switch {
+		case !r.current:
+			done = append(done, settled{c: jobs.Completion{Lease: lease}, outcome: itemStale})
+		case r.cancel:
+			done = append(done, settled{c: s.cancelled(job)})
+		case r.leaseRunsShort:
+			renew = append(renew, lease)
+		}
+	}
+	if len(renew) > 0 {
+		hb, err := s.store.Heartbeat(ctx, s.pool, s.worker, s.cfg.Window+s.cfg.Grace, renew)
+		if err != nil {
+			return fmt.Errorf("providerbatch: renewing the leases of submission %s: %w", id, err)
+		}
+		for _, l := range renew {
+			if !hb.Kept[l.JobID] {
+				done = append(done, settled{c: jobs.Completion{Lease: l}, outcome: itemStale})
+			}
+		}
+	}
+	return s.settle(ctx, id, done, 0)
+}
+
+// cancelled is the completion of a job a client asked to cancel while it
+// was in a batch: its attempt ends cancelled, as a runner's does when a
+// heartbeat hears of it.
+func (s *Submitter) cancelled(job *jobs.Job) jobs.Completion {
+	c := s.policy.Base(job)
+	c.Outcome, c.ErrorClass, c.Error = jobs.OutcomeCancelled, jobs.ClassCancelled, "cancelled on request while in a provider batch"
+	return c
 }
 
 // recordPoll notes a poll and schedules the next.
@@ -219,7 +279,7 @@ func (s *Submitter) resume(ctx context.Context, sub openRow) error {
 	if len(requests) == 0 {
 		return s.end(ctx, id, "")
 	}
-	return s.create(ctx, id, sub.model, requests, sub.createdAt)
+	return s.create(ctx, id, sub.model, requests)
 }
 
 // item is an unsettled item of a submission, with its job as the
@@ -229,6 +289,7 @@ type item struct {
 	// current is false when the job's row has moved past the item's
 	// fence (cancelled, reaped, replayed) or is gone.
 	current bool
+	cancel  bool // a client asked to cancel the job
 }
 
 // items reads a submission's unsettled items and their jobs' payloads.
@@ -268,42 +329,28 @@ func (s *Submitter) items(ctx context.Context, id uuid.UUID) (map[string]*item, 
 		it := items[uuid.UUID(r.id).String()]
 		it.job.Payload = r.payload
 		it.current = r.fence == it.job.Fence && jobs.State(r.state) == jobs.StateRunning
+		it.cancel = r.cancel
 	}
 	return items, nil
 }
 
 // settleCancelled settles the items whose jobs no longer wait on the
-// submission: a client asked to cancel one (its attempt ends cancelled,
-// as a runner's does when a heartbeat hears of it), or its lease moved on
-// (it was cancelled, reaped or replayed). It returns the items left.
+// submission, as items read them: a client asked to cancel one (its
+// attempt ends cancelled), or its lease moved on (it was cancelled,
+// reaped or replayed). It returns the items left. A job that changes after
+// the read is caught by the fence when its result is recorded.
 func (s *Submitter) settleCancelled(ctx context.Context, id uuid.UUID, items map[string]*item) (map[string]*item, error) {
-	var leases []jobs.Lease
 	var done []settled
 	for key, it := range items {
-		if !it.current {
+		switch {
+		case !it.current:
 			done = append(done, settled{c: jobs.Completion{Lease: jobs.Lease{JobID: it.job.ID, Fence: it.job.Fence}}, outcome: itemStale})
-			delete(items, key)
+		case it.cancel:
+			done = append(done, settled{c: s.cancelled(it.job)})
+		default:
 			continue
 		}
-		leases = append(leases, jobs.Lease{JobID: it.job.ID, Fence: it.job.Fence})
-	}
-	if len(leases) > 0 {
-		hb, err := s.store.Heartbeat(ctx, s.pool, s.worker, s.cfg.Window+s.cfg.Grace, leases)
-		if err != nil {
-			return nil, fmt.Errorf("providerbatch: checking the jobs of submission %s for cancellation: %w", id, err)
-		}
-		for key, it := range items {
-			switch {
-			case !hb.Kept[it.job.ID]:
-				done = append(done, settled{c: jobs.Completion{Lease: jobs.Lease{JobID: it.job.ID, Fence: it.job.Fence}}, outcome: itemStale})
-				delete(items, key)
-			case hb.CancelRequested[it.job.ID]:
-				c := s.policy.Base(it.job)
-				c.Outcome, c.ErrorClass, c.Error = jobs.OutcomeCancelled, jobs.ClassCancelled, "cancelled on request while in a provider batch"
-				done = append(done, settled{c: c})
-				delete(items, key)
-			}
-		}
+		delete(items, key)
 	}
 	return items, s.settle(ctx, id, done, 0)
 }

@@ -73,7 +73,7 @@ func (s *Submitter) gather(ctx context.Context, open []openRow) error {
 		return err
 	}
 	for _, p := range parts {
-		if err := s.create(ctx, p.id, p.model, p.requests, time.Now()); err != nil {
+		if err := s.create(ctx, p.id, p.model, p.requests); err != nil {
 			if errors.Is(err, errLeaseLost) || ctx.Err() != nil {
 				return err
 			}

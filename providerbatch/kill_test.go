@@ -103,7 +103,26 @@ type killTest struct {
 	child    atomic.Pointer[os.Process]
 	mu       sync.Mutex
 	answered map[string]int // batch requests answered, by custom id
-	stderr   bytes.Buffer
+	stderr   lockedBuffer
+}
+
+// lockedBuffer is the child's stderr: exec copies into it from its own
+// goroutine while a failing test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func newKillTest(t *testing.T, onCreate func(k *killTest)) *killTest {

@@ -82,10 +82,28 @@ SELECT job_id, tenant, kind, fence, attempt
 FROM /*schema*/provider_submission_items
 WHERE submission_id = $1 AND outcome IS NULL;
 
+-- name: PollItems
+-- $1 submission, $2 the lease left (ms) under which a job's lease is
+-- renewed. Its unsettled items, each with what a poll of a batch still
+-- running needs of its job: whether it still waits on the submission
+-- (RUNNING at the item's fence), whether a client asked to cancel it, and
+-- whether its lease runs out within $2. No payloads, and nothing written:
+-- a poll writes only for the jobs these say need it, so a batch polled
+-- for a day costs a read per poll, not a row version per job. Through
+-- provider_submission_items' primary key and the jobs' (a job pruned
+-- meanwhile reads as moved on).
+SELECT i.job_id, i.tenant, i.kind, i.fence, i.attempt,
+    coalesce(j.state = 'RUNNING' AND j.fence = i.fence, false),
+    coalesce(j.cancel_requested_at IS NOT NULL, false),
+    coalesce(j.lease_until < now() + $2 * interval '1 millisecond', false)
+FROM /*schema*/provider_submission_items AS i
+LEFT JOIN /*schema*/jobs AS j ON j.id = i.job_id
+WHERE i.submission_id = $1 AND i.outcome IS NULL;
+
 -- name: WaitingJobs
--- $1 job ids. The payloads the requests and answers are built from, by
--- the jobs' primary key.
-SELECT id, tenant, kind, payload, attempt, fence, state
+-- $1 job ids. The payloads the requests and answers are built from, and
+-- whether a client asked to cancel each, by the jobs' primary key.
+SELECT id, tenant, kind, payload, attempt, fence, state, cancel_requested_at IS NOT NULL
 FROM /*schema*/jobs
 WHERE id = ANY ($1::uuid[]);
 

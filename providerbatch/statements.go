@@ -19,6 +19,7 @@ type statements struct {
 	takeLease, releaseLease, holdLease                            string
 	insertSubmission, insertItems, markSubmitted, openSubmissions string
 	recordPoll, submissionItems, waitingJobs, settleItems         string
+	pollItems                                                     string
 	countSettled, endSubmission, requestCancel, listSubmissions   string
 }
 
@@ -36,6 +37,7 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Exec(&q.recordPoll, "RecordPoll", 4).Binds(pgtype.UUID{}, new(string), int64(0), new(string)),
 		dbsql.Query(&q.submissionItems, "SubmissionItems", 1, new(itemRow).dest()...).Binds(pgtype.UUID{}),
 		dbsql.Query(&q.waitingJobs, "WaitingJobs", 1, new(jobRow).dest()...).Binds([]pgtype.UUID{}),
+		dbsql.Query(&q.pollItems, "PollItems", 2, new(pollRow).dest()...).Binds(pgtype.UUID{}, int64(0)),
 		dbsql.Query(&q.settleItems, "SettleItems", 3, new([16]byte)).Binds(pgtype.UUID{}, []pgtype.UUID{}, []string{}),
 		dbsql.Exec(&q.countSettled, "CountSettled", 6).Binds(pgtype.UUID{}, int32(0), int32(0), int32(0), int32(0), int32(0)),
 		dbsql.Exec(&q.endSubmission, "EndSubmission", 2).Binds(pgtype.UUID{}, new(string)),
@@ -83,8 +85,21 @@ type jobRow struct {
 	attempt int32
 	fence   int64
 	state   string
+	cancel  bool // a client asked to cancel it
 }
 
 func (r *jobRow) dest() []any {
-	return []any{&r.id, &r.tenant, &r.kind, dbsql.RawJSON(&r.payload), &r.attempt, &r.fence, &r.state}
+	return []any{&r.id, &r.tenant, &r.kind, dbsql.RawJSON(&r.payload), &r.attempt, &r.fence, &r.state, &r.cancel}
+}
+
+// pollRow is a PollItems row.
+type pollRow struct {
+	item           itemRow
+	current        bool // the job still waits on the submission
+	cancel         bool // a client asked to cancel it
+	leaseRunsShort bool // its lease must be renewed
+}
+
+func (r *pollRow) dest() []any {
+	return append(r.item.dest(), &r.current, &r.cancel, &r.leaseRunsShort)
 }

@@ -449,6 +449,17 @@ func TestSubmitterReturnsTheJobsOfAnExpiredBatch(t *testing.T) {
 	s := h.submitter(h.cfg)
 	h.passUntil(s, "submitted", func() bool { return len(h.submissions()) == 1 && h.submissions()[0].State == "submitted" })
 	expired := h.submissions()[0].ID
+	versions := func() string {
+		var v string
+		require.NoError(t, h.db.Pool.QueryRow(t.Context(), "SELECT string_agg(xmin::text, ',' ORDER BY id) FROM "+h.db.Schema+".jobs").Scan(&v))
+		return v
+	}
+	before := versions()
+	for range 5 {
+		require.NoError(t, s.Pass(t.Context()))
+	}
+	require.Equal(t, before, versions(), "polls of a running batch write no job row")
+	require.Equal(t, 5, h.submission(expired).Polls)
 	require.Equal(t, 1, h.fake.ExpireBatches())
 	h.passUntil(s, "returned", func() bool { return h.submission(expired).State == "ended" })
 	require.Equal(t, 3, h.submission(expired).Returned)
