@@ -483,8 +483,7 @@ func TestSubmitterReturnsTheJobsOfAnExpiredBatch(t *testing.T) {
 // The usage ledger holds a batch result at the pool's batch price: with
 // the price left at zero, half the synchronous one. The same documents
 // served synchronously, released through the limiter as a runner does,
-// cost twice as much. A result read again after it was applied is not
-// billed again.
+// cost twice as much. A tenant's daily-cost quota counts the batch spend.
 func TestBatchUsageCostsHalfInTheLedger(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, fakeprovider.Config{RPM: 100_000})
@@ -539,6 +538,23 @@ func TestBatchUsageCostsHalfInTheLedger(t *testing.T) {
 		attemptsIn += h.attempts(id)[0].Usage.InputTokens
 	}
 	require.Equal(t, attemptsIn, batch.InputTokens, "the ledger holds the attempts' usage")
+
+	// A tenant's daily-cost quota counts the batch spend: a limit just
+	// above it admits, one at it refuses.
+	quotas, err := admission.NewQuotas(admission.QuotaConfig{Schema: h.db.Schema})
+	require.NoError(t, err)
+	guarded, err := jobs.NewStore(jobs.Config{Schema: h.db.Schema, Queues: []string{batchQueue}, OnAccept: quotas.Hook()})
+	require.NoError(t, err)
+	require.NoError(t, quotas.SetTenantQuota(t.Context(), h.db.Pool, "acme", admission.TenantQuota{MaxDailyCost: batch.Cost + 1}))
+	admitted, err := guarded.Enqueue(t.Context(), h.db.Pool, jobs.EnqueueParams{Tenant: "acme", Kind: extractKind.Name(), Queue: batchQueue})
+	require.NoError(t, err)
+	_, err = h.store.Cancel(t.Context(), h.db.Pool, "acme", admitted.Job.ID)
+	require.NoError(t, err)
+	require.NoError(t, quotas.SetTenantQuota(t.Context(), h.db.Pool, "acme", admission.TenantQuota{MaxDailyCost: batch.Cost}))
+	_, err = guarded.Enqueue(t.Context(), h.db.Pool, jobs.EnqueueParams{Tenant: "acme", Kind: extractKind.Name(), Queue: batchQueue})
+	var over *admission.QuotaError
+	require.ErrorAs(t, err, &over, "the batch spend reached the tenant's daily cost")
+	require.NoError(t, quotas.DeleteTenantQuota(t.Context(), h.db.Pool, "acme"))
 
 	// A batch price set on the pool is used as it is.
 	state, err := limiter.State(t.Context(), pool)
