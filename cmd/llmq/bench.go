@@ -49,6 +49,8 @@ type benchOptions struct {
 	history    int           // drain: finished jobs written up front (bench_history.go)
 	batchSize  int           // drain: the backlog as batches (EnqueueBatch) of this many jobs; 0: no batches
 	deletePub  bool          // relay: outbox.RelayConfig.DeletePublished
+	provider   string        // providerbatch: openai or anthropic
+	batchDelay time.Duration // providerbatch: how long the fake provider's batch runs
 }
 
 const benchKind = "bench.noop"
@@ -64,8 +66,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fs, c := newFlagSet("bench", stderr)
 	var o benchOptions
-	fs.StringVar(&o.mode, "mode", "drain", "drain: work down a backlog enqueued up front; e2e: producers enqueue while the runner works; latency: open-loop arrivals at -rate, enqueue-to-start latency; relay: publish a backlog of -jobs outbox events to -broker with -workers relays, each running as a pod's would (processes with the memory broker, goroutines otherwise), and print their peak connections; ingress: publish -jobs messages to -broker, then time an inbox ingress with -workers concurrent batches taking them all")
-	fs.IntVar(&o.jobs, "jobs", 50_000, "number of jobs")
+	fs.StringVar(&o.mode, "mode", "drain", "drain: work down a backlog enqueued up front; e2e: producers enqueue while the runner works; latency: open-loop arrivals at -rate, enqueue-to-start latency; relay: publish a backlog of -jobs outbox events to -broker with -workers relays, each running as a pod's would (processes with the memory broker, goroutines otherwise), and print their peak connections; ingress: publish -jobs messages to -broker, then time an inbox ingress with -workers concurrent batches taking them all; providerbatch: send -jobs deferrable jobs through a providerbatch.Submitter to an in-process fake provider's batch API and time submitting them and applying the results")
+	fs.IntVar(&o.jobs, "jobs", 50_000, "number of jobs (providerbatch: default 10,000, at most 50,000)")
 	fs.IntVar(&o.workers, "workers", 100, "runner concurrency (MaxWorkers of the queue); relay: relays competing for one outbox")
 	fs.IntVar(&o.producers, "producers", 16, "e2e: concurrent producers, each enqueueing one job (and its outbox event) per transaction")
 	fs.Float64Var(&o.rate, "rate", 100, "latency: arrivals per second")
@@ -85,6 +87,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Float64Var(&o.arrivals, "arrivals", 0, "admission: acquires per second offered over all processes, each timed from its scheduled arrival (0: a closed loop, each acquirer acquiring again as soon as it released)")
 	fs.DurationVar(&o.hold, "hold", 0, "admission: how long each acquirer holds its permit before releasing it, modelling the provider call (0: released at once)")
 	addHistoryFlag(fs, &o)
+	addProviderBatchFlags(fs, &o)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -98,8 +101,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	switch {
 	case o.mode == "admission":
 		return runBenchAdmission(ctx, c, o, stdout, stderr)
+	case o.mode == "providerbatch":
+		providerBatchDefaults(fs, &o)
+		return runBenchProviderBatch(ctx, c, o, stdout, stderr)
 	case o.mode != "drain" && o.mode != "e2e" && o.mode != "latency" && o.mode != "relay" && o.mode != "ingress":
-		return fmt.Errorf("%w: -mode %q: use drain, e2e, latency, relay or ingress", errUsage, o.mode)
+		return fmt.Errorf("%w: -mode %q: use drain, e2e, latency, relay, ingress, admission or providerbatch", errUsage, o.mode)
 	case o.broker != "memory" && o.broker != "rabbitmq" && o.broker != "kafka":
 		return fmt.Errorf("%w: -broker %q: use memory, rabbitmq or kafka", errUsage, o.broker)
 	case o.broker == "kafka" && o.mode == "ingress":

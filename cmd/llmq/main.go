@@ -41,7 +41,7 @@
 //	                                provider's batch id and status, requests as settled so far
 //	llmq batches cancel ID          ask the pool's submitter to cancel a provider batch at its
 //	                                next poll; the jobs it did not answer return to waiting
-//	llmq bench -mode drain|e2e|latency|relay|ingress|admission -jobs N -workers W [flags]
+//	llmq bench -mode drain|e2e|latency|relay|ingress|admission|providerbatch -jobs N -workers W [flags]
 //	                                measure against DATABASE_URL in a throwaway schema
 //	llmq plan -rpm R -tpm T -concurrency C [-latency D] [-tokens N] [-backlog B] [-pool P]
 //	                                attempt and job capacity, drain time of a backlog; with
@@ -128,8 +128,8 @@ commands:
                                          change a pool's limits (only those given)
   batches list [--pool P] [--limit N]    provider batch submissions, newest first
   batches cancel ID                      cancel a provider batch at its submitter's next poll
-  bench -mode drain|e2e|latency|relay|ingress|admission
-                                         measure throughput, latency or admission grants in a throwaway schema
+  bench -mode drain|e2e|latency|relay|ingress|admission|providerbatch
+                                         measure throughput, latency, admission grants or provider batches in a throwaway schema
   plan -rpm R -tpm T -concurrency C [-pool P]
                                          capacity and drain time of a backlog under provider limits
   prune [--dry-run] [--succeeded D] [--failed-terminal D] [...]
