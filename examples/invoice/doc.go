@@ -89,7 +89,10 @@
 // (onSucceeded, the runner's hook, given to the submitter too) do not
 // depend on the lane. The submitter sends the lane's documents through
 // OpenAI's Files and Batches endpoints, one active per provider pool; the
-// usage ledger records their cost at the pool's batch price.
+// usage ledger records their cost at the pool's batch price. A document
+// whose batch expired when too little of its time is left goes to the
+// worker's queue (providerbatch.Config.SyncQueue) and is extracted
+// synchronously rather than failed.
 //
 // # Validation policy
 //
