@@ -3,6 +3,7 @@ package providerbatch_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -36,7 +37,7 @@ func buildClaude(_ context.Context, _ *jobs.Job, a docArgs) (sdk.MessageNewParam
 func parseClaude(_ context.Context, _ *jobs.Job, _ docArgs, m *sdk.Message) (fakeprovider.Extraction, error) {
 	var ex fakeprovider.Extraction
 	if len(m.Content) == 0 {
-		return ex, jobs.InvalidOutput(fmt.Errorf("the answer has no content"), nil)
+		return ex, jobs.InvalidOutput(errors.New("the answer has no content"), nil)
 	}
 	text := m.Content[0].Text
 	if err := json.Unmarshal([]byte(text), &ex); err != nil {

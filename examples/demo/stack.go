@@ -86,7 +86,7 @@ type stack struct {
 	batch    *providerbatch.Submitter // with BatchLane
 	// relay sends the uploads' webhooks when no broker carries the
 	// events; with one, signals' relay does (see startSignals).
-	relay  *outbox.Relay
+	relay   *outbox.Relay
 	cancel  context.CancelFunc
 	done    chan error
 	started int // goroutines that answer on done

@@ -24,15 +24,14 @@ import (
 // extracted synchronously, under its deadline.
 func TestBatchLane(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
 	db := llmqtest.NewDB(t)
 	svc, err := New(db.Pool, Config{Schema: db.Schema, Auth: NewAuth(map[string]Credential{apiToken: {Tenant: "acme"}}), AllowLoopback: true, BatchLane: true})
 	require.NoError(t, err)
-	require.NoError(t, svc.Migrate(ctx))
-	doc, err := svc.PutDocument(ctx, "acme", "inv.txt", ocr)
+	require.NoError(t, svc.Migrate(t.Context()))
+	doc, err := svc.PutDocument(t.Context(), "acme", "inv.txt", ocr)
 	require.NoError(t, err)
-	require.NoError(t, svc.PutSupplier(ctx, "acme", *nordwind))
-	_, _, err = svc.Webhooks.RegisterEndpoint(ctx, db.Pool, webhook.EndpointParams{Tenant: "acme", URL: "http://127.0.0.1:1/hook", EventTypes: []string{CompletedEvent}})
+	require.NoError(t, svc.PutSupplier(t.Context(), "acme", *nordwind))
+	_, _, err = svc.Webhooks.RegisterEndpoint(t.Context(), db.Pool, webhook.EndpointParams{Tenant: "acme", URL: "http://127.0.0.1:1/hook", EventTypes: []string{CompletedEvent}})
 	require.NoError(t, err)
 	api := httptest.NewServer(svc.Handler())
 	t.Cleanup(api.Close)
@@ -45,7 +44,7 @@ func TestBatchLane(t *testing.T) {
 		require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
 		var v JobView
 		require.NoError(t, json.Unmarshal(a.body, &v))
-		job, err := svc.Jobs.Get(ctx, db.Pool, "acme", v.JobID)
+		job, err := svc.Jobs.Get(t.Context(), db.Pool, "acme", v.JobID)
 		require.NoError(t, err)
 		return job
 	}
@@ -65,8 +64,8 @@ func TestBatchLane(t *testing.T) {
 	require.NoError(t, err)
 	var done *jobs.Job
 	for range 100 {
-		require.NoError(t, submitter.Pass(ctx))
-		if done, err = svc.Jobs.Get(ctx, db.Pool, "acme", deferred.ID); err == nil && done.State.Terminal() {
+		require.NoError(t, submitter.Pass(t.Context()))
+		if done, err = svc.Jobs.Get(t.Context(), db.Pool, "acme", deferred.ID); err == nil && done.State.Terminal() {
 			break
 		}
 	}
@@ -74,21 +73,21 @@ func TestBatchLane(t *testing.T) {
 	require.Equal(t, jobs.StateSucceeded, done.State, done.LastError)
 	require.Equal(t, int64(1), fake.Stats().BatchesCreated)
 	require.Zero(t, fake.Stats().Calls, "no synchronous call")
-	attempts, err := svc.Jobs.Attempts(ctx, db.Pool, "acme", deferred.ID)
+	attempts, err := svc.Jobs.Attempts(t.Context(), db.Pool, "acme", deferred.ID)
 	require.NoError(t, err)
 	require.Len(t, attempts, 1)
 	require.Equal(t, submitter.Worker(), attempts[0].Worker)
 
 	ex, err := newExtractor(svc, provider.URL+"/v1", "key", provider.Client())
 	require.NoError(t, err)
-	syncResult, err := ex.Work(ctx, deferred)
+	syncResult, err := ex.Work(t.Context(), deferred)
 	require.NoError(t, err)
 	require.JSONEq(t, string(syncResult), string(done.Result), "the batch lane's result is the synchronous path's")
 
 	var deliveries int
-	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+db.Schema+".jobs WHERE kind = $1", webhook.Kind).Scan(&deliveries))
+	require.NoError(t, db.Pool.QueryRow(t.Context(), "SELECT count(*) FROM "+db.Schema+".jobs WHERE kind = $1", webhook.Kind).Scan(&deliveries))
 	require.Equal(t, 1, deliveries, "the success's webhook delivery, enqueued with it")
-	soonNow, err := svc.Jobs.Get(ctx, db.Pool, "acme", soon.ID)
+	soonNow, err := svc.Jobs.Get(t.Context(), db.Pool, "acme", soon.ID)
 	require.NoError(t, err)
 	require.Equal(t, jobs.StateReady, soonNow.State, "the submitter does not touch the synchronous queue")
 }

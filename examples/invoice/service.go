@@ -29,8 +29,8 @@ var queriesSQL string
 
 // The job kind, queues and event type of the service.
 const (
-	Kind            = "invoice.extract"
-	Queue           = "extraction"
+	Kind  = "invoice.extract"
+	Queue = "extraction"
 	// BatchQueue is the queue of the documents that can wait: a provider
 	// batch submitter (NewBatchSubmitter) serves it at the batch price.
 	BatchQueue      = "extraction-batch"
