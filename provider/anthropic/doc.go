@@ -31,7 +31,9 @@
 //     grants, a 429's Retry-After cools the pool for every process);
 //     elsewhere through admission.Observe on Config.Limiter and
 //     Config.Pool, when set. A 2xx answer is read in full first, so one
-//     whose body is lost is not reported as answered.
+//     whose body is lost is not reported as answered; a file's content (a
+//     batch's results, served as application/octet-stream or JSONL) is
+//     passed on unread, for the caller to read as it comes.
 //   - The usage a 2xx answer reports is recorded for the attempt
 //     (lease.RecordUsage), whatever the endpoint; see Usage for the fields.
 //     A streamed answer (text/event-stream) is the caller's to read: record

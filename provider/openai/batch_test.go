@@ -2,7 +2,13 @@ package openai_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -82,4 +88,50 @@ func TestChatCodec(t *testing.T) {
 	require.ErrorContains(t, err, "no choices")
 	_, err = c.Decode(json.RawMessage(`[1]`))
 	require.Error(t, err)
+}
+
+// A batch's results file reaches the submitter as it comes, even through
+// a client built with Options: the first result is applied before the
+// provider has sent the rest, so a file of hundreds of megabytes is never
+// held in memory whole.
+func TestResultsStreamThroughOptions(t *testing.T) {
+	t.Parallel()
+	firstApplied := make(chan struct{})
+	var sentRestAfterFirst atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/batches/batch_1":
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"id":"batch_1","object":"batch","status":"completed","output_file_id":"file_out"}`)
+		case "/v1/files/file_out/content":
+			w.Header().Set("Content-Type", "application/octet-stream")
+			line := `{"id":"r","custom_id":"%s","response":{"status_code":200,"body":{"id":"c","object":"chat.completion","choices":[]}}}` + "\n"
+			_, _ = fmt.Fprintf(w, line, "job-1")
+			if f, ok := w.(http.Flusher); ok {
+				f.Flush()
+			}
+			select {
+			case <-firstApplied:
+				sentRestAfterFirst.Store(true)
+			case <-time.After(5 * time.Second):
+			}
+			_, _ = fmt.Fprintf(w, line, "job-2")
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	batches, err := llmqopenai.NewBatches(client(t, srv.URL+"/v1", llmqopenai.Config{}), llmqopenai.BatchesConfig{})
+	require.NoError(t, err)
+	var ids []string
+	err = batches.Results(t.Context(), "batch_1", func(r providerbatch.Result) error {
+		ids = append(ids, r.CustomID)
+		if len(ids) == 1 {
+			close(firstApplied)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, []string{"job-1", "job-2"}, ids)
+	require.True(t, sentRestAfterFirst.Load(), "the first result was read before the file was whole")
 }

@@ -85,10 +85,12 @@ func (m *Middleware) Handle(req *http.Request, next func(*http.Request) (*http.R
 		return nil, err
 	}
 	rec.markSent(false)
-	if resp.StatusCode/100 == 2 && !isEventStream(resp.Header) {
+	if resp.StatusCode/100 == 2 && !isEventStream(resp.Header) && !isDownload(resp.Header) {
 		// Read the answer before reporting it: a body lost on the way
-		// leaves the call uncertain, not answered. A stream is the
-		// caller's to read, as it comes.
+		// leaves the call uncertain, not answered. A stream, or a file
+		// (a batch's results, which may run to hundreds of megabytes and
+		// hold no usage of their own), is the caller's to read, as it
+		// comes.
 		body, err := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
 		if err != nil {
@@ -150,6 +152,20 @@ func neverSent(err error, gotConn, wroteHeaders bool) bool {
 func isEventStream(h http.Header) bool {
 	mediaType, _, err := mime.ParseMediaType(h.Get("Content-Type"))
 	return err == nil && mediaType == "text/event-stream"
+}
+
+// isDownload reports a file's content rather than an API answer: what
+// OpenAI's Files content and Anthropic's batch results are served as.
+func isDownload(h http.Header) bool {
+	mediaType, _, err := mime.ParseMediaType(h.Get("Content-Type"))
+	if err != nil {
+		return false
+	}
+	switch mediaType {
+	case "application/octet-stream", "application/jsonl", "application/x-jsonl", "application/x-ndjson":
+		return true
+	}
+	return false
 }
 
 // Call runs fn, the SDK calls of one provider call, and classifies the
