@@ -130,10 +130,9 @@ func TestSubmitterServesJobsThroughMessageBatches(t *testing.T) {
 }
 
 // Message Batches carry no metadata, so a submission whose create was
-// lost cannot be found at the provider: it is sent again, the provider
-// holds two batches for it, and only the one recorded is read, so each
-// job is applied once.
-func TestSubmitterSendsALostMessageBatchAgain(t *testing.T) {
+// lost is found by its shape: the one batch of its size created since it
+// was recorded that no submission knows. It is adopted, not sent again.
+func TestSubmitterAdoptsALostMessageBatch(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, fakeprovider.Config{})
 	ids := h.enqueueClaude(invoice(1, ""), invoice(2, ""))
@@ -144,13 +143,39 @@ func TestSubmitterSendsALostMessageBatchAgain(t *testing.T) {
 	require.Equal(t, int64(1), h.fake.Stats().BatchesCreated)
 	require.Equal(t, "preparing", h.submissions()[0].State)
 	h.passUntil(s, "all succeeded", h.allIn(jobs.StateSucceeded, len(ids)))
-	require.Equal(t, int64(2), h.fake.Stats().BatchesCreated, "sent again: the provider cannot be searched")
+	require.Equal(t, int64(1), h.fake.Stats().BatchesCreated, "adopted, not sent again")
+	for _, id := range ids {
+		require.Len(t, h.attempts(id), 1, "applied once")
+	}
+}
+
+// When several batches of a lost submission's size were created since it
+// was recorded (another client of the workspace), which is its own cannot
+// be told: it is sent again, and only the batch it records is read, so
+// each job is applied once.
+func TestSubmitterSendsAnAmbiguousMessageBatchAgain(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, fakeprovider.Config{})
+	ids := h.enqueueClaude(invoice(1, ""), invoice(2, ""))
+	cfg := h.anthropicConfig()
+	cfg.Provider = &loseCreate{Provider: cfg.Provider, lose: 1}
+	s := h.submitter(cfg)
+	require.NoError(t, s.Pass(t.Context()))
+	require.Equal(t, "preparing", h.submissions()[0].State)
+	// Someone else's batch of two requests, created meanwhile.
+	foreign, err := h.anthropicConfig().Provider.Create(t.Context(), providerbatch.Batch{Model: "claude-test", Requests: []providerbatch.Request{
+		{CustomID: "other-1", Body: json.RawMessage(`{"model":"claude-test","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`)},
+		{CustomID: "other-2", Body: json.RawMessage(`{"model":"claude-test","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`)},
+	}})
+	require.NoError(t, err)
+	h.passUntil(s, "all succeeded", h.allIn(jobs.StateSucceeded, len(ids)))
+	require.Equal(t, int64(3), h.fake.Stats().BatchesCreated, "the lost one, the foreign one, and the submission sent again")
 	for _, id := range ids {
 		require.Len(t, h.attempts(id), 1, "applied once")
 	}
 	subs := h.submissions()
 	require.Len(t, subs, 1)
-	require.Equal(t, 2, subs[0].Succeeded)
+	require.NotEqual(t, foreign, subs[0].ProviderBatchID)
 }
 
 // Anthropic's per-batch request limit splits a gather, as OpenAI's does.

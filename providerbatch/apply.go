@@ -231,9 +231,17 @@ func (s *Submitter) recordPoll(ctx context.Context, id uuid.UUID, status string,
 // batch tagged with it, that batch is adopted; otherwise it is sent now.
 func (s *Submitter) resume(ctx context.Context, sub openRow) error {
 	id := uuid.UUID(sub.id)
-	found, err := s.cfg.Provider.Find(ctx, id, sub.createdAt.Add(-time.Minute))
+	lost := Lost{Submission: id, Requests: int(sub.requests), Since: sub.createdAt.Add(-time.Minute)}
+	known, err := s.known(ctx, lost.Since)
+	if err != nil {
+		return err
+	}
+	lost.Known = known
+	found, err := s.cfg.Provider.Find(ctx, lost)
 	switch {
 	case errors.Is(err, ErrCannotFind):
+		s.logger.Warn("llmq: the provider holds several batches that may be a lost submission's; sending it again",
+			"submission", id, "requests", lost.Requests)
 	case err != nil:
 		s.recordPoll(ctx, id, "", sub.polls, err)
 		return fmt.Errorf("providerbatch: looking for submission %s at the provider: %w", id, err)
@@ -280,6 +288,24 @@ func (s *Submitter) resume(ctx context.Context, sub openRow) error {
 		return s.end(ctx, id, "")
 	}
 	return s.create(ctx, id, sub.model, requests)
+}
+
+// known is the provider batch ids the pool's submissions recorded since
+// since.
+func (s *Submitter) known(ctx context.Context, since time.Time) (map[string]bool, error) {
+	rows, err := s.pool.Query(ctx, s.sql.knownProviderBatches, s.cfg.Pool, since)
+	if err != nil {
+		return nil, fmt.Errorf("providerbatch: reading the pool's provider batches: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("providerbatch: reading the pool's provider batches: %w", err)
+	}
+	known := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		known[id] = true
+	}
+	return known, nil
 }
 
 // item is an unsettled item of a submission, with its job as the

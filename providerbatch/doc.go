@@ -111,8 +111,12 @@
 //     only if none exists. If a paused predecessor created a second one,
 //     the later is cancelled and the incident logged at ERROR.
 //     A provider whose batches carry no tag (Anthropic's Message Batches)
-//     cannot be searched (ErrCannotFind): there the submission is sent
-//     again, and the provider may run and bill both batches; only one is
+//     is searched by shape (Provider.Find, Lost): the one batch of the
+//     submission's size created since it was recorded that no submission
+//     of the pool knows is adopted. If there are several (another client
+//     of the same workspace made one of that size meanwhile), which is
+//     the submission's cannot be told (ErrCannotFind): it is sent again,
+//     and the provider may run and bill both; only the one recorded is
 //     read, so nothing is applied twice.
 //   - while polling: polls are reads; the next holder polls on.
 //   - half-way through applying results: each chunk of results is

@@ -24,10 +24,14 @@ type Provider interface {
 	// the batch with b.Submission where the provider keeps tags, so that
 	// Find can see it after a crash.
 	Create(ctx context.Context, b Batch) (string, error)
-	// Find returns the ids of the provider batches tagged with submission,
-	// created at or after since. A provider that keeps no tags returns
-	// ErrCannotFind.
-	Find(ctx context.Context, submission uuid.UUID, since time.Time) ([]string, error)
+	// Find returns the ids of the provider batches that may be lost's. A
+	// provider that keeps tags returns every batch tagged with
+	// lost.Submission (more than one: a paused predecessor sent it
+	// twice). One that keeps none matches by shape: the one batch created
+	// since lost.Since holding lost.Requests requests that no submission
+	// of the pool knows (lost.Known); none when there is no such batch,
+	// and ErrCannotFind when there are several.
+	Find(ctx context.Context, lost Lost) ([]string, error)
 	// Status reads one batch.
 	Status(ctx context.Context, id string) (Status, error)
 	// Results reads an ended batch's results, one call of fn per result,
@@ -39,9 +43,25 @@ type Provider interface {
 	Cancel(ctx context.Context, id string) error
 }
 
-// ErrCannotFind is returned by Provider.Find for a provider whose batches
-// carry no tag llmq can search for.
+// ErrCannotFind is returned by Provider.Find when it cannot tell which
+// of the provider's batches is the submission's (several untagged batches
+// of its shape): the submission is sent again.
 var ErrCannotFind = errors.New("providerbatch: the provider cannot find batches by submission")
+
+// Lost is what a Submitter knows of a submission the provider may hold
+// without llmq knowing its id: a predecessor died between the provider's
+// create and recording its id, or the create's answer was lost.
+type Lost struct {
+	Submission uuid.UUID
+	// Requests is how many requests it was sent with.
+	Requests int
+	// Since is when it was recorded, less a minute for the clocks: the
+	// provider created it, if at all, after that.
+	Since time.Time
+	// Known holds the provider ids the pool's submissions since Since
+	// have recorded: none of those batches is this one.
+	Known map[string]bool
+}
 
 // Limits bound one batch. Zero fields mean no limit of that kind (in
 // Config.Limits: the provider's).

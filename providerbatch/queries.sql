@@ -82,6 +82,14 @@ SELECT job_id, tenant, kind, fence, attempt
 FROM /*schema*/provider_submission_items
 WHERE submission_id = $1 AND outcome IS NULL;
 
+-- name: KnownProviderBatches
+-- $1 pool, $2 since. The provider batch ids its submissions recorded since
+-- then, for a search of a lost one by its shape (Provider.Find): through
+-- provider_submissions_created_idx, a few rows a day per pool.
+SELECT provider_batch_id
+FROM /*schema*/provider_submissions
+WHERE created_at >= $2 AND pool = $1 AND provider_batch_id IS NOT NULL;
+
 -- name: PollItems
 -- $1 submission, $2 the lease left (ms) under which a job's lease is
 -- renewed. Its unsettled items, each with what a poll of a batch still

@@ -15,7 +15,6 @@ import (
 	sdk "github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/param"
-	"github.com/google/uuid"
 
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/provider/internal/adapt"
@@ -159,13 +158,37 @@ func checkParams(body json.RawMessage) error {
 	return nil
 }
 
-// Find implements providerbatch.Provider: it always returns
-// providerbatch.ErrCannotFind. A Message Batch carries nothing llmq can
-// tag it with (no metadata; its requests' custom_ids can be read only
-// from its results, once it ended), so a batch created by a submitter
-// that died before recording its id cannot be told from anyone else's.
-func (b *Batches) Find(context.Context, uuid.UUID, time.Time) ([]string, error) {
-	return nil, providerbatch.ErrCannotFind
+// Find implements providerbatch.Provider by shape. A Message Batch
+// carries nothing llmq can tag it with (no metadata; its requests'
+// custom_ids can be read only from its results, once it ended), so a lost
+// submission's batch is the one created since lost.Since that holds
+// lost.Requests requests and that no submission of the pool recorded
+// (lost.Known). None: it was not created. Several:
+// providerbatch.ErrCannotFind, and the submission is sent again. The
+// match assumes the workspace's batches created in that window are this
+// pool's; adopting another's by mistake applies nothing of it (results
+// are matched to jobs by custom_id) and returns the submission's jobs to
+// waiting when it ends.
+func (b *Batches) Find(ctx context.Context, lost providerbatch.Lost) ([]string, error) {
+	pager := b.client.Messages.Batches.ListAutoPaging(ctx, sdk.MessageBatchListParams{Limit: sdk.Int(100)})
+	var found []string
+	for pager.Next() {
+		batch := pager.Current()
+		if batch.CreatedAt.Before(lost.Since) {
+			break // newest first: the rest are older
+		}
+		c := batch.RequestCounts
+		if c.Processing+c.Succeeded+c.Errored+c.Canceled+c.Expired == int64(lost.Requests) && !lost.Known[batch.ID] {
+			found = append(found, batch.ID)
+		}
+	}
+	if err := pager.Err(); err != nil {
+		return nil, fmt.Errorf("anthropic: listing message batches: %w", err)
+	}
+	if len(found) > 1 {
+		return nil, fmt.Errorf("%w: %d message batches of %d requests since %s", providerbatch.ErrCannotFind, len(found), lost.Requests, lost.Since.UTC().Format(time.RFC3339))
+	}
+	return found, nil
 }
 
 // Status implements providerbatch.Provider. A batch ends "ended" whatever

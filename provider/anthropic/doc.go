@@ -120,18 +120,21 @@
 // does not know fail it (retried). "expired" and "canceled" results return
 // their jobs to waiting without counting an attempt.
 //
-// A client built with Options reads every 2xx answer in full before the
-// SDK sees it (see Guarantees), the results file included: a batch's
-// results are held in memory once while they are read.
+// A client built with Options reads a 2xx answer in full before the SDK
+// sees it (see Guarantees), but not a file's content: a batch's results
+// are read as they come.
 //
-// Crash safety is weaker than with OpenAI's batches. A Message Batch keeps
-// no metadata and echoes nothing llmq sends it (its requests' custom_ids
-// can be read only from its results, once it ended), so Find returns
-// providerbatch.ErrCannotFind. A submitter killed after Anthropic created
-// a batch and before the submission recorded its id, or whose create's
-// answer was lost after the request went out (a timeout, a reset
-// connection), leaves the submission "preparing", and the next holder
-// sends it again: Anthropic runs, and bills, both batches. Only the second
-// is read; the first's results are never applied. Nothing is applied
-// twice, but the requests may be paid for twice.
+// Crash safety rests on a match by shape rather than a tag. A Message
+// Batch keeps no metadata and echoes nothing llmq sends it (its requests'
+// custom_ids can be read only from its results, once it ended). A
+// submitter killed after Anthropic created a batch and before the
+// submission recorded its id, or whose create's answer was lost after the
+// request went out (a timeout, a reset connection), leaves the submission
+// "preparing"; the next holder lists the workspace's batches created
+// since the submission was recorded and adopts the one of its size that
+// no submission of the pool recorded (Find). If several match, it cannot
+// tell which (providerbatch.ErrCannotFind) and sends the submission
+// again: Anthropic runs, and bills, both batches. Only the one recorded is
+// read; nothing is applied twice, but those requests may be paid for
+// twice. Give each pool a workspace of its own and the match is exact.
 package anthropic

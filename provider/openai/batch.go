@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/shared"
 
@@ -140,7 +139,8 @@ func (b *Batches) Create(ctx context.Context, batch providerbatch.Batch) (string
 
 // Find implements providerbatch.Provider: it lists batches newest first
 // down to since and returns those tagged with submission, oldest first.
-func (b *Batches) Find(ctx context.Context, submission uuid.UUID, since time.Time) ([]string, error) {
+func (b *Batches) Find(ctx context.Context, lost providerbatch.Lost) ([]string, error) {
+	submission, since := lost.Submission, lost.Since
 	pager := b.client.Batches.ListAutoPaging(ctx, oai.BatchListParams{Limit: oai.Int(100)})
 	var found []string
 	for pager.Next() {
