@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	sdk "github.com/anthropics/anthropic-sdk-go/v2"
+	anthropicoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	oai "github.com/openai/openai-go/v3"
@@ -21,6 +23,7 @@ import (
 	"github.com/llmq/llmq/examples/fakeprovider"
 	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/jobs"
+	llmqanthropic "github.com/llmq/llmq/provider/anthropic"
 	llmqopenai "github.com/llmq/llmq/provider/openai"
 	"github.com/llmq/llmq/providerbatch"
 )
@@ -31,6 +34,7 @@ const (
 	childEnv       = "LLMQ_PROVIDERBATCH_CHILD"
 	childSchemaEnv = "LLMQ_PROVIDERBATCH_SCHEMA"
 	childURLEnv    = "LLMQ_PROVIDERBATCH_FAKE"
+	childAPIEnv    = "LLMQ_PROVIDERBATCH_API" // "anthropic": Message Batches; else OpenAI's
 	// stallAfter is how many results the "applying" child applies before
 	// it stalls: one chunk of 500 committed, the next one read but not.
 	stallAfter = 600
@@ -51,18 +55,16 @@ func runChildSubmitter(point string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	client := oai.NewClient(option.WithBaseURL(os.Getenv(childURLEnv)+"/v1"), option.WithAPIKey("key"), option.WithMaxRetries(0))
-	batches, err := llmqopenai.NewBatches(client, llmqopenai.BatchesConfig{})
+	provider, call, poolName, err := childProvider()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	var provider providerbatch.Provider = batches
 	if point == "applying" {
 		provider = &stallResults{Provider: provider, after: stallAfter}
 	}
 	s, err := providerbatch.NewSubmitter(db, store, providerbatch.Config{
-		Pool: pool, Queue: batchQueue, Provider: provider, Calls: []providerbatch.KindCall{extractCall.Batch()},
+		Pool: poolName, Queue: batchQueue, Provider: provider, Calls: []providerbatch.KindCall{call},
 		Schema: schema, ID: "doomed", LeaseDuration: 2 * time.Second,
 		GatherInterval: 10 * time.Millisecond, PollMin: 10 * time.Millisecond, PollMax: 20 * time.Millisecond,
 	})
@@ -75,6 +77,23 @@ func runChildSubmitter(point string) int {
 		return 1
 	}
 	return 0
+}
+
+// childProvider is the child's batch API on the test's fake, its kind's
+// call and its pool: OpenAI's, or Anthropic's when childAPIEnv says so.
+func childProvider() (providerbatch.Provider, providerbatch.KindCall, string, error) {
+	url := os.Getenv(childURLEnv)
+	if os.Getenv(childAPIEnv) == "anthropic" {
+		opts, err := llmqanthropic.Options(llmqanthropic.Config{})
+		if err != nil {
+			return nil, providerbatch.KindCall{}, "", err
+		}
+		client := sdk.NewClient(append([]anthropicoption.RequestOption{anthropicoption.WithBaseURL(url), anthropicoption.WithAPIKey("key")}, opts...)...)
+		return llmqanthropic.NewBatches(client, llmqanthropic.BatchesConfig{}), claudeCall.Batch(), "anthropic", nil
+	}
+	client := oai.NewClient(option.WithBaseURL(url+"/v1"), option.WithAPIKey("key"), option.WithMaxRetries(0))
+	batches, err := llmqopenai.NewBatches(client, llmqopenai.BatchesConfig{})
+	return batches, extractCall.Batch(), pool, err
 }
 
 // stallResults passes after results and then waits, as a submitter killed
@@ -104,6 +123,7 @@ type killTest struct {
 	mu       sync.Mutex
 	answered map[string]int // batch requests answered, by custom id
 	stderr   lockedBuffer
+	api      string // childAPIEnv's value: "" (OpenAI) or "anthropic"
 }
 
 // lockedBuffer is the child's stderr: exec copies into it from its own
@@ -147,7 +167,7 @@ func newKillTest(t *testing.T, onCreate func(k *killTest)) *killTest {
 func (k *killTest) start(point string) {
 	k.t.Helper()
 	cmd := exec.CommandContext(k.t.Context(), os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+point, childSchemaEnv+"="+k.db.Schema, childURLEnv+"="+k.url)
+	cmd.Env = append(os.Environ(), childEnv+"="+point, childSchemaEnv+"="+k.db.Schema, childURLEnv+"="+k.url, childAPIEnv+"="+k.api)
 	cmd.Stderr = &k.stderr
 	require.NoError(k.t, cmd.Start())
 	k.child.Store(cmd.Process)
@@ -184,6 +204,9 @@ func (k *killTest) await(what string, cond func() bool) {
 func (k *killTest) takeOver(ids []uuid.UUID) {
 	k.t.Helper()
 	cfg := k.cfg
+	if k.api == "anthropic" {
+		cfg = k.anthropicConfig()
+	}
 	cfg.ID = "successor"
 	s := k.submitter(cfg)
 	k.await("every job succeeded under the successor", func() bool {
@@ -212,6 +235,9 @@ func (k *killTest) texts(n int) []uuid.UUID {
 	for i := range texts {
 		texts[i] = invoice(i, "")
 	}
+	if k.api == "anthropic" {
+		return k.enqueueClaude(texts...)
+	}
 	return k.enqueue(texts...)
 }
 
@@ -227,6 +253,20 @@ func TestSubmitterKilledAfterCreate(t *testing.T) {
 	k.await("the batch created", func() bool { return k.fake.Stats().BatchesCreated == 1 })
 	state := k.submissions()[0].State
 	t.Logf("the child died with the submission %s", state)
+	k.fake.ReleaseBatches()
+	k.takeOver(ids)
+}
+
+// The same over Anthropic's Message Batches, which keep no tag: the
+// successor finds the batch by its size and creation time and adopts it.
+func TestSubmitterKilledAfterCreatingAMessageBatch(t *testing.T) {
+	t.Parallel()
+	k := newKillTest(t, func(k *killTest) { k.kill() })
+	k.api = "anthropic"
+	k.fake.HoldBatches()
+	ids := k.texts(20)
+	k.start("after-create")
+	k.await("the batch created", func() bool { return k.fake.Stats().BatchesCreated == 1 })
 	k.fake.ReleaseBatches()
 	k.takeOver(ids)
 }
