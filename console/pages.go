@@ -423,6 +423,7 @@ type usageTotal struct {
 	Tenant                          string
 	Attempts, Uncertain             int64
 	InputTokens, OutputTokens, Cost int64
+	BatchCost                       int64 // of Cost: provider batch results
 }
 
 const usageDays = 14
@@ -478,6 +479,7 @@ func usageTotals(days []usageDay) []usageTotal {
 		t.InputTokens += u.InputTokens
 		t.OutputTokens += u.OutputTokens
 		t.Cost += u.Cost
+		t.BatchCost += u.BatchCost
 	}
 	return out
 }

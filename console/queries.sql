@@ -561,7 +561,7 @@ WITH RECURSIVE t AS (
 ),
 tenants AS (SELECT tenant FROM t WHERE tenant IS NOT NULL LIMIT $4)
 SELECT t.tenant, u.day, sum(u.attempts)::bigint, sum(u.uncertain_attempts)::bigint,
-    sum(u.input_tokens)::bigint, sum(u.output_tokens)::bigint, sum(u.cost)::bigint
+    sum(u.input_tokens)::bigint, sum(u.output_tokens)::bigint, sum(u.cost)::bigint, sum(u.batch_cost)::bigint
 FROM tenants AS t
 JOIN /*schema*/admission_usage AS u ON u.tenant = t.tenant AND u.day >= $2::date AND u.day <= $3::date
 GROUP BY t.tenant, u.day
@@ -570,7 +570,7 @@ ORDER BY t.tenant, u.day;
 -- name: UsageByDayTenant
 -- UsageByDay for one tenant ($1): a range of the ledger's key.
 SELECT u.tenant, u.day, sum(u.attempts)::bigint, sum(u.uncertain_attempts)::bigint,
-    sum(u.input_tokens)::bigint, sum(u.output_tokens)::bigint, sum(u.cost)::bigint
+    sum(u.input_tokens)::bigint, sum(u.output_tokens)::bigint, sum(u.cost)::bigint, sum(u.batch_cost)::bigint
 FROM /*schema*/admission_usage AS u
 WHERE u.tenant = $1::text AND u.day >= $2::date AND u.day <= $3::date
 GROUP BY u.tenant, u.day

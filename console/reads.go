@@ -381,6 +381,7 @@ type usageDay struct {
 	Day                             time.Time
 	Attempts, Uncertain             int64
 	InputTokens, OutputTokens, Cost int64
+	BatchCost                       int64 // of Cost: provider batch results
 }
 
 // usageTenants is the number of tenants per page of the usage chart.

@@ -142,5 +142,5 @@ func (r *eventRow) event() (event, bool) {
 }
 
 func usageDest(u *usageDay) []any {
-	return []any{&u.Tenant, &u.Day, &u.Attempts, &u.Uncertain, &u.InputTokens, &u.OutputTokens, &u.Cost}
+	return []any{&u.Tenant, &u.Day, &u.Attempts, &u.Uncertain, &u.InputTokens, &u.OutputTokens, &u.Cost, &u.BatchCost}
 }
