@@ -174,30 +174,44 @@ func (s *Submitter) tooLate(job *jobs.Job) jobs.Completion {
 	return c
 }
 
-// moveToSync hands the late jobs to SyncQueue, each under its fence and
-// the pool's lease. One the store refuses to move (SyncQueue is not one
-// of its queues) is failed as tooLate instead, in the completions
-// returned, and the refusal logged: a job is never left leased.
+// moveToSync hands the late jobs to SyncQueue, each under its fence, in
+// transactions of applyChunk moves under the pool's lease. If the store
+// refuses the moves (SyncQueue is not one of its queues), the jobs are
+// failed as tooLate instead, in the completions returned, rather than
+// left leased; if the database fails, their short gather leases run out
+// and the reaper returns them, for the next gather to try again.
 func (s *Submitter) moveToSync(ctx context.Context, late []*jobs.Job) []jobs.Completion {
 	var failed []jobs.Completion
-	for _, job := range late {
-		reason := fmt.Sprintf("its deadline %s is sooner than the provider batch window (%s): moved to the synchronous queue %q",
-			job.DeadlineAt.UTC().Format(time.RFC3339), s.cfg.Window, s.cfg.SyncQueue)
+	for len(late) > 0 {
+		chunk := late[:min(len(late), applyChunk)]
+		late = late[len(chunk):]
+		moved := 0
 		err := s.underLease(ctx, func(tx pgx.Tx) error {
-			_, err := s.store.Move(ctx, tx, jobs.MoveParams{Lease: jobs.Lease{JobID: job.ID, Fence: job.Fence}, Worker: s.worker, Queue: s.cfg.SyncQueue, Reason: reason})
-			return err
+			moved = 0
+			for _, job := range chunk {
+				reason := fmt.Sprintf("its deadline %s is sooner than the provider batch window (%s): moved to the synchronous queue %q",
+					job.DeadlineAt.UTC().Format(time.RFC3339), s.cfg.Window, s.cfg.SyncQueue)
+				_, err := s.store.Move(ctx, tx, jobs.MoveParams{Lease: jobs.Lease{JobID: job.ID, Fence: job.Fence}, Worker: s.worker, Queue: s.cfg.SyncQueue, Reason: reason})
+				switch {
+				case err == nil:
+					moved++
+				case errors.Is(err, jobs.ErrLeaseLost): // moved on meanwhile: nothing to hand over
+				default:
+					return err
+				}
+			}
+			return nil
 		})
 		switch {
 		case err == nil:
-			s.logger.Info("llmq: a job too late for a provider batch moved to the synchronous queue", "job", job.ID, "queue", s.cfg.SyncQueue)
-		case errors.Is(err, jobs.ErrLeaseLost):
+			s.logger.Info("llmq: jobs too late for a provider batch moved to the synchronous queue", "jobs", moved, "queue", s.cfg.SyncQueue)
 		case errors.Is(err, jobs.ErrInvalidParams):
-			s.logger.Error("llmq: moving a job to SyncQueue was refused; it fails with class deadline", "job", job.ID, "queue", s.cfg.SyncQueue, "err", err)
-			failed = append(failed, s.tooLate(job))
+			s.logger.Error("llmq: moving jobs to SyncQueue was refused; they fail with class deadline", "jobs", len(chunk), "queue", s.cfg.SyncQueue, "err", err)
+			for _, job := range chunk {
+				failed = append(failed, s.tooLate(job))
+			}
 		default:
-			// The database's trouble: the job's short gather lease runs
-			// out and the reaper returns it; the next gather tries again.
-			s.logger.Warn("llmq: moving a job to SyncQueue", "job", job.ID, "err", err)
+			s.logger.Warn("llmq: moving jobs to SyncQueue; the reaper returns them for the next gather", "jobs", len(chunk), "err", err)
 		}
 	}
 	return failed

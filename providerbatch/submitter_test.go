@@ -182,6 +182,22 @@ func TestSubmitterFailsAJobWhoseDeadlineIsTooSoon(t *testing.T) {
 	require.Zero(t, h.fake.Stats().BatchesCreated)
 }
 
+// A SyncQueue the store does not know refuses the move: the late job
+// fails with class deadline, as without one, and is not left leased.
+func TestSubmitterFailsALateJobItCannotMove(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, fakeprovider.Config{})
+	late, err := extractKind.Enqueue(t.Context(), h.store, h.db.Pool, "acme", docArgs{Text: invoice(1, "")},
+		jobs.EnqueueOptions{Queue: batchQueue, DeadlineAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	cfg := h.cfg
+	cfg.SyncQueue = "nowhere"
+	h.passUntil(h.submitter(cfg), "failed", h.allIn(jobs.StateFailedTerminal, 1))
+	j := h.job(late.Job.ID)
+	require.Equal(t, jobs.ClassDeadline, j.ErrorClass)
+	require.Equal(t, batchQueue, j.Queue)
+}
+
 // With a SyncQueue, a job whose deadline leaves no room for a batch is
 // handed to it instead of failing: enqueued too late, or returned by an
 // expired batch once its time has grown short. A runner of that queue
