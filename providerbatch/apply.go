@@ -2,6 +2,7 @@ package providerbatch
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -25,7 +26,12 @@ const applyChunk = 500
 const (
 	itemStale    = "stale"    // the job no longer waited on the submission
 	itemReturned = "returned" // back to waiting without a result
+	// billedSuffix marks an item settled without its result applied
+	// whose result is in the usage ledger (BillItems).
+	billedSuffix = "+billed"
 )
+
+func hasUsage(u jobs.Usage) bool { return u.InputTokens+u.OutputTokens > 0 }
 
 // record writes each part as a submission with its items, in one
 // transaction under the lease, after extending its jobs' leases to the
@@ -403,6 +409,13 @@ func (s *Submitter) apply(ctx context.Context, sub openRow, items map[string]*it
 		pending, skipped = pending[:0], 0
 		return err
 	}
+	// The items settled before their results came (jobs cancelled or moved
+	// on): their results are not applied, but the provider bills them.
+	unbilled, err := s.unbilled(ctx, id)
+	if err != nil {
+		return err
+	}
+	toBill := map[[16]byte]json.RawMessage{}
 	if !status.Failed {
 		err := s.cfg.Provider.Results(ctx, sub.providerBatchID, func(r Result) error {
 			it, ok := items[r.CustomID]
@@ -412,8 +425,12 @@ func (s *Submitter) apply(ctx context.Context, sub openRow, items map[string]*it
 				s.logger.Warn("llmq: a provider batch result line could not be read; skipped", "submission", id, "custom_id", r.CustomID, "problem", r.Problem)
 			case !ok:
 				// Settled before (a result applied twice, a cancelled job)
-				// or not this submission's: nothing to apply.
+				// or not this submission's: nothing to apply; billed if
+				// its item was settled before any result.
 				unknown++
+				if jobID, err := uuid.Parse(r.CustomID); err == nil && unbilled[jobID] && r.Err == nil {
+					toBill[jobID] = r.Body
+				}
 			default:
 				delete(items, r.CustomID)
 				pending = append(pending, s.resultOf(ctx, it.job, r))
@@ -429,6 +446,9 @@ func (s *Submitter) apply(ctx context.Context, sub openRow, items map[string]*it
 	}
 	if unknown > 0 {
 		s.logger.Info("llmq: provider batch results for jobs already settled; not applied", "submission", id, "results", unknown)
+	}
+	if err := s.bill(ctx, id, toBill); err != nil {
+		return err
 	}
 	// What has no result: refused with the batch, or not run before it
 	// expired or was cancelled.
@@ -447,6 +467,64 @@ func (s *Submitter) apply(ctx context.Context, sub openRow, items map[string]*it
 		return err
 	}
 	return s.end(ctx, id, status.State)
+}
+
+// unbilled is the submission's items settled before their results were
+// read (UnbilledItems).
+func (s *Submitter) unbilled(ctx context.Context, id uuid.UUID) (map[uuid.UUID]bool, error) {
+	rows, err := s.pool.Query(ctx, s.sql.unbilledItems, dbsql.UUID(id))
+	if err != nil {
+		return nil, fmt.Errorf("providerbatch: reading submission %s: %w", id, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[[16]byte])
+	if err != nil {
+		return nil, fmt.Errorf("providerbatch: reading submission %s: %w", id, err)
+	}
+	out := make(map[uuid.UUID]bool, len(ids))
+	for _, j := range ids {
+		out[j] = true
+	}
+	return out, nil
+}
+
+// bill adds to the usage ledger the results of items settled before they
+// came (bodies, by job id), each once: the item is marked billed in the
+// same transaction (BillItems).
+func (s *Submitter) bill(ctx context.Context, id uuid.UUID, bodies map[[16]byte]json.RawMessage) error {
+	if len(bodies) == 0 {
+		return nil
+	}
+	ids := make([]pgtype.UUID, 0, len(bodies))
+	for j := range bodies {
+		ids = append(ids, dbsql.UUID(j))
+	}
+	return s.underLease(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, s.sql.billItems, dbsql.UUID(id), ids)
+		if err != nil {
+			return fmt.Errorf("providerbatch: billing settled items: %w", err)
+		}
+		type billRow struct {
+			jobID        [16]byte
+			tenant, kind string
+		}
+		marked, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (billRow, error) {
+			var b billRow
+			err := row.Scan(&b.jobID, &b.tenant, &b.kind)
+			return b, err
+		})
+		if err != nil {
+			return fmt.Errorf("providerbatch: billing settled items: %w", err)
+		}
+		var usage []admission.BatchUsage
+		for _, b := range marked {
+			if call, ok := s.calls[b.kind]; ok {
+				if u := call.usage(bodies[b.jobID]); hasUsage(u) {
+					usage = append(usage, admission.BatchUsage{Tenant: b.tenant, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens})
+				}
+			}
+		}
+		return s.ledger.Record(ctx, tx, s.cfg.Pool, usage)
+	})
 }
 
 // resultOf decides the outcome of one result line.
@@ -535,6 +613,10 @@ func (s *Submitter) settleChunk(ctx context.Context, id uuid.UUID, chunk []settl
 			for k, r := range results {
 				i := at[k]
 				switch {
+				case errors.Is(r.Err, jobs.ErrLeaseLost) && hasUsage(completions[k].Usage):
+					// Billed below with the others: marked so, a result
+					// read again after a crash is not billed twice.
+					outcomes[i] = itemStale + billedSuffix
 				case errors.Is(r.Err, jobs.ErrLeaseLost):
 					outcomes[i] = itemStale
 				case outcomes[i] == "":
@@ -567,7 +649,7 @@ func (s *Submitter) settleChunk(ctx context.Context, id uuid.UUID, chunk []settl
 			switch outcomes[i] {
 			case string(jobs.OutcomeSucceeded):
 				counts[0]++
-			case itemStale:
+			case itemStale, itemStale + billedSuffix:
 				counts[2]++
 			case itemReturned:
 				counts[3]++
@@ -590,7 +672,7 @@ func billed(chunk []settled, now map[[16]byte]bool) []admission.BatchUsage {
 	var usage []admission.BatchUsage
 	for _, d := range chunk {
 		u := d.c.Usage
-		if now[d.c.JobID] && u.InputTokens+u.OutputTokens > 0 {
+		if now[d.c.JobID] && hasUsage(u) {
 			usage = append(usage, admission.BatchUsage{Tenant: d.tenant, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens})
 		}
 	}

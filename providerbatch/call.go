@@ -97,6 +97,8 @@ type batchedCall interface {
 	// answer parses job's answer into its encoded result, or the error a
 	// handler would have returned, and reports the answer's usage.
 	answer(ctx context.Context, job *jobs.Job, body json.RawMessage) (json.RawMessage, jobs.Usage, error)
+	// usage is the usage an answer reports, zero when it cannot be read.
+	usage(body json.RawMessage) jobs.Usage
 }
 
 type batchedFunc[A, R, Req, Resp any] struct{ c *Call[A, R, Req, Resp] }
@@ -142,6 +144,14 @@ func (b batchedFunc[A, R, Req, Resp]) answer(ctx context.Context, job *jobs.Job,
 		return nil, usage, jobs.Permanent(err)
 	}
 	return result, usage, nil
+}
+
+func (b batchedFunc[A, R, Req, Resp]) usage(body json.RawMessage) jobs.Usage {
+	resp, err := b.c.codec.Decode(body)
+	if err != nil {
+		return jobs.Usage{}
+	}
+	return b.c.codec.Usage(resp)
 }
 
 // errNoCall is returned for a job whose kind has no call in Config.Calls.

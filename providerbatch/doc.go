@@ -60,8 +60,9 @@
 //     (admission_usage, through admission.BatchLedger) in the same
 //     transaction, at the pool's batch prices: admission.Pool's
 //     BatchInputPrice and BatchOutputPrice, by default half the
-//     synchronous ones. A result found stale is billed too: the provider
-//     served it. Batch requests take no admission permit: the provider's
+//     synchronous ones. The result of a job cancelled or moved on
+//     meanwhile is not applied but is billed too, once (its item is
+//     marked when it is): the provider served it. Batch requests take no admission permit: the provider's
 //     batch limits, not the pool's RPM and TPM, bound them.
 //   - Config.OnSucceeded, the host's hook (lease.SucceededHook), runs in
 //     the transaction that records each success, as a runner's does: give

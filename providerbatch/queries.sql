@@ -125,6 +125,25 @@ FROM unnest($2::uuid[], $3::text[]) AS s (job_id, outcome)
 WHERE i.submission_id = $1 AND i.job_id = s.job_id AND i.outcome IS NULL
 RETURNING i.job_id;
 
+-- name: UnbilledItems
+-- $1 submission. Its items settled before their results were read (their
+-- jobs cancelled or moved on while the batch ran): the provider bills
+-- those results all the same, and they go into the usage ledger once
+-- read. By the items' primary key; few rows.
+SELECT job_id
+FROM /*schema*/provider_submission_items
+WHERE submission_id = $1 AND outcome IN ('stale', 'cancelled');
+
+-- name: BillItems
+-- $1 submission, $2 job ids of UnbilledItems whose results were read.
+-- Marks each billed ('+billed' on its outcome) and returns its tenant and
+-- kind, once: a result read again after a crash finds it marked and is
+-- not billed twice. By the items' primary key.
+UPDATE /*schema*/provider_submission_items
+SET outcome = outcome || '+billed'
+WHERE submission_id = $1 AND job_id = ANY ($2::uuid[]) AND outcome IN ('stale', 'cancelled')
+RETURNING job_id, tenant, kind;
+
 -- name: CountSettled
 -- $1 submission, then how many items were settled now, by outcome.
 UPDATE /*schema*/provider_submissions

@@ -19,7 +19,7 @@ type statements struct {
 	takeLease, releaseLease, holdLease                            string
 	insertSubmission, insertItems, markSubmitted, openSubmissions string
 	recordPoll, submissionItems, waitingJobs, settleItems         string
-	pollItems, knownProviderBatches                               string
+	pollItems, knownProviderBatches, unbilledItems, billItems     string
 	countSettled, endSubmission, requestCancel, listSubmissions   string
 }
 
@@ -39,6 +39,8 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.waitingJobs, "WaitingJobs", 1, new(jobRow).dest()...).Binds([]pgtype.UUID{}),
 		dbsql.Query(&q.pollItems, "PollItems", 2, new(pollRow).dest()...).Binds(pgtype.UUID{}, int64(0)),
 		dbsql.Query(&q.knownProviderBatches, "KnownProviderBatches", 2, new(string)).Binds("", time.Time{}),
+		dbsql.Query(&q.unbilledItems, "UnbilledItems", 1, new([16]byte)).Binds(pgtype.UUID{}),
+		dbsql.Query(&q.billItems, "BillItems", 2, new([16]byte), new(string), new(string)).Binds(pgtype.UUID{}, []pgtype.UUID{}),
 		dbsql.Query(&q.settleItems, "SettleItems", 3, new([16]byte)).Binds(pgtype.UUID{}, []pgtype.UUID{}, []string{}),
 		dbsql.Exec(&q.countSettled, "CountSettled", 6).Binds(pgtype.UUID{}, int32(0), int32(0), int32(0), int32(0), int32(0)),
 		dbsql.Exec(&q.endSubmission, "EndSubmission", 2).Binds(pgtype.UUID{}, new(string)),

@@ -143,7 +143,8 @@ func TestSubmitterSplitsWithinTheLimits(t *testing.T) {
 }
 
 // A job cancelled while in a batch ends CANCELLED at the next poll; its
-// result, when the batch ends, is recorded as stale, never applied.
+// result, when the batch ends, is never applied, but it is in the usage
+// ledger, once: the provider billed it.
 func TestSubmitterNeverAppliesTheResultOfACancelledJob(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, fakeprovider.Config{})
@@ -164,6 +165,19 @@ func TestSubmitterNeverAppliesTheResultOfACancelledJob(t *testing.T) {
 	sub := h.submissions()[0]
 	require.Equal(t, 1, sub.Succeeded)
 	require.Equal(t, 1, sub.Stale+sub.Failed, "the cancelled job's item is settled without its result")
+
+	// The provider billed both results: both are in the usage ledger, once
+	// each, however often the results are read.
+	billed := func() int64 {
+		var n int64
+		require.NoError(t, h.db.Pool.QueryRow(t.Context(), "SELECT coalesce(sum(batch_attempts), 0) FROM "+h.db.Schema+".admission_usage").Scan(&n))
+		return n
+	}
+	require.Equal(t, int64(2), billed())
+	_, err = h.db.Pool.Exec(t.Context(), "UPDATE "+h.db.Schema+".provider_submissions SET state = 'submitted', ended_at = NULL, next_poll_at = now()")
+	require.NoError(t, err)
+	h.passUntil(s, "ended again", func() bool { return h.submissions()[0].State == "ended" })
+	require.Equal(t, int64(2), billed(), "read again, billed once")
 }
 
 // A job whose deadline comes before the provider's window could end is
