@@ -167,15 +167,7 @@ func (s *Submitter) work(ctx context.Context, sub openRow) error {
 // renewed. Nothing else is written, so a batch polled for a day costs
 // reads, not a row version per job per poll.
 func (s *Submitter) settleWhileRunning(ctx context.Context, id uuid.UUID) error {
-	rows, err := s.pool.Query(ctx, s.sql.pollItems, dbsql.UUID(id), (s.cfg.Grace / 2).Milliseconds())
-	if err != nil {
-		return fmt.Errorf("providerbatch: reading the jobs of submission %s: %w", id, err)
-	}
-	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (pollRow, error) {
-		var r pollRow
-		err := row.Scan(r.dest()...)
-		return r, err
-	})
+	list, err := query[pollRow](ctx, s.pool, s.sql.pollItems, dbsql.UUID(id), (s.cfg.Grace / 2).Milliseconds())
 	if err != nil {
 		return fmt.Errorf("providerbatch: reading the jobs of submission %s: %w", id, err)
 	}
@@ -326,15 +318,7 @@ type item struct {
 
 // items reads a submission's unsettled items and their jobs' payloads.
 func (s *Submitter) items(ctx context.Context, id uuid.UUID) (map[string]*item, error) {
-	rows, err := s.pool.Query(ctx, s.sql.submissionItems, dbsql.UUID(id))
-	if err != nil {
-		return nil, fmt.Errorf("providerbatch: reading submission %s: %w", id, err)
-	}
-	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (itemRow, error) {
-		var r itemRow
-		err := row.Scan(r.dest()...)
-		return r, err
-	})
+	list, err := query[itemRow](ctx, s.pool, s.sql.submissionItems, dbsql.UUID(id))
 	if err != nil {
 		return nil, fmt.Errorf("providerbatch: reading submission %s: %w", id, err)
 	}
@@ -345,15 +329,7 @@ func (s *Submitter) items(ctx context.Context, id uuid.UUID) (map[string]*item, 
 		items[job.ID.String()] = &item{job: job}
 		ids[i] = dbsql.UUID(r.jobID)
 	}
-	rows, err = s.pool.Query(ctx, s.sql.waitingJobs, ids)
-	if err != nil {
-		return nil, fmt.Errorf("providerbatch: reading the jobs of submission %s: %w", id, err)
-	}
-	current, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (jobRow, error) {
-		var r jobRow
-		err := row.Scan(r.dest()...)
-		return r, err
-	})
+	current, err := query[jobRow](ctx, s.pool, s.sql.waitingJobs, ids)
 	if err != nil {
 		return nil, fmt.Errorf("providerbatch: reading the jobs of submission %s: %w", id, err)
 	}

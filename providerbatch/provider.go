@@ -1,10 +1,13 @@
 package providerbatch
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/google/uuid"
@@ -182,4 +185,26 @@ func StatusKind(status int) RequestErrorKind {
 		return RequestRefused
 	}
 	return RequestFailed
+}
+
+// ReadResults reads a batch's results file, JSON Lines, as it comes:
+// each non-blank line, parsed by parse (the provider's line format), is
+// passed to fn, whose error stops the read and is returned. Lines have no
+// length limit: one holds a whole answer. The adapters' Results use it.
+func ReadResults(r io.Reader, parse func(line []byte) Result, fn func(Result) error) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 {
+			if ferr := fn(parse(line)); ferr != nil {
+				return ferr
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 }

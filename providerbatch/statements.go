@@ -1,13 +1,16 @@
 package providerbatch
 
 import (
+	"context"
 	_ "embed"
 	"encoding/json"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/jobs"
 )
 
 //go:embed queries.sql
@@ -105,4 +108,23 @@ type pollRow struct {
 
 func (r *pollRow) dest() []any {
 	return append(r.item.dest(), &r.current, &r.cancel, &r.leaseRunsShort)
+}
+
+// row is a row type that names its scan destinations (dest).
+type row[T any] interface {
+	*T
+	dest() []any
+}
+
+// query runs sql on db and scans every row into a T.
+func query[T any, P row[T]](ctx context.Context, db jobs.DBTX, sql string, args ...any) ([]T, error) {
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (T, error) {
+		var v T
+		err := r.Scan(P(&v).dest()...)
+		return v, err
+	})
 }

@@ -192,15 +192,7 @@ func (s *Submitter) underLease(ctx context.Context, fn func(tx pgx.Tx) error) er
 
 // open reads the pool's open submissions.
 func (s *Submitter) open(ctx context.Context) ([]openRow, error) {
-	rows, err := s.pool.Query(ctx, s.sql.openSubmissions, s.cfg.Pool)
-	if err != nil {
-		return nil, fmt.Errorf("providerbatch: reading open submissions: %w", err)
-	}
-	open, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (openRow, error) {
-		var r openRow
-		err := row.Scan(r.dest()...)
-		return r, err
-	})
+	open, err := query[openRow](ctx, s.pool, s.sql.openSubmissions, s.cfg.Pool)
 	if err != nil {
 		return nil, fmt.Errorf("providerbatch: reading open submissions: %w", err)
 	}

@@ -1,13 +1,11 @@
 package anthropic
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"time"
@@ -218,30 +216,10 @@ func (b *Batches) Results(ctx context.Context, id string, fn func(providerbatch.
 		return fmt.Errorf("anthropic: reading the results of message batch %s: %w", id, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	if err := readLines(resp.Body, fn); err != nil {
+	if err := providerbatch.ReadResults(resp.Body, ParseResultLine, fn); err != nil {
 		return fmt.Errorf("anthropic: reading the results of message batch %s: %w", id, err)
 	}
 	return nil
-}
-
-// readLines passes each non-blank line of r, parsed, to fn. Lines have no
-// length limit: one holds a whole answer.
-func readLines(r io.Reader, fn func(providerbatch.Result) error) error {
-	br := bufio.NewReaderSize(r, 64<<10)
-	for {
-		line, err := br.ReadBytes('\n')
-		if len(bytes.TrimSpace(line)) > 0 {
-			if ferr := fn(ParseResultLine(line)); ferr != nil {
-				return ferr
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
 }
 
 // resultLine is one line of a Message Batch's results.

@@ -1,13 +1,11 @@
 package openai
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -210,21 +208,10 @@ func (b *Batches) readFile(ctx context.Context, file string, fn func(providerbat
 		return fmt.Errorf("openai: reading file %s: %w", file, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	r := bufio.NewReaderSize(resp.Body, 64<<10)
-	for {
-		line, err := r.ReadBytes('\n')
-		if len(bytes.TrimSpace(line)) > 0 {
-			if ferr := fn(ParseResultLine(line)); ferr != nil {
-				return ferr
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("openai: reading file %s: %w", file, err)
-		}
+	if err := providerbatch.ReadResults(resp.Body, ParseResultLine, fn); err != nil {
+		return fmt.Errorf("openai: reading file %s: %w", file, err)
 	}
+	return nil
 }
 
 // resultLine is a line of a batch's output or error file.
