@@ -53,5 +53,6 @@ func ExampleMigrate() {
 	// applied 0022_outbox_batch_events_json
 	// applied 0023_provider_batches
 	// applied 0024_batch_prices
+	// applied 0025_job_reuse
 	// all applied: true
 }

@@ -19,21 +19,31 @@ import (
 // timestamp of the request): the hash decides whether a retried request is
 // the same request.
 func RequestHash(v any) (string, error) {
-	raw, err := json.Marshal(v)
+	hash, err := canonicalHash(v)
 	if err != nil {
 		return "", fmt.Errorf("jobs: request hash: %w", err)
+	}
+	return hash, nil
+}
+
+// canonicalHash is "sha256:" and the hex SHA-256 of v's JSON with object
+// keys sorted and insignificant white space removed.
+func canonicalHash(v any) (string, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return "", err
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var generic any
 	if err := dec.Decode(&generic); err != nil {
-		return "", fmt.Errorf("jobs: request hash: %w", err)
+		return "", err
 	}
 	// encoding/json writes map keys sorted and json.Number verbatim, which
 	// makes this re-encoding canonical.
 	canonical, err := json.Marshal(generic)
 	if err != nil {
-		return "", fmt.Errorf("jobs: request hash: %w", err)
+		return "", err
 	}
 	sum := sha256.Sum256(canonical)
 	return "sha256:" + hex.EncodeToString(sum[:]), nil

@@ -85,6 +85,14 @@ type Job struct {
 	TraceParent string `json:"trace_parent,omitempty"`
 	// BatchID is the batch the job was accepted in (EnqueueBatch), or zero.
 	BatchID uuid.UUID `json:"batch_id,omitzero"`
+	// Reuse is the job's reuse key, scope and TTL (EnqueueParams.Reuse),
+	// or nil.
+	Reuse *Reuse `json:"reuse,omitempty"`
+	// ReusedFrom is the SUCCEEDED job whose result this job took instead
+	// of calling its handler, or zero. On a job a claim returned, it is the
+	// job whose result the attempt is to take, and Result holds that
+	// result (the runner records it with Completion.ReusedFrom).
+	ReusedFrom uuid.UUID `json:"reused_from,omitzero"`
 }
 
 // EnqueueParams describes a job to accept. Tenant and Kind are required;
@@ -129,6 +137,12 @@ type EnqueueParams struct {
 	DeadlineAt time.Time
 	// EstimatedTokens is the expected model usage, for quotas and admission.
 	EstimatedTokens int64
+	// Reuse, when set, lets the job take an answer already paid for: the
+	// result of a SUCCEEDED job of its kind with the same key, in scope
+	// and young enough, instead of calling its handler; and it never runs
+	// at the same time as another job with its key (see Reuse). Nil, the
+	// default, always computes.
+	Reuse *Reuse
 }
 
 // EnqueueResult is the outcome of one accepted job.

@@ -65,6 +65,7 @@ type EnqueueOptions struct {
 	AvailableAt     time.Time
 	DeadlineAt      time.Time
 	EstimatedTokens int64
+	Reuse           *Reuse
 }
 
 // Params encodes args into the EnqueueParams of a job of this kind, for
@@ -80,7 +81,7 @@ func (k Kind[A, R]) Params(tenant string, args A, opts EnqueueOptions) (EnqueueP
 		Queue: opts.Queue, Priority: opts.Priority,
 		IdempotencyKey: opts.IdempotencyKey, RequestHash: opts.RequestHash, GroupKey: opts.GroupKey,
 		MaxAttempts: opts.MaxAttempts, AvailableAt: opts.AvailableAt, DeadlineAt: opts.DeadlineAt,
-		EstimatedTokens: opts.EstimatedTokens,
+		EstimatedTokens: opts.EstimatedTokens, Reuse: opts.Reuse,
 	}, nil
 }
 

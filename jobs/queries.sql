@@ -7,13 +7,15 @@ id, tenant, kind, queue, priority, idempotency_key, request_hash, payload,
 group_key, state, attempt, max_attempts, fence, lease_owner, lease_until, attempted_at,
 available_at, deadline_at, state_version, estimated_tokens, result,
 error_class, last_error, replay_of, replayed_by, replay_reason,
-cancel_requested_at, created_at, updated_at, finished_at, trace_parent, batch_id
+cancel_requested_at, created_at, updated_at, finished_at, trace_parent, batch_id,
+reuse_key, reuse_shared, reuse_ttl_ms, reused_from
 
 -- fragment: accepted_job_columns
 -- The columns InsertJobs and InsertJob write, in the order of their values.
 id, tenant, kind, queue, priority,
 idempotency_key, request_hash, payload, group_key, max_attempts,
-available_at, deadline_at, estimated_tokens, trace_parent, events, batch_id
+available_at, deadline_at, estimated_tokens, trace_parent, events, batch_id,
+reuse_key, reuse_shared, reuse_ttl_ms
 
 -- block: next_event_seq
 -- An event's seq, taken from the outbox's identity sequence by the
@@ -92,17 +94,21 @@ WHERE q.idle
 -- $19 are the kinds whose jobs write no lifecycle events
 -- (Config.KindsWithoutEvents): their jobs are stored with events = false,
 -- which every later transition reads, and get no requested event. $20 is
--- the batch the jobs belong to (EnqueueBatch), NULL outside one.
+-- the batch the jobs belong to (EnqueueBatch), NULL outside one. $21 to
+-- $23 are each job's reuse key, scope and TTL (jobs.Reuse), NULL for a
+-- job that does not opt in.
 WITH input AS (
     SELECT *
     FROM unnest(
         $1::uuid[], $2::text[], $3::text[], $4::text[], $5::smallint[],
         $6::text[], $7::text[], $8::text[], $9::text[], $10::integer[],
-        $11::timestamptz[], $12::timestamptz[], $13::bigint[], $14::uuid[]
+        $11::timestamptz[], $12::timestamptz[], $13::bigint[], $14::uuid[],
+        $21::text[], $22::boolean[], $23::bigint[]
     ) AS input (
         id, tenant, kind, queue, priority,
         idempotency_key, request_hash, payload, group_key, max_attempts,
-        available_at, deadline_at, estimated_tokens, event_id
+        available_at, deadline_at, estimated_tokens, event_id,
+        reuse_key, reuse_shared, reuse_ttl_ms
     )
 ),
 -- Keyless jobs' rows cannot conflict and are inserted plainly: ON CONFLICT
@@ -129,7 +135,8 @@ job AS (
         i.id, i.tenant, i.kind, i.queue, i.priority,
         i.idempotency_key, i.request_hash, i.payload::jsonb, i.group_key, i.max_attempts,
         coalesce(i.available_at, now()), i.deadline_at, i.estimated_tokens, $18::text,
-        NOT (i.kind = ANY ($19::text[])), $20::uuid
+        NOT (i.kind = ANY ($19::text[])), $20::uuid,
+        i.reuse_key, i.reuse_shared, i.reuse_ttl_ms
     FROM input AS i
     WHERE i.id IN (SELECT id FROM keyed UNION ALL SELECT id FROM keyless)
     RETURNING
@@ -220,7 +227,8 @@ job AS (
         $1::uuid, $2::text, $3::text, $4::text, $5::smallint,
         $6::text, $7::text, $8::jsonb, $9::text, $10::integer,
         coalesce($11::timestamptz, now()), $12::timestamptz, $13::bigint, $18::text,
-        $19::boolean, $20::uuid
+        $19::boolean, $20::uuid,
+        $21::text, $22::boolean, $23::bigint
     WHERE EXISTS (SELECT FROM keyed) OR EXISTS (SELECT FROM keyless)
     RETURNING
         /*job_columns*/,
@@ -443,8 +451,9 @@ share AS (
 ),
 
 -- block: urgent_jobs
--- A tenant's share in priority order (see ClaimJobs).
-        SELECT j.id
+-- A tenant's share in priority order (see ClaimJobs), with what the claim
+-- needs of each job's reuse key (see reuse_pick).
+        SELECT j.id, j.tenant, j.kind, j.reuse_key, j.reuse_shared, j.reuse_ttl_ms
         FROM /*schema*/jobs AS j
         WHERE j.queue = $1 AND j.tenant = a.tenant
             AND j.state IN ('READY', 'RETRY_SCHEDULED')
@@ -455,6 +464,11 @@ share AS (
                 SELECT 1 FROM /*schema*/jobs AS g
                 WHERE g.tenant = j.tenant AND g.group_key = j.group_key AND g.id < j.id
                     AND g.group_key IS NOT NULL AND g.state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')))
+            AND (j.reuse_key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM /*schema*/jobs AS r
+                WHERE r.reuse_key = j.reuse_key AND r.state = 'RUNNING'
+                    AND r.kind = j.kind AND r.reuse_shared = j.reuse_shared
+                    AND (j.reuse_shared OR r.tenant = j.tenant)))
         ORDER BY j.priority, j.available_at, j.id
         LIMIT least(a.hi, a.room)
 
@@ -462,7 +476,7 @@ share AS (
 -- The low-priority share reads the same tenant's least urgent class with
 -- eligible work (found by one descent of jobs_tenant_claim_idx), oldest
 -- first, leaving out what urgent took (it may hold jobs of that class too).
-        SELECT j.id
+        SELECT j.id, j.tenant, j.kind, j.reuse_key, j.reuse_shared, j.reuse_ttl_ms
         FROM /*schema*/jobs AS j
         WHERE j.queue = $1 AND j.tenant = a.tenant
             AND j.priority = (
@@ -478,6 +492,11 @@ share AS (
                 SELECT 1 FROM /*schema*/jobs AS g
                 WHERE g.tenant = j.tenant AND g.group_key = j.group_key AND g.id < j.id
                     AND g.group_key IS NOT NULL AND g.state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')))
+            AND (j.reuse_key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM /*schema*/jobs AS r
+                WHERE r.reuse_key = j.reuse_key AND r.state = 'RUNNING'
+                    AND r.kind = j.kind AND r.reuse_shared = j.reuse_shared
+                    AND (j.reuse_shared OR r.tenant = j.tenant)))
             AND NOT (j.id = ANY (ARRAY(SELECT id FROM urgent)))
         ORDER BY j.available_at, j.id
         LIMIT CASE WHEN a.room IS NULL THEN a.lo ELSE least(a.lo, greatest(a.room - a.hi, 0)) END
@@ -485,6 +504,48 @@ share AS (
 -- block: claim_jobs
 -- The update that claims them, and the tenants' virtual times (see
 -- ClaimJobs).
+--
+-- Result reuse (jobs.Reuse; migration 0025): a picked job with a reuse key
+-- probes jobs_reuse_source_idx for the newest computed result of its key,
+-- kind and scope within its TTL (one index probe per picked job with a
+-- key; none for a job without one, whose probe a one-time filter skips).
+-- A result an operator invalidated (job_reuse_invalidations: a cut in
+-- time, so when the newest is covered so is every older one) is not
+-- taken. The claimed job is returned with that result and its source, and
+-- the runner records it as reused without calling the handler. Of the
+-- picked jobs of one key with no result to take, only the first is
+-- claimed: the others wait, as jobs with that key already running were
+-- passed over by urgent_jobs and relaxed_jobs (jobs_reuse_running_idx), and
+-- take its result once it succeeds, or run themselves if it fails.
+picked AS MATERIALIZED (
+    SELECT c.id, c.tenant, c.kind, c.reuse_key, c.reuse_shared, src.id AS source_id, src.result AS source_result
+    FROM (SELECT * FROM urgent UNION ALL SELECT * FROM relaxed) AS c
+    LEFT JOIN LATERAL (
+        SELECT s.id, s.result, s.kind, s.tenant, s.reuse_key, s.attempted_at
+        FROM /*schema*/jobs AS s
+        WHERE c.reuse_key IS NOT NULL
+            AND s.reuse_key = c.reuse_key
+            AND s.state = 'SUCCEEDED' AND s.reused_from IS NULL
+            AND s.finished_at >= now() - c.reuse_ttl_ms * interval '1 millisecond'
+            AND s.kind = c.kind AND s.reuse_shared = c.reuse_shared
+            AND (c.reuse_shared OR s.tenant = c.tenant)
+        ORDER BY s.finished_at DESC
+        LIMIT 1
+    ) AS src ON NOT EXISTS (
+        SELECT 1 FROM /*schema*/job_reuse_invalidations AS v
+        WHERE v.kind = src.kind AND v.invalidated_at >= src.attempted_at
+            AND (v.reuse_key IS NULL OR v.reuse_key = src.reuse_key)
+            AND (v.tenant IS NULL OR v.tenant = src.tenant))
+),
+chosen AS (
+    SELECT p.id
+    FROM picked AS p
+    WHERE p.reuse_key IS NULL OR p.source_id IS NOT NULL OR NOT EXISTS (
+        SELECT 1 FROM picked AS q
+        WHERE q.reuse_key = p.reuse_key AND q.source_id IS NULL AND q.id < p.id
+            AND q.kind = p.kind AND q.reuse_shared = p.reuse_shared
+            AND (p.reuse_shared OR q.tenant = p.tenant))
+),
 claimed AS (
     UPDATE /*schema*/jobs AS j
     SET state         = 'RUNNING',
@@ -497,7 +558,7 @@ claimed AS (
         updated_at    = now()
     -- The picked ids as an array probe the primary key, whatever the table's
     -- size; a join with the CTEs can be planned as a scan of the whole table.
-    WHERE j.id = ANY (ARRAY(SELECT id FROM urgent UNION ALL SELECT id FROM relaxed))
+    WHERE j.id = ANY (ARRAY(SELECT id FROM chosen))
         -- Checked again on the row as a cancel or the deadline sweep
         -- committing beside a lock-free claim left it (see ClaimJobs).
         -- IS TRUE (state is never NULL) keeps jobs_tenant_claim_idx, whose
@@ -524,8 +585,9 @@ advance AS (
         AND q.tenant = t.tenant
         AND (t.taken > 0 OR t.offered > 0 OR t.room = 0)
 )
-SELECT /*job_columns*/
-FROM claimed
+SELECT /*job_columns c*/, p.source_id, p.source_result
+FROM claimed AS c
+LEFT JOIN picked AS p ON p.id = c.id AND p.source_id IS NOT NULL
 
 -- name: ClaimJobs
 -- The second statement of a claim transaction, for the tenants
@@ -572,13 +634,13 @@ FROM claimed
 -- always skips locked rows.
 WITH /*claim_share*/
 urgent AS (
-    SELECT p.id
+    SELECT p.*
     FROM share AS a
     CROSS JOIN LATERAL (
 /*urgent_jobs*/    ) AS p
 ),
 relaxed AS (
-    SELECT p.id
+    SELECT p.*
     FROM share AS a
     CROSS JOIN LATERAL (
 /*relaxed_jobs*/    ) AS p
@@ -591,14 +653,14 @@ relaxed AS (
 -- price of a row lock per claimed job.
 WITH /*claim_share*/
 urgent AS (
-    SELECT p.id
+    SELECT p.*
     FROM share AS a
     CROSS JOIN LATERAL (
 /*urgent_jobs*/        FOR UPDATE SKIP LOCKED
     ) AS p
 ),
 relaxed AS (
-    SELECT p.id
+    SELECT p.*
     FROM share AS a
     CROSS JOIN LATERAL (
 /*relaxed_jobs*/        FOR UPDATE SKIP LOCKED
@@ -739,6 +801,7 @@ WITH updated AS (
         available_at  = now() + i.delay_ms * interval '1 millisecond',
         max_attempts  = j.max_attempts + CASE WHEN i.outcome = 'snoozed' THEN 1 ELSE 0 END,
         result        = coalesce(i.result::jsonb, j.result),
+        reused_from   = CASE WHEN i.outcome = 'succeeded' THEN i.reused_from ELSE j.reused_from END,
         error_class   = CASE
                             WHEN i.outcome = 'snoozed' THEN j.error_class
                             WHEN i.outcome = 'retry' AND j.attempt < j.max_attempts
@@ -769,11 +832,11 @@ WITH updated AS (
     FROM unnest(
         $1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::text[],
         $6::text[], $7::bigint[], $8::bigint[], $9::boolean[], $10::bigint[],
-        $11::bigint[], $12::uuid[]
+        $11::bigint[], $12::uuid[], $14::uuid[]
     ) AS i (
         id, fence, outcome, result, error_class,
         error, delay_ms, margin_ms, uncertain, input_tokens,
-        output_tokens, event_id
+        output_tokens, event_id, reused_from
     )
     WHERE j.id = ANY ($1::uuid[])
         AND j.id = i.id
@@ -793,11 +856,11 @@ batch_jobs AS (
 attempt AS (
     INSERT INTO /*schema*/job_attempts (
         job_id, attempt, fence, worker, started_at, outcome, error_class, error,
-        retry_at, input_tokens, output_tokens, uncertain
+        retry_at, input_tokens, output_tokens, uncertain, reused_from
     )
     SELECT id, attempt, fence, lease_owner, attempted_at,
         CASE state
-            WHEN 'SUCCEEDED' THEN 'succeeded'
+            WHEN 'SUCCEEDED' THEN CASE WHEN reused_from IS NULL THEN 'succeeded' ELSE 'reused' END
             WHEN 'REVIEW_REQUIRED' THEN 'review_required'
             WHEN 'CANCELLED' THEN 'cancelled'
             WHEN 'FAILED_TERMINAL' THEN 'failed'
@@ -806,7 +869,7 @@ attempt AS (
         CASE WHEN reported = 'snoozed' THEN NULL ELSE error_class END,
         CASE reported WHEN 'succeeded' THEN NULL WHEN 'snoozed' THEN reported_error ELSE last_error END,
         CASE WHEN state = 'RETRY_SCHEDULED' THEN available_at END,
-        input_tokens, output_tokens, uncertain
+        input_tokens, output_tokens, uncertain, reused_from
     FROM updated
 ),
 -- A job's events carry its acceptance's trace context, so their consumers
@@ -1191,13 +1254,13 @@ WHERE $9::text = '' OR pg_notify($9, job.queue) IS NOT NULL;
 -- A tenant's job's attempts in order: the recorded ones, then the live one,
 -- which its job row describes. The join keeps the read tenant-scoped.
 SELECT a.job_id, a.attempt, a.fence, a.worker, a.started_at, a.ended_at, a.outcome,
-    a.error_class, a.error, a.retry_at, a.input_tokens, a.output_tokens, a.uncertain
+    a.error_class, a.error, a.retry_at, a.input_tokens, a.output_tokens, a.uncertain, a.reused_from
 FROM /*schema*/job_attempts AS a
 JOIN /*schema*/jobs AS j ON j.id = a.job_id
 WHERE j.tenant = $1 AND a.job_id = $2
 UNION ALL
 SELECT id, attempt, fence, lease_owner, attempted_at, NULL, NULL,
-    NULL, NULL, NULL, NULL, NULL, false
+    NULL, NULL, NULL, NULL, NULL, false, NULL
 FROM /*schema*/jobs
 WHERE tenant = $1 AND id = $2 AND state = 'RUNNING'
 ORDER BY 2;

@@ -1,15 +1,17 @@
 package jobs
 
 import (
+	"encoding/json"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/llmq/llmq/internal/dbsql"
 )
 
 // statements is every statement of queries.sql, operator_list.sql,
-// steps.sql, batches.sql and prune.sql, with the shape the code binds and scans; dbsqltest checks it
+// steps.sql, batches.sql, prune.sql and reuse.sql, with the shape the code binds and scans; dbsqltest checks it
 // against the schema. NewStore and NewPruner each load all of them, so a
 // statement missing from the files, or one no spec declares, stops
 // construction.
@@ -33,16 +35,18 @@ type statements struct {
 	// prune.sql
 	prune, countFinished, oldestFinished, countUpTo, estimateFinished string
 	pruneBatches, countBatches                                        string
+	// reuse.sql
+	invalidateReuse, listInvalidations string
 }
 
 func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 	job := new(jobRow).dest()
 	stepDest := new(stepRow).dest()
 	batch := new(batchRow).dest()
-	return dbsql.Load(schema, []string{queriesSQL, operatorListSQL, stepsSQL, batchesSQL, pruneSQL},
-		dbsql.Query(&q.insertJob, "InsertJob", 20, job...).
+	return dbsql.Load(schema, []string{queriesSQL, operatorListSQL, stepsSQL, batchesSQL, pruneSQL, reuseSQL},
+		dbsql.Query(&q.insertJob, "InsertJob", 23, job...).
 			Binds(newInsertBatch(1).one("", "", []string{}, new(string), []string{})...),
-		dbsql.Query(&q.insertJobs, "InsertJobs", 20, job...).
+		dbsql.Query(&q.insertJobs, "InsertJobs", 23, job...).
 			Binds(new(insertBatch).args("", "", []string{}, new(string), []string{})...),
 		dbsql.Query(&q.selectByKey, "SelectJobsByIdempotencyKey", 2, job...),
 		dbsql.Query(&q.get, "GetJob", 2, job...),
@@ -57,12 +61,12 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.claimSettings, "ClaimSettings", 2, new(string), new(string), new(string), new(string)),
 		dbsql.Query(&q.keyedPlans, "KeyedPlans", 0, new(string), new(string)),
 		dbsql.Query(&q.restorePlans, "RestorePlans", 0, new(string)),
-		dbsql.Query(&q.claim, "ClaimJobs", 9, job...),
-		dbsql.Query(&q.claimSkippingLocked, "ClaimJobsSkippingLocked", 9, job...),
+		dbsql.Query(&q.claim, "ClaimJobs", 9, new(claimedRow).dest()...),
+		dbsql.Query(&q.claimSkippingLocked, "ClaimJobsSkippingLocked", 9, new(claimedRow).dest()...),
 		dbsql.Exec(&q.wakeIdleTenants, "WakeIdleTenants", 2),
 		dbsql.Query(&q.heartbeat, "HeartbeatLeases", 4, new([16]byte), new(bool)),
 		dbsql.Query(&q.leases, "ListLeases", 2, job...),
-		dbsql.Query(&q.complete, "CompleteJobs", 13, job...),
+		dbsql.Query(&q.complete, "CompleteJobs", 14, job...),
 		dbsql.Query(&q.move, "MoveJob", 6, job...).Binds(pgtype.UUID{}, int64(0), "", "", "", ""),
 		dbsql.Exec(&q.markStale, "MarkStaleAttempts", 8),
 		dbsql.Query(&q.markHung, "MarkHungAttempts", 4, new([16]byte), new(int64)),
@@ -94,6 +98,8 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.oldestFinished, "OldestFinished", 1, new(*time.Time)),
 		dbsql.Query(&q.countUpTo, "CountFinishedUpTo", 2, new(int64)),
 		dbsql.Query(&q.estimateFinished, "EstimateFinished", 0, new([]byte)),
+		dbsql.Query(&q.invalidateReuse, "InvalidateReuse", 6, append(new(invalidationRow).dest(), new(int64))...),
+		dbsql.Query(&q.listInvalidations, "ListReuseInvalidations", 2, new(invalidationRow).dest()...),
 	)
 }
 
@@ -109,6 +115,10 @@ type jobRow struct {
 	replayOf, batchID                          pgtype.UUID
 	priority                                   int16
 	state                                      string
+	reuseKey                                   *string
+	reuseShared                                *bool
+	reuseTTL                                   *int64 // milliseconds
+	reusedFrom                                 pgtype.UUID
 }
 
 func (r *jobRow) dest() []any {
@@ -119,6 +129,7 @@ func (r *jobRow) dest() []any {
 		&j.AvailableAt, &r.deadline, &j.StateVersion, &j.EstimatedTokens, dbsql.RawJSON(&j.Result),
 		&r.errClass, &r.lastErr, &r.replayOf, &r.replayedBy, &r.replayReason,
 		&r.cancelReq, &j.CreatedAt, &j.UpdatedAt, &r.finished, &r.traceParent, &r.batchID,
+		&r.reuseKey, &r.reuseShared, &r.reuseTTL, &r.reusedFrom,
 	}
 }
 
@@ -138,7 +149,42 @@ func (r *jobRow) job() *Job {
 	}
 	j.ReplayedBy, j.ReplayReason = dbsql.Deref(r.replayedBy), dbsql.Deref(r.replayReason)
 	j.TraceParent = dbsql.Deref(r.traceParent)
+	if r.reuseKey != nil {
+		j.Reuse = &Reuse{Key: *r.reuseKey, Shared: dbsql.Deref(r.reuseShared), TTL: time.Duration(dbsql.Deref(r.reuseTTL)) * time.Millisecond}
+	}
+	if r.reusedFrom.Valid {
+		j.ReusedFrom = r.reusedFrom.Bytes
+	}
 	return &j
+}
+
+// claimedRow is a ClaimJobs row: the job, then the result it is to reuse
+// and that result's job (both NULL when it has none).
+type claimedRow struct {
+	jobRow
+	sourceID     pgtype.UUID
+	sourceResult json.RawMessage
+}
+
+func (r *claimedRow) dest() []any {
+	return append(r.jobRow.dest(), &r.sourceID, dbsql.RawJSON(&r.sourceResult))
+}
+
+func (r *claimedRow) job() *Job {
+	j := r.jobRow.job()
+	if r.sourceID.Valid {
+		j.ReusedFrom = r.sourceID.Bytes
+		j.Result = r.sourceResult
+	}
+	return j
+}
+
+func scanClaimed(row pgx.CollectableRow) (*Job, error) {
+	var r claimedRow
+	if err := row.Scan(r.dest()...); err != nil {
+		return nil, err
+	}
+	return r.job(), nil
 }
 
 func (c *tenantCandidate) dest() []any {
@@ -214,12 +260,13 @@ type attemptRow struct {
 	ended, retryAt          *time.Time
 	outcome, class, message *string
 	inTokens, outTokens     *int64
+	reusedFrom              pgtype.UUID
 }
 
 func (r *attemptRow) dest() []any {
 	a := &r.a
 	return []any{&a.JobID, &a.Attempt, &a.Fence, &a.Worker, &a.StartedAt, &r.ended, &r.outcome,
-		&r.class, &r.message, &r.retryAt, &r.inTokens, &r.outTokens, &a.Usage.Uncertain}
+		&r.class, &r.message, &r.retryAt, &r.inTokens, &r.outTokens, &a.Usage.Uncertain, &r.reusedFrom}
 }
 
 func (r *attemptRow) attempt() Attempt {
@@ -228,5 +275,8 @@ func (r *attemptRow) attempt() Attempt {
 	a.Outcome = AttemptOutcome(dbsql.Deref(r.outcome))
 	a.ErrorClass, a.Error = dbsql.Deref(r.class), dbsql.Deref(r.message)
 	a.Usage.InputTokens, a.Usage.OutputTokens = dbsql.Deref(r.inTokens), dbsql.Deref(r.outTokens)
+	if r.reusedFrom.Valid {
+		a.ReusedFrom = r.reusedFrom.Bytes
+	}
 	return a
 }

@@ -371,7 +371,10 @@ type insertBatch struct {
 	maxAttempts                      []int32
 	availableAt, deadlineAt          []*time.Time
 	estimatedTokens                  []int64
-	derivedHash                      []bool      // the request hash was derived from kind and payload
+	derivedHash                      []bool    // the request hash was derived from kind and payload
+	reuseKeys                        []*string // Reuse.Key, NULL for a job without Reuse
+	reuseShared                      []*bool
+	reuseTTLs                        []*int64    // milliseconds
 	batchID                          pgtype.UUID // the batch every job of it belongs to (EnqueueBatch), or NULL
 }
 
@@ -385,6 +388,7 @@ func (b *insertBatch) args(topic, channel string, notify []string, traceParent *
 		b.keys, b.hashes, b.payloads, b.groupKeys, b.maxAttempts,
 		b.availableAt, b.deadlineAt, b.estimatedTokens, b.eventIDs,
 		topic, channel, notify, traceParent, withoutEvents, b.batchID,
+		b.reuseKeys, b.reuseShared, b.reuseTTLs,
 	}
 }
 
@@ -398,6 +402,7 @@ func (b *insertBatch) one(topic, channel string, notify []string, traceParent *s
 		b.keys[0], b.hashes[0], b.payloads[0], b.groupKeys[0], b.maxAttempts[0],
 		b.availableAt[0], b.deadlineAt[0], b.estimatedTokens[0], b.eventIDs[0],
 		topic, channel, len(notify) > 0, traceParent, !slices.Contains(withoutEvents, b.kinds[0]), b.batchID,
+		b.reuseKeys[0], b.reuseShared[0], b.reuseTTLs[0],
 	}
 }
 
@@ -411,6 +416,7 @@ func newInsertBatch(n int) *insertBatch {
 		priorities: make([]int16, n), maxAttempts: make([]int32, n),
 		availableAt: make([]*time.Time, n), deadlineAt: make([]*time.Time, n), estimatedTokens: make([]int64, n),
 		derivedHash: make([]bool, n),
+		reuseKeys:   make([]*string, n), reuseShared: make([]*bool, n), reuseTTLs: make([]*int64, n),
 	}
 }
 
@@ -458,6 +464,10 @@ func (s *PostgresStore) prepare(params []EnqueueParams) (*insertBatch, error) {
 		b.availableAt[i] = dbsql.NullIfZero(p.AvailableAt)
 		b.deadlineAt[i] = dbsql.NullIfZero(p.DeadlineAt)
 		b.estimatedTokens[i] = p.EstimatedTokens
+		if r := p.Reuse; r != nil {
+			ttl := r.TTL.Milliseconds()
+			b.reuseKeys[i], b.reuseShared[i], b.reuseTTLs[i] = &r.Key, &r.Shared, &ttl
+		}
 	}
 	return b, nil
 }

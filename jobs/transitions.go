@@ -59,6 +59,7 @@ const (
 	AttemptLeaseExpired   AttemptOutcome = "lease_expired" // its worker stopped heartbeating; the reaper took the job back
 	AttemptStale          AttemptOutcome = "stale"         // it completed after losing its lease; nothing of it was applied
 	AttemptHung           AttemptOutcome = "hung"          // still running past its timeout and grace: its runner abandoned the lease (see MarkHung)
+	AttemptReused         AttemptOutcome = "reused"        // succeeded with the result of the job it names (Attempt.ReusedFrom), its handler not called
 )
 
 // Error classes recorded on jobs and attempts. Handlers choose between the
@@ -141,6 +142,10 @@ type Completion struct {
 	// would start later than DeadlineAt minus this margin is refused.
 	DeadlineMargin time.Duration
 	Usage          Usage
+	// ReusedFrom, with OutcomeSucceeded, says that Result is the result of
+	// that job, taken instead of calling the handler (Job.ReusedFrom of a
+	// claimed job): the attempt is recorded as AttemptReused and names it.
+	ReusedFrom uuid.UUID
 }
 
 // CompletionResult is what happened to one completion: Job is the job as it
@@ -163,6 +168,8 @@ type Attempt struct {
 	Error      string         `json:"error,omitempty"`
 	RetryAt    time.Time      `json:"retry_at,omitzero"`
 	Usage      Usage          `json:"usage"`
+	// ReusedFrom is the job whose result a reused attempt took.
+	ReusedFrom uuid.UUID `json:"reused_from,omitzero"`
 }
 
 // ReapParams bounds one pass of the reaper.
@@ -323,6 +330,7 @@ func (s *PostgresStore) Complete(ctx context.Context, db DBTX, completions []Com
 		outcomes                   = make([]string, n)
 		classes, messages, results = make([]*string, n), make([]*string, n), make([]*string, n)
 		uncertain                  = make([]bool, n)
+		reusedFrom                 = make([]pgtype.UUID, n)
 		seen                       = make(map[uuid.UUID]bool, n)
 	)
 	for i, c := range completions {
@@ -350,11 +358,14 @@ func (s *PostgresStore) Complete(ctx context.Context, db DBTX, completions []Com
 		}
 		delays[i], margins[i] = c.RetryDelay.Milliseconds(), c.DeadlineMargin.Milliseconds()
 		inTokens[i], outTokens[i], uncertain[i] = c.Usage.InputTokens, c.Usage.OutputTokens, c.Usage.Uncertain
+		if c.ReusedFrom != uuid.Nil {
+			reusedFrom[i] = dbsql.UUID(c.ReusedFrom)
+		}
 	}
 	applied, err := dbsql.CollectUnder(ctx, db, s.sql.keyedPlans, s.sql.restorePlans, s.sql.complete,
 		[]any{ids, fences, outcomes, results, classes,
 			messages, delays, margins, uncertain, inTokens,
-			outTokens, eventIDs, s.cfg.EventTopic},
+			outTokens, eventIDs, s.cfg.EventTopic, reusedFrom},
 		scanJob)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: complete: %w", err)
@@ -430,6 +441,9 @@ func (c Completion) Validate() error {
 	}
 	if c.RetryDelay < 0 || c.DeadlineMargin < 0 {
 		return fail("RetryDelay", "durations must not be negative")
+	}
+	if c.ReusedFrom != uuid.Nil && c.Outcome != OutcomeSucceeded {
+		return fail("ReusedFrom", fmt.Sprintf("is set with outcome %q; a reused result is a success", c.Outcome))
 	}
 	return nil
 }

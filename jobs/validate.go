@@ -91,5 +91,10 @@ func (s *PostgresStore) normalize(p EnqueueParams, now time.Time) (EnqueueParams
 	if p.EstimatedTokens < 0 {
 		return fail("EstimatedTokens", fmt.Sprintf("is %d; must not be negative", p.EstimatedTokens), nil)
 	}
+	reuse, field, problem := normalizeReuse(p.Reuse)
+	if problem != "" {
+		return fail(field, problem, nil)
+	}
+	p.Reuse = reuse
 	return p, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmq/llmq/internal/outcome"
 	"github.com/llmq/llmq/internal/retry"
@@ -534,9 +535,13 @@ func (r *Runner) untrack(a *attempt) {
 func (r *Runner) execute(ctx context.Context, a *attempt, c *completer) {
 	defer r.untrack(a)
 	job := a.job
+	ctx, span, logger := r.startAttempt(ctx, job)
+	if job.ReusedFrom != uuid.Nil {
+		r.reuse(ctx, a, c, span, logger)
+		return
+	}
 	handler := r.cfg.Handlers[job.Kind]
 	recorder := &usageRecorder{}
-	ctx, span, logger := r.startAttempt(ctx, job)
 	ctx, cancel := context.WithTimeoutCause(ctx, r.cfg.AttemptTimeout, ErrAttemptTimeout)
 	ctx = context.WithValue(ctx, usageKey{}, recorder)
 	ctx = context.WithValue(ctx, stepKey{}, &stepScope{r: r, job: job})
@@ -569,6 +574,26 @@ func (r *Runner) execute(ctx context.Context, a *attempt, c *completer) {
 		// no answer came back.
 		completion.Usage.Uncertain = true
 	}
+	r.record(ctx, a, c, completion, ran, span, logger)
+}
+
+// reuse records a claimed job whose claim found a result to reuse
+// (jobs.Reuse): a success with that result, naming its source, without
+// calling the handler, so no provider call, permit or usage. It is
+// recorded as any success is, under the attempt's fence, with the host's
+// OnSucceeded hook and the job's lifecycle event.
+func (r *Runner) reuse(ctx context.Context, a *attempt, c *completer, span trace.Span, logger *slog.Logger) {
+	job := a.job
+	completion := r.outcomePolicy().Base(job)
+	completion.Outcome, completion.Result, completion.ReusedFrom = jobs.OutcomeSucceeded, job.Result, job.ReusedFrom
+	logger.Debug("llmq: reusing the result of an earlier job", "source_job", job.ReusedFrom)
+	r.record(ctx, a, c, completion, 0, span, logger)
+}
+
+// record submits an attempt's outcome and reports what became of it.
+func (r *Runner) record(ctx context.Context, a *attempt, c *completer, completion jobs.Completion, ran time.Duration,
+	span trace.Span, logger *slog.Logger) {
+	job := a.job
 	res, err := c.submit(a, completion)
 	r.endAttempt(context.WithoutCancel(ctx), span, job, completion, ran, res, err)
 	if r.cfg.AfterRecord != nil {

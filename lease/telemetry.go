@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
@@ -181,6 +182,9 @@ func recordedOutcome(c jobs.Completion, res *jobs.Job, err error) string {
 	}
 	switch res.State {
 	case jobs.StateSucceeded:
+		if c.ReusedFrom != uuid.Nil {
+			return string(jobs.AttemptReused)
+		}
 		return "succeeded"
 	case jobs.StateReviewRequired:
 		return "review_required"

@@ -133,13 +133,18 @@ func (s *Submitter) claim(ctx context.Context, most int) ([]*jobs.Job, error) {
 }
 
 // build makes each claimed job's request. A job that cannot go into a
-// batch gets its completion in done instead (its request cannot be built;
+// batch gets its completion in done instead (its claim found a result to
+// reuse; its request cannot be built;
 // its deadline is sooner than the window and there is no SyncQueue), or
 // is returned in late (its deadline is sooner than the window: for
 // SyncQueue).
 func (s *Submitter) build(ctx context.Context, claimed []*jobs.Job) (requests []request, done []jobs.Completion, late []*jobs.Job) {
 	latest := time.Now().Add(s.cfg.Window)
 	for _, job := range claimed {
+		if job.ReusedFrom != uuid.Nil {
+			done = append(done, s.reused(job))
+			continue
+		}
 		if !job.DeadlineAt.IsZero() && job.DeadlineAt.Before(latest) {
 			if s.cfg.SyncQueue != "" {
 				late = append(late, job)
@@ -163,6 +168,15 @@ func (s *Submitter) build(ctx context.Context, claimed []*jobs.Job) (requests []
 		requests = append(requests, request{job: job, model: model, body: body, tokens: tokens})
 	}
 	return requests, done, late
+}
+
+// reused is the success of a job whose claim found a result to reuse
+// (jobs.Reuse): recorded with that result, naming its source, and sent to
+// no provider, as a runner records it.
+func (s *Submitter) reused(job *jobs.Job) jobs.Completion {
+	c := s.policy.Base(job)
+	c.Outcome, c.Result, c.ReusedFrom = jobs.OutcomeSucceeded, job.Result, job.ReusedFrom
+	return c
 }
 
 // tooLate fails a job whose deadline leaves no room for a batch.
