@@ -450,11 +450,43 @@ share AS (
         AS a (tenant, hi, lo, cap, weight)
 ),
 
+-- block: reuse_probe
+-- Result reuse (jobs.Reuse; migration 0025), for a waiting job j with a
+-- reuse key: one probe of jobs_reuse_idx for its key, which holds the
+-- running jobs with a key and the computed (not themselves reused)
+-- successes. It reads that key's entries and keeps those of j's kind and
+-- scope (a shared key matches shared jobs of any tenant; a tenant key only
+-- the tenant's own): a running one first, else the newest success within
+-- j's TTL that no operator invalidated. The invalidations are looked at
+-- only when the table holds any (its emptiness is read once per
+-- statement): one cut in time per row, so a result finished before an
+-- invalidation covering it is never taken. A job without a key probes
+-- nothing (the one-time filter on j.reuse_key).
+        LEFT JOIN LATERAL (
+            SELECT s.state, s.id, s.result
+            FROM /*schema*/jobs AS s
+            WHERE j.reuse_key IS NOT NULL
+                AND s.reuse_key = j.reuse_key
+                AND s.kind = j.kind AND s.reuse_shared = j.reuse_shared
+                AND (j.reuse_shared OR s.tenant = j.tenant)
+                AND (s.state = 'RUNNING' OR (s.state = 'SUCCEEDED' AND s.reused_from IS NULL
+                    AND s.finished_at >= now() - j.reuse_ttl_ms * interval '1 millisecond'
+                    AND (NOT EXISTS (SELECT FROM /*schema*/job_reuse_invalidations) OR NOT EXISTS (
+                        SELECT 1 FROM /*schema*/job_reuse_invalidations AS v
+                        WHERE v.kind = s.kind AND v.invalidated_at >= s.attempted_at
+                            AND (v.reuse_key IS NULL OR v.reuse_key = s.reuse_key)
+                            AND (v.tenant IS NULL OR v.tenant = s.tenant)))))
+            ORDER BY s.state = 'RUNNING' DESC, s.finished_at DESC
+            LIMIT 1
+        ) AS src ON true
+
 -- block: urgent_jobs
--- A tenant's share in priority order (see ClaimJobs), with what the claim
--- needs of each job's reuse key (see reuse_pick).
-        SELECT j.id, j.tenant, j.kind, j.reuse_key, j.reuse_shared, j.reuse_ttl_ms
+-- A tenant's share in priority order (see ClaimJobs), with what its
+-- reuse_probe found: a job whose key is running is passed over (it waits
+-- for that job's result), one whose key has a result to take carries it.
+        SELECT j.id, j.tenant, j.kind, j.reuse_key, j.reuse_shared, src.id AS source_id, src.result AS source_result
         FROM /*schema*/jobs AS j
+/*reuse_probe*/
         WHERE j.queue = $1 AND j.tenant = a.tenant
             AND j.state IN ('READY', 'RETRY_SCHEDULED')
             AND j.available_at <= now()
@@ -464,11 +496,7 @@ share AS (
                 SELECT 1 FROM /*schema*/jobs AS g
                 WHERE g.tenant = j.tenant AND g.group_key = j.group_key AND g.id < j.id
                     AND g.group_key IS NOT NULL AND g.state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')))
-            AND (j.reuse_key IS NULL OR NOT EXISTS (
-                SELECT 1 FROM /*schema*/jobs AS r
-                WHERE r.reuse_key = j.reuse_key AND r.state = 'RUNNING'
-                    AND r.kind = j.kind AND r.reuse_shared = j.reuse_shared
-                    AND (j.reuse_shared OR r.tenant = j.tenant)))
+            AND (src.state IS NULL OR src.state = 'SUCCEEDED')
         ORDER BY j.priority, j.available_at, j.id
         LIMIT least(a.hi, a.room)
 
@@ -476,8 +504,9 @@ share AS (
 -- The low-priority share reads the same tenant's least urgent class with
 -- eligible work (found by one descent of jobs_tenant_claim_idx), oldest
 -- first, leaving out what urgent took (it may hold jobs of that class too).
-        SELECT j.id, j.tenant, j.kind, j.reuse_key, j.reuse_shared, j.reuse_ttl_ms
+        SELECT j.id, j.tenant, j.kind, j.reuse_key, j.reuse_shared, src.id AS source_id, src.result AS source_result
         FROM /*schema*/jobs AS j
+/*reuse_probe*/
         WHERE j.queue = $1 AND j.tenant = a.tenant
             AND j.priority = (
                 SELECT max(x.priority) FROM /*schema*/jobs AS x
@@ -492,11 +521,7 @@ share AS (
                 SELECT 1 FROM /*schema*/jobs AS g
                 WHERE g.tenant = j.tenant AND g.group_key = j.group_key AND g.id < j.id
                     AND g.group_key IS NOT NULL AND g.state IN ('READY', 'RUNNING', 'RETRY_SCHEDULED')))
-            AND (j.reuse_key IS NULL OR NOT EXISTS (
-                SELECT 1 FROM /*schema*/jobs AS r
-                WHERE r.reuse_key = j.reuse_key AND r.state = 'RUNNING'
-                    AND r.kind = j.kind AND r.reuse_shared = j.reuse_shared
-                    AND (j.reuse_shared OR r.tenant = j.tenant)))
+            AND (src.state IS NULL OR src.state = 'SUCCEEDED')
             AND NOT (j.id = ANY (ARRAY(SELECT id FROM urgent)))
         ORDER BY j.available_at, j.id
         LIMIT CASE WHEN a.room IS NULL THEN a.lo ELSE least(a.lo, greatest(a.room - a.hi, 0)) END
@@ -505,37 +530,14 @@ share AS (
 -- The update that claims them, and the tenants' virtual times (see
 -- ClaimJobs).
 --
--- Result reuse (jobs.Reuse; migration 0025): a picked job with a reuse key
--- probes jobs_reuse_source_idx for the newest computed result of its key,
--- kind and scope within its TTL (one index probe per picked job with a
--- key; none for a job without one, whose probe a one-time filter skips).
--- A result an operator invalidated (job_reuse_invalidations: a cut in
--- time, so when the newest is covered so is every older one) is not
--- taken. The claimed job is returned with that result and its source, and
--- the runner records it as reused without calling the handler. Of the
--- picked jobs of one key with no result to take, only the first is
--- claimed: the others wait, as jobs with that key already running were
--- passed over by urgent_jobs and relaxed_jobs (jobs_reuse_running_idx), and
--- take its result once it succeeds, or run themselves if it fails.
+-- Result reuse (see reuse_probe): of the picked jobs of one key with no
+-- result to take, only the first is claimed; the others wait as those
+-- whose key is running do, and take its result once it succeeds, or run
+-- themselves if it fails. A picked job with a result to take is claimed
+-- and returned with it and its source, and the runner records it as
+-- reused without calling its handler.
 picked AS MATERIALIZED (
-    SELECT c.id, c.tenant, c.kind, c.reuse_key, c.reuse_shared, src.id AS source_id, src.result AS source_result
-    FROM (SELECT * FROM urgent UNION ALL SELECT * FROM relaxed) AS c
-    LEFT JOIN LATERAL (
-        SELECT s.id, s.result, s.kind, s.tenant, s.reuse_key, s.attempted_at
-        FROM /*schema*/jobs AS s
-        WHERE c.reuse_key IS NOT NULL
-            AND s.reuse_key = c.reuse_key
-            AND s.state = 'SUCCEEDED' AND s.reused_from IS NULL
-            AND s.finished_at >= now() - c.reuse_ttl_ms * interval '1 millisecond'
-            AND s.kind = c.kind AND s.reuse_shared = c.reuse_shared
-            AND (c.reuse_shared OR s.tenant = c.tenant)
-        ORDER BY s.finished_at DESC
-        LIMIT 1
-    ) AS src ON NOT EXISTS (
-        SELECT 1 FROM /*schema*/job_reuse_invalidations AS v
-        WHERE v.kind = src.kind AND v.invalidated_at >= src.attempted_at
-            AND (v.reuse_key IS NULL OR v.reuse_key = src.reuse_key)
-            AND (v.tenant IS NULL OR v.tenant = src.tenant))
+    SELECT * FROM urgent UNION ALL SELECT * FROM relaxed
 ),
 chosen AS (
     SELECT p.id
@@ -656,14 +658,14 @@ urgent AS (
     SELECT p.*
     FROM share AS a
     CROSS JOIN LATERAL (
-/*urgent_jobs*/        FOR UPDATE SKIP LOCKED
+/*urgent_jobs*/        FOR UPDATE OF j SKIP LOCKED
     ) AS p
 ),
 relaxed AS (
     SELECT p.*
     FROM share AS a
     CROSS JOIN LATERAL (
-/*relaxed_jobs*/        FOR UPDATE SKIP LOCKED
+/*relaxed_jobs*/        FOR UPDATE OF j SKIP LOCKED
     ) AS p
     WHERE a.lo > 0
 ),

@@ -105,8 +105,11 @@ SELECT 1;
 
 	_, err = ParseQueries("-- block: b\nx AS (SELECT 1),\n-- name: A\nWITH /*b y*/ SELECT 1;", schema)
 	require.ErrorContains(t, err, "qualifies block")
-	_, err = ParseQueries("-- block: b\nx AS (SELECT 1),\n-- block: c\n/*b*/\n-- name: A\nWITH /*c*/ SELECT 1;", schema)
-	require.ErrorContains(t, err, "undefined fragment", "a block uses no other block")
+	nested, err := ParseQueries("-- block: b\nx AS (SELECT 1),\n-- block: c\n/*b*/ y AS (SELECT 2),\n-- name: A\nWITH /*c*/ SELECT 1;", schema)
+	require.NoError(t, err, "a block uses the blocks above it")
+	require.Equal(t, "WITH x AS (SELECT 1), y AS (SELECT 2), SELECT 1;", nested["A"])
+	_, err = ParseQueries("-- block: c\n/*b*/\n-- block: b\nx AS (SELECT 1),\n-- name: A\nWITH /*c*/ SELECT 1;", schema)
+	require.ErrorContains(t, err, "undefined fragment", "a block uses no block below it")
 }
 
 func TestLoad(t *testing.T) {

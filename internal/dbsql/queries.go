@@ -25,8 +25,8 @@ type Queries map[string]string
 // A "-- block: B" defines a run of SQL once, inserted as it is (comments
 // included) where a statement says /*B*/: the same CTEs that several
 // statements end with, kept in one place so that a fix reaches every one
-// of them. A block may use fragments and the schema marker, not other
-// blocks.
+// of them. A block may use fragments, the schema marker and the blocks
+// defined above it in the file.
 func ParseQueries(src string, schema Schema) (Queries, error) {
 	blocks, err := splitBlocks(src)
 	if err != nil {
@@ -41,7 +41,7 @@ func ParseQueries(src string, schema Schema) (Queries, error) {
 	texts := map[string]string{}
 	for _, b := range blocks {
 		if b.kind == textBlock {
-			text, err := expandFragments(b.name, b.body, fragments, nil)
+			text, err := expandFragments(b.name, b.body, fragments, texts)
 			if err != nil {
 				return nil, err
 			}

@@ -1,6 +1,5 @@
 DROP TABLE /*schema*/job_reuse_invalidations;
-DROP INDEX /*schema*/jobs_reuse_running_idx;
-DROP INDEX /*schema*/jobs_reuse_source_idx;
+DROP INDEX /*schema*/jobs_reuse_idx;
 ALTER TABLE /*schema*/job_attempts DROP COLUMN reused_from;
 ALTER TABLE /*schema*/jobs
     DROP COLUMN reused_from,

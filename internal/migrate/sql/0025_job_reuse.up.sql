@@ -18,24 +18,23 @@ ALTER TABLE /*schema*/jobs
 ALTER TABLE /*schema*/job_attempts
     ADD COLUMN reused_from uuid;
 
--- Locks: both indexes are built in the migration's transaction, not
--- CONCURRENTLY, each under a SHARE lock on jobs (writes wait, reads go
--- on) while it reads the table once. No existing row has a key, so the
--- builds write next to nothing; on a large table, migrate at a quiet time.
+-- One index serves both questions a claim asks of a waiting job's key
+-- (ClaimJobs' reuse_probe), in one probe: is a job with this key running
+-- (then the job waits for its result: in-flight coalescing), and else
+-- which computed success of this key is the newest (its result is taken).
+-- It holds the running jobs with a key and the SUCCEEDED ones that
+-- computed their result (not those that reused one, so a result's age is
+-- always its computation's, however often it was reused). A job without a
+-- key is never in it, so what it costs follows the work that opted in:
+-- an entry at the claim and one at a computed success. Entries go with
+-- their jobs when retention prunes them.
 --
--- The results a claim may reuse: computed (not themselves reused, so a
--- result's age is always its computation's, however often it was reused)
--- SUCCEEDED jobs with a key, newest last per key. A claimed job's probe
--- reads one key's entries newest first and stops at the first of its kind
--- and scope. Its entries go with their jobs when retention prunes them.
-CREATE INDEX jobs_reuse_source_idx ON /*schema*/jobs (reuse_key, finished_at)
-    WHERE state = 'SUCCEEDED' AND reuse_key IS NOT NULL AND reused_from IS NULL;
-
--- The running jobs with a key: a claim passes over a job whose key is
--- already running (coalescing). Only running jobs that opted in are in it,
--- so it stays as small as the work in flight.
-CREATE INDEX jobs_reuse_running_idx ON /*schema*/jobs (reuse_key)
-    WHERE state = 'RUNNING' AND reuse_key IS NOT NULL;
+-- Locks: built in the migration's transaction, not CONCURRENTLY, under a
+-- SHARE lock on jobs (writes wait, reads go on) while it reads the table
+-- once. No existing row has a key, so the build writes next to nothing;
+-- on a large table, migrate at a quiet time.
+CREATE INDEX jobs_reuse_idx ON /*schema*/jobs (reuse_key)
+    WHERE reuse_key IS NOT NULL AND (state = 'RUNNING' OR (state = 'SUCCEEDED' AND reused_from IS NULL));
 
 -- Operators' invalidations (llmq reuse invalidate): a result whose attempt
 -- started at or before invalidated_at is never reused again if it is of
