@@ -115,6 +115,52 @@ func (p *Pruner) PruneBatches(ctx context.Context, db DBTX, olderThan time.Durat
 	return tag.RowsAffected(), nil
 }
 
+// ReuseInvalidationRetention is how long an invalidation of reused results
+// (PostgresStore.InvalidateReuse) must be kept when computed SUCCEEDED
+// jobs are kept for succeeded (Never: forever): until no result it covers
+// can be reused. A covered result's attempt started before the
+// invalidation, so it finished at most an attempt's length later, and it
+// is reusable only while its job is kept and within MaxReuseTTL; a week
+// covers the longest attempt (a provider batch's runs for up to a day
+// and its results are applied after).
+func ReuseInvalidationRetention(succeeded time.Duration) time.Duration {
+	const longestAttempt = 7 * 24 * time.Hour
+	if succeeded < 0 || succeeded > MaxReuseTTL {
+		succeeded = MaxReuseTTL
+	}
+	return succeeded + longestAttempt
+}
+
+// PruneReuseInvalidations deletes up to limit reuse invalidations recorded
+// more than olderThan ago (ReuseInvalidationRetention says how long is
+// long enough), oldest first.
+func (p *Pruner) PruneReuseInvalidations(ctx context.Context, db DBTX, olderThan time.Duration, limit int) (int64, error) {
+	if olderThan <= 0 {
+		return 0, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "olderThan", Problem: "must be positive"}
+	}
+	if limit < 1 || limit > MaxPruneBatch {
+		return 0, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "limit", Problem: fmt.Sprintf("is %d; use 1 to %d", limit, MaxPruneBatch)}
+	}
+	tag, err := db.Exec(ctx, p.sql.pruneInvalidations, olderThan.Milliseconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("jobs: pruning reuse invalidations: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// CountReuseInvalidations counts the invalidations
+// PruneReuseInvalidations would delete with no limit.
+func (p *Pruner) CountReuseInvalidations(ctx context.Context, db DBTX, olderThan time.Duration) (int64, error) {
+	if olderThan <= 0 {
+		return 0, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "olderThan", Problem: "must be positive"}
+	}
+	var n int64
+	if err := db.QueryRow(ctx, p.sql.countInvalidations, olderThan.Milliseconds()).Scan(&n); err != nil {
+		return 0, fmt.Errorf("jobs: counting reuse invalidations due for pruning: %w", err)
+	}
+	return n, nil
+}
+
 // CountBatches counts the batches PruneBatches would delete with no
 // limit: those finished more than olderThan ago.
 func (p *Pruner) CountBatches(ctx context.Context, db DBTX, olderThan time.Duration) (int64, error) {

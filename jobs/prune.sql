@@ -79,6 +79,29 @@ WHERE id = ANY (ARRAY(
     FOR UPDATE SKIP LOCKED
 ));
 
+-- name: PruneReuseInvalidations
+-- Deletes up to $2 reuse invalidations recorded more than $1 ms ago,
+-- oldest first, by primary key. The table holds a row per operator
+-- action, so reading it whole costs nothing. Nothing writes an
+-- invalidation after it is recorded, so SKIP LOCKED only guards against a
+-- second pruner.
+DELETE FROM /*schema*/job_reuse_invalidations
+WHERE id = ANY (ARRAY(
+    SELECT id
+    FROM /*schema*/job_reuse_invalidations
+    WHERE invalidated_at < now() - $1 * interval '1 millisecond'
+    ORDER BY id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+));
+
+-- name: CountReuseInvalidations
+-- How many reuse invalidations were recorded more than $1 ms ago: what
+-- PruneReuseInvalidations would delete.
+SELECT count(*)
+FROM /*schema*/job_reuse_invalidations
+WHERE invalidated_at < now() - $1 * interval '1 millisecond';
+
 -- name: CountBatches
 -- How many batches finished more than $1 ms ago: what PruneBatches would
 -- delete. A count over the due range of job_batches_finished_idx.

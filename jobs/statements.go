@@ -34,7 +34,7 @@ type statements struct {
 	insertBatch, getBatch, getBatchByKey, listBatchJobs, cancelBatch string
 	// prune.sql
 	prune, countFinished, oldestFinished, countUpTo, estimateFinished string
-	pruneBatches, countBatches                                        string
+	pruneBatches, countBatches, pruneInvalidations, countInvalidations string
 	// reuse.sql
 	invalidateReuse, listInvalidations string
 }
@@ -94,6 +94,8 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.prune, "PruneFinished", 3, pruneDest(new(PruneResult))...),
 		dbsql.Query(&q.countFinished, "CountFinished", 2, new(int64)),
 		dbsql.Exec(&q.pruneBatches, "PruneBatches", 2),
+		dbsql.Exec(&q.pruneInvalidations, "PruneReuseInvalidations", 2),
+		dbsql.Query(&q.countInvalidations, "CountReuseInvalidations", 1, new(int64)),
 		dbsql.Query(&q.countBatches, "CountBatches", 1, new(int64)),
 		dbsql.Query(&q.oldestFinished, "OldestFinished", 1, new(*time.Time)),
 		dbsql.Query(&q.countUpTo, "CountFinishedUpTo", 2, new(int64)),

@@ -23,6 +23,12 @@
 //     retentions (30 days by default), counted from the batch's finish, so
 //     a batch's row outlives every job it counted; kept forever when any
 //     of the four is Never.
+//   - Reusable results (jobs.Reuse) are the SUCCEEDED jobs themselves:
+//     pruning a job ends its result's reuse. An operator's invalidation
+//     of reused results (job_reuse_invalidations) is kept while a result
+//     it covers could still be reused: the SUCCEEDED retention (at most
+//     jobs.MaxReuseTTL) and a week more for the longest attempt
+//     (jobs.ReuseInvalidationRetention).
 //   - The idempotency window (24h) is a floor under every state's
 //     retention: a job, and so its key, is kept at least that long after it
 //     finished (and so after it was accepted). Inside it, a retry with the

@@ -547,3 +547,36 @@ func TestPruneDrainsBatchRowsOfEvents(t *testing.T) {
 	require.Zero(t, f.count(t, "outbox"))
 	require.Zero(t, f.count(t, "outbox_batches"))
 }
+
+// A reuse invalidation is kept until no result it covers can be reused:
+// the succeeded jobs' retention (at most the longest reuse TTL) and a week
+// for the longest attempt; then a pass prunes it, and a dry run counts it.
+func TestPruneKeepsReuseInvalidationsWhileTheirResultsCanBeReused(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	invalidate := func(age string) int64 {
+		t.Helper()
+		inv, _, err := f.store.InvalidateReuse(ctx, f.db.Pool, jobs.InvalidateReuseParams{Kind: "k", By: "ops", Reason: age})
+		require.NoError(t, err)
+		f.exec(t, `UPDATE %s.job_reuse_invalidations SET invalidated_at = now() - $1::interval WHERE id = $2`, age, inv.ID)
+		return inv.ID
+	}
+	invalidate("8 days")
+	kept := invalidate("6 days")
+
+	policy := retention.Policy{Succeeded: time.Hour, Cancelled: time.Hour, ReviewRequired: time.Hour, FailedTerminal: time.Hour, IdempotencyWindow: time.Hour}
+	require.Equal(t, 7*24*time.Hour+time.Hour, jobs.ReuseInvalidationRetention(policy.Succeeded))
+	require.Equal(t, jobs.MaxReuseTTL+7*24*time.Hour, jobs.ReuseInvalidationRetention(retention.Never))
+	svc := f.service(t, retention.Config{Policy: policy})
+	due, err := svc.Due(ctx)
+	require.NoError(t, err)
+	require.Contains(t, due, retention.Count{Table: "job_reuse_invalidations", Rows: 1})
+	pass, err := svc.PruneOnce(ctx)
+	require.NoError(t, err)
+	require.Contains(t, pass.Deleted, retention.Count{Table: "job_reuse_invalidations", Rows: 1})
+	left, err := f.store.ReuseInvalidations(ctx, f.db.Pool, "", 10)
+	require.NoError(t, err)
+	require.Len(t, left, 1)
+	require.Equal(t, kept, left[0].ID)
+}

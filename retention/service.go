@@ -340,6 +340,7 @@ func (s *Service) classes() []class {
 		}
 	}
 	one("job_batches", "", p.Batches(), rows(s.jobs.PruneBatches))
+	one("job_reuse_invalidations", "", jobs.ReuseInvalidationRetention(p.Job(jobs.StateSucceeded)), rows(s.jobs.PruneReuseInvalidations))
 	one("outbox", "published", p.PublishedEvents, events(s.outbox.PrunePublished))
 	one("outbox", "unpublished", p.UnrelayedEvents, events(s.outbox.PruneUnrelayed))
 	one("inbox", "", p.InboxRecords, rows(s.inbox.Prune))

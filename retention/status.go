@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/outbox"
 )
 
@@ -35,6 +36,11 @@ func (s *Service) Due(ctx context.Context) ([]Count, error) {
 		}
 		out = append(out, Count{Table: "job_batches", Rows: n})
 	}
+	n, err := s.jobs.CountReuseInvalidations(ctx, s.pool, jobs.ReuseInvalidationRetention(p.Job(jobs.StateSucceeded)))
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, Count{Table: "job_reuse_invalidations", Rows: n})
 	if p.PublishedEvents != Never {
 		n, err := s.outbox.CountPublished(ctx, s.pool, p.PublishedEvents)
 		if err != nil {
@@ -70,7 +76,7 @@ func (s *Service) Due(ctx context.Context) ([]Count, error) {
 		}
 		out = append(out, Count{Table: "webhook_deliveries", Rows: n})
 	}
-	n, _, err := s.admission.CountExpired(ctx, s.pool)
+	n, _, err = s.admission.CountExpired(ctx, s.pool)
 	if err != nil {
 		return nil, err
 	}
