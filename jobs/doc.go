@@ -296,6 +296,63 @@
 //     by age (job_batches_finished_idx), and the retention service keeps
 //     them for the longest retention of the finished states.
 //
+// # Result reuse
+//
+// A job that sets EnqueueParams.Reuse takes an answer already paid for
+// instead of computing it again: the result of the newest SUCCEEDED job of
+// its kind whose Reuse.Key and scope are its own and which finished within
+// its Reuse.TTL. The host builds the key from what determines the answer
+// (ReuseKey over the model and its parameters, the prompt's version and a
+// digest of the input), so a new prompt version is a new key and results
+// of the old one are never reused for it.
+//
+//   - Scope. A key is the tenant's own unless Reuse.Shared says otherwise:
+//     under a tenant key no job of another tenant ever takes the result,
+//     which is the right default for anything computed from a tenant's
+//     data. Shared keys are one space across tenants, apart from tenant
+//     keys (a shared job never takes a tenant job's result, or the reverse).
+//   - Sources. Only a job that SUCCEEDED by computing its result is a
+//     source: not one that failed, needs review or was cancelled, and not
+//     one that itself reused a result, so a result's age is always its
+//     computation's and reuse never extends it. A result is reusable while
+//     its job is kept (retention prunes SUCCEEDED jobs after 24h by
+//     default) and within the TTL of the job that would take it.
+//   - What a reused job records. Its claim finds the result, and the
+//     runner records the attempt as a success without calling the handler:
+//     the attempt's outcome is AttemptReused and Attempt.ReusedFrom names
+//     the source, as Job.ReusedFrom does; it costs no provider call, no
+//     admission permit and no usage in the ledger. Its lifecycle events and
+//     the host's OnSucceeded hook are those of a computed success, so what
+//     the host delivers onward (a webhook, a row of its own) is the same.
+//   - Coalescing. Jobs of one key never run at once: a claim passes over a
+//     waiting job whose key is running (it keeps its place and is claimed
+//     once that job finishes), and of several picked by one claim only the
+//     first runs. When the running job succeeds, the others take its
+//     result; when its attempt fails, one of them runs. A job waits no
+//     longer than its DeadlineAt: the deadline sweep fails it, as it fails
+//     any waiting job. Claims of one tenant's queue are serialised by the
+//     tenant's row, so under a tenant key a key runs once at a time across
+//     every runner; under a shared key, two runners claiming for different
+//     tenants at the same instant can both find the key idle and both run
+//     it (both paid; each result is correct). A provider batch submitter
+//     (package providerbatch) claims the same way: while a key's job is in
+//     a batch, its other jobs wait for that batch.
+//   - Cost. A job without a key pays nothing for any of this (its probe is
+//     skipped by a one-time filter, and it is in no index of it). A waiting
+//     job with a key costs one probe of jobs_reuse_idx when a claim reads
+//     it, which answers both questions: is the key running, and which
+//     result to take. The index holds the running jobs with a key and the
+//     computed successes, an entry each at claim and at success.
+//   - Invalidation. InvalidateReuse records a cut in time for a kind, one
+//     of its keys or one tenant's results: no result whose attempt started
+//     at or before it is reused again. It is one row however many results
+//     it covers; the results themselves are left as they are, explainable.
+//     Jobs that would have reused them compute again, and their results
+//     are reused from then on. Retention prunes the row once nothing it
+//     covers could be reused (ReuseInvalidationRetention).
+//   - A replay (Replay) never reuses and is never a source: it is an
+//     operator asking for the work to run again.
+//
 // # What a host calls and what a runner needs
 //
 // PostgresStore implements two interfaces. Store is the host's: Enqueue,

@@ -22,6 +22,11 @@
 //     exception is a handler that ignores its cancelled context: once given
 //     up as hung (below), its job is retried after the lease expires while
 //     the hung call may still be running; nothing it reports is applied.
+//   - A job whose claim found a result to reuse (jobs.Reuse: the job's
+//     ReusedFrom is set) is recorded as a success with that result without
+//     its handler being called: no provider call, no admission permit, no
+//     usage. The completion is fenced, batched and hooked (OnSucceeded) as
+//     any success is; its attempt is recorded as "reused".
 //   - A lost lease cancels the handler's context at the next heartbeat
 //     (context.Cause is ErrLeaseLost); so does a client's cancellation
 //     (ErrCancelRequested), the attempt timeout (ErrAttemptTimeout) and the

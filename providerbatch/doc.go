@@ -48,6 +48,12 @@
 // needs (admission, workers, timeouts), which the submitter does not
 // have.
 //
+// Jobs that opted in to result reuse (jobs.Reuse) are claimed by a
+// gather as a runner claims them: one whose claim found a result to take is
+// recorded as reused at once, sent to no provider, with the OnSucceeded
+// hook; one whose key is already in a batch waits for that batch's result
+// instead of joining another.
+//
 // # A batch is an attempt
 //
 // A job sent in a batch is RUNNING, leased to "providerbatch:<pool>" for

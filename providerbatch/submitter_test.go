@@ -640,3 +640,48 @@ func TestSubmitterRunsTheSucceededHook(t *testing.T) {
 	require.Contains(t, poisoned.LastError, "OnSucceeded hook: the ERP refuses this supplier")
 	require.Len(t, h.attempts(ids[12]), 3, "retried up to MaxAttempts, in later batches")
 }
+
+// Jobs of one key that opted in to reuse go to the provider once: the
+// first is sent in a batch while the others wait (their key is running),
+// and once its result is applied they are recorded as reused by the next
+// gather, sent to no provider, with the host's hook run for each.
+func TestSubmitterSendsAReusableRequestOnce(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, fakeprovider.Config{})
+	_, err := h.db.Pool.Exec(t.Context(), "CREATE TABLE "+h.db.Schema+".delivered (job_id uuid PRIMARY KEY)")
+	require.NoError(t, err)
+	text := invoice(1, "")
+	key, err := jobs.ReuseKey(map[string]string{"model": "gpt-test", "text": text})
+	require.NoError(t, err)
+	var ids []uuid.UUID
+	for range 3 {
+		res, err := extractKind.Enqueue(t.Context(), h.store, h.db.Pool, "acme", docArgs{Text: text},
+			jobs.EnqueueOptions{Queue: batchQueue, DeadlineAt: time.Now().Add(48 * time.Hour), Reuse: &jobs.Reuse{Key: key}})
+		require.NoError(t, err)
+		ids = append(ids, res.Job.ID)
+	}
+	cfg := h.cfg
+	cfg.OnSucceeded = func(ctx context.Context, tx pgx.Tx, job *jobs.Job) error {
+		_, err := tx.Exec(ctx, "INSERT INTO "+h.db.Schema+".delivered VALUES ($1)", job.ID.String())
+		return err
+	}
+	s := h.submitter(cfg)
+	h.passUntil(s, "all succeeded", h.allIn(jobs.StateSucceeded, len(ids)))
+
+	stats := h.fake.Stats()
+	require.Equal(t, int64(1), stats.BatchesCreated)
+	subs := h.submissions()
+	require.Len(t, subs, 1)
+	require.Equal(t, 1, subs[0].Requests, "one request for the three jobs")
+	require.Equal(t, jobs.AttemptSucceeded, h.attempts(ids[0])[0].Outcome)
+	for _, id := range ids[1:] {
+		j := h.job(id)
+		require.Equal(t, ids[0], j.ReusedFrom)
+		require.JSONEq(t, string(h.job(ids[0]).Result), string(j.Result))
+		attempts := h.attempts(id)
+		require.Equal(t, jobs.AttemptReused, attempts[len(attempts)-1].Outcome)
+	}
+	var delivered int
+	require.NoError(t, h.db.Pool.QueryRow(t.Context(), "SELECT count(*) FROM "+h.db.Schema+".delivered").Scan(&delivered))
+	require.Equal(t, 3, delivered, "the hook ran for each job, reused or not")
+}
