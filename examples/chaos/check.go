@@ -165,7 +165,7 @@ func (c *controller) check(ctx context.Context, settled bool) (*Report, error) {
 			switch a.outcome {
 			case jobs.AttemptStale:
 				r.Stale++
-			case jobs.AttemptSucceeded:
+			case jobs.AttemptSucceeded, jobs.AttemptReused: // a reused result succeeds its job as a computed one does
 				succeeded++
 				if j.state != jobs.StateSucceeded {
 					bad("job %s is %s but attempt %d is recorded as succeeded", id, j.state, a.attempt)
