@@ -342,7 +342,10 @@
 //     job with a key costs one probe of jobs_reuse_idx when a claim reads
 //     it, which answers both questions: is the key running, and which
 //     result to take. The index holds the running jobs with a key and the
-//     computed successes, an entry each at claim and at success.
+//     computed successes, an entry each at claim and at success. Waiting
+//     jobs whose key is running are read past, a probe each, as a group's
+//     tail is: many copies of one key waiting on it cost their tenant's
+//     claims that reading until it finishes.
 //   - Invalidation. InvalidateReuse records a cut in time for a kind, one
 //     of its keys or one tenant's results: no result whose attempt started
 //     at or before it is reused again. It is one row however many results
