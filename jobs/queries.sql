@@ -459,8 +459,8 @@ share AS (
 -- the tenant's own): a running one first, else the newest success within
 -- j's TTL that no operator invalidated. The invalidations are looked at
 -- only when the table holds any (its emptiness is read once per
--- statement): one cut in time per row, so a result finished before an
--- invalidation covering it is never taken. A job without a key probes
+-- statement): each is a cut in time, so a result whose attempt started
+-- at or before an invalidation covering it is never taken. A job without a key probes
 -- nothing (the one-time filter on j.reuse_key).
         LEFT JOIN LATERAL (
             SELECT s.state, s.id, s.result
