@@ -72,6 +72,7 @@ func runInspect(ctx context.Context, name string, args []string, stdout, stderr 
 	if job.ReplayOf != uuid.Nil {
 		fmt.Fprintf(tw, "replay of\t%s (by %s: %s)\n", job.ReplayOf, job.ReplayedBy, job.ReplayReason)
 	}
+	printReuse(tw, job)
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "ATTEMPT\tWORKER\tSTARTED\tTOOK\tOUTCOME\tCLASS\tTOKENS IN/OUT\tUNCERTAIN\tERROR")
 	for _, a := range attempts {
@@ -79,8 +80,11 @@ func runInspect(ctx context.Context, name string, args []string, stdout, stderr 
 		if !a.EndedAt.IsZero() {
 			took = a.EndedAt.Sub(a.StartedAt).Round(time.Millisecond).String()
 		}
-		if outcome == "" {
+		switch {
+		case outcome == "":
 			outcome = "(running)"
+		case a.ReusedFrom != uuid.Nil:
+			outcome += " from " + a.ReusedFrom.String()
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%v\t%s\n", a.Attempt, a.Worker, a.StartedAt.UTC().Format(time.RFC3339),
 			took, outcome, a.ErrorClass, a.Usage.InputTokens, a.Usage.OutputTokens, a.Usage.Uncertain, firstLine(a.Error))
@@ -110,6 +114,21 @@ func runInspect(ctx context.Context, name string, args []string, stdout, stderr 
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.ID, e.Type, e.CreatedAt.UTC().Format(time.RFC3339), published)
 	}
 	return tw.Flush()
+}
+
+// printReuse shows the job's reuse key, scope and TTL when it opted in,
+// and the job whose result it took instead of calling its handler.
+func printReuse(tw io.Writer, job *jobs.Job) {
+	if r := job.Reuse; r != nil {
+		scope := "tenant"
+		if r.Shared {
+			scope = "shared"
+		}
+		fmt.Fprintf(tw, "reuse\t%s (%s scope, TTL %s)\n", r.Key, scope, r.TTL)
+	}
+	if job.ReusedFrom != uuid.Nil {
+		fmt.Fprintf(tw, "reused from\t%s (its result, the handler not called)\n", job.ReusedFrom)
+	}
 }
 
 // runDead lists dead-lettered jobs, or replays one. name is the command

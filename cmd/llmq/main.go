@@ -1,9 +1,10 @@
 // Command llmq is the operator CLI for an llmq installation: schema
 // migrations, queue and tenant statistics, job inspection, dead-letter
-// replay, and the tenant and provider-pool limits that are stored as data
-// (a change applies on every process at its next claim, acceptance or
-// acquire, without a restart). Read commands print tables for people and,
-// with --json, JSON for scripts; set commands print the resulting row.
+// replay, result reuse invalidations, and the tenant and provider-pool
+// limits that are stored as data (a change applies on every process at its
+// next claim, acceptance or acquire, without a restart). Read commands
+// print tables for people and, with --json, JSON for scripts; set commands
+// print the resulting row.
 //
 //	llmq migrate up [-to N]         apply pending migrations (every replica may run it at once)
 //	llmq migrate down -to N         revert migrations above version N (0 drops every llmq table)
@@ -41,6 +42,11 @@
 //	                                provider's batch id and status, requests as settled so far
 //	llmq batches cancel ID          ask the pool's submitter to cancel a provider batch at its
 //	                                next poll; the jobs it did not answer return to waiting
+//	llmq reuse invalidate -kind K [-key KEY] [-tenant T] -by WHO -reason WHY
+//	                                never reuse again the results of kind K (of KEY, of T's
+//	                                jobs) whose attempt started by now; prints how many it covers
+//	llmq reuse list [-kind K] [-limit N]
+//	                                the invalidations, newest first
 //	llmq bench -mode drain|e2e|latency|relay|ingress|admission|providerbatch -jobs N -workers W [flags]
 //	                                measure against DATABASE_URL in a throwaway schema
 //	llmq plan -rpm R -tpm T -concurrency C [-latency D] [-tokens N] [-backlog B] [-pool P]
@@ -128,6 +134,9 @@ commands:
                                          change a pool's limits (only those given)
   batches list [--pool P] [--limit N]    provider batch submissions, newest first
   batches cancel ID                      cancel a provider batch at its submitter's next poll
+  reuse invalidate -kind K [-key KEY] [-tenant T] -by WHO -reason WHY
+                                         never reuse a kind's results computed so far (-key, -tenant narrow it)
+  reuse list [-kind K] [-limit N]        result reuse invalidations, newest first
   bench -mode drain|e2e|latency|relay|ingress|admission|providerbatch
                                          measure throughput, latency, admission grants or provider batches in a throwaway schema
   plan -rpm R -tpm T -concurrency C [-pool P]
@@ -189,6 +198,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runPools(ctx, args[1:], stdout, stderr)
 	case "batches":
 		err = runBatches(ctx, args[1:], stdout, stderr)
+	case "reuse":
+		err = runReuse(ctx, args[1:], stdout, stderr)
 	case "plan":
 		err = runPlan(ctx, args[1:], stdout, stderr)
 	case "prune":

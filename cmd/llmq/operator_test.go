@@ -210,6 +210,58 @@ func TestJobsInspect(t *testing.T) {
 	}
 }
 
+// jobs inspect shows a job's reuse key, scope and TTL, the job whose result
+// it took, and the attempt that took it naming its source; --json carries
+// them in the job's and the attempt's fields.
+func TestJobsInspectShowsReuse(t *testing.T) {
+	t.Parallel()
+	f := setupMigrated(t)
+	key := jobs.Reuse{Key: "sha256:doc-1"}
+	source := f.runReusable("acme", "extract", key, `{"total":42}`)
+	taker := f.runReusable("acme", "extract", key, `{}`)
+	require.Equal(t, source.ID, taker.ReusedFrom)
+	shared := f.runReusable("globex", "extract", jobs.Reuse{Key: "sha256:public", Shared: true, TTL: 2 * time.Hour}, `{}`)
+
+	code, out, stderr := f.run("jobs", "inspect", source.ID.String())
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "reuse         sha256:doc-1 (tenant scope, TTL 24h0m0s)\n")
+	require.NotContains(t, out, "reused from", "it computed its result")
+	require.Regexp(t, `(?m)^1\s+w1\s+\S+\s+\S+\s+succeeded\s+0/0\s+false\s*$`, out)
+
+	code, out, stderr = f.run("jobs", "inspect", taker.ID.String())
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "reuse         sha256:doc-1 (tenant scope, TTL 24h0m0s)\n")
+	require.Contains(t, out, "reused from   "+source.ID.String()+" (its result, the handler not called)\n")
+	require.Regexp(t, `(?m)^1\s+w1\s+\S+\s+\S+\s+reused from `+source.ID.String()+`\s+0/0\s+false\s*$`, out)
+	require.Contains(t, out, "extract.completed", "the events of a computed success")
+
+	code, out, stderr = f.run("jobs", "inspect", shared.ID.String())
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "reuse         sha256:public (shared scope, TTL 2h0m0s)\n")
+
+	code, out, stderr = f.run("jobs", "inspect", taker.ID.String(), "--json")
+	require.Equal(t, 0, code, stderr)
+	var got struct {
+		Job      jobs.Job       `json:"job"`
+		Attempts []jobs.Attempt `json:"attempts"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	require.Equal(t, &jobs.Reuse{Key: "sha256:doc-1", TTL: jobs.DefaultReuseTTL}, got.Job.Reuse)
+	require.Equal(t, source.ID, got.Job.ReusedFrom)
+	require.JSONEq(t, `{"total":42}`, string(got.Job.Result))
+	require.Len(t, got.Attempts, 1)
+	require.Equal(t, jobs.AttemptReused, got.Attempts[0].Outcome)
+	require.Equal(t, source.ID, got.Attempts[0].ReusedFrom)
+	var raw struct {
+		Job      map[string]any   `json:"job"`
+		Attempts []map[string]any `json:"attempts"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &raw))
+	require.Equal(t, map[string]any{"key": "sha256:doc-1", "ttl": float64(jobs.DefaultReuseTTL)}, raw.Job["reuse"])
+	require.Equal(t, source.ID.String(), raw.Job["reused_from"])
+	require.Equal(t, source.ID.String(), raw.Attempts[0]["reused_from"])
+}
+
 func TestDeadListAndReplay(t *testing.T) {
 	t.Parallel()
 	f := setupMigrated(t)
