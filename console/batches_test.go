@@ -251,7 +251,7 @@ func TestBatchesNeedMigration(t *testing.T) {
 		db := dbtest.Setup(t, dbtest.Options{Unmigrated: true})
 		h, err := console.New(console.Config{DB: db.Pool, Schema: db.Schema})
 		require.NoError(t, err)
-		for _, path := range []string{"/batches", "/", "/jobs", "/dead", "/pools", "/tenants", "/jobs/" + uuid.NewString()} {
+		for _, path := range []string{"/batches", "/", "/jobs", "/dead", "/pools", "/tenants", "/reuse", "/jobs/" + uuid.NewString()} {
 			code, body := get(t, h, path)
 			requireFix(t, code, body, db.Schema)
 		}

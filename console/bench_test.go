@@ -72,11 +72,13 @@ func BenchmarkPages(b *testing.B) {
 		{"dead-tenant", operator, "/dead?tenant=t7"},
 		{"pools", operator, "/pools"},
 		{"batches", operator, "/batches"},
+		{"reuse", operator, "/reuse"},
 		{"scoped-overview", scoped, "/"},
 		{"scoped-jobs", scoped, "/jobs"},
 		{"scoped-dead", scoped, "/dead"},
 		{"scoped-job", scoped, "/jobs/" + tenantJob.String()},
 		{"scoped-pools", scoped, "/pools"},
+		{"scoped-reuse", scoped, "/reuse"},
 	} {
 		b.Run(p.name, func(b *testing.B) {
 			for b.Loop() {

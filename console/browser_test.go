@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/console"
@@ -162,6 +163,7 @@ func TestBrowserPages(t *testing.T) {
 		{"review", "/dead?state=REVIEW_REQUIRED", "Awaiting review"},
 		{"admission", "/pools", "Provider pools"},
 		{"batches", "/batches", "batch_abc123"},
+		{"reuse", "/reuse", "Invalidations"},
 	} {
 		b.do(chromedp.Navigate(srv.URL+p.path), chromedp.WaitVisible(chromedp.CSS("main")))
 		require.Contains(t, run(b, chromedp.Text(chromedp.CSS("main"))), p.want, p.path)
@@ -246,4 +248,44 @@ func TestBrowserBatchCancel(t *testing.T) {
 	b.screenshot("batch-cancelled")
 	require.True(t, f.cancelRequested(t, f.batches["submitted"]))
 	b.requireNoConsoleErrors("batch cancel")
+}
+
+// The reuse page's form records an invalidation and the page shows what
+// was recorded and how many results it covered, end to end in the
+// browser; the job whose result it covered then computes again.
+func TestBrowserReuseInvalidate(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	r := f.seedReuse(t)
+	srv := httptest.NewServer(f.console(t, console.Config{EnableActions: true, RefreshInterval: -1,
+		Actor: func(*http.Request) string { return "browser-test" }}))
+	t.Cleanup(srv.Close)
+	b := newBrowser(t)
+
+	b.do(chromedp.Navigate(srv.URL+"/jobs/"+r.reused.ID.String()), chromedp.WaitVisible(chromedp.CSS("#reused-from")))
+	require.Contains(t, run(b, chromedp.Text(chromedp.CSS("#reused-from"))), "reused the result of")
+	b.screenshot("job-reused")
+	b.navigates(chromedp.Click(chromedp.CSS(`header nav a[href="/reuse"]`)))
+	b.do(chromedp.WaitVisible(chromedp.CSS("#invalidate-form")),
+		chromedp.SendKeys(chromedp.CSS(`#invalidate-form input[name="kind"]`), "doc.summarize"),
+		chromedp.SendKeys(chromedp.CSS(`#invalidate-form input[name="key"]`), r.tenantKey.Key),
+		chromedp.SendKeys(chromedp.CSS(`#invalidate-form input[name="tenant"]`), "acme"),
+		chromedp.SendKeys(chromedp.CSS(`#invalidate-form input[name="reason"]`), "prompt v3 summed wrong"))
+	b.navigates(chromedp.Click(chromedp.CSS(`#invalidate-form button`)))
+	b.do(chromedp.WaitVisible(chromedp.CSS("#recorded")))
+	recorded := run(b, chromedp.Text(chromedp.CSS("#recorded")))
+	for _, want := range []string{"doc.summarize", r.tenantKey.Key, "acme", "browser-test", "prompt v3 summed wrong"} {
+		require.Contains(t, recorded, want)
+	}
+	require.Equal(t, "1", run(b, chromedp.Text(chromedp.CSS("#covered"))), "acme's computed result of the key")
+	rows := run(b, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#invalidations tbody tr td:nth-child(6)")].map(e => e.textContent)`))
+	require.Equal(t, []string{"browser-test"}, rows, "and it is listed")
+	b.screenshot("reuse-invalidated")
+
+	list := f.invalidations(t)
+	require.Len(t, list, 1)
+	require.Equal(t, "browser-test", list[0].By)
+	require.Equal(t, "acme", list[0].Tenant)
+	require.Equal(t, uuid.Nil, f.reuseJob(t, "acme", r.tenantKey).ReusedFrom, "the result is not reused again")
+	b.requireNoConsoleErrors("reuse invalidate")
 }

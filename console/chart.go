@@ -230,7 +230,7 @@ func outcomeClass(o jobs.AttemptOutcome, live bool) string {
 	switch {
 	case live:
 		return "live"
-	case o == jobs.AttemptSucceeded:
+	case o == jobs.AttemptSucceeded || o == jobs.AttemptReused:
 		return "ok"
 	case o == jobs.AttemptReviewRequired:
 		return "review"

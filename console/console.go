@@ -60,14 +60,15 @@ type Config struct {
 	// it goes into every link as it is. Default "" (the root).
 	BasePath string
 	// EnableActions allows the console's writes: replaying dead-lettered
-	// and REVIEW_REQUIRED jobs, and (without Tenant) changing provider
-	// pools' limits and cancelling provider batch submissions. Default
-	// false: the console only reads.
+	// and REVIEW_REQUIRED jobs, invalidating reusable results (with Tenant,
+	// only that tenant's), and (without Tenant) changing provider pools'
+	// limits and cancelling provider batch submissions. Default false: the
+	// console only reads.
 	EnableActions bool
 	// Actor names the person behind a request, as the host's own
 	// authentication established it; the console records it with every
-	// action (a replay's replayed_by, a log line for a pool change or a
-	// batch cancellation).
+	// action (a replay's replayed_by, an invalidation's invalidated_by, a
+	// log line for a pool change or a batch cancellation).
 	// Required when EnableActions is set; an action whose Actor returns ""
 	// is refused (403).
 	Actor func(r *http.Request) string
@@ -232,6 +233,8 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /pools/{name}", h.action(h.setPool))
 	m.HandleFunc("GET /batches", h.page("batches", h.batchesPage))
 	m.HandleFunc("POST /batches/{id}/cancel", h.action(h.cancelBatch))
+	m.HandleFunc("GET /reuse", h.page("reuse", h.reusePage))
+	m.HandleFunc("POST /reuse/invalidate", h.action(h.invalidateReuse))
 	m.Handle("GET /static/", h.static)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, &httpError{status: http.StatusNotFound, msg: "no such page: " + r.URL.Path})

@@ -33,6 +33,7 @@ func TestPagesRender(t *testing.T) {
 		"/dead?state=REVIEW_REQUIRED":      {"REVIEW_REQUIRED", "the total does not match"},
 		"/pools":                           {"openai-gpt", "Usage and cost per tenant per day", "acme"},
 		"/batches":                         {"Provider batches", "openai-gpt", "anthropic-claude", "batch_abc123", "in_progress"},
+		"/reuse":                           {"Result reuse", "Invalidations", "No invalidations."},
 		"/jobs/" + f.dead["acme"].String(): {"FAILED_TERMINAL", "permanent", "worker-a", "uncertain", "invoice.extract.dead_lettered", "ocr-pages"},
 	} {
 		code, body := get(t, h, path)
@@ -82,6 +83,11 @@ func TestBadInput(t *testing.T) {
 		"/batches?pool=%ff":                        "pool: ",
 		"/batches?limit=0":                         "limit: ",
 		"/batches?limit=501":                       "limit: ",
+		"/reuse?kind=no%20spaces":                  "kind: ",
+		"/reuse?kind=%ff":                          "kind: ",
+		"/reuse?limit=0":                           "limit: ",
+		"/reuse?limit=501":                         "limit: ",
+		"/reuse?recorded=1":                        "covered: ",
 	} {
 		code, body := get(t, h, target)
 		require.Equal(t, http.StatusBadRequest, code, target)
@@ -116,6 +122,12 @@ func TestReadOnlyByDefault(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, rec.Code)
 	require.Contains(t, rec.Body.String(), "read-only")
 	require.False(t, f.cancelRequested(t, f.batches["submitted"]))
+	_, body = s.get("/reuse")
+	require.NotContains(t, body, "invalidate-form")
+	rec = s.post("/reuse/invalidate", url.Values{"kind": {"invoice.extract"}, "reason": {"x"}}, nil)
+	require.Equal(t, http.StatusForbidden, rec.Code)
+	require.Contains(t, rec.Body.String(), "read-only")
+	require.Empty(t, f.invalidations(t))
 }
 
 // An action without the page's CSRF token, with another's token, or sent
@@ -255,7 +267,7 @@ func TestTenantIsolation(t *testing.T) {
 	h := f.console(t, console.Config{Tenant: "acme", EnableActions: true})
 	s := &session{t: t, h: h}
 	for _, path := range []string{"/", "/tenants", "/jobs", "/jobs?state=FAILED_TERMINAL", "/dead", "/dead?state=REVIEW_REQUIRED",
-		"/pools", "/jobs/" + f.dead["acme"].String(), "/?fragment=live", "/tenants?fragment=rows", "/batches"} {
+		"/pools", "/jobs/" + f.dead["acme"].String(), "/?fragment=live", "/tenants?fragment=rows", "/batches", "/reuse"} {
 		code, body := s.get(path)
 		require.Equal(t, http.StatusOK, code, path)
 		require.NotContains(t, body, "globex", path)

@@ -1,8 +1,8 @@
 // Package console is llmq's operator web console: an http.Handler that a
 // host mounts behind its own authentication, serving server-rendered pages
 // (html/template, one small embedded script and stylesheet, no build step)
-// about the jobs, tenants, dead letters, provider pools and provider
-// batches of one llmq schema.
+// about the jobs, tenants, dead letters, provider pools, provider batches
+// and result reuse of one llmq schema.
 //
 //	h, err := console.New(console.Config{
 //		DB:       pool,                // *pgxpool.Pool on the llmq schema's database
@@ -35,7 +35,13 @@
 //     first, with cursor pagination. A job's page shows its attempt
 //     timeline (outcome, class, fence, worker, duration, tokens, uncertain),
 //     its durable steps (which attempt ran each, which reused it), its
-//     outbox events, its result or error, and its replay lineage.
+//     outbox events, its result or error, and its replay lineage. A job
+//     enqueued with jobs.Reuse shows its reuse key, its scope (shared by
+//     every tenant, or the tenant's own) and its TTL, with a link to the
+//     kind's invalidations; one that took an earlier job's result
+//     (Job.ReusedFrom) says "reused the result of" that job, and its
+//     attempt reads as reused in the timeline, naming the same source
+//     (see Decisions for a source the console does not show).
 //   - Dead letters and review: FAILED_TERMINAL and REVIEW_REQUIRED jobs,
 //     most recently finished first; a job's page offers the replay.
 //   - Admission: each provider pool's buckets, in-flight permits, cooldown
@@ -48,6 +54,16 @@
 //     many have settled (succeeded, failed, stale, returned, skipped), its
 //     age, whether a cancel was requested and the first line of its last
 //     error. With actions on, an open submission has a Cancel button.
+//   - Reuse: the operators' invalidations of result reuse
+//     (jobs.PostgresStore.InvalidateReuse, what `llmq reuse list` shows),
+//     newest first, filtered by kind, ?limit= sizing the page (50, up to
+//     500, a "show more" link as on the batches page): each one's id,
+//     time, kind, key (or every key), tenant (or every tenant), who
+//     recorded it and why. With actions on, a form records one: kind
+//     (required), key (empty: every key of the kind), tenant (empty:
+//     every tenant's results) and reason, the actor as who. The page it
+//     returns to shows what was recorded and how many computed results
+//     it covered (the store's count, within the longest TTL).
 //
 // Pages refresh their live parts without a reload: the script polls the
 // page's own URL with ?fragment=NAME every Config.RefreshInterval (5s)
@@ -58,8 +74,8 @@
 //   - Read-only by default. Without Config.EnableActions every write
 //     endpoint answers 403 and no page carries a form that writes. With it,
 //     the console writes only through the packages' public APIs:
-//     jobs.Store.Replay, admission.Postgres.SetPool and
-//     providerbatch.Operator.Cancel.
+//     jobs.Store.Replay, jobs.PostgresStore.InvalidateReuse,
+//     admission.Postgres.SetPool and providerbatch.Operator.Cancel.
 //   - Tenant scoping. With Config.Tenant set, every statement the console
 //     runs is restricted to that tenant (its jobs through the tenant's own
 //     key ranges, its usage rows, its tenant_queues rows): another tenant's
@@ -69,8 +85,12 @@
 //     tenants' activity (provider pools' live state, provider batches,
 //     workers, relays, the outbox), is not shown (the batches page says so
 //     and leaves the navigation), and pools and batches cannot be changed
-//     (403). Without Tenant the console is an operator's: every tenant's
-//     data.
+//     (403). The reuse page lists the tenant's invalidations and those
+//     of every tenant, never another tenant's, and invalidates only the
+//     tenant's results: the form's tenant is fixed to it, a form without
+//     one is narrowed to it (never widened to every tenant) and one naming
+//     another tenant is refused (403) before anything is written. Without
+//     Tenant the console is an operator's: every tenant's data.
 //   - CSRF protection. Every action is a POST carrying a token that is the
 //     HMAC (Config.CSRFKey, random per process by default) of a random,
 //     HttpOnly, SameSite=Strict cookie the console set; a missing or
@@ -98,12 +118,17 @@
 //     submitter cancels the provider batch at its next poll, and the jobs
 //     the provider did not answer return to waiting) and is logged with
 //     the actor and the submission; an unknown or ended submission is a
-//     404, and asking again is harmless.
+//     404, and asking again is harmless. An invalidation stores the actor
+//     and the reason in its row (invalidated_by, reason), as `llmq reuse
+//     invalidate -by -reason` does, and is logged with them, its scope and
+//     the count it covered; it changes no job, and recording it again only
+//     adds a later cut.
 //   - Bad input is refused with 400 and a message naming the field (state,
 //     queue, kind, tenant, from, to, limit, before, at, after, after_queue,
-//     after_tenant, pool, id, fragment, reason, rpm, ...), before any
-//     statement runs with it. Every query and form parameter, known or not, must be
-//     valid UTF-8 without NUL and at most 4,096 bytes.
+//     after_tenant, pool, id, fragment, reason, rpm, key, recorded,
+//     covered, proof, ...), before any statement runs with it. Every query
+//     and form parameter, known or not, must be valid UTF-8 without NUL
+//     and at most 4,096 bytes.
 //   - Bounded cost. Every page answers from index reads whose size does not
 //     grow with history: counts stop at Config.CountCap (shown as "10,000+"),
 //     listings read at most Config.ScanLimit rows per request and then offer
@@ -122,23 +147,23 @@
 //     every page answers well within 150 ms of server time.
 //   - A schema without the tables a page reads, never migrated or not to
 //     the version the page needs (the batches page's came with migration
-//     0023), is a 500 whose message names the schema, Config.Schema and
-//     the fix (llmq.Migrate, `llmq migrate up`), the same on every page
-//     and action (llmqtype.NotMigratedError), not a bare "relation does
-//     not exist" in the log.
+//     0023, the reuse page's with 0025), is a 500 whose message names the
+//     schema, Config.Schema and the fix (llmq.Migrate, `llmq migrate up`),
+//     the same on every page and action (llmqtype.NotMigratedError), not
+//     a bare "relation does not exist" in the log.
 //
 // # Tests
 //
 // The handler tests run against PostgreSQL (a schema per test). The
 // browser tests drive Debian's chromium headless through chromedp: every
 // page loads without a console error (CSP violations included) and
-// refreshes its live parts, a filter and a replay work through the forms,
-// and each page's screenshot is written to the test's temp dir or to
-// $LLMQ_CONSOLE_SCREENSHOTS. Chromium is a test dependency like
-// PostgreSQL: scripts/services (make test's first step) installs it when
-// missing, and without it the browser tests fail saying how to get it
-// (LLMQ_CHROMIUM names another binary; LLMQ_SKIP_BROWSER=1 skips them on
-// purpose, saying so).
+// refreshes its live parts, a filter, a replay, a batch's cancel and a
+// reuse invalidation work through the forms, and each page's screenshot
+// is written to the test's temp dir or to $LLMQ_CONSOLE_SCREENSHOTS.
+// Chromium is a test dependency like PostgreSQL: scripts/services (make
+// test's first step) installs it when missing, and without it the browser
+// tests fail saying how to get it (LLMQ_CHROMIUM names another binary;
+// LLMQ_SKIP_BROWSER=1 skips them on purpose, saying so).
 //
 // # Decisions
 //
@@ -173,6 +198,36 @@
 //     the same index past other pools' submissions: the table holds one
 //     row per provider batch (up to 50,000 requests each), so it stays
 //     small, unlike the jobs tables the scan limit guards.
+//   - The source of a reused job (and of its reused attempt) is read as the
+//     console reads any job: on an operator's console it is linked, with
+//     its tenant when that is another (a shared key); on a tenant's
+//     console, through the tenant's own keys, so a shared key's source
+//     computed for another tenant is not found, exactly like a job that
+//     does not exist. The page then shows the source's id without a link,
+//     saying it may be another tenant's job under the shared key or one no
+//     longer kept: the id is the tenant's own job's data (jobs.Store.Get
+//     returns it as Job.ReusedFrom), while a link would lead to a 404 and
+//     "another tenant's job" would need a read outside the tenant's scope
+//     to be sure of. Nothing else of the source is shown; the result the
+//     job took is its own. A source retention has pruned shows its id and
+//     says so.
+//   - The reuse page reads the invalidations with a statement of its own
+//     (ReuseInvalidations in queries.sql), since jobs' listing has no
+//     tenant filter: the table holds one row per operator action, pruned
+//     once no result it covers can be reused, so it stays small whatever
+//     the jobs and is read and sorted whole for the page. Pages grow (50,
+//     then 100, ... up to 500) as on the batches page.
+//   - The count of results an invalidation covered is stored nowhere, so
+//     the action's redirect carries it with the invalidation's id and an
+//     HMAC of both under Config.CSRFKey: the page shows only a count the
+//     console wrote (a link with another is refused, 400), and reads the
+//     invalidation itself under the page's tenant rule.
+//   - A tenant's invalidation covers the results its own jobs computed,
+//     those under a shared key included: other tenants' jobs then compute
+//     again rather than take them, and no other tenant's result is ever
+//     covered. An operator's invalidation of every tenant is listed on
+//     every tenant's console with its author and reason, so such a reason
+//     should name no tenant.
 //   - The oldest runnable job, per queue on the overview and per (queue,
 //     tenant) on the tenants page, is the least available_at among the
 //     first entries of the priorities in use, which the loose index scan

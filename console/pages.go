@@ -292,6 +292,9 @@ type jobData struct {
 	Replayable  bool
 	ResultJSON  string
 	PayloadJSON string
+	// Source is the job whose result this job reused (Job.ReusedFrom),
+	// or nil.
+	Source *reuseSource
 }
 
 // attemptView is an attempt with its duration, for the timeline.
@@ -300,6 +303,7 @@ type attemptView struct {
 	Duration time.Duration
 	Live     bool
 	Bar      timelineBar
+	Source   *reuseSource // a reused attempt's source, or nil
 }
 
 func (h *Handler) findJob(ctx context.Context, id uuid.UUID) (*jobs.Job, error) {
@@ -328,6 +332,9 @@ func (h *Handler) jobPage(ctx context.Context, r *http.Request, v *view) error {
 		return err
 	}
 	d.Attempts = timeline(attempts, v.Now)
+	if d.Source, err = h.reuseSources(ctx, job, d.Attempts); err != nil {
+		return err
+	}
 	if d.Steps, err = h.store.Steps(ctx, h.cfg.DB, job.Tenant, job.ID); err != nil {
 		return err
 	}

@@ -575,3 +575,28 @@ FROM /*schema*/admission_usage AS u
 WHERE u.tenant = $1::text AND u.day >= $2::date AND u.day <= $3::date
 GROUP BY u.tenant, u.day
 ORDER BY u.day;
+
+-- name: ReuseInvalidations
+-- Operators' invalidations of result reuse (jobs.InvalidateReuse,
+-- migration 0025), newest first: of kind $1 unless it is '', and for a
+-- tenant-scoped console ($2 not '') those of its tenant and those of
+-- every tenant (tenant NULL), never another tenant's. jobs'
+-- ReuseInvalidations has no tenant filter, hence this statement. The
+-- table holds one row per operator action and retention prunes a row
+-- once no result it covers can be reused (at most jobs.MaxReuseTTL), so
+-- it is small whatever the jobs: it is read and sorted for the LIMIT $3.
+SELECT v.id, v.kind, v.reuse_key, v.tenant, v.invalidated_at, v.invalidated_by, v.reason
+FROM /*schema*/job_reuse_invalidations AS v
+WHERE ($1::text = '' OR v.kind = $1::text)
+    AND ($2::text = '' OR v.tenant IS NULL OR v.tenant = $2::text)
+ORDER BY v.invalidated_at DESC, v.id DESC
+LIMIT $3;
+
+-- name: ReuseInvalidation
+-- One invalidation by its id $1 (the primary key), under the same tenant
+-- rule as ReuseInvalidations: the one an action just recorded, for the
+-- page it returns to.
+SELECT v.id, v.kind, v.reuse_key, v.tenant, v.invalidated_at, v.invalidated_by, v.reason
+FROM /*schema*/job_reuse_invalidations AS v
+WHERE v.id = $1::bigint
+    AND ($2::text = '' OR v.tenant IS NULL OR v.tenant = $2::text);

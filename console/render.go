@@ -136,7 +136,8 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 // explain turns a missing table into a *llmqtype.NotMigratedError naming
 // the console's schema and setting: the schema was never migrated, or not
 // to the version a page reads (the batches page's tables came with
-// migration 0023, so a schema left behind an upgrade fails there first).
+// migration 0023 and the reuse page's with 0025, so a schema left behind
+// an upgrade fails there first).
 // The operator reading the page is the one who can fix it, and the
 // generic 500 would send them to the log for a cause the console knows. An
 // explanation a package made already names that package's setting; the
@@ -177,7 +178,7 @@ func parsePages() (map[string]*template.Template, error) {
 		return nil, fmt.Errorf("console: templates: %w", err)
 	}
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "tenants", "jobs", "job", "dead", "pools", "batches", "error"} {
+	for _, name := range []string{"overview", "tenants", "jobs", "job", "dead", "pools", "batches", "reuse", "error"} {
 		t, err := base.Clone()
 		if err == nil {
 			t, err = t.ParseFS(assets, "templates/"+name+".html")

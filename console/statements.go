@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/jobs"
 )
 
 // statements is every statement of queries.sql, with the shape the code
@@ -17,6 +18,7 @@ type statements struct {
 	finishedPerMinute, finishedPerMinuteTenant, outboxLag                   string
 	runners, permitHolders, serviceLeases, tenantRows, jobEvents            string
 	usageByDay, usageByDayTenant                                            string
+	reuseInvalidations, reuseInvalidation                                   string
 }
 
 func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
@@ -24,6 +26,7 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 	queueCount := new(queueCountRow).dest()
 	minute := []any{new(time.Time), new(string), new(int64)}
 	usage := usageDest(new(usageDay))
+	invalidation := new(invalidationRow).dest()
 	return dbsql.Load(schema, []string{queriesSQL},
 		dbsql.Query(&q.listJobs, "ListJobs", 7, summary...),
 		dbsql.Query(&q.listTenantJobs, "ListTenantJobs", 8, summary...),
@@ -47,6 +50,8 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.jobEvents, "JobEvents", 7, new(eventRow).dest()...),
 		dbsql.Query(&q.usageByDay, "UsageByDay", 4, usage...),
 		dbsql.Query(&q.usageByDayTenant, "UsageByDayTenant", 3, usage...),
+		dbsql.Query(&q.reuseInvalidations, "ReuseInvalidations", 3, invalidation...),
+		dbsql.Query(&q.reuseInvalidation, "ReuseInvalidation", 2, invalidation...),
 	)
 }
 
@@ -143,4 +148,21 @@ func (r *eventRow) event() (event, bool) {
 
 func usageDest(u *usageDay) []any {
 	return []any{&u.Tenant, &u.Day, &u.Attempts, &u.Uncertain, &u.InputTokens, &u.OutputTokens, &u.Cost, &u.BatchCost}
+}
+
+// invalidationRow is a ReuseInvalidations row as scanned.
+type invalidationRow struct {
+	inv         jobs.ReuseInvalidation
+	key, tenant *string
+}
+
+func (r *invalidationRow) dest() []any {
+	i := &r.inv
+	return []any{&i.ID, &i.Kind, &r.key, &r.tenant, &i.At, &i.By, &i.Reason}
+}
+
+func (r *invalidationRow) invalidation() jobs.ReuseInvalidation {
+	i := r.inv
+	i.Key, i.Tenant = dbsql.Deref(r.key), dbsql.Deref(r.tenant)
+	return i
 }

@@ -12,14 +12,23 @@ import (
 var ErrNotMigrated = errors.New("llmq: schema not migrated")
 
 // NotMigratedError reports a missing llmq table (PostgreSQL's SQLSTATE
-// 42P01, undefined_table) together with what to do about it.
+// 42P01, undefined_table), or a missing column of one (42703: a schema
+// behind the code's migrations), together with what to do about it.
 type NotMigratedError struct {
 	Schema string // the schema the component was configured with
 	Config string // the setting that names it, e.g. "jobs.Config.Schema"
 	Err    error  // the database's error
+	// Behind is true when the tables are there but a column the code
+	// reads is not (SQLSTATE 42703): the schema is migrated to an older
+	// version than the code needs.
+	Behind bool
 }
 
 func (e *NotMigratedError) Error() string {
+	if e.Behind {
+		return fmt.Sprintf("%v: schema %q is migrated to an older version than this code needs (%v); run llmq.Migrate(ctx, pool, llmq.MigrateOptions{Schema: %q}) at start-up, or `llmq migrate up -schema %s`",
+			ErrNotMigrated, e.Schema, e.Err, e.Schema, e.Schema)
+	}
 	return fmt.Sprintf("%v: schema %q has no llmq tables (%v); run llmq.Migrate(ctx, pool, llmq.MigrateOptions{Schema: %q}) at start-up, or `llmq migrate up -schema %s`, or check that %s names the migrated schema",
 		ErrNotMigrated, e.Schema, e.Err, e.Schema, e.Schema, e.Config)
 }

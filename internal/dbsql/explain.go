@@ -12,6 +12,7 @@ import (
 // SQLSTATEs Explain recognises.
 const (
 	undefinedTable             = "42P01"
+	undefinedColumn            = "42703"
 	invalidSQLStatementName    = "26000" // a prepared statement that does not exist
 	duplicatePreparedStatement = "42P05"
 )
@@ -22,7 +23,10 @@ const (
 //
 //   - an undefined table becomes a *llmqtype.NotMigratedError naming the
 //     schema and the setting that chose it (config, e.g.
-//     "outbox.Config.Schema");
+//     "outbox.Config.Schema"), and so does an undefined column: llmq's
+//     statements are checked against the migrated schema, so a column
+//     they cannot find is one a later migration adds (the code was
+//     upgraded, the schema not yet);
 //   - a prepared statement of pgx's statement cache that the server lost or
 //     already had becomes a *llmqtype.StatementCacheError: the pool goes
 //     through a transaction pooler that does not keep prepared statements.
@@ -34,6 +38,8 @@ func Explain(err error, schema, config string) error {
 	switch {
 	case pgErr.Code == undefinedTable:
 		return &llmqtype.NotMigratedError{Schema: schema, Config: config, Err: err}
+	case pgErr.Code == undefinedColumn:
+		return &llmqtype.NotMigratedError{Schema: schema, Config: config, Err: err, Behind: true}
 	case StatementCacheLost(err):
 		return &llmqtype.StatementCacheError{Err: err}
 	}

@@ -34,6 +34,13 @@ func TestExplainSaysTheFix(t *testing.T) {
 	require.ErrorIs(t, explained, llmqtype.ErrNotMigrated)
 	require.Contains(t, explained.Error(), "jobs.Config.Schema")
 
+	// A column a later migration adds: the schema is behind the code.
+	_, err = conn.Exec(ctx, "SELECT no_such_column FROM pg_class")
+	explained = dbsql.Explain(err, "llmq", "jobs.Config.Schema")
+	require.ErrorIs(t, explained, llmqtype.ErrNotMigrated)
+	require.Contains(t, explained.Error(), `schema "llmq" is migrated to an older version than this code needs`)
+	require.Contains(t, explained.Error(), "llmq migrate up -schema llmq")
+
 	// The server lost the statement: another server connection had it.
 	missing := pg.ExecPrepared(ctx, "stmtcache_0123456789abcdef", nil, nil, nil).Read().Err
 	require.True(t, dbsql.StatementCacheLost(missing), "%v", missing)
