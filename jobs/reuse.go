@@ -120,11 +120,8 @@ func (s *PostgresStore) InvalidateReuse(ctx context.Context, db DBTX, p Invalida
 	fail := func(field, problem string) (ReuseInvalidation, int64, error) {
 		return ReuseInvalidation{}, 0, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}
 	}
-	switch {
-	case p.Kind == "":
-		return fail("Kind", "must not be empty")
-	case !validName(p.Kind, MaxKindLen):
-		return fail("Kind", fmt.Sprintf("%q: use letters, digits, '.', '_' and '-', at most %d bytes", p.Kind, MaxKindLen))
+	if problem := kindProblem(p.Kind); problem != "" {
+		return fail("Kind", problem)
 	}
 	if problem := checkText(p.Key, false, MaxReuseKeyLen); problem != "" {
 		return fail("Key", problem)

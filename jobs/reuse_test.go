@@ -21,11 +21,11 @@ func (f *fixture) enqueueReusable(t *testing.T, tenant string, reuse jobs.Reuse)
 	return res.Job
 }
 
-// claimUpTo claims up to limit jobs of kind "k".
-func (f *fixture) claimUpTo(t *testing.T, limit int) []*jobs.Job {
+// claimUpTo claims up to ten jobs of kind "k".
+func (f *fixture) claimUpTo(t *testing.T) []*jobs.Job {
 	t.Helper()
 	claimed, err := f.store.Claim(t.Context(), f.pool, jobs.ClaimParams{
-		Queue: "default", Kinds: []string{"k"}, Worker: "w", Limit: limit, LeaseDuration: time.Minute,
+		Queue: "default", Kinds: []string{"k"}, Worker: "w", Limit: 10, LeaseDuration: time.Minute,
 	})
 	require.NoError(t, err)
 	return claimed
@@ -58,14 +58,14 @@ func TestReuseTakesTheResultOfASucceededJob(t *testing.T) {
 	key := jobs.Reuse{Key: "sha256:doc-1"}
 
 	first := f.enqueueReusable(t, "acme", key)
-	claimed := f.claimUpTo(t, 10)
+	claimed := f.claimUpTo(t)
 	require.Len(t, claimed, 1)
 	require.Equal(t, uuid.Nil, claimed[0].ReusedFrom, "nothing to reuse yet: the handler runs")
 	require.Equal(t, &jobs.Reuse{Key: "sha256:doc-1", TTL: jobs.DefaultReuseTTL}, claimed[0].Reuse)
 	f.complete(t, succeeded(claimed[0], `{"total":42}`))
 
 	second := f.enqueueReusable(t, "acme", key)
-	claimed = f.claimUpTo(t, 10)
+	claimed = f.claimUpTo(t)
 	require.Len(t, claimed, 1)
 	require.Equal(t, second.ID, claimed[0].ID)
 	require.Equal(t, first.ID, claimed[0].ReusedFrom)
@@ -86,7 +86,7 @@ func TestReuseTakesTheResultOfASucceededJob(t *testing.T) {
 	require.Equal(t, events[first.ID], events[second.ID], "a reused job's events are a computed job's")
 
 	third := f.enqueueReusable(t, "acme", key)
-	claimed = f.claimUpTo(t, 10)
+	claimed = f.claimUpTo(t)
 	require.Len(t, claimed, 1)
 	require.Equal(t, third.ID, claimed[0].ID)
 	require.Equal(t, first.ID, claimed[0].ReusedFrom, "the computed job is the source, never a reused one")
@@ -103,7 +103,7 @@ func TestReuseTakesOnlyASuccessInScopeWithinTheTTL(t *testing.T) {
 
 	finish := func(tenant string, reuse jobs.Reuse, outcome jobs.CompletionOutcome) *jobs.Job {
 		j := f.enqueueReusable(t, tenant, reuse)
-		claimed := f.claimUpTo(t, 10)
+		claimed := f.claimUpTo(t)
 		require.Len(t, claimed, 1)
 		require.Equal(t, j.ID, claimed[0].ID)
 		require.Equal(t, uuid.Nil, claimed[0].ReusedFrom)
@@ -137,14 +137,14 @@ func TestReuseTakesOnlyASuccessInScopeWithinTheTTL(t *testing.T) {
 	old := finish("initech", key, jobs.OutcomeSucceeded)
 	f.setState(t, old.ID, "finished_at = now() - interval '2 hours'")
 	j := f.enqueueReusable(t, "initech", jobs.Reuse{Key: key.Key, TTL: time.Hour})
-	claimed := f.claimUpTo(t, 10)
+	claimed := f.claimUpTo(t)
 	require.Len(t, claimed, 1)
 	require.Equal(t, j.ID, claimed[0].ID)
 	require.Equal(t, uuid.Nil, claimed[0].ReusedFrom, "the only result is two hours old, the job accepts one")
 	f.complete(t, succeeded(claimed[0], `{}`))
 
 	j = f.enqueueReusable(t, "initech", jobs.Reuse{Key: key.Key, TTL: 3 * time.Hour})
-	claimed = f.claimUpTo(t, 10)
+	claimed = f.claimUpTo(t)
 	require.Len(t, claimed, 1)
 	require.Equal(t, j.ID, claimed[0].ID)
 	require.NotEqual(t, old.ID, claimed[0].ReusedFrom, "the newest computed result within the TTL is taken")
@@ -158,12 +158,12 @@ func TestSharedKeysCrossTenantsAndTenantKeysDoNot(t *testing.T) {
 	f := setup(t)
 	shared := jobs.Reuse{Key: "sha256:public-doc", Shared: true}
 	a := f.enqueueReusable(t, "acme", shared)
-	claimed := f.claimUpTo(t, 10)
+	claimed := f.claimUpTo(t)
 	require.Len(t, claimed, 1)
 	f.complete(t, succeeded(claimed[0], `{"answer":1}`))
 
 	f.enqueueReusable(t, "globex", shared)
-	claimed = f.claimUpTo(t, 10)
+	claimed = f.claimUpTo(t)
 	require.Len(t, claimed, 1)
 	require.Equal(t, a.ID, claimed[0].ReusedFrom)
 	require.Equal(t, "globex", claimed[0].Tenant)
@@ -171,11 +171,11 @@ func TestSharedKeysCrossTenantsAndTenantKeysDoNot(t *testing.T) {
 
 	private := jobs.Reuse{Key: "sha256:private-doc"}
 	f.enqueueReusable(t, "acme", private)
-	claimed = f.claimUpTo(t, 10)
+	claimed = f.claimUpTo(t)
 	require.Len(t, claimed, 1)
 	f.complete(t, succeeded(claimed[0], `{"answer":"acme's"}`))
 	f.enqueueReusable(t, "globex", private)
-	claimed = f.claimUpTo(t, 10)
+	claimed = f.claimUpTo(t)
 	require.Len(t, claimed, 1)
 	require.Equal(t, uuid.Nil, claimed[0].ReusedFrom, "globex never receives acme's result")
 }
@@ -194,27 +194,27 @@ func TestJobsOfOneKeyShareOneRun(t *testing.T) {
 	plain, err := f.store.Enqueue(t.Context(), f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k"})
 	require.NoError(t, err)
 
-	claimed := f.claimUpTo(t, 10)
+	claimed := f.claimUpTo(t)
 	require.Len(t, claimed, 2, "one job of the key, and the job without one")
 	require.ElementsMatch(t, []uuid.UUID{ids[0], plain.Job.ID}, []uuid.UUID{claimed[0].ID, claimed[1].ID})
 	leader := claimed[0]
 	if leader.ID != ids[0] {
 		leader = claimed[1]
 	}
-	require.Empty(t, f.claimUpTo(t, 10), "the others wait while their key runs")
+	require.Empty(t, f.claimUpTo(t), "the others wait while their key runs")
 
 	// The leader fails: one of the others runs.
 	f.complete(t, jobs.Completion{Lease: jobs.Lease{JobID: leader.ID, Fence: leader.Fence}, Attempt: leader.Attempt,
 		Worker: "w", Outcome: jobs.OutcomeRetry, ErrorClass: jobs.ClassTransient, Error: "busy", RetryDelay: time.Hour})
-	claimed = f.claimUpTo(t, 10)
+	claimed = f.claimUpTo(t)
 	require.Len(t, claimed, 1)
 	require.Equal(t, ids[1], claimed[0].ID)
 	require.Equal(t, uuid.Nil, claimed[0].ReusedFrom)
-	require.Empty(t, f.claimUpTo(t, 10))
+	require.Empty(t, f.claimUpTo(t))
 
 	// It succeeds: the rest take its result, in one claim.
 	f.complete(t, succeeded(claimed[0], `{"once":true}`))
-	claimed = f.claimUpTo(t, 10)
+	claimed = f.claimUpTo(t)
 	require.Len(t, claimed, 2)
 	for _, c := range claimed {
 		require.Contains(t, ids[2:], c.ID)
@@ -232,7 +232,7 @@ func TestInvalidatedResultsAreNotReused(t *testing.T) {
 	ctx := t.Context()
 	compute := func(tenant, key string) *jobs.Job {
 		j := f.enqueueReusable(t, tenant, jobs.Reuse{Key: key})
-		claimed := f.claimUpTo(t, 10)
+		claimed := f.claimUpTo(t)
 		require.Len(t, claimed, 1)
 		require.Equal(t, j.ID, claimed[0].ID)
 		if claimed[0].ReusedFrom != uuid.Nil {

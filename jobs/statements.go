@@ -33,7 +33,7 @@ type statements struct {
 	// batches.sql
 	insertBatch, getBatch, getBatchByKey, listBatchJobs, cancelBatch string
 	// prune.sql
-	prune, countFinished, oldestFinished, countUpTo, estimateFinished string
+	prune, countFinished, oldestFinished, countUpTo, estimateFinished  string
 	pruneBatches, countBatches, pruneInvalidations, countInvalidations string
 	// reuse.sql
 	invalidateReuse, listInvalidations string

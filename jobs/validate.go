@@ -16,6 +16,17 @@ func validName(s string, maxLen int) bool {
 	return len(s) <= maxLen && namePattern.MatchString(s)
 }
 
+// kindProblem says what is wrong with a kind's name, or "".
+func kindProblem(kind string) string {
+	switch {
+	case kind == "":
+		return "must not be empty"
+	case !validName(kind, MaxKindLen):
+		return fmt.Sprintf("%q: use letters, digits, '.', '_' and '-', at most %d bytes", kind, MaxKindLen)
+	}
+	return ""
+}
+
 func checkText(s string, required bool, maxLen int) string {
 	return validate.Text(s, required, maxLen)
 }
@@ -29,11 +40,8 @@ func (s *PostgresStore) normalize(p EnqueueParams, now time.Time) (EnqueueParams
 	if problem := checkText(p.Tenant, true, MaxTenantLen); problem != "" {
 		return fail("Tenant", problem, nil)
 	}
-	switch {
-	case p.Kind == "":
-		return fail("Kind", "must not be empty", nil)
-	case !validName(p.Kind, MaxKindLen):
-		return fail("Kind", fmt.Sprintf("%q: use letters, digits, '.', '_' and '-', at most %d bytes", p.Kind, MaxKindLen), nil)
+	if problem := kindProblem(p.Kind); problem != "" {
+		return fail("Kind", problem, nil)
 	}
 	if p.Queue == "" {
 		p.Queue = DefaultQueue

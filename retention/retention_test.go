@@ -557,7 +557,7 @@ func TestPruneKeepsReuseInvalidationsWhileTheirResultsCanBeReused(t *testing.T) 
 	ctx := t.Context()
 	invalidate := func(age string) int64 {
 		t.Helper()
-		inv, _, err := f.store.InvalidateReuse(ctx, f.db.Pool, jobs.InvalidateReuseParams{Kind: "k", By: "ops", Reason: age})
+		inv, _, err := f.store.InvalidateReuse(t.Context(), f.db.Pool, jobs.InvalidateReuseParams{Kind: "k", By: "ops", Reason: age})
 		require.NoError(t, err)
 		f.exec(t, `UPDATE %s.job_reuse_invalidations SET invalidated_at = now() - $1::interval WHERE id = $2`, age, inv.ID)
 		return inv.ID
