@@ -204,7 +204,8 @@ func TestEndToEnd(t *testing.T) {
 		ids[name] = s.Job.JobID.String()
 	}
 	// A copy under another name is the same content: same request, but a
-	// new key makes it a new job (the ERP's own key books it once).
+	// new key makes it a new job (the ERP's own key books it once), which
+	// takes the other's result rather than pay for it again.
 	require.Equal(t, uploaded["good-1"].SHA256, uploaded["copy-of-1"].SHA256)
 
 	// The same key and request again: the same job, 200.
@@ -286,9 +287,21 @@ func TestEndToEnd(t *testing.T) {
 	_, opView, err = f.ops.get(ctx, "/extraction-jobs/"+ids["hangs"])
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, len(opView.Attempts), 2)
+	// The two copies were extracted once: one job's last attempt took the
+	// other's result (which ran first is the claims' choice).
+	reused := 0
+	for _, pair := range [][2]string{{"good-1", "copy-of-1"}, {"copy-of-1", "good-1"}} {
+		_, opView, err = f.ops.get(ctx, "/extraction-jobs/"+ids[pair[0]])
+		require.NoError(t, err)
+		if last := opView.Attempts[len(opView.Attempts)-1]; last.Outcome == jobs.AttemptReused {
+			require.Equal(t, ids[pair[1]], last.ReusedFrom.String())
+			reused++
+		}
+	}
+	require.Equal(t, 1, reused, "one copy was extracted, the other took its result")
 
 	// The ERP comes back: every successful extraction is booked once,
-	// though every delivery arrived twice and one invoice was extracted
+	// though every delivery arrived twice and one invoice was uploaded
 	// twice; nothing that needs review reached it.
 	f.s.erp.SetDown(false)
 	var booked map[string]bool

@@ -7,10 +7,16 @@
 // including resubmissions with the same key, an idempotency conflict,
 // invoices the policy sends to review (wrong IBAN, wrong total, a prompt
 // injection), malformed and hung provider answers, quota refusals, and an
-// ERP outage window and a provider 429 storm. It prints progress each second and a final table, and
-// exits non-zero if an invariant fails: every job finished as its document
-// says, every success was booked in the ERP exactly once and nothing else
-// was, no completed extraction was run twice.
+// ERP outage window and a provider 429 storm, and three documents uploaded
+// again under other names and keys. It prints progress each second and a
+// final table, and exits non-zero if an invariant fails: every job finished
+// as its document says, every success was booked in the ERP exactly once
+// and nothing else was, no completed extraction was run twice, and the
+// provider was paid for each distinct document once: paid calls, counted
+// from the fake provider's own records of the calls it served, equal the
+// distinct documents plus the calls the injected faults caused (its
+// malformed answers), the repeated documents taking their results (result
+// reuse) instead of being extracted and paid for again.
 //
 // The job events also leave Postgres through the outbox relay and a broker
 // (-broker memory, the in-process default; rabbitmq; kafka, on KAFKA_BROKERS
@@ -97,7 +103,7 @@ func main() {
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout+30*time.Second)
-	err := run(ctx, o)
+	_, err := run(ctx, o)
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
@@ -204,15 +210,17 @@ func (w *watcher) reconnect(ctx context.Context) {
 	_ = w.start(ctx)
 }
 
-func run(ctx context.Context, o options) error {
+// run runs the demo and returns its bill, with an error if an invariant
+// failed.
+func run(ctx context.Context, o options) (bill, error) {
 	pool, err := pgxpool.New(ctx, o.DatabaseURL)
 	if err != nil {
-		return err
+		return bill{}, err
 	}
 	defer pool.Close()
 	// The demo owns its schema: a fresh one every run.
 	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgIdent(o.Schema)+" CASCADE"); err != nil {
-		return err
+		return bill{}, err
 	}
 	cfg := stackConfig{
 		Schema: o.Schema, Scale: o.Scale, ProviderRPM: o.RPM, Workers: o.Workers,
@@ -224,14 +232,14 @@ func run(ctx context.Context, o options) error {
 	}
 	s, err := startStack(ctx, pool, cfg)
 	if err != nil {
-		return err
+		return bill{}, err
 	}
 	d := &demo{o: o, s: s, start: time.Now(), out: tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0), finishedAt: map[uuid.UUID]time.Duration{}}
 	defer func() { _ = s.stop() }()
 	for tenant, sups := range suppliers {
 		for _, sup := range sups {
 			if err := s.svc.PutSupplier(ctx, tenant, sup); err != nil {
-				return err
+				return bill{}, err
 			}
 		}
 	}
@@ -260,7 +268,7 @@ func run(ctx context.Context, o options) error {
 	}()
 	if o.Broker != "none" {
 		if d.signals, err = startSignals(ctx, s, o.Broker, o.AMQPURL); err != nil {
-			return err
+			return bill{}, err
 		}
 		defer func() { _ = d.signals.stop() }()
 		d.logf("job events leave through the outbox relay and the %s broker into an inbox", o.Broker)
@@ -271,14 +279,14 @@ func run(ctx context.Context, o options) error {
 	defer stopWatching()
 	w := &watcher{client: apiClient{base: s.api.URL, token: bigToken}, versions: map[string]int64{}}
 	if err := w.start(watchCtx); err != nil {
-		return err
+		return bill{}, err
 	}
 	if err := d.submitAll(ctx); err != nil {
-		return err
+		return bill{}, err
 	}
 	w.reconnect(watchCtx) // mid-run: the stream resumes from Last-Event-ID
 	if err := d.wait(ctx); err != nil {
-		return err
+		return bill{}, err
 	}
 	d.watcher = w
 	return d.report(ctx)
@@ -325,7 +333,8 @@ func (d *demo) plan() []*submission {
 		})
 	}
 	// Duplicate uploads: the same invoices again under other names and
-	// keys. They are new jobs; the ERP books each invoice once.
+	// keys. They are new jobs, which take the first uploads' results
+	// rather than pay for them again; the ERP books each invoice once.
 	for i := 0; i < min(3, len(subs)); i++ {
 		c := *subs[i]
 		c.name = "copy-of-" + c.name
@@ -379,7 +388,8 @@ func (d *demo) submitAll(ctx context.Context) error {
 		return err
 	default:
 	}
-	d.logf("accepted %d jobs (%d answered 429 first and were retried after Retry-After)", len(subs), d.quota429)
+	d.logf("accepted %d jobs, %d of them documents uploaded again under another name (%d answered 429 first and were retried after Retry-After)",
+		len(subs), billOf(subs, nil).Repeats, d.quota429)
 
 	// Resubmissions with the same key and request: the same job.
 	for _, sub := range subs[:min(10, len(subs))] {
@@ -513,22 +523,24 @@ type tenantRow struct {
 	latencies                                                []time.Duration
 }
 
-// report prints the final table and checks the invariants.
-func (d *demo) report(ctx context.Context) error {
+// report prints the final table and checks the invariants, and returns
+// the bill.
+func (d *demo) report(ctx context.Context) (bill, error) {
 	var failures []string
 	fail := func(format string, args ...any) { failures = append(failures, fmt.Sprintf(format, args...)) }
 	rows := map[string]*tenantRow{bigTenant: {}, smallTenant: {}}
 	lanes := map[bool]*laneRow{false: {}, true: {}} // by deferred
 	succeededJobs := map[string]bool{}
 	wantBooked := map[string]bool{}
+	b := billOf(d.subs, d.s.calls.all())
 	for _, sub := range d.subs {
 		j, err := d.s.svc.Jobs.Get(ctx, d.s.pool, sub.tenant, sub.jobID)
 		if err != nil {
-			return err
+			return bill{}, err
 		}
 		atts, err := d.s.svc.Jobs.Attempts(ctx, d.s.pool, sub.tenant, sub.jobID)
 		if err != nil {
-			return err
+			return bill{}, err
 		}
 		r, lane := rows[sub.tenant], lanes[sub.deferred]
 		r.jobs++
@@ -542,11 +554,19 @@ func (d *demo) report(ctx context.Context) error {
 				lane.paid++
 				lane.in, lane.out = lane.in+a.Usage.InputTokens, lane.out+a.Usage.OutputTokens
 			}
-			if a.Outcome == jobs.AttemptSnoozed {
-				r.snoozed++
+			if a.ErrorClass == jobs.ClassInvalidOutput {
+				b.InvalidOutput++
 			}
-			if a.Outcome == jobs.AttemptSucceeded {
+			switch a.Outcome {
+			case jobs.AttemptSnoozed:
+				r.snoozed++
+			case jobs.AttemptSucceeded:
 				successes++
+			case jobs.AttemptReused:
+				// A success that took an earlier job's result: no call.
+				successes++
+				b.Reused++
+				lane.reused++
 			}
 		}
 		want := jobs.StateSucceeded
@@ -573,7 +593,7 @@ func (d *demo) report(ctx context.Context) error {
 	}
 	invoices, err := d.s.erp.Invoices(ctx)
 	if err != nil {
-		return err
+		return bill{}, err
 	}
 	booked := map[string]int{}
 	for _, inv := range invoices {
@@ -592,7 +612,7 @@ func (d *demo) report(ctx context.Context) error {
 	}
 	erpCounts, err := d.s.erp.Counts(ctx)
 	if err != nil {
-		return err
+		return bill{}, err
 	}
 	if erpCounts.Receipts != int64(len(succeededJobs)) {
 		fail("ERP accepted %d deliveries for %d successful jobs, want one each", erpCounts.Receipts, len(succeededJobs))
@@ -631,7 +651,7 @@ func (d *demo) report(ctx context.Context) error {
 		for {
 			var err error
 			if written, pending, accepted, err = d.signals.counts(ctx); err != nil {
-				return err
+				return bill{}, err
 			}
 			if pending == 0 && accepted == written || time.Now().After(deadline) {
 				break
@@ -648,8 +668,9 @@ func (d *demo) report(ctx context.Context) error {
 	}
 	laneTable, err := d.laneTable(ctx, lanes, fail)
 	if err != nil {
-		return err
+		return bill{}, err
 	}
+	b.check(fail)
 
 	fmt.Println()
 	fmt.Fprintln(d.out, "tenant\tjobs\tSUCCEEDED\tREVIEW_REQUIRED\tother\tattempts\tsnoozed\tpaid calls\tp50 finish\tmax finish")
@@ -676,6 +697,7 @@ func (d *demo) report(ctx context.Context) error {
 		d.repeats, d.conflicts, d.quota429)
 	fmt.Printf("ERP: %d deliveries accepted, %d invoices booked (%d distinct invoices succeeded), %d requests refused during the outage\n",
 		erpCounts.Receipts, erpCounts.Booked, len(wantBooked), erpCounts.RefusedDown)
+	fmt.Print(b)
 	fmt.Println(streamLine)
 	fmt.Print(signalLine)
 	fmt.Printf("elapsed: %s\n\n", time.Since(d.start).Round(100*time.Millisecond))
@@ -683,17 +705,17 @@ func (d *demo) report(ctx context.Context) error {
 		for _, f := range failures {
 			fmt.Println("INVARIANT FAILED:", f)
 		}
-		return errors.New("invariants failed")
+		return b, errors.New("invariants failed")
 	}
-	fmt.Println("all invariants hold: every job finished as its document says, review-required results never reached the ERP, every success was booked exactly once")
-	return nil
+	fmt.Println("all invariants hold: every job finished as its document says, review-required results never reached the ERP, every success was booked exactly once, every distinct document was paid for once")
+	return b, nil
 }
 
 // laneRow is one lane of the cost table: the synchronous one, or the
 // batch lane's documents that could wait.
 type laneRow struct {
-	jobs, succeeded, paid int
-	in, out               int64 // tokens the paid calls reported
+	jobs, succeeded, paid, reused int
+	in, out                       int64 // tokens the paid calls reported
 }
 
 // laneTable is the cost of each lane as the usage ledger holds it, and
@@ -738,8 +760,8 @@ func (d *demo) laneTable(ctx context.Context, lanes map[bool]*laneRow, fail func
 		if ratio < 0.495 || ratio > 0.505 {
 			fail("the batch lane cost %.3f× its synchronous price, want 0.5× ±1%%", ratio)
 		}
-		if batch.paid != batch.jobs {
-			fail("the batch lane made %d paid calls for %d jobs, want one each", batch.paid, batch.jobs)
+		if batch.paid != batch.jobs-batch.reused {
+			fail("the batch lane made %d paid calls for %d jobs, %d of which reused a result; want one for each of the others", batch.paid, batch.jobs, batch.reused)
 		}
 	}
 	return b.String(), nil

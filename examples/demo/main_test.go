@@ -22,14 +22,21 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// The demo runs to the end with its invariants holding, on a smaller batch.
+// The demo runs to the end with its invariants holding, on a smaller batch,
+// and pays for each distinct document once: its malformed answer and its
+// hung call are the faults' calls, and its three repeated documents take
+// their results.
 func TestDemoRuns(t *testing.T) {
 	t.Parallel()
 	db := freshSchema(t)
-	require.NoError(t, run(t.Context(), options{
+	b, err := run(t.Context(), options{
 		DatabaseURL: llmqtest.URL(), Schema: db.Schema, Invoices: 30, Small: 4,
 		Scale: 300, RPM: 3000, Workers: 8, Outage: 2 * time.Second, Timeout: 60 * time.Second, Broker: "memory",
-	}))
+	})
+	require.NoError(t, err)
+	requirePaidOnce(t, b, 37)
+	require.Equal(t, 1, b.FaultPaid, "big-0011's malformed answer")
+	require.Positive(t, b.Unanswered, "big-0017's hung call")
 }
 
 // With a batch lane: the documents that can wait go through the fake
@@ -39,10 +46,12 @@ func TestDemoRuns(t *testing.T) {
 func TestDemoRunsWithABatchLane(t *testing.T) {
 	t.Parallel()
 	db := freshSchema(t)
-	require.NoError(t, run(t.Context(), options{
+	b, err := run(t.Context(), options{
 		DatabaseURL: llmqtest.URL(), Schema: db.Schema, Invoices: 20, Small: 4, Deferrable: 12,
 		Scale: 300, RPM: 3000, Workers: 8, Outage: time.Second, Timeout: 60 * time.Second, Broker: "none",
-	}))
+	})
+	require.NoError(t, err)
+	requirePaidOnce(t, b, 39)
 }
 
 // Against a simulated local inference server's engine, with the pool
@@ -50,11 +59,13 @@ func TestDemoRunsWithABatchLane(t *testing.T) {
 func TestDemoRunsAgainstALocalServer(t *testing.T) {
 	t.Parallel()
 	db := freshSchema(t)
-	require.NoError(t, run(t.Context(), options{
+	b, err := run(t.Context(), options{
 		DatabaseURL: llmqtest.URL(), Schema: db.Schema, Invoices: 20, Small: 4,
 		Scale: 300, RPM: 3000, Workers: 8, Outage: time.Second, Timeout: 60 * time.Second, Broker: "memory",
 		Provider: "local", KVTokens: 6000,
-	}))
+	})
+	require.NoError(t, err)
+	requirePaidOnce(t, b, 27)
 }
 
 // With RabbitMQ carrying the job events.
@@ -65,11 +76,13 @@ func TestDemoRunsWithRabbitMQ(t *testing.T) {
 	if amqpURL == "" {
 		amqpURL = "amqp://guest:guest@127.0.0.1:5672/"
 	}
-	require.NoError(t, run(t.Context(), options{
+	b, err := run(t.Context(), options{
 		DatabaseURL: llmqtest.URL(), Schema: db.Schema, Invoices: 10, Small: 6,
 		Scale: 300, RPM: 3000, Workers: 8, Outage: time.Second, Timeout: 60 * time.Second,
 		Broker: "rabbitmq", AMQPURL: amqpURL,
-	}))
+	})
+	require.NoError(t, err)
+	requirePaidOnce(t, b, 19)
 }
 
 // With Kafka (an in-process kfake cluster, or KAFKA_BROKERS) carrying the
@@ -77,11 +90,30 @@ func TestDemoRunsWithRabbitMQ(t *testing.T) {
 func TestDemoRunsWithKafka(t *testing.T) {
 	t.Parallel()
 	db := freshSchema(t)
-	require.NoError(t, run(t.Context(), options{
+	b, err := run(t.Context(), options{
 		DatabaseURL: llmqtest.URL(), Schema: db.Schema, Invoices: 10, Small: 6,
 		Scale: 300, RPM: 3000, Workers: 8, Outage: time.Second, Timeout: 60 * time.Second,
 		Broker: "kafka",
-	}))
+	})
+	require.NoError(t, err)
+	requirePaidOnce(t, b, 19)
+}
+
+// requirePaidOnce asserts the bill the demo's summary prints: its
+// documents, three of them repeats that took their results, and paid calls
+// (the provider's own records) = distinct documents + the calls the faults
+// caused, each distinct document paid for once.
+func requirePaidOnce(t *testing.T, b bill, documents int) {
+	t.Helper()
+	require.Equal(t, documents, b.Documents)
+	require.Equal(t, 3, b.Repeats, "the plan uploads three documents again")
+	require.Equal(t, documents-3, b.Distinct)
+	require.Equal(t, b.Repeats, b.Reused, "every repeat took its result")
+	require.Equal(t, b.Distinct+b.FaultPaid, b.Paid, "paid calls = distinct documents + the calls the faults caused")
+	require.Equal(t, b.FaultPaid, b.InvalidOutput, "each fault-caused paid call is an attempt that ended with invalid output")
+	require.Empty(t, b.PaidAgain)
+	require.Zero(t, b.Strays)
+	require.Equal(t, b.Distinct+b.faultCalls(), b.Calls, "every other call the provider served, a fault caused")
 }
 
 // testDB is a pool and a schema of the test's own.

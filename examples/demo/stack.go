@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -77,6 +79,7 @@ type stack struct {
 	auth     *invoice.Auth
 	svc      *invoice.Service
 	provider *fakeprovider.Server
+	calls    *callLog            // the provider's own record of the calls it served
 	local    *localserver.Server // with -provider local: the engine behind the provider
 	erp      *erp.ERP
 	api      *httptest.Server
@@ -130,8 +133,8 @@ func startStack(ctx context.Context, pool *pgxpool.Pool, cfg stackConfig) (*stac
 	if err := e.Migrate(ctx); err != nil {
 		return nil, err
 	}
-	s := &stack{schema: cfg.Schema, pool: pool, auth: auth, svc: svc, erp: e}
-	pcfg := fakeprovider.Config{Scale: cfg.Scale, RPM: cfg.ProviderRPM, TPM: 2_000_000}
+	s := &stack{schema: cfg.Schema, pool: pool, auth: auth, svc: svc, erp: e, calls: &callLog{}}
+	pcfg := fakeprovider.Config{Scale: cfg.Scale, RPM: cfg.ProviderRPM, TPM: 2_000_000, OnCall: s.calls.add}
 	if cfg.LocalKVTokens > 0 {
 		s.local = localserver.New(localserver.Config{KVTokens: cfg.LocalKVTokens, Scale: cfg.Scale})
 		pcfg.Latency = func(ctx context.Context, prompt, maxTokens int64) error {
@@ -236,6 +239,27 @@ func (s *stack) run(ctx context.Context) {
 	}
 	s.started = started
 	go func() { s.done <- s.runner.Run(runCtx) }()
+}
+
+// callLog is the fake provider's record of every call it served, in a
+// batch or not, as it saw each one end (fakeprovider.Config.OnCall): the
+// provider's side of the bill, which the demo checks against the
+// documents it submitted, independently of llmq's own tables.
+type callLog struct {
+	mu    sync.Mutex
+	calls []fakeprovider.Call
+}
+
+func (l *callLog) add(c fakeprovider.Call) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls = append(l.calls, c)
+}
+
+func (l *callLog) all() []fakeprovider.Call {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.calls)
 }
 
 // webhookParams registers the ERP's URL for tenant's completed extractions

@@ -247,10 +247,15 @@ func (s *Service) createJob(w http.ResponseWriter, r *http.Request, _ string, c 
 		s.internalError(w, r, "internal", err)
 		return
 	}
+	reuse, err := extractionReuse(p, queue)
+	if err != nil {
+		s.internalError(w, r, "internal", err)
+		return
+	}
 	res, err := inTx(ctx, s.pool, func(tx pgx.Tx) (jobs.EnqueueResult, error) {
 		return s.accept.Enqueue(ctx, tx, jobs.EnqueueParams{
 			Tenant: c.Tenant, Kind: Kind, Queue: queue, Payload: payload, DeadlineAt: deadline,
-			IdempotencyKey: key, RequestHash: hash,
+			IdempotencyKey: key, RequestHash: hash, Reuse: reuse,
 			EstimatedTokens: estimateTokens(len(text), s.cfg.MaxTokens),
 		})
 	})

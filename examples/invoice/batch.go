@@ -108,13 +108,19 @@ func (s *Service) createBatch(w http.ResponseWriter, r *http.Request, _ string, 
 	}
 	params := jobs.EnqueueBatchParams{Tenant: c.Tenant, Key: key, Jobs: make([]jobs.EnqueueParams, len(req.Documents))}
 	for i, d := range req.Documents {
-		payload, err := json.Marshal(Payload{Document: d, Schema: req.Schema, Policy: PolicyVersion, Model: Model})
+		p := Payload{Document: d, Schema: req.Schema, Policy: PolicyVersion, Model: Model}
+		payload, err := json.Marshal(p)
+		if err != nil {
+			s.internalError(w, r, "internal", err)
+			return
+		}
+		reuse, err := extractionReuse(p, queue)
 		if err != nil {
 			s.internalError(w, r, "internal", err)
 			return
 		}
 		params.Jobs[i] = jobs.EnqueueParams{
-			Kind: Kind, Queue: queue, Payload: payload, DeadlineAt: deadline,
+			Kind: Kind, Queue: queue, Payload: payload, DeadlineAt: deadline, Reuse: reuse,
 			EstimatedTokens: estimateTokens(sizes[i], s.cfg.MaxTokens),
 		}
 	}

@@ -94,6 +94,31 @@
 // worker's queue (providerbatch.Config.SyncQueue) and is extracted
 // synchronously rather than failed.
 //
+// # Result reuse
+//
+// Extractions opt in to jobs.Reuse (extractionReuse): a document whose
+// bytes the tenant had extracted in the last day, by a job that
+// succeeded, takes that result instead of calling the provider, and one
+// whose bytes are being extracted waits for that extraction. The key is
+// jobs.ReuseKey over what decides the answer: the model, the prompt
+// (PromptVersion, which a changed prompt must change), the schema, the
+// validation policy and the SHA-256 of the document's bytes (computed by
+// PUT /documents, checked against the stored version when the job is
+// accepted), and the lane. Not the document's name or version, nor the
+// Idempotency-Key: the same invoice uploaded again under another name or
+// key is a new job but not a new provider call. The lane is in the key
+// because a job waits while another of its key runs, and a job in the
+// batch lane runs for up to a day. The key is the tenant's own
+// (Reuse.Shared false): documents are private, and each result passed the
+// policy against the tenant's supplier master data, so PutSupplier
+// invalidates the tenant's results (jobs.InvalidateReuse) when it changes
+// an IBAN on file. A reused job is a success like a computed one, its
+// attempt recorded as "reused" and naming its source: the same result,
+// lifecycle events and webhook, the webhook naming its own job and
+// document (the hook reads nothing but the job's payload and result). A
+// result sent to REVIEW_REQUIRED is never reused: another copy of that
+// document is extracted, and reviewed, again.
+//
 // # Validation policy
 //
 // PolicyVersion ("invoice-policy/v1") checks the schema, line-item

@@ -54,8 +54,16 @@ FROM unnest($2::text[], $3::integer[]) WITH ORDINALITY AS d (name, version, i)
 JOIN /*schema*/invoice_documents AS s ON s.tenant = $1 AND s.name = d.name AND s.version = d.version;
 
 -- name: PutSupplier
-INSERT INTO /*schema*/invoice_suppliers (tenant, name, iban) VALUES ($1, $2, $3)
-ON CONFLICT (tenant, name) DO UPDATE SET iban = excluded.iban;
+-- Records a supplier's master data and returns whether it replaced another
+-- IBAN on file. Every part of the statement reads the snapshot from before
+-- the upsert, so old holds the IBAN it replaces.
+WITH old AS (
+    SELECT iban FROM /*schema*/invoice_suppliers WHERE tenant = $1 AND name = $2 FOR UPDATE
+), put AS (
+    INSERT INTO /*schema*/invoice_suppliers (tenant, name, iban) VALUES ($1, $2, $3)
+    ON CONFLICT (tenant, name) DO UPDATE SET iban = excluded.iban
+)
+SELECT coalesce((SELECT iban <> $3 FROM old), false);
 
 -- name: GetSupplier
 SELECT iban FROM /*schema*/invoice_suppliers WHERE tenant = $1 AND name = $2;

@@ -241,10 +241,22 @@ func (s *Service) document(ctx context.Context, tenant string, d Document) (stri
 
 var errDigestMismatch = errors.New("invoice: document digest does not match the version")
 
-// PutSupplier records a supplier's master data for tenant.
+// PutSupplier records a supplier's master data for tenant. An IBAN that
+// replaces another invalidates the tenant's reusable extractions
+// (jobs.InvalidateReuse), in the same transaction: each passed the policy
+// against the IBAN on file when it was computed, so a document that passed
+// against the old one must be checked, and so extracted, again.
 func (s *Service) PutSupplier(ctx context.Context, tenant string, sup Supplier) error {
-	_, err := s.pool.Exec(ctx, s.q["PutSupplier"], tenant, sup.Name, sup.IBAN)
-	return err
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var changed bool
+		if err := tx.QueryRow(ctx, s.q["PutSupplier"], tenant, sup.Name, sup.IBAN).Scan(&changed); err != nil || !changed {
+			return err
+		}
+		_, _, err := s.Jobs.InvalidateReuse(ctx, tx, jobs.InvalidateReuseParams{
+			Kind: Kind, Tenant: tenant, By: "invoice.PutSupplier", Reason: "a supplier's IBAN on file changed",
+		})
+		return err
+	})
 }
 
 func (s *Service) supplier(ctx context.Context, tenant, name string) (*Supplier, error) {
