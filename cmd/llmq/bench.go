@@ -51,6 +51,8 @@ type benchOptions struct {
 	deletePub  bool          // relay: outbox.RelayConfig.DeletePublished
 	provider   string        // providerbatch: openai or anthropic
 	batchDelay time.Duration // providerbatch: how long the fake provider's batch runs
+	keys       int           // reuse: reuse keys the jobs draw from, each tenant's own
+	failRate   float64       // reuse: share of paid calls that fail transiently
 }
 
 const benchKind = "bench.noop"
@@ -66,14 +68,14 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fs, c := newFlagSet("bench", stderr)
 	var o benchOptions
-	fs.StringVar(&o.mode, "mode", "drain", "drain: work down a backlog enqueued up front; e2e: producers enqueue while the runner works; latency: open-loop arrivals at -rate, enqueue-to-start latency; relay: publish a backlog of -jobs outbox events to -broker with -workers relays, each running as a pod's would (processes with the memory broker, goroutines otherwise), and print their peak connections; ingress: publish -jobs messages to -broker, then time an inbox ingress with -workers concurrent batches taking them all; providerbatch: send -jobs deferrable jobs through a providerbatch.Submitter to an in-process fake provider's batch API and time submitting them and applying the results")
-	fs.IntVar(&o.jobs, "jobs", 50_000, "number of jobs (providerbatch: default 10,000, at most 50,000)")
-	fs.IntVar(&o.workers, "workers", 100, "runner concurrency (MaxWorkers of the queue); relay: relays competing for one outbox")
-	fs.IntVar(&o.producers, "producers", 16, "e2e: concurrent producers, each enqueueing one job (and its outbox event) per transaction")
+	fs.StringVar(&o.mode, "mode", "drain", "drain: work down a backlog enqueued up front; e2e: producers enqueue while the runner works; latency: open-loop arrivals at -rate, enqueue-to-start latency; relay: publish a backlog of -jobs outbox events to -broker with -workers relays, each running as a pod's would (processes with the memory broker, goroutines otherwise), and print their peak connections; ingress: publish -jobs messages to -broker, then time an inbox ingress with -workers concurrent batches taking them all; providerbatch: send -jobs deferrable jobs through a providerbatch.Submitter to an in-process fake provider's batch API and time submitting them and applying the results; reuse: -producers processes (default 8), each running its share of -workers handlers, enqueue -jobs jobs (default 10,000) with reuse keys drawn from -keys, each handler call paid and counted; reports paid calls, reused jobs and jobs_reuse_idx probes, then runs the same jobs without reuse keys")
+	fs.IntVar(&o.jobs, "jobs", 50_000, "number of jobs (providerbatch: default 10,000, at most 50,000; reuse: default 10,000)")
+	fs.IntVar(&o.workers, "workers", 100, "runner concurrency (MaxWorkers of the queue); relay: relays competing for one outbox; reuse: handlers of all processes together")
+	fs.IntVar(&o.producers, "producers", 16, "e2e: concurrent producers, each enqueueing one job (and its outbox event) per transaction; reuse: processes, each enqueueing its share and running its share of -workers (default 8)")
 	fs.Float64Var(&o.rate, "rate", 100, "latency: arrivals per second")
-	fs.IntVar(&o.batch, "claim-batch", 0, "jobs per claim (0: 500 for drain, 100 for e2e, 10 for latency, never more than -workers); events per relay claim (0: 500)")
+	fs.IntVar(&o.batch, "claim-batch", 0, "jobs per claim (0: 500 for drain, 100 for e2e, 10 for latency, never more than -workers; reuse: each process's share of -workers); events per relay claim (0: 500)")
 	fs.DurationVar(&o.notifyEach, "notify-interval", 0, "jobs.Config.NotifyInterval of the producers' store (0: its default, 5ms; negative: NOTIFY on every enqueue)")
-	fs.IntVar(&o.tenants, "tenants", 1, "drain: tenants the backlog is spread over, round robin (fair claiming shares claims among them)")
+	fs.IntVar(&o.tenants, "tenants", 1, "drain: tenants the backlog is spread over, round robin (fair claiming shares claims among them); reuse: tenants drawn at random for each job, each with its own -keys")
 	fs.IntVar(&o.backlog, "backlog", 0, "drain: jobs queued up front (0: -jobs); the bench times the first -jobs of them")
 	fs.IntVar(&o.batchSize, "batch-size", 0, fmt.Sprintf("drain: enqueue the backlog as batches (jobs.EnqueueBatch) of this many jobs, 1 to %d, so every completion also keeps its batch's counts; 0: no batches", jobs.MaxBatch))
 	fs.BoolVar(&o.deletePub, "delete-published", false, "relay: the relays delete each event once the broker confirmed it (outbox.RelayConfig.DeletePublished) instead of marking it published")
@@ -85,7 +87,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.amqpURL, "amqp-url", os.Getenv("AMQP_URL"), "rabbitmq: the broker (default $AMQP_URL, else amqp://guest:guest@127.0.0.1:5672/)")
 	fs.IntVar(&o.window, "window", 0, "rabbitmq: unconfirmed publishes in flight (0: the publisher's default)")
 	fs.Float64Var(&o.arrivals, "arrivals", 0, "admission: acquires per second offered over all processes, each timed from its scheduled arrival (0: a closed loop, each acquirer acquiring again as soon as it released)")
-	fs.DurationVar(&o.hold, "hold", 0, "admission: how long each acquirer holds its permit before releasing it, modelling the provider call (0: released at once)")
+	fs.DurationVar(&o.hold, "hold", 0, "admission: how long each acquirer holds its permit before releasing it, modelling the provider call (0: released at once); reuse: how long each paid call takes (default 5ms)")
+	fs.IntVar(&o.keys, "keys", 1000, "reuse: reuse keys the jobs draw from at random (jobs.ReuseKey of the key's number), each tenant's its own")
+	fs.Float64Var(&o.failRate, "fail-rate", 0.02, "reuse: share of paid calls that fail transiently after paying (the job is retried)")
 	addHistoryFlag(fs, &o)
 	addProviderBatchFlags(fs, &o)
 	if err := parse(fs, args); err != nil {
@@ -104,8 +108,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case o.mode == "providerbatch":
 		providerBatchDefaults(fs, &o)
 		return runBenchProviderBatch(ctx, c, o, stdout, stderr)
+	case o.mode == "reuse":
+		reuseDefaults(fs, &o)
+		return runBenchReuse(ctx, c, o, stdout, stderr)
 	case o.mode != "drain" && o.mode != "e2e" && o.mode != "latency" && o.mode != "relay" && o.mode != "ingress":
-		return fmt.Errorf("%w: -mode %q: use drain, e2e, latency, relay, ingress, admission or providerbatch", errUsage, o.mode)
+		return fmt.Errorf("%w: -mode %q: use drain, e2e, latency, relay, ingress, admission, providerbatch or reuse", errUsage, o.mode)
 	case o.broker != "memory" && o.broker != "rabbitmq" && o.broker != "kafka":
 		return fmt.Errorf("%w: -broker %q: use memory, rabbitmq or kafka", errUsage, o.broker)
 	case o.broker == "kafka" && o.mode == "ingress":

@@ -25,7 +25,9 @@ import (
 // process of `llmq bench -mode relay`, which re-executes itself: without
 // this, the child would run the tests.
 func TestMain(m *testing.M) {
-	if os.Getenv(benchRelayChild) != "" {
+	// The relay and reuse modes' child processes are this test binary
+	// re-executed with their variable set.
+	if os.Getenv(benchRelayChild) != "" || os.Getenv(benchReuseChild) != "" {
 		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 	}
 	// Every goroutine the tests start (servers, runners, relays, streams)

@@ -47,7 +47,7 @@
 //	                                jobs) whose attempt started by now; prints how many it covers
 //	llmq reuse list [-kind K] [-limit N]
 //	                                the invalidations, newest first
-//	llmq bench -mode drain|e2e|latency|relay|ingress|admission|providerbatch -jobs N -workers W [flags]
+//	llmq bench -mode drain|e2e|latency|relay|ingress|admission|providerbatch|reuse -jobs N -workers W [flags]
 //	                                measure against DATABASE_URL in a throwaway schema
 //	llmq plan -rpm R -tpm T -concurrency C [-latency D] [-tokens N] [-backlog B] [-pool P]
 //	                                attempt and job capacity, drain time of a backlog; with
@@ -137,7 +137,7 @@ commands:
   reuse invalidate -kind K [-key KEY] [-tenant T] -by WHO -reason WHY
                                          never reuse a kind's results computed so far (-key, -tenant narrow it)
   reuse list [-kind K] [-limit N]        result reuse invalidations, newest first
-  bench -mode drain|e2e|latency|relay|ingress|admission|providerbatch
+  bench -mode drain|e2e|latency|relay|ingress|admission|providerbatch|reuse
                                          measure throughput, latency, admission grants or provider batches in a throwaway schema
   plan -rpm R -tpm T -concurrency C [-pool P]
                                          capacity and drain time of a backlog under provider limits
