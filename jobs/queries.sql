@@ -786,7 +786,10 @@ WHERE queue = $2 AND state = 'RUNNING' AND lease_owner = $1;
 -- RETRY_SCHEDULED at now() + delay, unless the attempts are used up, or the next attempt plus its reserved margin would end after the
 -- deadline (then FAILED_TERMINAL with class 'deadline'). In the same
 -- statement: each attempt's row, and the outbox event of each terminal
--- transition.
+-- transition. $14 names, for a success that took another job's result
+-- instead of calling the handler (jobs.Reuse), that job: it is stored on
+-- the job and its attempt, which is recorded as 'reused'; its event is a
+-- computed success's.
 WITH updated AS (
     UPDATE /*schema*/jobs AS j
     SET fence         = j.fence + 1, -- the lease ends
