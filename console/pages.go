@@ -632,7 +632,7 @@ func (h *Handler) batchesPage(ctx context.Context, r *http.Request, v *view) err
 	if len(subs) > d.Limit {
 		subs = subs[:d.Limit]
 		if d.Limit < maxBatchesLimit {
-			d.MoreQuery = batchesQuery(d.Pool, min(2*d.Limit, maxBatchesLimit))
+			d.MoreQuery = pageQuery("pool", d.Pool, min(2*d.Limit, maxBatchesLimit))
 		} else {
 			d.AtMost = true
 		}
@@ -644,12 +644,13 @@ func (h *Handler) batchesPage(ctx context.Context, r *http.Request, v *view) err
 	return nil
 }
 
-// batchesQuery is the batches page's query string for a pool filter and
-// a page size (the default left out).
-func batchesQuery(pool string, limit int) template.URL {
+// pageQuery is a listing page's query string for its one filter (field
+// set to value, left out when empty) and a page size (the default left
+// out): the batches page's pool, the reuse page's kind.
+func pageQuery(field, value string, limit int) template.URL {
 	v := url.Values{}
-	if pool != "" {
-		v.Set("pool", pool)
+	if value != "" {
+		v.Set(field, value)
 	}
 	if limit != DefaultPageSize {
 		v.Set("limit", strconv.Itoa(limit))

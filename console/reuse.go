@@ -119,26 +119,13 @@ func (h *Handler) reusePage(ctx context.Context, r *http.Request, v *view) error
 	if len(list) > d.Limit {
 		list = list[:d.Limit]
 		if d.Limit < maxReuseLimit {
-			d.MoreQuery = reuseQuery(d.Kind, min(2*d.Limit, maxReuseLimit))
+			d.MoreQuery = pageQuery("kind", d.Kind, min(2*d.Limit, maxReuseLimit))
 		} else {
 			d.AtMost = true
 		}
 	}
 	d.Invalidations = list
 	return nil
-}
-
-// reuseQuery is the reuse page's query string for a kind filter and a
-// page size (the default left out).
-func reuseQuery(kind string, limit int) template.URL {
-	v := url.Values{}
-	if kind != "" {
-		v.Set("kind", kind)
-	}
-	if limit != DefaultPageSize {
-		v.Set("limit", strconv.Itoa(limit))
-	}
-	return template.URL(v.Encode()) // #nosec G203 -- url.Values.Encode escapes every value
 }
 
 // invalidations reads up to limit invalidations newest first, of kind

@@ -102,17 +102,36 @@ func (p *Pruner) OldestFinished(ctx context.Context, db DBTX, state State) (time
 // pass at least the longest of those (the retention service does), or a
 // job may outlive its batch, whose Batch is then ErrNotFound.
 func (p *Pruner) PruneBatches(ctx context.Context, db DBTX, olderThan time.Duration, limit int) (int64, error) {
+	return pruneOlderThan(ctx, db, p.sql.pruneBatches, "batches", olderThan, limit)
+}
+
+// pruneOlderThan runs a statement deleting up to limit ($2) rows of what
+// older than olderThan ($1, in ms), after checking both.
+func pruneOlderThan(ctx context.Context, db DBTX, stmt, what string, olderThan time.Duration, limit int) (int64, error) {
 	if olderThan <= 0 {
 		return 0, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "olderThan", Problem: "must be positive"}
 	}
 	if limit < 1 || limit > MaxPruneBatch {
 		return 0, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "limit", Problem: fmt.Sprintf("is %d; use 1 to %d", limit, MaxPruneBatch)}
 	}
-	tag, err := db.Exec(ctx, p.sql.pruneBatches, olderThan.Milliseconds(), limit)
+	tag, err := db.Exec(ctx, stmt, olderThan.Milliseconds(), limit)
 	if err != nil {
-		return 0, fmt.Errorf("jobs: pruning batches: %w", err)
+		return 0, fmt.Errorf("jobs: pruning %s: %w", what, err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+// countOlderThan runs a statement counting the rows of what older than
+// olderThan ($1, in ms): what the matching prune would delete.
+func countOlderThan(ctx context.Context, db DBTX, stmt, what string, olderThan time.Duration) (int64, error) {
+	if olderThan <= 0 {
+		return 0, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "olderThan", Problem: "must be positive"}
+	}
+	var n int64
+	if err := db.QueryRow(ctx, stmt, olderThan.Milliseconds()).Scan(&n); err != nil {
+		return 0, fmt.Errorf("jobs: counting %s due for pruning: %w", what, err)
+	}
+	return n, nil
 }
 
 // ReuseInvalidationRetention is how long an invalidation of reused results
@@ -135,43 +154,19 @@ func ReuseInvalidationRetention(succeeded time.Duration) time.Duration {
 // more than olderThan ago (ReuseInvalidationRetention says how long is
 // long enough), oldest first.
 func (p *Pruner) PruneReuseInvalidations(ctx context.Context, db DBTX, olderThan time.Duration, limit int) (int64, error) {
-	if olderThan <= 0 {
-		return 0, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "olderThan", Problem: "must be positive"}
-	}
-	if limit < 1 || limit > MaxPruneBatch {
-		return 0, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "limit", Problem: fmt.Sprintf("is %d; use 1 to %d", limit, MaxPruneBatch)}
-	}
-	tag, err := db.Exec(ctx, p.sql.pruneInvalidations, olderThan.Milliseconds(), limit)
-	if err != nil {
-		return 0, fmt.Errorf("jobs: pruning reuse invalidations: %w", err)
-	}
-	return tag.RowsAffected(), nil
+	return pruneOlderThan(ctx, db, p.sql.pruneInvalidations, "reuse invalidations", olderThan, limit)
 }
 
 // CountReuseInvalidations counts the invalidations
 // PruneReuseInvalidations would delete with no limit.
 func (p *Pruner) CountReuseInvalidations(ctx context.Context, db DBTX, olderThan time.Duration) (int64, error) {
-	if olderThan <= 0 {
-		return 0, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "olderThan", Problem: "must be positive"}
-	}
-	var n int64
-	if err := db.QueryRow(ctx, p.sql.countInvalidations, olderThan.Milliseconds()).Scan(&n); err != nil {
-		return 0, fmt.Errorf("jobs: counting reuse invalidations due for pruning: %w", err)
-	}
-	return n, nil
+	return countOlderThan(ctx, db, p.sql.countInvalidations, "reuse invalidations", olderThan)
 }
 
 // CountBatches counts the batches PruneBatches would delete with no
 // limit: those finished more than olderThan ago.
 func (p *Pruner) CountBatches(ctx context.Context, db DBTX, olderThan time.Duration) (int64, error) {
-	if olderThan <= 0 {
-		return 0, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "olderThan", Problem: "must be positive"}
-	}
-	var n int64
-	if err := db.QueryRow(ctx, p.sql.countBatches, olderThan.Milliseconds()).Scan(&n); err != nil {
-		return 0, fmt.Errorf("jobs: counting batches due for pruning: %w", err)
-	}
-	return n, nil
+	return countOlderThan(ctx, db, p.sql.countBatches, "batches", olderThan)
 }
 
 // ExactSizeLimit is how many jobs of a state SizeFinished counts before

@@ -1,7 +1,6 @@
 package providerbatch_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/llmq/llmq/examples/fakeprovider"
 	"github.com/llmq/llmq/internal/dbtest"
+	"github.com/llmq/llmq/internal/telemetry/telemetrytest"
 	"github.com/llmq/llmq/jobs"
 	llmqanthropic "github.com/llmq/llmq/provider/anthropic"
 	llmqopenai "github.com/llmq/llmq/provider/openai"
@@ -121,28 +121,9 @@ type killTest struct {
 	*harness
 	child    atomic.Pointer[os.Process]
 	mu       sync.Mutex
-	answered map[string]int // batch requests answered, by custom id
-	stderr   lockedBuffer
-	api      string // childAPIEnv's value: "" (OpenAI) or "anthropic"
-}
-
-// lockedBuffer is the child's stderr: exec copies into it from its own
-// goroutine while a failing test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	answered map[string]int          // batch requests answered, by custom id
+	stderr   telemetrytest.LogBuffer // exec copies into it from its own goroutine while a failing test reads it
+	api      string                  // childAPIEnv's value: "" (OpenAI) or "anthropic"
 }
 
 func newKillTest(t *testing.T, onCreate func(k *killTest)) *killTest {

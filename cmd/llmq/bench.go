@@ -275,10 +275,16 @@ func (b *bench) startRunner(ctx context.Context, claimBatch int) (stop func() er
 	if err != nil {
 		return nil, err
 	}
+	return runInBackground(ctx, r), nil
+}
+
+// runInBackground runs r (a runner, a relay) until the returned stop is
+// called; stop returns what Run returned.
+func runInBackground(ctx context.Context, r interface{ Run(context.Context) error }) (stop func() error) {
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- r.Run(runCtx) }()
-	return func() error { cancel(); return <-done }, nil
+	return func() error { cancel(); return <-done }
 }
 
 // afterRecord counts the bench's successes. A job that ended otherwise

@@ -838,10 +838,7 @@ func (w *reuseWorker) startRunner(ctx context.Context, store *jobs.PostgresStore
 	if err != nil {
 		return nil, err
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(runCtx) }()
-	return func() error { cancel(); return <-done }, nil
+	return runInBackground(ctx, r), nil
 }
 
 // enqueue enqueues the process's share, one job per transaction, each of a
