@@ -54,5 +54,6 @@ func ExampleMigrate() {
 	// applied 0023_provider_batches
 	// applied 0024_batch_prices
 	// applied 0025_job_reuse
+	// applied 0026_routes
 	// all applied: true
 }

@@ -356,6 +356,27 @@
 //   - A replay (Replay) never reuses and is never a source: it is an
 //     operator asking for the work to run again.
 //
+// # Model routes
+//
+// A kind with a route (lease.Route) tries its candidates (an admission
+// pool, a model and a provider adapter) in order, and moves to the next
+// within the same attempt when a call is rate limited, fails with a 5xx,
+// times out, cannot reach its provider or overflows the model's context
+// window. The store records what happened on the attempt's row, written
+// with its outcome by Complete (migration 0026): the candidate that made
+// the attempt's last call and its model (Completion.Candidate and Model,
+// read back as Attempt.Candidate and Model), and the calls that failed
+// before it (Completion.Moves, Attempt.Moves), each with its candidate,
+// model, failure class, error and tokens, so an operator sees which
+// candidate answered and why the ones before it did not. A durable step
+// records the candidate whose call produced its output
+// (SaveStepParams.Candidate, Step.Candidate), which a later attempt that
+// takes the step does not change. An attempt or step without a route
+// leaves these columns NULL and costs nothing more; Completion.Validate
+// bounds the names (MaxCandidateLen) and the moves (MaxMoves), and
+// Complete cuts a move's error text to MaxMoveErrorLen bytes rather than
+// refusing it.
+//
 // # What a host calls and what a runner needs
 //
 // PostgresStore implements two interfaces. Store is the host's: Enqueue,

@@ -44,3 +44,12 @@ func ShareOutForTest(tenants [][4]float64, limit int, lowShare float64) (given, 
 // SetClaimLockTimeoutForTest sets how long a lock-free claim waits for a
 // job's row.
 func (s *PostgresStore) SetClaimLockTimeoutForTest(d time.Duration) { s.claimLockTimeout = d }
+
+// MovesJSONForTest returns moves as Complete stores them, "" for none.
+func MovesJSONForTest(moves []Move) (string, error) {
+	text, err := movesJSON(moves)
+	if text == nil {
+		return "", err
+	}
+	return *text, err
+}

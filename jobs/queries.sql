@@ -789,7 +789,10 @@ WHERE queue = $2 AND state = 'RUNNING' AND lease_owner = $1;
 -- transition. $14 names, for a success that took another job's result
 -- instead of calling the handler (jobs.Reuse), that job: it is stored on
 -- the job and its attempt, which is recorded as 'reused'; its event is a
--- computed success's.
+-- computed success's. $15, $16 and $17 are what the attempt records of a
+-- route (jobs.Completion's Candidate, Model and Moves, the moves as JSON
+-- text): written on its row only, NULL for an attempt without a route or
+-- without moves, so an attempt that used neither writes no more WAL.
 WITH updated AS (
     UPDATE /*schema*/jobs AS j
     SET fence         = j.fence + 1, -- the lease ends
@@ -837,11 +840,13 @@ WITH updated AS (
     FROM unnest(
         $1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::text[],
         $6::text[], $7::bigint[], $8::bigint[], $9::boolean[], $10::bigint[],
-        $11::bigint[], $12::uuid[], $14::uuid[]
+        $11::bigint[], $12::uuid[], $14::uuid[], $15::text[], $16::text[],
+        $17::text[]
     ) AS i (
         id, fence, outcome, result, error_class,
         error, delay_ms, margin_ms, uncertain, input_tokens,
-        output_tokens, event_id, reused_from
+        output_tokens, event_id, reused_from, candidate, model,
+        moves
     )
     WHERE j.id = ANY ($1::uuid[])
         AND j.id = i.id
@@ -849,6 +854,7 @@ WITH updated AS (
     RETURNING
         /*job_columns j*/,
         i.outcome AS reported, i.error AS reported_error, i.uncertain, i.input_tokens, i.output_tokens, i.event_id,
+        i.candidate, i.model, i.moves,
         j.events
 ),
 -- The batch progress of the jobs this statement finished: batch_jobs,
@@ -861,7 +867,8 @@ batch_jobs AS (
 attempt AS (
     INSERT INTO /*schema*/job_attempts (
         job_id, attempt, fence, worker, started_at, outcome, error_class, error,
-        retry_at, input_tokens, output_tokens, uncertain, reused_from
+        retry_at, input_tokens, output_tokens, uncertain, reused_from,
+        candidate, model, moves
     )
     SELECT id, attempt, fence, lease_owner, attempted_at,
         CASE state
@@ -874,7 +881,8 @@ attempt AS (
         CASE WHEN reported = 'snoozed' THEN NULL ELSE error_class END,
         CASE reported WHEN 'succeeded' THEN NULL WHEN 'snoozed' THEN reported_error ELSE last_error END,
         CASE WHEN state = 'RETRY_SCHEDULED' THEN available_at END,
-        input_tokens, output_tokens, uncertain, reused_from
+        input_tokens, output_tokens, uncertain, reused_from,
+        candidate, model, moves::jsonb
     FROM updated
 ),
 -- A job's events carry its acceptance's trace context, so their consumers
@@ -1259,13 +1267,15 @@ WHERE $9::text = '' OR pg_notify($9, job.queue) IS NOT NULL;
 -- A tenant's job's attempts in order: the recorded ones, then the live one,
 -- which its job row describes. The join keeps the read tenant-scoped.
 SELECT a.job_id, a.attempt, a.fence, a.worker, a.started_at, a.ended_at, a.outcome,
-    a.error_class, a.error, a.retry_at, a.input_tokens, a.output_tokens, a.uncertain, a.reused_from
+    a.error_class, a.error, a.retry_at, a.input_tokens, a.output_tokens, a.uncertain, a.reused_from,
+    a.candidate, a.model, a.moves
 FROM /*schema*/job_attempts AS a
 JOIN /*schema*/jobs AS j ON j.id = a.job_id
 WHERE j.tenant = $1 AND a.job_id = $2
 UNION ALL
 SELECT id, attempt, fence, lease_owner, attempted_at, NULL, NULL,
-    NULL, NULL, NULL, NULL, NULL, false, NULL
+    NULL, NULL, NULL, NULL, NULL, false, NULL,
+    NULL, NULL, NULL
 FROM /*schema*/jobs
 WHERE tenant = $1 AND id = $2 AND state = 'RUNNING'
 ORDER BY 2;

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -11,7 +12,7 @@ import (
 )
 
 // statements is every statement of queries.sql, operator_list.sql,
-// steps.sql, batches.sql, prune.sql and reuse.sql, with the shape the code binds and scans; dbsqltest checks it
+// steps.sql, batches.sql, prune.sql, reuse.sql and candidates.sql, with the shape the code binds and scans; dbsqltest checks it
 // against the schema. NewStore and NewPruner each load all of them, so a
 // statement missing from the files, or one no spec declares, stops
 // construction.
@@ -37,13 +38,15 @@ type statements struct {
 	pruneBatches, countBatches, pruneInvalidations, countInvalidations string
 	// reuse.sql
 	invalidateReuse, listInvalidations string
+	// candidates.sql
+	candidateStats string
 }
 
 func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 	job := new(jobRow).dest()
 	stepDest := new(stepRow).dest()
 	batch := new(batchRow).dest()
-	return dbsql.Load(schema, []string{queriesSQL, operatorListSQL, stepsSQL, batchesSQL, pruneSQL, reuseSQL},
+	return dbsql.Load(schema, []string{queriesSQL, operatorListSQL, stepsSQL, batchesSQL, pruneSQL, reuseSQL, candidatesSQL},
 		dbsql.Query(&q.insertJob, "InsertJob", 23, job...).
 			Binds(newInsertBatch(1).one("", "", []string{}, new(string), []string{})...),
 		dbsql.Query(&q.insertJobs, "InsertJobs", 23, job...).
@@ -66,7 +69,7 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Exec(&q.wakeIdleTenants, "WakeIdleTenants", 2),
 		dbsql.Query(&q.heartbeat, "HeartbeatLeases", 4, new([16]byte), new(bool)),
 		dbsql.Query(&q.leases, "ListLeases", 2, job...),
-		dbsql.Query(&q.complete, "CompleteJobs", 14, job...),
+		dbsql.Query(&q.complete, "CompleteJobs", 17, job...),
 		dbsql.Query(&q.move, "MoveJob", 6, job...).Binds(pgtype.UUID{}, int64(0), "", "", "", ""),
 		dbsql.Exec(&q.markStale, "MarkStaleAttempts", 8),
 		dbsql.Query(&q.markHung, "MarkHungAttempts", 4, new([16]byte), new(int64)),
@@ -84,7 +87,7 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.tenantBacklogs, "TenantBacklogs", 0, new(tenantBacklogRow).dest()...),
 		dbsql.Query(&q.kindBacklogs, "KindBacklogs", 0, new(kindBacklogRow).dest()...),
 		dbsql.Query(&q.takeStep, "TakeStep", 3, append([]any{new(bool)}, stepDest[2:]...)...),
-		dbsql.Query(&q.saveStep, "SaveStep", 6, append([]any{new(bool)}, stepDest[2:]...)...),
+		dbsql.Query(&q.saveStep, "SaveStep", 7, append([]any{new(bool)}, stepDest[2:]...)...),
 		dbsql.Query(&q.listSteps, "ListSteps", 2, stepDest...),
 		dbsql.Query(&q.insertBatch, "InsertBatch", 6, batch...),
 		dbsql.Query(&q.getBatch, "GetBatch", 2, batch...),
@@ -102,6 +105,7 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.estimateFinished, "EstimateFinished", 0, new([]byte)),
 		dbsql.Query(&q.invalidateReuse, "InvalidateReuse", 6, append(new(invalidationRow).dest(), new(int64))...),
 		dbsql.Query(&q.listInvalidations, "ListReuseInvalidations", 2, new(invalidationRow).dest()...),
+		dbsql.Query(&q.candidateStats, "CandidateStats", 3, new(CandidateStats).dest()...),
 	)
 }
 
@@ -263,15 +267,20 @@ type attemptRow struct {
 	outcome, class, message *string
 	inTokens, outTokens     *int64
 	reusedFrom              pgtype.UUID
+	candidate, model        *string
+	moves                   json.RawMessage
 }
 
 func (r *attemptRow) dest() []any {
 	a := &r.a
 	return []any{&a.JobID, &a.Attempt, &a.Fence, &a.Worker, &a.StartedAt, &r.ended, &r.outcome,
-		&r.class, &r.message, &r.retryAt, &r.inTokens, &r.outTokens, &a.Usage.Uncertain, &r.reusedFrom}
+		&r.class, &r.message, &r.retryAt, &r.inTokens, &r.outTokens, &a.Usage.Uncertain, &r.reusedFrom,
+		&r.candidate, &r.model, dbsql.RawJSON(&r.moves)}
 }
 
-func (r *attemptRow) attempt() Attempt {
+// attempt returns the scanned attempt, or an error for moves that are not
+// the JSON array Complete writes.
+func (r *attemptRow) attempt() (Attempt, error) {
 	a := r.a
 	a.EndedAt, a.RetryAt = dbsql.Deref(r.ended), dbsql.Deref(r.retryAt)
 	a.Outcome = AttemptOutcome(dbsql.Deref(r.outcome))
@@ -280,5 +289,11 @@ func (r *attemptRow) attempt() Attempt {
 	if r.reusedFrom.Valid {
 		a.ReusedFrom = r.reusedFrom.Bytes
 	}
-	return a
+	a.Candidate, a.Model = dbsql.Deref(r.candidate), dbsql.Deref(r.model)
+	if len(r.moves) > 0 {
+		if err := json.Unmarshal(r.moves, &a.Moves); err != nil {
+			return a, fmt.Errorf("attempt %d's moves: %w", a.Attempt, err)
+		}
+	}
+	return a, nil
 }

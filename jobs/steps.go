@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/llmq/llmq/internal/dbsql"
 	"github.com/llmq/llmq/internal/validate"
 	"github.com/llmq/llmq/llmqtype"
 )
@@ -40,6 +41,9 @@ type Step struct {
 	// the step, in the order they did.
 	ReusedBy  []int     `json:"reused_by,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
+	// Candidate is the route candidate (lease.Route) whose call produced
+	// Output; empty for a step run outside a route.
+	Candidate string `json:"candidate,omitempty"`
 }
 
 // StepParams names a step of the attempt holding Lease.
@@ -55,6 +59,10 @@ type SaveStepParams struct {
 	Name   string
 	Output json.RawMessage // one JSON value jsonb can hold, at most MaxStepOutputBytes
 	Usage  Usage           // Uncertain is not kept: a stored step was answered
+	// Candidate is the route candidate whose call produced the output;
+	// empty outside a route. At most MaxCandidateLen bytes, without
+	// control characters.
+	Candidate string
 }
 
 // TakeStep returns step p.Name of the job, as an earlier attempt (or this
@@ -80,7 +88,8 @@ func (s *PostgresStore) TakeStep(ctx context.Context, db DBTX, p StepParams) (st
 // output is returned and p's is discarded. It returns ErrLeaseLost, storing
 // nothing, when p.Lease is no longer the job's current attempt, and a
 // *llmqtype.ValidationError (naming the field, before anything is written)
-// for an empty or overlong name or an output jsonb cannot hold.
+// for an empty or overlong name, an output jsonb cannot hold, negative
+// usage or a Candidate that is overlong or holds a control character.
 func (s *PostgresStore) SaveStep(ctx context.Context, db DBTX, p SaveStepParams) (Step, error) {
 	if err := checkStepName(p.Name); err != nil {
 		return Step{}, err
@@ -95,8 +104,11 @@ func (s *PostgresStore) SaveStep(ctx context.Context, db DBTX, p SaveStepParams)
 	if p.Usage.InputTokens < 0 || p.Usage.OutputTokens < 0 {
 		return Step{}, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "Usage", Problem: "token counts must not be negative"}
 	}
+	if problem := checkText(p.Candidate, false, MaxCandidateLen); problem != "" {
+		return Step{}, &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: "Candidate", Problem: problem}
+	}
 	row := db.QueryRow(ctx, s.sql.saveStep, p.Lease.JobID, p.Lease.Fence, p.Name, string(p.Output),
-		p.Usage.InputTokens, p.Usage.OutputTokens)
+		p.Usage.InputTokens, p.Usage.OutputTokens, dbsql.NullIfZero(p.Candidate))
 	step, found, err := s.stepRow(row, p.Lease.JobID, p.Name)
 	if err == nil && !found {
 		// Stored by this attempt meanwhile, after the statement's snapshot.
@@ -169,10 +181,11 @@ type stepRow struct {
 	inTokens, outTokens *int64
 	reusedBy            []int32
 	createdAt           *time.Time
+	candidate           *string
 }
 
 func (r *stepRow) dest() []any {
-	return []any{&r.s.JobID, &r.s.Name, &r.attempt, &r.output, &r.inTokens, &r.outTokens, &r.reusedBy, &r.createdAt}
+	return []any{&r.s.JobID, &r.s.Name, &r.attempt, &r.output, &r.inTokens, &r.outTokens, &r.reusedBy, &r.createdAt, &r.candidate}
 }
 
 func (r *stepRow) step() Step {
@@ -193,5 +206,6 @@ func (r *stepRow) step() Step {
 	if r.createdAt != nil {
 		st.CreatedAt = *r.createdAt
 	}
+	st.Candidate = dbsql.Deref(r.candidate)
 	return st
 }

@@ -39,13 +39,15 @@ reused AS (
         AND NOT (h.attempt = ANY (s.reused_by))
     RETURNING s.job_id
 )
-SELECT EXISTS (SELECT FROM holder), s.attempt, s.output, s.input_tokens, s.output_tokens, s.reused_by, s.created_at
+SELECT EXISTS (SELECT FROM holder), s.attempt, s.output, s.input_tokens, s.output_tokens, s.reused_by, s.created_at,
+    s.candidate
 FROM (SELECT) AS one
 LEFT JOIN /*schema*/job_steps AS s ON s.job_id = $1 AND s.name = $3;
 
 -- name: SaveStep
--- Stores step $3's output $4 (with the usage $5, $6 it recorded) for the
--- attempt holding fence $2 of job $1, if that attempt is still current.
+-- Stores step $3's output $4 (with the usage $5, $6 it recorded, and $7
+-- the route candidate whose call produced it, NULL outside a route) for
+-- the attempt holding fence $2 of job $1, if that attempt is still current.
 -- The first store of a name wins (ON CONFLICT DO NOTHING): the stored step
 -- is returned, whichever attempt stored it; no row with a current attempt
 -- means one stored concurrently after this statement's snapshot, which the
@@ -57,20 +59,21 @@ WITH holder AS (
     FOR SHARE
 ),
 saved AS (
-    INSERT INTO /*schema*/job_steps (job_id, name, attempt, fence, output, input_tokens, output_tokens)
-    SELECT $1, $3, h.attempt, $2, $4::jsonb, $5, $6
+    INSERT INTO /*schema*/job_steps (job_id, name, attempt, fence, output, input_tokens, output_tokens, candidate)
+    SELECT $1, $3, h.attempt, $2, $4::jsonb, $5, $6, $7::text
     FROM holder AS h
     ON CONFLICT (job_id, name) DO NOTHING
-    RETURNING attempt, output, input_tokens, output_tokens, reused_by, created_at
+    RETURNING attempt, output, input_tokens, output_tokens, reused_by, created_at, candidate
 ),
 stored AS (
-    SELECT attempt, output, input_tokens, output_tokens, reused_by, created_at FROM saved
+    SELECT attempt, output, input_tokens, output_tokens, reused_by, created_at, candidate FROM saved
     UNION ALL
-    SELECT attempt, output, input_tokens, output_tokens, reused_by, created_at
+    SELECT attempt, output, input_tokens, output_tokens, reused_by, created_at, candidate
     FROM /*schema*/job_steps
     WHERE job_id = $1 AND name = $3 AND NOT EXISTS (SELECT FROM saved)
 )
-SELECT EXISTS (SELECT FROM holder), s.attempt, s.output, s.input_tokens, s.output_tokens, s.reused_by, s.created_at
+SELECT EXISTS (SELECT FROM holder), s.attempt, s.output, s.input_tokens, s.output_tokens, s.reused_by, s.created_at,
+    s.candidate
 FROM (SELECT) AS one
 LEFT JOIN stored AS s ON true;
 
@@ -78,7 +81,8 @@ LEFT JOIN stored AS s ON true;
 -- A tenant's job's stored steps in the order they were stored. The join
 -- keeps the read tenant-scoped; job_steps' primary key gives the job's
 -- rows.
-SELECT s.job_id, s.name, s.attempt, s.output, s.input_tokens, s.output_tokens, s.reused_by, s.created_at
+SELECT s.job_id, s.name, s.attempt, s.output, s.input_tokens, s.output_tokens, s.reused_by, s.created_at,
+    s.candidate
 FROM /*schema*/job_steps AS s
 JOIN /*schema*/jobs AS j ON j.id = s.job_id
 WHERE j.tenant = $1 AND s.job_id = $2

@@ -9,6 +9,7 @@ import (
 	"math"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -146,6 +147,43 @@ type Completion struct {
 	// that job, taken instead of calling the handler (Job.ReusedFrom of a
 	// claimed job): the attempt is recorded as AttemptReused and names it.
 	ReusedFrom uuid.UUID
+	// Candidate and Model are the route candidate (lease.Route) that made
+	// the attempt's last call and its model; Moves are the calls before it
+	// that failed in a way the route moves on for, in the order they were
+	// made. All three are empty for an attempt without a route. Candidate
+	// and Model are at most MaxCandidateLen bytes without control
+	// characters, and there are at most MaxMoves moves.
+	Candidate string
+	Model     string
+	Moves     []Move
+}
+
+// Limits on what a Completion records of a route.
+const (
+	MaxCandidateLen = 200
+	MaxMoves        = 16
+	// MaxMoveErrorLen bounds a Move's Error as stored: Complete keeps its
+	// first MaxMoveErrorLen bytes (whole UTF-8 characters) rather than
+	// refusing a longer one.
+	MaxMoveErrorLen = 1000
+)
+
+// Move is one provider call of an attempt that failed in a way its route
+// moves on for (lease.Route), before the candidate that served the
+// attempt: the candidate and model called, and why it failed. Failure is
+// the reason class ("rate_limited", "server_error", "timeout",
+// "unreachable", "context_window"), written by the runner; Error is the
+// provider's message (made storable and cut to MaxMoveErrorLen bytes by
+// Complete). InputTokens, OutputTokens and Uncertain are what the call
+// reported or may have been billed, as in Usage.
+type Move struct {
+	Candidate    string `json:"candidate"`
+	Model        string `json:"model"`
+	Failure      string `json:"failure"`
+	Error        string `json:"error,omitempty"`
+	InputTokens  int64  `json:"input_tokens,omitempty"`
+	OutputTokens int64  `json:"output_tokens,omitempty"`
+	Uncertain    bool   `json:"uncertain,omitempty"`
 }
 
 // CompletionResult is what happened to one completion: Job is the job as it
@@ -170,6 +208,13 @@ type Attempt struct {
 	Usage      Usage          `json:"usage"`
 	// ReusedFrom is the job whose result a reused attempt took.
 	ReusedFrom uuid.UUID `json:"reused_from,omitzero"`
+	// Candidate and Model are the route candidate that made the attempt's
+	// last call and its model, and Moves the calls before it that moved
+	// on (Completion.Moves); empty for an attempt without a route, and for
+	// one that has not ended.
+	Candidate string `json:"candidate,omitempty"`
+	Model     string `json:"model,omitempty"`
+	Moves     []Move `json:"moves,omitempty"`
 }
 
 // ReapParams bounds one pass of the reaper.
@@ -331,6 +376,7 @@ func (s *PostgresStore) Complete(ctx context.Context, db DBTX, completions []Com
 		classes, messages, results = make([]*string, n), make([]*string, n), make([]*string, n)
 		uncertain                  = make([]bool, n)
 		reusedFrom                 = make([]pgtype.UUID, n)
+		candidates, models, moves  = make([]*string, n), make([]*string, n), make([]*string, n)
 		seen                       = make(map[uuid.UUID]bool, n)
 	)
 	for i, c := range completions {
@@ -361,11 +407,16 @@ func (s *PostgresStore) Complete(ctx context.Context, db DBTX, completions []Com
 		if c.ReusedFrom != uuid.Nil {
 			reusedFrom[i] = dbsql.UUID(c.ReusedFrom)
 		}
+		candidates[i], models[i] = dbsql.NullIfZero(c.Candidate), dbsql.NullIfZero(c.Model)
+		if moves[i], err = movesJSON(c.Moves); err != nil {
+			return nil, err
+		}
 	}
 	applied, err := dbsql.CollectUnder(ctx, db, s.sql.keyedPlans, s.sql.restorePlans, s.sql.complete,
 		[]any{ids, fences, outcomes, results, classes,
 			messages, delays, margins, uncertain, inTokens,
-			outTokens, eventIDs, s.cfg.EventTopic, reusedFrom},
+			outTokens, eventIDs, s.cfg.EventTopic, reusedFrom, candidates,
+			models, moves},
 		scanJob)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: complete: %w", err)
@@ -416,9 +467,13 @@ func (s *PostgresStore) markStale(ctx context.Context, db DBTX, stale []Completi
 // negative duration, or a Result that is not JSON PostgreSQL's jsonb can
 // hold. Complete refuses a batch holding such a completion before writing
 // anything; a runner validates each outcome before it joins a batch, so
-// that one bad outcome cannot fail the others. Error texts are never
-// refused: Complete replaces what PostgreSQL cannot store in them (invalid
-// UTF-8, NUL bytes).
+// that one bad outcome cannot fail the others. What it records of a route
+// is refused when a Candidate or Model is empty where required, longer
+// than MaxCandidateLen or holds a control character, when Model is set
+// without Candidate, when there are more than MaxMoves moves, or when a
+// move has no Candidate or Failure. Error texts are never refused:
+// Complete replaces what PostgreSQL cannot store in them (invalid UTF-8,
+// NUL bytes), and cuts a move's Error to MaxMoveErrorLen bytes.
 func (c Completion) Validate() error {
 	fail := func(field, problem string) error {
 		return &llmqtype.ValidationError{Kind: ErrInvalidParams, Field: field, Problem: problem}
@@ -445,7 +500,75 @@ func (c Completion) Validate() error {
 	if c.ReusedFrom != uuid.Nil && c.Outcome != OutcomeSucceeded {
 		return fail("ReusedFrom", fmt.Sprintf("is set with outcome %q; a reused result is a success", c.Outcome))
 	}
+	return c.validateRoute(fail)
+}
+
+// validateRoute checks what c records of a route: its candidate and model
+// and each move's names, as identifiers are checked elsewhere. A move's
+// Error is never refused (see Complete).
+func (c Completion) validateRoute(fail func(field, problem string) error) error {
+	if problem := checkText(c.Candidate, false, MaxCandidateLen); problem != "" {
+		return fail("Candidate", problem)
+	}
+	if problem := checkText(c.Model, false, MaxCandidateLen); problem != "" {
+		return fail("Model", problem)
+	}
+	if c.Model != "" && c.Candidate == "" {
+		return fail("Model", "is set without Candidate; a model is recorded with the candidate that called it")
+	}
+	if len(c.Moves) > MaxMoves {
+		return fail("Moves", fmt.Sprintf("has %d moves, more than the limit of %d", len(c.Moves), MaxMoves))
+	}
+	for i, m := range c.Moves {
+		field := func(name string) string { return fmt.Sprintf("Moves[%d].%s", i, name) }
+		if problem := checkText(m.Candidate, true, MaxCandidateLen); problem != "" {
+			return fail(field("Candidate"), problem)
+		}
+		if problem := checkText(m.Model, false, MaxCandidateLen); problem != "" {
+			return fail(field("Model"), problem)
+		}
+		if problem := checkText(m.Failure, true, MaxCandidateLen); problem != "" {
+			return fail(field("Failure"), problem)
+		}
+		if m.InputTokens < 0 {
+			return fail(field("InputTokens"), fmt.Sprintf("is %d; must not be negative", m.InputTokens))
+		}
+		if m.OutputTokens < 0 {
+			return fail(field("OutputTokens"), fmt.Sprintf("is %d; must not be negative", m.OutputTokens))
+		}
+	}
 	return nil
+}
+
+// movesJSON is moves as Complete stores them: a JSON array, each Error
+// made storable and cut to MaxMoveErrorLen bytes; nil (NULL) for none.
+func movesJSON(moves []Move) (*string, error) {
+	if len(moves) == 0 {
+		return nil, nil
+	}
+	stored := make([]Move, len(moves))
+	for i, m := range moves {
+		m.Error = cutText(validate.MakeStorable(m.Error), MaxMoveErrorLen)
+		stored[i] = m
+	}
+	b, err := json.Marshal(stored)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: encoding moves: %w", err)
+	}
+	text := string(b)
+	return &text, nil
+}
+
+// cutText returns the longest prefix of s, valid UTF-8, of at most n bytes
+// that ends at a character's boundary.
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // OutputAsResult returns a model's or handler's output in a form the store
@@ -665,8 +788,10 @@ func (s *PostgresStore) Attempts(ctx context.Context, db DBTX, tenant string, id
 	}
 	attempts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Attempt, error) {
 		var r attemptRow
-		err := row.Scan(r.dest()...)
-		return r.attempt(), err
+		if err := row.Scan(r.dest()...); err != nil {
+			return Attempt{}, err
+		}
+		return r.attempt()
 	})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: attempts of %s: %w", id, s.explain(err))

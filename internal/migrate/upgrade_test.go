@@ -200,7 +200,7 @@ func snapshot(t *testing.T, pool *pgxpool.Pool, schema string) map[string][]stri
 		"jobs": "id", "job_keys": "tenant, id", "job_attempts": "job_id, attempt", "outbox": "seq",
 		"tenant_queues": "queue, tenant", "tenant_limits": "tenant", "admission_pools": "name",
 	} {
-		rows, err := pool.Query(t.Context(), fmt.Sprintf("SELECT (to_jsonb(t) - 'events' - 'batch_id' - 'in_flight_tokens' - 'max_in_flight_tokens' - 'batch_input_price' - 'batch_output_price' - 'reuse_key' - 'reuse_shared' - 'reuse_ttl_ms' - 'reused_from')::text FROM %s.%s AS t ORDER BY %s", schema, table, order))
+		rows, err := pool.Query(t.Context(), fmt.Sprintf("SELECT (to_jsonb(t) - 'events' - 'batch_id' - 'in_flight_tokens' - 'max_in_flight_tokens' - 'batch_input_price' - 'batch_output_price' - 'reuse_key' - 'reuse_shared' - 'reuse_ttl_ms' - 'reused_from' - 'candidate' - 'model' - 'moves')::text FROM %s.%s AS t ORDER BY %s", schema, table, order))
 		require.NoError(t, err)
 		out[table], err = pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)
