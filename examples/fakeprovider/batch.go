@@ -309,6 +309,7 @@ func (s *Server) answerLocked(b *batch, it batchItem, now time.Time) (result, Ca
 	id := s.batches.nextID("")
 	call := Call{Start: now, End: now, API: b.d.name + "-batch", APIKey: b.apiKey}
 	req, err := b.d.decode(it.body)
+	call.Model = req.model
 	if err != nil {
 		call.Status, call.Fault = http.StatusBadRequest, faultNames[faultBadRequest]
 		return s.erroredLocked(b, id, http.StatusBadRequest, errInvalidRequest, err.Error()), call

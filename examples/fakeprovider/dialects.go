@@ -38,18 +38,24 @@ var openAI = dialect{
 		req.document = doc.String()
 		return req, nil
 	},
-	rateHeaders: func(s *Server, h http.Header, now time.Time) {
-		reqs, toks := s.levels(now)
-		h.Set("x-ratelimit-limit-requests", strconv.Itoa(s.cfg.RPM))
-		h.Set("x-ratelimit-limit-tokens", strconv.Itoa(s.cfg.TPM))
-		h.Set("x-ratelimit-remaining-requests", strconv.Itoa(max(0, int(reqs))))
-		h.Set("x-ratelimit-remaining-tokens", strconv.Itoa(max(0, int(toks))))
-		h.Set("x-ratelimit-reset-requests", refill(1-reqs, float64(s.cfg.RPM)/60).String())
-		h.Set("x-ratelimit-reset-tokens", refill(1-toks, float64(s.cfg.TPM)/60).String())
+	rateHeaders: func(h http.Header, l levels, _ time.Time) {
+		h.Set("x-ratelimit-limit-requests", strconv.Itoa(l.rpm))
+		h.Set("x-ratelimit-limit-tokens", strconv.Itoa(l.tpm))
+		h.Set("x-ratelimit-remaining-requests", strconv.Itoa(max(0, int(l.requests))))
+		h.Set("x-ratelimit-remaining-tokens", strconv.Itoa(max(0, int(l.tokens))))
+		h.Set("x-ratelimit-reset-requests", refill(1-l.requests, float64(l.rpm)/60).String())
+		h.Set("x-ratelimit-reset-tokens", refill(1-l.tokens, float64(l.tpm)/60).String())
 	},
+	overloaded:        http.StatusServiceUnavailable,
+	overloadedMessage: "The engine is currently overloaded, please try again later",
 	errorBody: func(kind errorKind, msg string) any {
-		typ := [...]string{errInvalidRequest: "invalid_request_error", errRateLimit: "rate_limit_exceeded", errServer: "server_error", errNotFound: "invalid_request_error"}[kind]
-		return openAIErrorBody(typ, msg)
+		typ := [...]string{errInvalidRequest: "invalid_request_error", errRateLimit: "rate_limit_exceeded", errServer: "server_error", errNotFound: "invalid_request_error", errOverloaded: "service_unavailable_error"}[kind]
+		body := openAIErrorBody(typ, msg)
+		if kind == errOverloaded {
+			code := "server_is_overloaded"
+			body.Error.Code = &code
+		}
+		return body
 	},
 	answerBody: func(id string, created time.Time, model, content string, usage Usage) any {
 		return ChatResponse{
@@ -60,8 +66,8 @@ var openAI = dialect{
 	},
 }
 
-// openAIError is OpenAI's error body. Param and Code are always null
-// here: the fake's errors have neither.
+// openAIError is OpenAI's error body. Param is always null here, and Code
+// too but for an overloaded model's "server_is_overloaded".
 type openAIError struct {
 	Error openAIErrorDetail `json:"error"`
 }
@@ -159,17 +165,19 @@ var anthropic = dialect{
 		req.document = doc.String()
 		return req, nil
 	},
-	rateHeaders: func(s *Server, h http.Header, now time.Time) {
-		reqs, toks := s.levels(now)
-		h.Set("anthropic-ratelimit-requests-limit", strconv.Itoa(s.cfg.RPM))
-		h.Set("anthropic-ratelimit-tokens-limit", strconv.Itoa(s.cfg.TPM))
-		h.Set("anthropic-ratelimit-requests-remaining", strconv.Itoa(max(0, int(reqs))))
-		h.Set("anthropic-ratelimit-tokens-remaining", strconv.Itoa(max(0, int(toks))))
-		h.Set("anthropic-ratelimit-requests-reset", now.Add(refill(1-reqs, float64(s.cfg.RPM)/60)).UTC().Format(time.RFC3339Nano))
-		h.Set("anthropic-ratelimit-tokens-reset", now.Add(refill(1-toks, float64(s.cfg.TPM)/60)).UTC().Format(time.RFC3339Nano))
+	rateHeaders: func(h http.Header, l levels, now time.Time) {
+		h.Set("anthropic-ratelimit-requests-limit", strconv.Itoa(l.rpm))
+		h.Set("anthropic-ratelimit-tokens-limit", strconv.Itoa(l.tpm))
+		h.Set("anthropic-ratelimit-requests-remaining", strconv.Itoa(max(0, int(l.requests))))
+		h.Set("anthropic-ratelimit-tokens-remaining", strconv.Itoa(max(0, int(l.tokens))))
+		h.Set("anthropic-ratelimit-requests-reset", now.Add(refill(1-l.requests, float64(l.rpm)/60)).UTC().Format(time.RFC3339Nano))
+		h.Set("anthropic-ratelimit-tokens-reset", now.Add(refill(1-l.tokens, float64(l.tpm)/60)).UTC().Format(time.RFC3339Nano))
 	},
+	// 529 is Anthropic's own status for an API without capacity.
+	overloaded:        529,
+	overloadedMessage: "Overloaded",
 	errorBody: func(kind errorKind, msg string) any {
-		typ := [...]string{errInvalidRequest: "invalid_request_error", errRateLimit: "rate_limit_error", errServer: "api_error", errNotFound: "not_found_error"}[kind]
+		typ := [...]string{errInvalidRequest: "invalid_request_error", errRateLimit: "rate_limit_error", errServer: "api_error", errNotFound: "not_found_error", errOverloaded: "overloaded_error"}[kind]
 		return anthropicError{Type: "error", Error: anthropicErrorDetail{Type: typ, Message: msg}}
 	},
 	answerBody: func(id string, _ time.Time, model, content string, usage Usage) any {
@@ -215,11 +223,18 @@ func blocksText(raw json.RawMessage) (string, error) {
 	return b.String(), nil
 }
 
-// levels returns the request and token buckets' levels at now.
-func (s *Server) levels(now time.Time) (requests, tokens float64) {
+// levels are one quota's limits and its buckets' levels, for the
+// rate-limit headers.
+type levels struct {
+	rpm, tpm         int
+	requests, tokens float64
+}
+
+// levels returns q's limits and its buckets' levels at now.
+func (s *Server) levels(q *quota, now time.Time) levels {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.requests.TokensAt(now), s.tokens.TokensAt(now)
+	return levels{rpm: q.rpm, tpm: q.tpm, requests: q.requests.TokensAt(now), tokens: q.tokens.TokensAt(now)}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

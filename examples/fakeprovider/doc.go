@@ -1,6 +1,7 @@
 // Package fakeprovider is a model provider's stand-in for the invoice
 // example's demo and tests: OpenAI's chat completions and Anthropic's
-// Messages API, over one set of quotas, and both providers' batch APIs.
+// Messages API, over one set of quotas (and a set of its own for each model
+// Config.Models names), and both providers' batch APIs.
 //
 // It serves POST /v1/chat/completions and POST /v1/messages, each with its
 // API's request and answer shapes, usage fields, rate-limit headers and
@@ -19,6 +20,10 @@
 //     x-ratelimit-remaining-/x-ratelimit-reset- (Go durations), Anthropic's
 //     anthropic-ratelimit-*-remaining/-reset (RFC 3339 times); a 429 storm
 //     on demand (Storm, or StormFromNextCall to start it at the next call);
+//   - per-model quotas: a model Config.Models names (the request's
+//     "model") has its own RPM and TPM buckets, enforced and reported in
+//     the rate-limit headers as the server-wide ones are; any other model
+//     takes from Config.RPM and TPM;
 //   - faults, by rate (seeded, for the demo) or by a marker in the document
 //     text (deterministic, for tests): a call that hangs until the client
 //     gives up ("[[fake:timeout-once]]"), malformed JSON ("[[fake:malformed]]",
@@ -27,10 +32,17 @@
 //     ("[[fake:bad-total]]"). A "-once" fault hits the first call for a
 //     document only, so a retry succeeds;
 //   - faults switched on while it runs: HangNext, MalformNext and FailNext
-//     (500) hit the next n calls, Storm refuses everything for a while.
+//     (500) hit the next n calls, Storm refuses everything for a while;
+//   - one model failing while the others serve, for routes with
+//     fallbacks: StormModel refuses a model's calls with 429 and
+//     Retry-After for a while, OutageModel answers them as the API does
+//     when it has no capacity (OpenAI: 503 "service_unavailable_error";
+//     Anthropic: 529 "overloaded_error"), and Heal(model) ends both. Like
+//     Storm's, their durations are wall-clock time, not divided by
+//     Config.Scale.
 //
-// Config.OnCall sees every call once its answer is on the wire: the call
-// log a test checks quotas against, and the moment to kill a client that
+// Config.OnCall sees every call, with its API, key and model, once its
+// answer is on the wire: the call log a test checks quotas against, and the moment to kill a client that
 // has its answer but has not recorded it yet.
 //
 // # Batch APIs
@@ -53,8 +65,8 @@
 //
 // Each request is answered by the same fake model, markers and rates as a
 // synchronous call, but at once and outside the RPM and TPM buckets; the
-// run-time faults (HangNext, MalformNext, FailNext) stay with synchronous
-// calls, and a hang ("[[fake:timeout-once]]", Config.TimeoutRate) becomes
+// run-time faults (HangNext, MalformNext, FailNext, Storm, StormModel,
+// OutageModel) stay with synchronous calls, and a hang ("[[fake:timeout-once]]", Config.TimeoutRate) becomes
 // a 500, there being no client to give up. Two markers are for batches
 // only: "[[fake:batch-400]]" and "[[fake:batch-500]]" answer that request
 // 400 or 500 with the API's error body.

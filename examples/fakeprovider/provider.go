@@ -31,6 +31,10 @@ type Config struct {
 	// RPM and TPM are the enforced limits. Defaults 600 and 1,000,000.
 	RPM int
 	TPM int
+	// Models gives the models named here (a request's "model") quotas of
+	// their own, enforced with their own buckets as RPM and TPM are; a
+	// request for any other model takes from RPM and TPM.
+	Models map[string]ModelConfig
 	// TimeoutRate, MalformedRate and WrongRate are the probabilities of a
 	// hung call, a malformed answer and a plausible but wrong extraction.
 	TimeoutRate, MalformedRate, WrongRate float64
@@ -77,6 +81,13 @@ type Config struct {
 	OnBatchRequest func(BatchRequest)
 }
 
+// ModelConfig is one model's quotas (Config.Models). A zero RPM or TPM is
+// Config's.
+type ModelConfig struct {
+	RPM int
+	TPM int
+}
+
 // Call describes one request the server handled, for Config.OnCall.
 type Call struct {
 	Start, End time.Time
@@ -89,14 +100,16 @@ type Call struct {
 	// x-api-key or bearer token ("" without one). For a batch request,
 	// the key that created the batch.
 	APIKey string
+	// Model is the model the request asked for ("" when unreadable).
+	Model string
 	// Document is the user messages' text.
 	Document string
 	// Status is the HTTP status answered; 0 for a hung call the client
 	// gave up on.
 	Status int
 	// Fault is what the server did to the call: "" (a correct answer),
-	// "rate-limited", "timeout", "malformed", "wrong-iban", "bad-total",
-	// "server-error" or "bad-request".
+	// "rate-limited", "overloaded" (OutageModel), "timeout", "malformed",
+	// "wrong-iban", "bad-total", "server-error" or "bad-request".
 	Fault string
 	// PromptTokens and CompletionTokens are the usage reported (zero
 	// unless answered with 200).
@@ -115,6 +128,9 @@ type Stats struct {
 	BadRequests int64 `json:"bad_requests"`
 	// ServerErrors counts calls answered 500 (FailNext).
 	ServerErrors int64 `json:"server_errors"`
+	// Overloaded counts calls refused for their model's outage
+	// (OutageModel): 503 in OpenAI's API, 529 in Anthropic's.
+	Overloaded int64 `json:"overloaded"`
 
 	// BatchesCreated counts batches created, in either API.
 	BatchesCreated int64 `json:"batches_created"`
@@ -133,12 +149,13 @@ type Stats struct {
 
 // Server is the fake provider; it is an http.Handler.
 type Server struct {
-	cfg      Config
-	mux      *http.ServeMux
-	requests *rate.Limiter
-	tokens   *rate.Limiter
+	cfg    Config
+	mux    *http.ServeMux
+	quota  *quota            // the server-wide buckets
+	models map[string]*quota // Config.Models' buckets
 
 	mu         sync.Mutex
+	faults     map[string]modelFaults // per model: StormModel, OutageModel
 	stormUntil time.Time
 	stormNext  time.Duration // a storm that begins at the next call (StormFromNextCall)
 	rnd        *rand.Rand
@@ -147,7 +164,7 @@ type Server struct {
 	malformNxt int              // calls still to answer malformed (MalformNext)
 	failNext   int              // calls still to answer 500 (FailNext)
 
-	calls64, answered, limited, timeouts, malformed, wrong, bad, serverErrors atomic.Int64
+	calls64, answered, limited, timeouts, malformed, wrong, bad, serverErrors, overloaded atomic.Int64
 
 	batches *batchStore
 }
@@ -171,13 +188,17 @@ func New(cfg Config) *Server {
 	}
 	cfg = batchDefaults(cfg)
 	s := &Server{
-		cfg:      cfg,
-		mux:      http.NewServeMux(),
-		requests: rate.NewLimiter(rate.Limit(float64(cfg.RPM)/60), max(1, cfg.RPM/60)),
-		tokens:   rate.NewLimiter(rate.Limit(float64(cfg.TPM)/60), max(1, cfg.TPM/10)),
-		rnd:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), //nolint:gosec // a fake's faults, not secrets
-		calls:    map[[32]byte]int{},
-		batches:  newBatchStore(),
+		cfg:     cfg,
+		mux:     http.NewServeMux(),
+		quota:   newQuota(cfg.RPM, cfg.TPM),
+		models:  make(map[string]*quota, len(cfg.Models)),
+		faults:  map[string]modelFaults{},
+		rnd:     rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), //nolint:gosec // a fake's faults, not secrets
+		calls:   map[[32]byte]int{},
+		batches: newBatchStore(),
+	}
+	for name, m := range cfg.Models {
+		s.models[name] = newQuota(cmpOr(m.RPM, cfg.RPM), cmpOr(m.TPM, cfg.TPM))
 	}
 	s.mux.HandleFunc("POST /v1/chat/completions", s.complete)
 	s.mux.HandleFunc("POST /v1/messages", s.messages)
@@ -200,6 +221,64 @@ func (s *Server) StormFromNextCall(d time.Duration) {
 	s.mu.Lock()
 	s.stormNext = d
 	s.mu.Unlock()
+}
+
+// StormModel is Storm for model's calls only: for d they are refused with
+// 429 and a Retry-After of what is left of d, whatever their quota has
+// left, while other models' calls are served. Heal ends it.
+func (s *Server) StormModel(model string, d time.Duration) {
+	s.mu.Lock()
+	f := s.faults[model]
+	f.stormUntil = time.Now().Add(d)
+	s.faults[model] = f
+	s.mu.Unlock()
+}
+
+// OutageModel makes model unavailable for d, as a provider short of
+// capacity for it is: its calls are refused, before they take from any
+// quota, with the API's overloaded answer (OpenAI: 503 and
+// "service_unavailable_error"; Anthropic: 529 and "overloaded_error"),
+// without Retry-After, while other models' calls are served. Heal ends it.
+func (s *Server) OutageModel(model string, d time.Duration) {
+	s.mu.Lock()
+	f := s.faults[model]
+	f.outageUntil = time.Now().Add(d)
+	s.faults[model] = f
+	s.mu.Unlock()
+}
+
+// Heal ends model's StormModel and OutageModel now. The server-wide Storm
+// is not model's: Storm(0) ends it.
+func (s *Server) Heal(model string) {
+	s.mu.Lock()
+	delete(s.faults, model)
+	s.mu.Unlock()
+}
+
+// modelFaults are one model's run-time faults: until when it storms and
+// is out.
+type modelFaults struct{ stormUntil, outageUntil time.Time }
+
+// quota is one set of RPM and TPM buckets: the server's, or a model's.
+type quota struct {
+	rpm, tpm         int
+	requests, tokens *rate.Limiter
+}
+
+func newQuota(rpm, tpm int) *quota {
+	return &quota{
+		rpm: rpm, tpm: tpm,
+		requests: rate.NewLimiter(rate.Limit(float64(rpm)/60), max(1, rpm/60)),
+		tokens:   rate.NewLimiter(rate.Limit(float64(tpm)/60), max(1, tpm/10)),
+	}
+}
+
+// quotaFor is the quota a request for model takes from.
+func (s *Server) quotaFor(model string) *quota {
+	if q, ok := s.models[model]; ok {
+		return q
+	}
+	return s.quota
 }
 
 // HangNext makes the next n calls that are not rate-limited hang until
@@ -234,7 +313,7 @@ func (s *Server) Stats() Stats {
 	return Stats{
 		Calls: s.calls64.Load(), Answered: s.answered.Load(), RateLimited: s.limited.Load(),
 		Timeouts: s.timeouts.Load(), Malformed: s.malformed.Load(), Wrong: s.wrong.Load(), BadRequests: s.bad.Load(),
-		ServerErrors: s.serverErrors.Load(),
+		ServerErrors: s.serverErrors.Load(), Overloaded: s.overloaded.Load(),
 
 		BatchesCreated: s.batches.created.Load(), BatchesRefused: s.batches.refused.Load(),
 		BatchRequestsAnswered: s.batches.answered.Load(), BatchRequestsErrored: s.batches.errored.Load(),
@@ -313,9 +392,14 @@ type dialect struct {
 	name        string
 	apiKey      func(h http.Header) string
 	decode      func(body []byte) (request, error)
-	rateHeaders func(s *Server, h http.Header, now time.Time)
-	errorBody   func(kind errorKind, msg string) any
-	answerBody  func(id string, created time.Time, model, content string, usage Usage) any
+	rateHeaders func(h http.Header, l levels, now time.Time)
+	// overloaded and overloadedMessage are the status and message the
+	// API answers, with an errOverloaded body, when it has no capacity
+	// for the model (OutageModel).
+	overloaded        int
+	overloadedMessage string
+	errorBody         func(kind errorKind, msg string) any
+	answerBody        func(id string, created time.Time, model, content string, usage Usage) any
 }
 
 // parse reads a synchronous call's key and body.
@@ -346,6 +430,7 @@ const (
 	errRateLimit
 	errServer
 	errNotFound
+	errOverloaded
 )
 
 func (s *Server) complete(w http.ResponseWriter, r *http.Request) { s.serve(w, r, openAI) }
@@ -372,14 +457,21 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, d dialect) {
 		d.writeError(w, http.StatusBadRequest, errInvalidRequest, err.Error())
 		return
 	}
-	call.Document = req.document
+	call.Model, call.Document = req.model, req.document
 	promptTokens := req.promptTokens()
 	maxOut := int64(cmpOr(req.maxTokens, 800))
 
 	now := time.Now()
-	if wait, ok := s.admit(now, promptTokens+maxOut); !ok {
+	q := s.quotaFor(req.model)
+	switch wait, v := s.admit(now, req.model, q, promptTokens+maxOut); v {
+	case overloaded:
+		s.overloaded.Add(1)
+		call.Status, call.Fault = d.overloaded, "overloaded"
+		d.writeError(w, d.overloaded, errOverloaded, d.overloadedMessage)
+		return
+	case limited:
 		s.limited.Add(1)
-		d.rateHeaders(s, w.Header(), now)
+		d.rateHeaders(w.Header(), s.levels(q, now), now)
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
 		w.Header().Set("retry-after-ms", strconv.FormatInt(max(1, wait.Milliseconds()), 10))
 		call.Status, call.Fault = http.StatusTooManyRequests, "rate-limited"
@@ -434,7 +526,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, d dialect) {
 	s.answered.Add(1)
 	out := int64(len(content)/4 + 1)
 	call.Status, call.PromptTokens, call.CompletionTokens = http.StatusOK, promptTokens, out
-	d.rateHeaders(s, w.Header(), time.Now())
+	at := time.Now()
+	d.rateHeaders(w.Header(), s.levels(q, at), at)
 	d.writeAnswer(w, strconv.FormatInt(s.calls64.Load(), 10), now, req.model, content,
 		Usage{PromptTokens: promptTokens, CompletionTokens: out, TotalTokens: promptTokens + out})
 }
@@ -461,26 +554,48 @@ func modelContent(f fault, document string) (string, error) {
 	return string(b), nil
 }
 
-// admit takes one request and tokens from the per-minute buckets, or says how
+// verdict is admit's answer to a call.
+type verdict int
+
+const (
+	admitted   verdict = iota
+	limited            // 429, for a storm or an empty bucket
+	overloaded         // the model's outage (OutageModel)
+)
+
+// admit refuses a call for model during its outage, or during a storm
+// (the server's or model's) with how long is left of it; otherwise it
+// takes one request and tokens from q's per-minute buckets, or says how
 // long until they would be there.
-func (s *Server) admit(now time.Time, tokens int64) (time.Duration, bool) {
+func (s *Server) admit(now time.Time, model string, q *quota, tokens int64) (time.Duration, verdict) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stormNext > 0 {
 		s.stormUntil, s.stormNext = now.Add(s.stormNext), 0
 	}
-	if now.Before(s.stormUntil) {
-		return s.stormUntil.Sub(now), false
+	mf := s.faults[model]
+	if now.Before(mf.outageUntil) {
+		return 0, overloaded
 	}
-	rr := s.requests.ReserveN(now, 1)
-	tr := s.tokens.ReserveN(now, int(min(tokens, int64(s.tokens.Burst()))))
+	if until := later(s.stormUntil, mf.stormUntil); now.Before(until) {
+		return until.Sub(now), limited
+	}
+	rr := q.requests.ReserveN(now, 1)
+	tr := q.tokens.ReserveN(now, int(min(tokens, int64(q.tokens.Burst()))))
 	wait := max(rr.DelayFrom(now), tr.DelayFrom(now))
 	if wait > 0 {
 		rr.CancelAt(now)
 		tr.CancelAt(now)
-		return wait, false
+		return wait, limited
 	}
-	return 0, true
+	return 0, admitted
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // refill is how long a bucket takes to gain missing units at perSecond.
