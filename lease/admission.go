@@ -66,11 +66,23 @@ type Admission struct {
 	// Route maps a job to the request it makes: pool, tenant and tokens to
 	// reserve (for example prompt size plus max_tokens, or
 	// job.EstimatedTokens). ok false runs the job without a permit.
-	// Required.
+	// Required unless Routes names every admitted kind.
 	Route func(job *jobs.Job) (req admission.Request, ok bool)
+	// Routes maps a kind to the candidates its attempts may use, in order
+	// (see Route): each attempt takes the first candidate whose pool can
+	// grant within MaxWait and moves on to the next for the failures the
+	// route names. The request of a routed attempt is Route's with the
+	// candidate's pool, or, with Route nil or ok false, the job's tenant
+	// and EstimatedTokens. Every kind must have a handler and a pool
+	// serves one model across all routes (NewRunner checks both); every
+	// candidate's pool must exist in Limiter (Run asks it before its
+	// first claim).
+	Routes map[string]Route
 	// QueuePools names the pools each queue's jobs draw from; the runner
 	// claims from a queue only while one of them could grant within
-	// MaxWait. A queue not listed is claimed from as usual.
+	// MaxWait. A queue not listed is claimed from as usual. List every
+	// candidate pool of a routed kind's queue: a queue whose first pool
+	// cools down is still claimed from while another can grant.
 	QueuePools map[string][]string
 	// MaxWait is the longest an attempt waits for a permit while holding
 	// its lease. Default 1s; it must be shorter than the attempt timeout.
@@ -86,8 +98,8 @@ func (a *Admission) withDefaults(attemptTimeout time.Duration) (*Admission, erro
 	switch {
 	case a.Limiter == nil:
 		return nil, errors.New("Admission.Limiter is nil")
-	case a.Route == nil:
-		return nil, errors.New("Admission.Route is nil")
+	case a.Route == nil && len(a.Routes) == 0:
+		return nil, errors.New("Admission.Route is nil and there are no Routes")
 	case a.MaxWait < 0 || a.UnavailableSnooze < 0:
 		return nil, errors.New("Admission.MaxWait and UnavailableSnooze must not be negative")
 	}
@@ -97,6 +109,17 @@ func (a *Admission) withDefaults(attemptTimeout time.Duration) (*Admission, erro
 	if c.MaxWait >= attemptTimeout {
 		return nil, fmt.Errorf("Admission.MaxWait (%s) must be shorter than AttemptTimeout (%s)", c.MaxWait, attemptTimeout)
 	}
+	c.Routes = make(map[string]Route, len(a.Routes))
+	for kind, route := range a.Routes {
+		r, err := route.withDefaults(kind)
+		if err != nil {
+			return nil, err
+		}
+		c.Routes[kind] = r
+	}
+	if err := validateRoutes(c.Routes); err != nil {
+		return nil, err
+	}
 	return &c, nil
 }
 
@@ -104,6 +127,10 @@ func (a *Admission) withDefaults(attemptTimeout time.Duration) (*Admission, erro
 func (a *Admission) wrap(handlers map[string]Handler) map[string]Handler {
 	wrapped := make(map[string]Handler, len(handlers))
 	for kind, h := range handlers {
+		if route, ok := a.Routes[kind]; ok {
+			wrapped[kind] = &routed{next: h, a: a, route: route}
+			continue
+		}
 		wrapped[kind] = &admitted{next: h, a: a}
 	}
 	return wrapped
@@ -235,6 +262,9 @@ func NotSent(err error) error {
 }
 
 func (h *admitted) Work(ctx context.Context, job *jobs.Job) (json.RawMessage, error) {
+	if h.a.Route == nil {
+		return h.next.Work(ctx, job)
+	}
 	req, ok := h.a.Route(job)
 	if !ok {
 		return h.next.Work(ctx, job)
@@ -246,12 +276,23 @@ func (h *admitted) Work(ctx context.Context, job *jobs.Job) (json.RawMessage, er
 
 // underPermit runs work holding a permit for req: an attempt's handler,
 // or a step with its own request (StepConfig.Admission). The permit is
-// settled by how far work's call got (see outcome), from ctx's usage.
+// settled by how far work's call got (see outcome), from the usage work
+// recorded. A 429 that gave a wait snoozes the job for it.
 func (a *Admission) underPermit(ctx context.Context, req admission.Request, work func(ctx context.Context) (json.RawMessage, error)) (json.RawMessage, error) {
 	permit, err := a.acquire(ctx, req)
 	if err != nil {
 		return nil, err
 	}
+	result, report, err := a.callUnder(ctx, permit, req, work)
+	return result, report.snoozeFor429(err, req.Pool)
+}
+
+// callUnder runs work, one provider call, holding permit, and settles the
+// permit by how far the call got, with the usage work recorded (its own:
+// a routed attempt's earlier calls settled theirs). It reports what it saw
+// of the call.
+func (a *Admission) callUnder(ctx context.Context, permit *admission.Permit, req admission.Request,
+	work func(ctx context.Context) (json.RawMessage, error)) (json.RawMessage, callReport, error) {
 	// The attempt's context may be over (timeout, lost lease) when the
 	// permit is settled: settle it regardless, within a bound of its own.
 	// An unreleased permit would expire on its own, so an error here only
@@ -269,6 +310,9 @@ func (a *Admission) underPermit(ctx context.Context, req admission.Request, work
 			release(admission.CallOutcome{Result: admission.CallUncertain})
 		}
 	}()
+	parent, _ := ctx.Value(usageKey{}).(*usageRecorder)
+	usage := &usageRecorder{parent: parent}
+	ctx = context.WithValue(ctx, usageKey{}, usage)
 	c := &call{limiter: a.Limiter, permit: permit, pool: req.Pool}
 	result, err := work(context.WithValue(ctx, callKey{}, c))
 	returned = true
@@ -280,10 +324,8 @@ func (a *Admission) underPermit(ctx context.Context, req admission.Request, work
 		RecordUsage(ctx, jobs.Usage{Uncertain: true})
 	}
 	release(outcome)
-	if c.responded && c.status == http.StatusTooManyRequests && c.signal.Cooldown > 0 {
-		return nil, &jobs.SnoozeError{After: c.signal.Cooldown, Reason: fmt.Sprintf("provider 429 on pool %q", req.Pool)}
-	}
-	return result, err
+	return result, callReport{responded: c.responded, status: c.status, cooldown: c.signal.Cooldown,
+		outcome: outcome.Result, usage: usage.get()}, err
 }
 
 // outcome is how far the call got.

@@ -286,6 +286,11 @@ func (c Config) withDefaults() (Config, error) {
 			return fail("%v", err)
 		}
 		a.obs = obs
+		for kind := range a.Routes {
+			if _, ok := c.Handlers[kind]; !ok {
+				return fail("Admission.Routes[%q]: no handler of that kind", kind)
+			}
+		}
 		c.Admission, c.Handlers = a, a.wrap(c.Handlers)
 	}
 	if c.WorkerID == "" {

@@ -246,6 +246,60 @@
 //     not. There is no determinism rule: code between steps runs again on
 //     every attempt, so keep what costs money inside steps.
 //
+// # Model routes
+//
+// Admission.Routes gives a kind an ordered list of candidates (Route,
+// Candidate): each an admission pool, a model and the client of its
+// provider (provider/openai's or provider/anthropic's Client, or a host's
+// own Adapter). One handler serves every candidate: CandidateOf(ctx) says
+// which one the call is for, and the handler asks its Model through its
+// Adapter.
+//
+//	Routes: map[string]lease.Route{"invoice.extract": {Candidates: []lease.Candidate{
+//		{Pool: "openai-gpt", Model: "gpt-4.1-mini", Adapter: openaiClient},
+//		{Pool: "anthropic-haiku", Model: "claude-haiku-4-5", Adapter: anthropicClient},
+//	}}},
+//
+// What a route promises:
+//
+//   - An attempt takes the first candidate whose pool grants a permit
+//     within Admission.MaxWait; a pool cooling down after a 429, or out of
+//     its RPM, TPM or in-flight budget for longer, is passed over without a
+//     call. With none left the job is snoozed for the soonest wait, not
+//     counted against its attempts, as a job without a route is.
+//   - When the first candidate grants, routing costs nothing: the attempt
+//     makes the one acquire an attempt without a route makes.
+//   - A call that fails in a way Route.MoveOn names (default: 429, 5xx,
+//     timeout or lost connection, unreachable provider, context window)
+//     moves the attempt to the next candidate at once, inside the same
+//     attempt, under the same lease and context: never past the attempt's
+//     timeout or the job's deadline, never another attempt of the retry
+//     budget. Invalid output, a refusal, a 400 for the request and the
+//     handler's own errors never move it.
+//   - Every call holds its own permit, settled with its own usage, so the
+//     usage ledger has each call under its candidate's pool (a pool has one
+//     price and serves one model). The attempt records the candidate and
+//     model that made its last call and each call that moved on before it,
+//     with its failure, error and usage (jobs.Attempt.Moves); a durable
+//     step records the candidate that produced it.
+//   - Route.Pin names one candidate every attempt uses, with no fallback,
+//     for results that must come from one model.
+//   - NewRunner refuses an empty route, a candidate without a pool, model
+//     or adapter, one pool serving two models, and a route of a kind
+//     without a handler, naming each. A pool the limiter does not know is
+//     refused by Run before its first claim (NewRunner takes no context
+//     and does no I/O): Run returns at once with an error naming it.
+//
+// Decisions: moving is decided by how the call ended as the runner saw it
+// (lease.Responded's status, NotSent, the adapters' ErrContextWindow),
+// not by the handler; a handler without an adapter reports its responses
+// with Responded for moves to happen. A reuse key (jobs.Reuse) should not
+// name the model when a route may serve the job from another: the answer
+// is the route's. Provider batches (package providerbatch) are submitted
+// to their own pool, outside routes. The metric llmq.route.calls counts
+// each candidate's part by result: served, failed, moved_<failure>, or
+// passed (no permit within the wait).
+//
 // # Connections
 //
 // A runner's use of the database is bounded by a constant, whatever
@@ -319,6 +373,9 @@
 //     because their handler ran HungGrace past AttemptTimeout.
 //   - llmq.admission.wait (s; pool, result = granted | snoozed | failed):
 //     time an attempt waited for its admission permit.
+//   - llmq.route.calls ({call}; kind, candidate, result = served |
+//     failed | failed_<failure> | moved_<failure> | passed): each route
+//     candidate's part in attempts (see Model routes).
 //   - the store's queue gauges (jobs.PostgresStore.RegisterGauges), while
 //     Run runs, refreshed at most every GaugeRefresh; NoQueueGauges leaves
 //     them to another process.

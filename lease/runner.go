@@ -109,6 +109,10 @@ type attempt struct {
 // its pool. LISTEN holds one more connection of its own, outside the pool.
 const sharedConns = 2
 
+// routePoolCheckTimeout bounds Run's question to the limiter about the
+// pools of Admission.Routes.
+const routePoolCheckTimeout = 5 * time.Second
+
 // withConn runs fn holding one of the runner's sharedConns slots.
 func withConn[T any](ctx context.Context, r *Runner, fn func() (T, error)) (T, error) {
 	select {
@@ -180,11 +184,24 @@ func (r *Runner) Wake(queue string) bool {
 // runner at once, not left to expire), and returns once every attempt's
 // outcome is recorded. It returns nil after a clean shutdown. A Runner runs
 // once at a time.
+//
+// Before it claims anything, Run asks the limiter about every pool of
+// Config.Admission.Routes and returns an error wrapping ErrInvalidConfig
+// that names the kind, candidate and pool if one does not exist (a limiter
+// that cannot answer is not held against the route).
 func (r *Runner) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return errors.New("lease: Run called while the runner is already running")
 	}
 	defer r.running.Store(false)
+	if r.cfg.Admission != nil {
+		check, cancel := context.WithTimeout(ctx, routePoolCheckTimeout)
+		err := r.cfg.Admission.checkPools(check)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+	}
 	if gauges, ok := r.store.(interface {
 		RegisterGauges(jobs.DBTX, jobs.GaugeConfig) (metric.Registration, error)
 	}); ok && r.cfg.MeterProvider != nil && !r.cfg.NoQueueGauges {
@@ -541,9 +558,10 @@ func (r *Runner) execute(ctx context.Context, a *attempt, c *completer) {
 		return
 	}
 	handler := r.cfg.Handlers[job.Kind]
-	recorder := &usageRecorder{}
+	recorder, route := &usageRecorder{}, &routeRecord{}
 	ctx, cancel := context.WithTimeoutCause(ctx, r.cfg.AttemptTimeout, ErrAttemptTimeout)
 	ctx = context.WithValue(ctx, usageKey{}, recorder)
+	ctx = context.WithValue(ctx, routeKey{}, route)
 	ctx = context.WithValue(ctx, stepKey{}, &stepScope{r: r, job: job})
 	started := time.Now()
 	r.mu.Lock()
@@ -562,6 +580,7 @@ func (r *Runner) execute(ctx context.Context, a *attempt, c *completer) {
 		invalidBefore = r.invalidAttempts(ctx, job, logger)
 	}
 	completion := r.decide(job, result, err, cause, invalidBefore)
+	route.fill(&completion)
 	// Each outcome is checked before it joins a batch: one the store would
 	// refuse would fail every outcome batched with it.
 	if problem := completion.Validate(); problem != nil {

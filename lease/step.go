@@ -145,7 +145,8 @@ func (sc *stepScope) run(ctx context.Context, name string, cfg StepConfig, fn fu
 	if err != nil {
 		return nil, err
 	}
-	saved, err := sc.save(ctx, jobs.SaveStepParams{Lease: lease, Name: name, Output: out, Usage: recorder.get()})
+	candidate, _ := CandidateOf(ctx)
+	saved, err := sc.save(ctx, jobs.SaveStepParams{Lease: lease, Name: name, Output: out, Usage: recorder.get(), Candidate: candidate.Name})
 	if err != nil {
 		return nil, err
 	}

@@ -32,6 +32,7 @@ type instruments struct {
 	reaped           metric.Int64Counter     // llmq.reaped
 	admissionWait    metric.Float64Histogram // llmq.admission.wait
 	hung             metric.Int64Counter     // llmq.attempts.hung
+	routeCalls       metric.Int64Counter     // llmq.route.calls
 
 	// Attribute sets by what they hold, built once each: sorting and
 	// hashing a set on every measurement would cost more than recording it.
@@ -98,6 +99,7 @@ func newInstruments(cfg Config) (*instruments, error) {
 	in.reaped = counter("llmq.reaped", "{job}", "Expired leases and deadlines the reaper acted on, by result.")
 	in.hung = counter("llmq.attempts.hung", "{attempt}", "Attempts given up because their handler kept running past the timeout and grace, by queue and kind.")
 	in.admissionWait = histogram("llmq.admission.wait", "Time an attempt waited for an admission permit, by pool and result.", telemetry.FastBuckets)
+	in.routeCalls = counter("llmq.route.calls", "{call}", "Route candidates' part in attempts, by kind, candidate and result: served, failed[_<failure>], moved_<failure> (failed and moved on) or passed (no permit within the wait).")
 	return in, err
 }
 

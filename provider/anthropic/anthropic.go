@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
+	"strings"
 
 	sdk "github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -42,7 +44,35 @@ var dialect = adapt.Dialect{
 		return apiErr.StatusCode, h, true
 	},
 	Usage: Usage,
+	// Anthropic gives a prompt past the window no code of its own: a 400
+	// invalid_request_error whose message says the prompt is too long.
+	ContextWindow: func(err error) bool {
+		var apiErr *sdk.Error
+		return errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusBadRequest &&
+			strings.Contains(strings.ToLower(apiErr.Message), "prompt is too long")
+	},
 }
+
+// Client is an anthropic-sdk-go client built with Options, to be a route
+// candidate's adapter (lease.Candidate.Adapter): a handler serving several
+// candidates finds it with lease.CandidateOf and calls it inside Call,
+// with the candidate's model.
+type Client struct {
+	sdk.Client
+}
+
+// NewClient returns a client built with opts (the host's: API key, base
+// URL, HTTP client) followed by Options(cfg).
+func NewClient(cfg Config, opts ...option.RequestOption) (*Client, error) {
+	llmq, err := Options(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{Client: sdk.NewClient(append(slices.Clone(opts), llmq...)...)}, nil
+}
+
+// Provider names the API: "anthropic".
+func (*Client) Provider() string { return "anthropic" }
 
 // Options returns the client options that put an anthropic-sdk-go client under
 // llmq: its retries off (option.WithMaxRetries(0): llmq owns retries) and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -241,4 +242,28 @@ func FuzzUsage(f *testing.F) {
 		require.GreaterOrEqual(t, u.OutputTokens, int64(0))
 		require.False(t, u.Uncertain)
 	})
+}
+
+// A prompt past the model's context window is refused with a 400 whose
+// message says so: the adapter's error matches lease.ErrContextWindow, so
+// a route may move the attempt to a model with a larger window.
+func TestContextWindowRefusal(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write([]byte(`{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}`))
+	}))
+	t.Cleanup(srv.Close)
+	c, err := llmqanthropic.NewClient(llmqanthropic.Config{}, option.WithBaseURL(srv.URL), option.WithAPIKey("key-1"),
+		option.WithHTTPClient(providertest.HTTPClient(t)))
+	require.NoError(t, err)
+	require.Equal(t, "anthropic", c.Provider())
+	_, err = llmqanthropic.Call(t.Context(), func(ctx context.Context) (*sdk.Message, error) {
+		return c.Messages.New(ctx, sdk.MessageNewParams{Model: "m", MaxTokens: 10,
+			Messages: []sdk.MessageParam{sdk.NewUserMessage(sdk.NewTextBlock("long"))}})
+	})
+	require.ErrorIs(t, err, lease.ErrContextWindow)
+	class, _ := jobs.Classify(err)
+	require.Equal(t, jobs.ClassPermanent, class)
 }

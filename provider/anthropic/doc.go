@@ -19,6 +19,14 @@
 //		return nil, err // already says how the attempt ended
 //	}
 //
+// # Routes
+//
+// For a kind with a route (lease.Route), NewClient builds a candidate's
+// Adapter: a *Client is the SDK's client built with Options, and the
+// handler finds it through lease.CandidateOf(ctx).Adapter and asks the
+// candidate's Model inside Call. How Call classifies a failure decides
+// whether the attempt moves to the next candidate (lease.Route.MoveOn).
+//
 // # Guarantees
 //
 //   - Retries off: option.WithMaxRetries(0). One Call with one SDK call
@@ -57,6 +65,8 @@
 //	  Retry-After, an exhausted budget's reset)
 //	429 without a wait                            the SDK's error (transient)        uncertain, counted
 //	408, 409, 5xx                                 jobs.RetryAfter(Retry-After)       uncertain
+//	400 "prompt is too long"                      jobs.Permanent wrapping            fails the job, or moves
+//	                                              lease.ErrContextWindow             a routed attempt on
 //	other 4xx                                     jobs.Permanent                     fails the job
 //	timeout, lost connection, lost body after     the error (transient)              uncertain
 //	  the request's headers were written

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -42,7 +43,32 @@ var dialect = adapt.Dialect{
 		return apiErr.StatusCode, h, true
 	},
 	Usage: Usage,
+	ContextWindow: func(err error) bool {
+		var apiErr *oai.Error
+		return errors.As(err, &apiErr) && apiErr.Code == "context_length_exceeded"
+	},
 }
+
+// Client is an openai-go client built with Options, to be a route
+// candidate's adapter (lease.Candidate.Adapter): a handler serving several
+// candidates finds it with lease.CandidateOf and calls it inside Call,
+// with the candidate's model.
+type Client struct {
+	oai.Client
+}
+
+// NewClient returns a client built with opts (the host's: API key, base
+// URL, HTTP client) followed by Options(cfg).
+func NewClient(cfg Config, opts ...option.RequestOption) (*Client, error) {
+	llmq, err := Options(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{Client: oai.NewClient(append(slices.Clone(opts), llmq...)...)}, nil
+}
+
+// Provider names the API: "openai".
+func (*Client) Provider() string { return "openai" }
 
 // Options returns the client options that put an openai-go client under
 // llmq: its retries off (option.WithMaxRetries(0): llmq owns retries) and

@@ -32,6 +32,9 @@ type Dialect struct {
 	APIError func(err error) (status int, header http.Header, ok bool)
 	// Usage reads the usage an answer's JSON body reports.
 	Usage func(body []byte) (jobs.Usage, bool)
+	// ContextWindow reports an API error that refuses a request longer
+	// than the model's context window.
+	ContextWindow func(err error) bool
 }
 
 // Observer receives the responses of calls made outside an admitted
@@ -198,6 +201,10 @@ func classify(ctx context.Context, d Dialect, rec *record, err error) error {
 		case status == http.StatusRequestTimeout || status == http.StatusConflict || status >= 500:
 			uncertain()
 			return jobs.RetryAfterHeader(err, header.Get("Retry-After"))
+		case status >= 400 && d.ContextWindow != nil && d.ContextWindow(err):
+			// Permanent for this model; a route may move the attempt to a
+			// model with a larger window (lease.FailureContextWindow).
+			return jobs.Permanent(fmt.Errorf("%w: %w", lease.ErrContextWindow, err))
 		case status >= 400:
 			return jobs.Permanent(err)
 		}
