@@ -33,7 +33,9 @@
 //     finished) in the last hour.
 //   - Jobs: filtered by queue, kind, tenant, state and creation time, newest
 //     first, with cursor pagination. A job's page shows its attempt
-//     timeline (outcome, class, fence, worker, duration, tokens, uncertain),
+//     timeline (outcome, class, fence, worker, duration, the route
+//     candidate and model that served it with the calls that moved on
+//     before it, tokens, uncertain),
 //     its durable steps (which attempt ran each, which reused it), its
 //     outbox events, its result or error, and its replay lineage. A job
 //     enqueued with jobs.Reuse shows its reuse key, its scope (shared by
@@ -45,8 +47,14 @@
 //   - Dead letters and review: FAILED_TERMINAL and REVIEW_REQUIRED jobs,
 //     most recently finished first; a job's page offers the replay.
 //   - Admission: each provider pool's buckets, in-flight permits, cooldown
-//     and limits (editable with actions on), and usage and cost per tenant
-//     per day over two weeks (a chart, ten tenants a page).
+//     and limits (editable with actions on), usage and cost per tenant
+//     per day over two weeks (a chart, ten tenants a page), and the route
+//     candidates of the last hour (jobs.PostgresStore.CandidateStats, what
+//     `llmq stats` shows as routes): per candidate and model, the attempts
+//     that ended on it by outcome, its calls that moved on by failure, and
+//     the tokens. The store reads the attempts table sequentially for it
+//     (no index serves a time window; see jobs/candidates.sql), so it is
+//     read on a full load of the page only, never on its refreshes.
 //   - Batches: the provider batch submissions of package providerbatch
 //     (what `llmq batches list` shows), newest first, filtered by pool:
 //     each one's id, pool, model, state (preparing, submitted, ended), the

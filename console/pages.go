@@ -408,7 +408,15 @@ type poolsData struct {
 	// NextTenants is the last tenant of this page when more follow.
 	NextTenants string
 	NextQuery   template.URL
+	// Candidates is what each route candidate did with the attempts
+	// started in the last candidatesWindow, the page's tenant's only on a
+	// tenant's console; read on a full load, not on the pools' refreshes.
+	Candidates []jobs.CandidateStats
 }
+
+// candidatesWindow is how far back the admission page's route candidates
+// look.
+const candidatesWindow = time.Hour
 
 // cutUsagePage keeps the first usageTenants tenants of rows read with one
 // more, and names the last kept tenant when there are more.
@@ -471,7 +479,14 @@ func (h *Handler) poolsPage(ctx context.Context, r *http.Request, v *view) error
 	}
 	d.Chart, d.Legend = usageChart(d.Usage, from, usageDays, value, format)
 	d.ChartMax = format(d.Chart.Max)
-	return nil
+	// The store reads the attempts sequentially (jobs/candidates.sql):
+	// once per full load, never for the live part's refreshes, which
+	// render only the pools.
+	if r.URL.Query().Get("fragment") == "" {
+		d.Candidates, err = h.store.CandidateStats(ctx, h.cfg.DB, jobs.CandidateStatsParams{
+			Since: v.Now.Add(-candidatesWindow), Tenant: h.cfg.Tenant})
+	}
+	return err
 }
 
 func usageTotals(days []usageDay) []usageTotal {

@@ -74,7 +74,7 @@ func runInspect(ctx context.Context, name string, args []string, stdout, stderr 
 	}
 	printReuse(tw, job)
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "ATTEMPT\tWORKER\tSTARTED\tTOOK\tOUTCOME\tCLASS\tTOKENS IN/OUT\tUNCERTAIN\tERROR")
+	fmt.Fprintln(tw, "ATTEMPT\tWORKER\tSTARTED\tTOOK\tOUTCOME\tCLASS\tSERVED BY\tTOKENS IN/OUT\tUNCERTAIN\tERROR")
 	for _, a := range attempts {
 		took, outcome := "-", string(a.Outcome)
 		if !a.EndedAt.IsZero() {
@@ -86,8 +86,12 @@ func runInspect(ctx context.Context, name string, args []string, stdout, stderr 
 		case a.ReusedFrom != uuid.Nil:
 			outcome += " from " + a.ReusedFrom.String()
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%v\t%s\n", a.Attempt, a.Worker, a.StartedAt.UTC().Format(time.RFC3339),
-			took, outcome, a.ErrorClass, a.Usage.InputTokens, a.Usage.OutputTokens, a.Usage.Uncertain, firstLine(a.Error))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%v\t%s\n", a.Attempt, a.Worker, a.StartedAt.UTC().Format(time.RFC3339),
+			took, outcome, a.ErrorClass, servedBy(a.Candidate, a.Model), a.Usage.InputTokens, a.Usage.OutputTokens, a.Usage.Uncertain, firstLine(a.Error))
+		for _, m := range a.Moves {
+			fmt.Fprintf(tw, "\t\t\t\tmoved on from\t%s\t%s\t%d/%d\t%v\t%s\n", m.Failure, servedBy(m.Candidate, m.Model),
+				m.InputTokens, m.OutputTokens, m.Uncertain, firstLine(m.Error))
+		}
 	}
 	if len(attempts) == 0 {
 		fmt.Fprintln(tw, "(none yet)")
@@ -114,6 +118,15 @@ func runInspect(ctx context.Context, name string, args []string, stdout, stderr 
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.ID, e.Type, e.CreatedAt.UTC().Format(time.RFC3339), published)
 	}
 	return tw.Flush()
+}
+
+// servedBy names a route candidate and its model, or "-" for an attempt
+// without a route.
+func servedBy(candidate, model string) string {
+	if candidate == "" {
+		return "-"
+	}
+	return candidate + " (" + model + ")"
 }
 
 // printReuse shows the job's reuse key, scope and TTL when it opted in,

@@ -11,9 +11,10 @@
 //	llmq migrate status             list migrations and whether each is applied
 //	llmq migrate sql [-down] [-from N] [-to N]
 //	                                print the SQL, for teams that run their own migration tool
-//	llmq stats                      jobs by queue and state, oldest eligible job age, outbox
+//	llmq stats [-routes-window D]   jobs by queue and state, oldest eligible job age, outbox
 //	                                lag, each tenant's backlog, in-flight jobs, weight and cap,
-//	                                and each kind's backlog (a kind no runner serves only ages)
+//	                                each kind's backlog (a kind no runner serves only ages), and
+//	                                what each route candidate did in the last hour (or D)
 //	llmq jobs list [-tenant T] [-state S,...] [-kind K] [-limit N] [-cursor C]
 //	                                jobs newest first, every tenant's unless -tenant; the last
 //	                                line gives the -cursor of the next page
@@ -113,7 +114,8 @@ commands:
   migrate down -to N                     revert migrations above version N
   migrate status                         list migrations and whether each is applied
   migrate sql [-down] [-from N] [-to N]  print the migration SQL
-  stats                                  queues by state, outbox lag, per-tenant and per-kind backlog
+  stats [-routes-window D]               queues by state, outbox lag, per-tenant and per-kind backlog,
+                                         route candidates over the last hour (or D)
   jobs list [-tenant T] [-state S,...] [-kind K] [-limit N] [-cursor C]
                                          jobs newest first, filtered; paged with -cursor
   jobs inspect ID [-tenant T]            a job, its attempts, its steps and its events

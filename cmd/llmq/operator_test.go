@@ -159,7 +159,7 @@ func TestJobsInspect(t *testing.T) {
 	require.Contains(t, out, "tenant        acme")
 	require.Contains(t, out, "FAILED_TERMINAL")
 	require.Contains(t, out, "[permanent] 400: bad document")
-	require.Regexp(t, `(?m)^1\s+w1\s+\S+\s+\S+\s+failed\s+permanent\s+120/7\s+false\s+400: bad document`, out, "the attempt and its outcome")
+	require.Regexp(t, `(?m)^1\s+w1\s+\S+\s+\S+\s+failed\s+permanent\s+-\s+120/7\s+false\s+400: bad document`, out, "the attempt and its outcome")
 	require.Regexp(t, `(?m)^ocr\s+1\s+-\s+90/5\s+\S+`, out, "the step the attempt stored")
 	require.Contains(t, out, "extract.requested")
 	require.Contains(t, out, "extract.dead_lettered")
@@ -213,6 +213,28 @@ func TestJobsInspect(t *testing.T) {
 // jobs inspect shows a job's reuse key, scope and TTL, the job whose result
 // it took, and the attempt that took it naming its source; --json carries
 // them in the job's and the attempt's fields.
+// inspect names the candidate that served each routed attempt, with its
+// model, and lists the calls that moved on before it.
+func TestJobsInspectShowsRoute(t *testing.T) {
+	t.Parallel()
+	f := setupMigrated(t)
+	id := f.routedAttempt("acme", "extract", jobs.OutcomeSucceeded, "anthropic-eu", "claude-sonnet", jobs.Usage{InputTokens: 900, OutputTokens: 60},
+		jobs.Move{Candidate: "openai-us", Model: "gpt-large", Failure: "rate_limited", Error: "429 Too Many Requests", Uncertain: true})
+	code, out, stderr := f.run("jobs", "inspect", id.String())
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `(?m)^1\s+w1\s+\S+\s+\S+\s+succeeded\s+anthropic-eu \(claude-sonnet\)\s+900/60\s+false\s*$`, out)
+	require.Regexp(t, `(?m)^\s+moved on from\s+rate_limited\s+openai-us \(gpt-large\)\s+0/0\s+true\s+429 Too Many Requests$`, out)
+
+	code, out, stderr = f.run("jobs", "inspect", id.String(), "--json")
+	require.Equal(t, 0, code, stderr)
+	var got struct {
+		Attempts []jobs.Attempt `json:"attempts"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	require.Equal(t, "anthropic-eu", got.Attempts[0].Candidate)
+	require.Equal(t, []jobs.Move{{Candidate: "openai-us", Model: "gpt-large", Failure: "rate_limited", Error: "429 Too Many Requests", Uncertain: true}}, got.Attempts[0].Moves)
+}
+
 func TestJobsInspectShowsReuse(t *testing.T) {
 	t.Parallel()
 	f := setupMigrated(t)
@@ -226,13 +248,13 @@ func TestJobsInspectShowsReuse(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, "reuse         sha256:doc-1 (tenant scope, TTL 24h0m0s)\n")
 	require.NotContains(t, out, "reused from", "it computed its result")
-	require.Regexp(t, `(?m)^1\s+w1\s+\S+\s+\S+\s+succeeded\s+0/0\s+false\s*$`, out)
+	require.Regexp(t, `(?m)^1\s+w1\s+\S+\s+\S+\s+succeeded\s+-\s+0/0\s+false\s*$`, out)
 
 	code, out, stderr = f.run("jobs", "inspect", taker.ID.String())
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, "reuse         sha256:doc-1 (tenant scope, TTL 24h0m0s)\n")
 	require.Contains(t, out, "reused from   "+source.ID.String()+" (its result, the handler not called)\n")
-	require.Regexp(t, `(?m)^1\s+w1\s+\S+\s+\S+\s+reused from `+source.ID.String()+`\s+0/0\s+false\s*$`, out)
+	require.Regexp(t, `(?m)^1\s+w1\s+\S+\s+\S+\s+reused from `+source.ID.String()+`\s+-\s+0/0\s+false\s*$`, out)
 	require.Contains(t, out, "extract.completed", "the events of a computed success")
 
 	code, out, stderr = f.run("jobs", "inspect", shared.ID.String())

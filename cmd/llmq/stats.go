@@ -14,14 +14,20 @@ import (
 )
 
 // statsReport is what stats prints: the queues by state, the outbox's
-// publication lag, each tenant's unfinished work with its limits, and each
+// publication lag, each tenant's unfinished work with its limits, each
 // kind's unfinished work (a kind no runner serves shows as runnable work
-// that only ages).
+// that only ages), and what each route candidate did lately.
 type statsReport struct {
 	Queues  []queueJSON   `json:"queues"`
 	Outbox  outboxJSON    `json:"outbox"`
 	Tenants []backlogJSON `json:"tenants"`
 	Kinds   []kindJSON    `json:"kinds"`
+	// Routes: per route candidate and model, the attempts started in the
+	// last RoutesWindowSeconds (-routes-window, default 1h) that ended on
+	// it, by outcome, and its calls that moved on, by failure (see
+	// stats_routes.go). Empty without routed kinds.
+	Routes              []jobs.CandidateStats `json:"routes"`
+	RoutesWindowSeconds float64               `json:"routes_window_seconds"`
 	// Retention: the policy in force, the last pass, the oldest row per
 	// table, and whether a relay ever ran (see stats_retention.go).
 	Retention retention.Status `json:"retention"`
@@ -70,8 +76,12 @@ type backlogJSON struct {
 
 func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, c := newFlagSet("stats", stderr)
+	routesWindow := fs.Duration("routes-window", defaultRoutesWindow, "how far back the routes table counts attempts (by their start)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *routesWindow <= 0 {
+		return fmt.Errorf("%w: stats: -routes-window must be positive", errUsage)
 	}
 	s, err := c.open(ctx)
 	if err != nil {
@@ -83,6 +93,10 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if report.Retention, err = s.readRetention(ctx, c.schema); err != nil {
+		return err
+	}
+	report.RoutesWindowSeconds = routesWindow.Seconds()
+	if report.Routes, err = s.readRoutes(ctx, *routesWindow); err != nil {
 		return err
 	}
 	if c.json {
@@ -138,6 +152,9 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(tw, "(no unfinished jobs)")
 	}
 	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if err := printRoutes(stdout, report); err != nil {
 		return err
 	}
 	return printRetention(stdout, report.Retention)
