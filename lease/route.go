@@ -270,11 +270,11 @@ func (h *routed) Work(ctx context.Context, job *jobs.Job) (json.RawMessage, erro
 		req.Pool = cand.Pool
 		permit, err := h.a.acquire(ctx, req)
 		if err != nil {
+			h.a.countCall(ctx, job.Kind, cand.Name, "passed")
 			if last || ctx.Err() != nil {
 				return nil, sooner(passed, err)
 			}
 			passed = sooner(passed, err)
-			h.a.countCall(ctx, job.Kind, cand.Name, "passed")
 			continue
 		}
 		callCtx := context.WithValue(ctx, candidateKey{}, cand)

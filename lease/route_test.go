@@ -17,9 +17,11 @@ import (
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/examples/fakeprovider"
+	"github.com/llmq/llmq/internal/telemetry/telemetrytest"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/lease"
 	llmqanthropic "github.com/llmq/llmq/provider/anthropic"
@@ -529,4 +531,30 @@ func TestRouteDoesNotMovePastTheJobsDeadline(t *testing.T) {
 	require.Equal(t, "primary", a.Candidate)
 	require.Empty(t, a.Moves)
 	require.Zero(t, f.secondaryHits.Load())
+}
+
+// llmq.route.calls counts each candidate's part: a call that moved on, a
+// pool passed over while it cools down, a call that served.
+func TestRouteCallsAreCounted(t *testing.T) {
+	t.Parallel()
+	f := newRouteFixture(t)
+	m := telemetrytest.NewMetrics(t)
+	f.primary.Storm(time.Minute) // its 429s cool the primary's pool down for a minute
+	cfg := fastConfig(map[string]lease.Handler{"extract": extract()})
+	cfg.MeterProvider = m.Provider
+	cfg.Admission = &lease.Admission{Limiter: f.limiter, Routes: map[string]lease.Route{"extract": {Candidates: f.candidates(t, f.primaryURL)}}}
+	f.fixture.start(cfg)
+	for range 2 {
+		job := f.enqueueDocument(invoice)
+		require.Equal(t, jobs.StateSucceeded, f.await(job.ID).State)
+	}
+	count := func(candidate, result string) int64 {
+		n, _ := m.Collect(t).Int("llmq.route.calls", attribute.String("kind", "extract"),
+			attribute.String("candidate", candidate), attribute.String("result", result))
+		return n
+	}
+	require.EqualValues(t, 1, count("primary", "moved_rate_limited"))
+	require.EqualValues(t, 1, count("primary", "passed"), "the second attempt finds the pool cooling down")
+	require.EqualValues(t, 2, count("secondary", "served"))
+	require.EqualValues(t, 1, f.primaryHits.Load())
 }
