@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/llmq/llmq/examples/fakeprovider"
 	"github.com/llmq/llmq/examples/invoice"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/webhook"
@@ -38,6 +40,9 @@ type Report struct {
 	Booked                     int // invoices the ERP booked
 	MaxRPM                     int
 	MaxTPM                     int64
+	// FallbackCalls are the provider calls to the route's fallback model,
+	// Moves the calls attempts recorded as moved on to the next candidate.
+	FallbackCalls, Moves int
 	// The usage ledger against the provider's own count: LedgerTokens is
 	// what admission's ledger holds for the pool, BilledTokens the usage of
 	// every answer the fake provider wrote, LostTokens that of the answers
@@ -82,7 +87,28 @@ type attemptRow struct {
 	class     string
 	err       string
 	tokens    int64 // usage recorded: the provider answered and billed
+	// model is the model of the route candidate that made the attempt's
+	// last call, moves the calls that moved on before it (with their
+	// models): the calls the attempt recorded.
+	model string
+	moves []jobs.Move
 }
+
+// lostRecord reports an attempt that may have made calls it did not
+// record: its worker died or lost its lease while it ran (killed, paused,
+// hung), or it gave up on a call without recording which candidate it was
+// calling.
+func (a attemptRow) lostRecord() bool {
+	switch a.outcome {
+	case jobs.AttemptLeaseExpired, jobs.AttemptStale, jobs.AttemptHung:
+		return true
+	}
+	return a.uncertain && a.model == ""
+}
+
+// routeLen is how many candidates an extraction's route lists: the most
+// calls one attempt can make.
+const routeLen = 2
 
 // check reads the database, the provider's call log and the ERP's tables
 // and checks every invariant.
@@ -113,7 +139,7 @@ func (c *controller) check(ctx context.Context, settled bool) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := c.pool.QueryRow(ctx, c.q.Must("LedgerTokens"), providerKey).Scan(&r.LedgerTokens); err != nil {
+	if err := c.pool.QueryRow(ctx, c.q.Must("LedgerTokens"), []string{providerKey, fallbackPool}).Scan(&r.LedgerTokens); err != nil {
 		return nil, err
 	}
 
@@ -213,6 +239,7 @@ func (c *controller) check(ctx context.Context, settled bool) (*Report, error) {
 	// twice only where an attempt lost its answer (killed, paused past its
 	// lease, or its completion not recorded).
 	calls, answered := map[uuid.UUID]int{}, map[uuid.UUID]int{}
+	callsByModel := map[uuid.UUID]map[string]int{}
 	for _, call := range c.calls {
 		r.ProviderCalls++
 		if call.Fault == "rate-limited" {
@@ -224,6 +251,13 @@ func (c *controller) check(ctx context.Context, settled bool) (*Report, error) {
 			continue
 		}
 		calls[s.jobID]++
+		if call.Model == fallbackModel {
+			r.FallbackCalls++
+		}
+		if callsByModel[s.jobID] == nil {
+			callsByModel[s.jobID] = map[string]int{}
+		}
+		callsByModel[s.jobID][call.Model]++
 		if call.Status == http.StatusOK && call.Fault == "" {
 			answered[s.jobID]++
 		}
@@ -306,13 +340,56 @@ func (c *controller) check(ctx context.Context, settled bool) (*Report, error) {
 		bad("usage ledger holds %d tokens; the provider billed %d, of which %d were answered to workers that did not receive them (killed, or paused past their attempts' deadline)",
 			r.LedgerTokens, r.BilledTokens, r.LostTokens)
 	}
+	// Provider calls per job within its attempts × the candidates each
+	// tried, and every call recorded: per model, a job's calls are the
+	// calls its attempts recorded (each attempt's serving call and its
+	// moves), but for attempts that may have lost their record (their
+	// worker killed or paused, the attempt hung, or uncertain without a
+	// candidate) and claims not yet recorded, each of which may have
+	// called every candidate of the route once.
 	for id, n := range calls {
 		j, ok := jobsByID[id]
-		if ok && n > max(j.attempt, len(attempts[id])) {
-			bad("job %s: %d provider calls for %d attempts", id, n, max(j.attempt, len(attempts[id])))
+		if !ok {
+			continue
+		}
+		as := attempts[id]
+		tried, lost := 0, max(0, j.attempt-len(as))
+		recorded := map[string]int{}
+		for _, a := range as {
+			k := len(a.moves)
+			if a.model != "" {
+				k++
+				recorded[a.model]++
+			}
+			for _, m := range a.moves {
+				recorded[m.Model]++
+			}
+			r.Moves += len(a.moves)
+			if a.lostRecord() {
+				lost++
+				k = max(k, routeLen)
+			}
+			tried += k
+		}
+		if bound := tried + routeLen*max(0, j.attempt-len(as)); n > bound {
+			bad("job %s: %d provider calls for %d attempts that tried %d candidates: %s", id, n, max(j.attempt, len(as)), bound, outcomes(as))
+		}
+		for model, m := range callsByModel[id] {
+			if m > recorded[model]+lost {
+				bad("job %s: %d provider calls to %s, %d recorded as serving calls or moves, %d attempts without a full record: %s",
+					id, m, model, recorded[model], lost, outcomes(as))
+			}
 		}
 	}
-	r.MaxRPM, r.MaxTPM = maxInWindow(c.calls, time.Minute)
+	// Each model has its own quota and pool: the windows are per model.
+	byModel := map[string][]fakeprovider.Call{}
+	for _, call := range c.calls {
+		byModel[call.Model] = append(byModel[call.Model], call)
+	}
+	for _, calls := range byModel {
+		n, tokens := maxInWindow(calls, time.Minute)
+		r.MaxRPM, r.MaxTPM = max(r.MaxRPM, n), max(r.MaxTPM, tokens)
+	}
 	if r.MaxRPM > r.RPMLimit {
 		bad("%d provider calls in one 60s window, over the limit of %d (RPM %d + its burst)", r.MaxRPM, r.RPMLimit, c.cfg.RPM)
 	}
@@ -467,7 +544,11 @@ func (c *controller) readAttempts(ctx context.Context) (map[uuid.UUID][]attemptR
 	for rows.Next() {
 		var id uuid.UUID
 		var a attemptRow
-		if err := rows.Scan(&id, &a.attempt, &a.fence, &a.worker, &a.outcome, &a.uncertain, &a.class, &a.err, &a.tokens); err != nil {
+		var moves []byte
+		if err := rows.Scan(&id, &a.attempt, &a.fence, &a.worker, &a.outcome, &a.uncertain, &a.class, &a.err, &a.tokens, &a.model, &moves); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(moves, &a.moves); err != nil {
 			return nil, err
 		}
 		out[id] = append(out[id], a)
@@ -549,7 +630,8 @@ func (r *Report) Print(w io.Writer) {
 	_ = tw.Flush()
 	fmt.Fprintf(w, "\nduplicates prevented: %d same-key resubmissions answered with their job; %d broker redeliveries taken as duplicates by the inbox (%d job events, %d deliveries)\n",
 		r.SameKeyResubmissions, r.InboxDuplicates, r.SignalEvents, r.SignalDeliveries)
-	fmt.Fprintf(w, "provider: max %d calls and %d tokens in a 60s window (limits %d and %d)\n", r.MaxRPM, r.MaxTPM, r.RPMLimit, r.TPMLimit)
+	fmt.Fprintf(w, "provider: max %d calls and %d tokens of one model in a 60s window (limits %d and %d); %d calls to the fallback, %d moves recorded\n",
+		r.MaxRPM, r.MaxTPM, r.RPMLimit, r.TPMLimit, r.FallbackCalls, r.Moves)
 	fmt.Fprintf(w, "usage ledger: %d tokens; the provider billed %d, %d of them answered to workers that did not receive them\n", r.LedgerTokens, r.BilledTokens, r.LostTokens)
 	fmt.Fprintf(w, "ERP: %d invoices booked for %d SUCCEEDED jobs\n", r.Booked, r.States[jobs.StateSucceeded])
 	var faults []string

@@ -87,6 +87,12 @@ type childConfig struct {
 	Queue       string  `json:"queue,omitempty"`
 	Group       string  `json:"group,omitempty"`
 	Scale       float64 `json:"scale,omitempty"`
+
+	// FallbackURL, FallbackPool and FallbackModel are the extraction
+	// route's second candidate (invoice.Fallback), with the pool's limits.
+	FallbackURL   string `json:"fallback_url,omitempty"`
+	FallbackPool  string `json:"fallback_pool,omitempty"`
+	FallbackModel string `json:"fallback_model,omitempty"`
 }
 
 // withAppName returns databaseURL with application_name set, so the
@@ -188,6 +194,12 @@ func runWorker(ctx context.Context, cc childConfig, stdout, stderr io.Writer) er
 		PollInterval:    100 * time.Millisecond,
 		ShutdownGrace:   2 * time.Second,
 		Logger:          logger,
+		// The route's second candidate: the same provider in
+		// Anthropic's dialect, under a pool of its own.
+		Fallback: &invoice.Fallback{
+			ProviderURL: cc.FallbackURL, APIKey: cc.APIKey, Pool: cc.FallbackPool, Model: cc.FallbackModel,
+			Limits: admission.Pool{RPM: cc.RPM, TPM: cc.TPM, MaxInFlight: cc.MaxInFlight},
+		},
 	})
 	if err != nil {
 		return err

@@ -34,12 +34,21 @@
 //     that the handler received and billed an answer and then failed with
 //     a retryable error, the report lists it as a defect (see Report);
 //     `make chaos` and the CI test fail on defects as on violations;
-//   - provider calls per job ≤ its attempts, and no 60-second window of the
-//     provider's call log holds more calls than RPM plus the bucket's burst
+//   - provider calls per job ≤ its attempts × the candidates each tried
+//     (the workers route extractions: the primary model, then a fallback
+//     in Anthropic's dialect, invoice.WorkerConfig.Fallback), and every
+//     call recorded: per model, a job's calls are its attempts' serving
+//     calls and moves (jobs.Attempt.Model, Moves), but for attempts that
+//     may have lost their record (their worker killed or paused, hung,
+//     uncertain without a candidate), each of which may have called every
+//     candidate once; and no 60-second window of one model's calls in the
+//     provider's log holds more calls than RPM plus the bucket's burst
 //     (RPM/60), nor more tokens than TPM plus its burst (TPM/10): the
-//     bound admission documents for its token buckets;
-//   - the usage ledger (admission's, written as permits are released) holds
-//     what the provider counted: the usage of every answer the fake
+//     bound admission documents for its token buckets (each model has its
+//     own quota and pool, both of RPM and TPM);
+//   - the usage ledger (admission's, written as permits are released),
+//     summed over both pools of the route, holds what the provider
+//     counted: the usage of every answer the fake
 //     provider wrote, less at most that of the answers no worker received.
 //     An answer is received when the attempt that made the call records
 //     its usage (its permit is released with the same); one is not when
@@ -115,6 +124,10 @@
 //     timeouts (the next calls hang until the worker gives up), malformed
 //     (the next calls answer malformed JSON): the fake provider's run-time
 //     controls;
+//   - primary-outage: the primary model alone storms (429 with
+//     Retry-After, fakeprovider.StormModel) or is out (503, OutageModel)
+//     for 2 to 4 seconds, while the fallback serves: attempts pass the
+//     cooling primary over or move to the fallback inside the attempt;
 //   - erp-down: the ERP's server goes down for 3 to 5 seconds, longer than
 //     the first five steps of the short delivery schedule the run
 //     configures: its connections are closed and new ones closed as they

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/llmq/llmq/examples/invoice"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/llmqtype"
 	"github.com/llmq/llmq/webhook"
@@ -24,12 +25,13 @@ const (
 	faultBrokerCut    = "broker-cut"
 	faultPGTerminate  = "pg-terminate"
 	faultStorm        = "429-storm"
+	faultPrimaryOut   = "primary-outage"
 	faultTimeouts     = "timeouts"
 	faultMalformed    = "malformed"
 	faultERPDown      = "erp-down"
 )
 
-var allFaults = []string{faultWorkerKill, faultWorkerStall, faultConsumerStop, faultBrokerCut, faultPGTerminate, faultStorm, faultTimeouts, faultMalformed, faultERPDown}
+var allFaults = []string{faultWorkerKill, faultWorkerStall, faultConsumerStop, faultBrokerCut, faultPGTerminate, faultStorm, faultPrimaryOut, faultTimeouts, faultMalformed, faultERPDown}
 
 // faultKinds are the kinds a run injects: all of them, but a broker cut
 // only where there is a broker connection to cut.
@@ -121,6 +123,16 @@ func (c *controller) fault(ctx context.Context, kind string) (string, error) {
 		d := rnd(time.Second, 3*time.Second)
 		c.provider.Storm(d)
 		return fmt.Sprintf("every call refused with 429 + Retry-After for %s", d.Round(time.Millisecond)), sleep(ctx, d)
+	case faultPrimaryOut:
+		// The primary model alone fails, storming (429 with
+		// Retry-After) or out (503), while the fallback serves.
+		d := rnd(2*time.Second, 4*time.Second)
+		if c.rng.IntN(2) == 0 {
+			c.provider.StormModel(invoice.Model, d)
+			return fmt.Sprintf("%s's calls refused with 429 + Retry-After for %s", invoice.Model, d.Round(time.Millisecond)), sleep(ctx, d)
+		}
+		c.provider.OutageModel(invoice.Model, d)
+		return fmt.Sprintf("%s out (503) for %s", invoice.Model, d.Round(time.Millisecond)), sleep(ctx, d)
 	case faultTimeouts:
 		n := 1 + c.rng.IntN(3)
 		c.provider.HangNext(n)

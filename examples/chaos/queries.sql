@@ -64,7 +64,8 @@ FROM /*schema*/jobs WHERE kind = $1;
 
 -- name: Attempts
 SELECT a.job_id, a.attempt, a.fence, a.worker, a.outcome, a.uncertain, coalesce(a.error_class, ''),
-       left(coalesce(a.error, ''), 300), coalesce(a.input_tokens, 0) + coalesce(a.output_tokens, 0)
+       left(coalesce(a.error, ''), 300), coalesce(a.input_tokens, 0) + coalesce(a.output_tokens, 0),
+       coalesce(a.model, ''), coalesce(a.moves, '[]')
 FROM /*schema*/job_attempts a JOIN /*schema*/jobs j ON j.id = a.job_id
 WHERE j.kind = $1 ORDER BY a.job_id, a.attempt;
 
@@ -107,7 +108,8 @@ FROM job_events o LEFT JOIN /*schema*/chaos_signals s ON s.event_id = o.event_id
 SELECT count(*) FROM /*schema*/jobs WHERE finished_at IS NULL;
 
 -- name: LedgerTokens
--- The tokens the usage ledger holds for the provider's pool: what the
+-- The tokens the usage ledger holds for the provider's pools (the
+-- route's primary and fallback, each call under its own): what the
 -- workers' permits were released with. A scan of a small table at the end
 -- of a run, summing its shard rows.
-SELECT coalesce(sum(input_tokens + output_tokens), 0)::bigint FROM /*schema*/admission_usage WHERE pool = $1;
+SELECT coalesce(sum(input_tokens + output_tokens), 0)::bigint FROM /*schema*/admission_usage WHERE pool = ANY($1);

@@ -131,6 +131,11 @@ const (
 	tenant      = "acme"
 	tenantToken = "tok-acme"
 	providerKey = "chaos-provider"
+	// fallbackPool and fallbackModel are the workers' second candidate
+	// for extractions (invoice.WorkerConfig.Fallback): the same fake
+	// provider in Anthropic's dialect, a model with a quota of its own.
+	fallbackPool  = "chaos-fallback"
+	fallbackModel = "extract-fallback"
 )
 
 var supplier = invoice.Supplier{Name: "Nordwind Papier GmbH", IBAN: "DE89370400440532013000"}
@@ -273,7 +278,14 @@ func (c *controller) setup(ctx context.Context) error {
 	}
 	c.topic = c.svc.Jobs.Config().EventTopic
 
-	c.provider = fakeprovider.New(fakeprovider.Config{Scale: c.cfg.Scale, RPM: c.cfg.RPM, TPM: int(c.cfg.TPM), Seed: c.cfg.Seed, OnCall: c.onCall})
+	// Each model of the route has its own quota, the size of its pool's.
+	c.provider = fakeprovider.New(fakeprovider.Config{
+		Scale: c.cfg.Scale, RPM: c.cfg.RPM, TPM: int(c.cfg.TPM), Seed: c.cfg.Seed, OnCall: c.onCall,
+		Models: map[string]fakeprovider.ModelConfig{
+			invoice.Model: {RPM: c.cfg.RPM, TPM: int(c.cfg.TPM)},
+			fallbackModel: {RPM: c.cfg.RPM, TPM: int(c.cfg.TPM)},
+		},
+	})
 	c.provSrv = httptest.NewServer(c.provider)
 	c.apiSrv = httptest.NewServer(c.svc.Handler())
 
@@ -547,6 +559,7 @@ type child struct {
 func (c *controller) startWorker(slot string) error {
 	return c.startChild(slot, childConfig{
 		Role: roleWorker, ProviderURL: c.provSrv.URL + "/v1", Pool: providerKey,
+		FallbackURL: c.provSrv.URL, FallbackPool: fallbackPool, FallbackModel: fallbackModel,
 		RPM: c.cfg.RPM, TPM: c.cfg.TPM, MaxInFlight: 4 * c.cfg.Workers * c.cfg.PerWorker, Workers: c.cfg.PerWorker,
 	})
 }

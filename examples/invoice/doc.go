@@ -80,6 +80,41 @@
 // answer (timeout, 5xx, lost connection) is marked uncertain, a 429 with a
 // wait snoozes the job for it, other 4xx fail it.
 //
+// # Model route
+//
+// With WorkerConfig.Fallback the worker routes extractions (lease.Route,
+// extractionRoute): the primary candidate (PrimaryCandidate) is the
+// worker's provider, asked for Model in OpenAI's dialect through an
+// llmqopenai.Client under the worker's Pool; the fallback
+// (FallbackCandidate) a model served through Anthropic's Messages API,
+// through an llmqanthropic.Client under a pool of its own. Both pools are
+// in Admission.QueuePools, so a cooling primary does not stop claims. An
+// attempt takes the primary when its pool grants within
+// WorkerConfig.MaxWait, else the fallback; a primary call answered 429,
+// 5xx, timed out or unreachable moves to the fallback inside the same
+// attempt. One handler (routedExtractor) serves both: the extraction is
+// one providerbatch.Call per dialect (extractCall, messagesCall) with the
+// same system prompt, document framing and output budget within the
+// permit, and the same checks of the answer (checkAnswer), so validation,
+// review and invalid output do not depend on the candidate. Attempts
+// record the candidate and model that served and the calls that moved on
+// (jobs.Attempt.Candidate, Model, Moves); the usage ledger has each call
+// under its pool. The batch lane stays on the primary.
+//
+// Payload.Model is the model the job was accepted for: the request hash
+// and the reuse key hold it, and it names the route by its primary. With a
+// route, the candidate's model wins: the primary is asked for Model, the
+// fallback for Fallback.Model, whatever the payload says; the attempt
+// records which served. The reuse key names the route (Payload.Model and
+// RouteVersion), never the candidate that served: either answer is the
+// route's.
+//
+// Package ./drill is the primary-outage drill: the primary model stormed
+// (429) or out (503) under a backlog, with its figures (the fallback's
+// throughput against its quota, the primary's share once healed, missed
+// deadlines, provider calls against the attempts' records) checked
+// against targets; ./cmd/invoice -drill primary-outage runs it.
+//
 // # Batch lane
 //
 // The extraction's provider call is one providerbatch.Call (extractCall):
@@ -100,7 +135,8 @@
 // bytes the tenant had extracted in the last day, by a job that
 // succeeded, takes that result instead of calling the provider, and one
 // whose bytes are being extracted waits for that extraction. The key is
-// jobs.ReuseKey over what decides the answer: the model, the prompt
+// jobs.ReuseKey over what decides the answer: the model and the route
+// (RouteVersion), the prompt
 // (PromptVersion, which a changed prompt must change), the schema, the
 // validation policy and the SHA-256 of the document's bytes (computed by
 // PUT /documents, checked against the stored version when the job is

@@ -5,6 +5,18 @@
 //	invoice -mode worker -provider-url http://127.0.0.1:8091/v1 -rpm 1000000 -tpm 1000000000 -in-flight-tokens 200000  # a local server
 //	invoice -mode register-endpoint -tenant acme -url https://erp.example.com/webhooks/acme
 //	invoice -mode put-supplier -tenant acme -name "Nordwind Papier GmbH" -iban DE89370400440532013000
+//	invoice -mode worker -provider-url http://127.0.0.1:8090/v1 -rpm 600 -tpm 1000000 \
+//	        -fallback-url http://127.0.0.1:8092 -fallback-model claude-haiku-4-5 -fallback-pool anthropic -fallback-rpm 300 -fallback-tpm 500000
+//	invoice -drill primary-outage [-fault storm|outage|none] [-fault-for 30s]
+//
+// With -fallback-url the worker routes extractions (lease.Route): the
+// provider of -provider-url first, in OpenAI's dialect, then the fallback
+// in Anthropic's (its server root, without /v1), under a pool of its own.
+//
+// -drill primary-outage runs the primary-outage drill (package
+// ../../drill) in this process against a fake provider, in the schema
+// -drill-schema (dropped and recreated): it prints its figures and exits
+// 1 if a target was missed, naming it.
 //
 // Every mode migrates the schema first (safe from every replica). The API and
 // the worker are separate processes sharing the database; run as many of
@@ -28,12 +40,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/admission"
 	"github.com/llmq/llmq/examples/internal/serve"
 	"github.com/llmq/llmq/examples/invoice"
+	"github.com/llmq/llmq/examples/invoice/drill"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/outbox"
 	"github.com/llmq/llmq/webhook"
@@ -47,6 +61,15 @@ type options struct {
 	tpm, inFlightTokens                  int64
 	tenant, url, name, iban              string
 	allowLoopback, relay                 bool
+
+	fallbackURL, fallbackKey, fallbackPool, fallbackModel string
+	fallbackRPM                                           int
+	fallbackTPM                                           int64
+
+	drill, fault, drillSchema string
+	faultFor, warmup, after   time.Duration
+	scale                     float64
+	primaryRPM                int
 }
 
 func main() {
@@ -71,10 +94,34 @@ func main() {
 	flag.StringVar(&o.url, "url", "", "endpoint URL (register-endpoint)")
 	flag.BoolVar(&o.allowLoopback, "allow-loopback", false, "allow plain-http loopback webhook endpoints (local runs only)")
 	flag.BoolVar(&o.relay, "relay", true, "run the outbox relay that sends upload webhooks (worker)")
+	flag.StringVar(&o.fallbackURL, "fallback-url", "", "a fallback provider in Anthropic's Messages API, its root URL without /v1, e.g. http://127.0.0.1:8092: extractions route to it when the primary cannot serve (worker)")
+	flag.StringVar(&o.fallbackKey, "fallback-api-key", os.Getenv("FALLBACK_API_KEY"), "the fallback provider's API key (worker)")
+	flag.StringVar(&o.fallbackPool, "fallback-pool", "fallback", "the fallback's admission pool (worker)")
+	flag.StringVar(&o.fallbackModel, "fallback-model", "", "the fallback's model (worker, with -fallback-url)")
+	flag.IntVar(&o.fallbackRPM, "fallback-rpm", 0, "the fallback pool's requests per minute; 0 keeps the stored limits (worker; with -drill, the fallback model's quota, default 600)")
+	flag.Int64Var(&o.fallbackTPM, "fallback-tpm", 0, "the fallback pool's tokens per minute (worker)")
+	flag.StringVar(&o.drill, "drill", "", "run a drill instead of a mode: primary-outage")
+	flag.StringVar(&o.fault, "fault", "storm", "the drill's fault on the primary model: storm (429 with Retry-After), outage (503) or none")
+	flag.DurationVar(&o.faultFor, "fault-for", 30*time.Second, "how long the drill's fault lasts")
+	flag.DurationVar(&o.warmup, "warmup", 10*time.Second, "the drill's healthy phase before the fault")
+	flag.DurationVar(&o.after, "after", 15*time.Second, "the drill's phase after the primary healed")
+	flag.Float64Var(&o.scale, "scale", 50, "the drill's fake provider latency divisor (15s / scale)")
+	flag.IntVar(&o.primaryRPM, "primary-rpm", 3000, "the drill's primary model quota and pool RPM")
+	flag.StringVar(&o.drillSchema, "drill-schema", "invoice_drill", "the drill's Postgres schema, dropped and recreated")
 	flag.Parse()
+	workersSet := false
+	flag.Visit(func(f *flag.Flag) { workersSet = workersSet || f.Name == "workers" })
+	if o.drill != "" && !workersSet {
+		o.workers = 0 // the drill's default
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	err := run(ctx, o)
+	var err error
+	if o.drill != "" {
+		err = runDrill(ctx, o)
+	} else {
+		err = run(ctx, o)
+	}
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "invoice:", err)
@@ -124,9 +171,17 @@ func run(ctx context.Context, o options) error {
 		// themselves and keep their connections alive.
 		return serve.HTTP(ctx, serve.NewServer(o.addr, mux, serve.Limits{}), 10*time.Second)
 	case "worker":
+		var fallback *invoice.Fallback
+		if o.fallbackURL != "" {
+			fallback = &invoice.Fallback{
+				ProviderURL: o.fallbackURL, APIKey: o.fallbackKey, Pool: o.fallbackPool, Model: o.fallbackModel,
+				Limits: admission.Pool{RPM: o.fallbackRPM, TPM: o.fallbackTPM, MaxInFlight: max(o.maxInFlight, o.workers)},
+			}
+		}
 		runner, err := svc.NewRunner(ctx, invoice.WorkerConfig{
 			ProviderURL: o.providerURL, APIKey: o.apiKey, Pool: o.pool, Workers: o.workers, Logger: logger,
 			Limits:        admission.Pool{RPM: o.rpm, TPM: o.tpm, MaxInFlight: max(o.maxInFlight, o.workers), MaxInFlightTokens: o.inFlightTokens},
+			Fallback:      fallback,
 			MeterProvider: mp,
 		})
 		if err != nil {
@@ -165,6 +220,41 @@ func run(ctx context.Context, o options) error {
 		return svc.PutSupplier(ctx, o.tenant, invoice.Supplier{Name: o.name, IBAN: o.iban})
 	}
 	return fmt.Errorf("unknown -mode %q: api, worker, register-endpoint or put-supplier", o.mode)
+}
+
+// runDrill runs the drill -drill names in a fresh schema and prints its
+// figures; a missed target is an error naming it.
+func runDrill(ctx context.Context, o options) error {
+	if o.drill != "primary-outage" {
+		return fmt.Errorf("unknown -drill %q: primary-outage", o.drill)
+	}
+	pool, err := pgxpool.New(ctx, o.databaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{o.drillSchema}.Sanitize()+" CASCADE"); err != nil {
+		return err
+	}
+	if _, err := llmq.Migrate(ctx, pool, llmq.MigrateOptions{Schema: o.drillSchema}); err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("load average before the drill: %s", load)
+	f, err := drill.Run(ctx, drill.Config{
+		Pool: pool, Schema: o.drillSchema, Fault: o.fault, Warmup: o.warmup, FaultFor: o.faultFor, After: o.after,
+		Scale: o.scale, PrimaryRPM: o.primaryRPM, FallbackRPM: o.fallbackRPM, Workers: o.workers, Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Print(f)
+	if misses := f.Misses(); len(misses) > 0 {
+		return fmt.Errorf("the drill missed %d target(s):\n  %s", len(misses), strings.Join(misses, "\n  "))
+	}
+	fmt.Println("every target met")
+	return nil
 }
 
 // runBoth runs a and b until ctx ends or either returns, which stops the
