@@ -29,16 +29,7 @@ import (
 )
 
 // invoice is a document the fake model reads.
-const invoice = `INVOICE
-Supplier: Nordwind Papier GmbH
-Invoice number: NW-1
-Currency: EUR
-IBAN: DE89370400440532013000
-- Copy paper A4 | 2 x 4.50 = 9.00
-Subtotal: 9.00
-Tax: 1.71
-Total: 10.71
-`
+const invoice = fakeprovider.SampleInvoice
 
 // routeFixture is a runner whose kind "extract" routes to a primary
 // candidate (OpenAI's dialect) and a secondary (Anthropic's), each a fake

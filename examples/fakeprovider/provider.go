@@ -206,6 +206,20 @@ func New(cfg Config) *Server {
 	return s
 }
 
+// SampleInvoice is an invoice in the layout the fake model reads, which it
+// answers with a correct extraction: the document of tests that need one
+// call to succeed.
+const SampleInvoice = `INVOICE
+Supplier: Nordwind Papier GmbH
+Invoice number: NW-1
+Currency: EUR
+IBAN: DE89370400440532013000
+- Copy paper A4 | 2 x 4.50 = 9.00
+Subtotal: 9.00
+Tax: 1.71
+Total: 10.71
+`
+
 // Storm makes the provider refuse every call for d with 429 and a
 // Retry-After of what is left of d, as a provider under load does.
 func (s *Server) Storm(d time.Duration) {
@@ -227,11 +241,7 @@ func (s *Server) StormFromNextCall(d time.Duration) {
 // 429 and a Retry-After of what is left of d, whatever their quota has
 // left, while other models' calls are served. Heal ends it.
 func (s *Server) StormModel(model string, d time.Duration) {
-	s.mu.Lock()
-	f := s.faults[model]
-	f.stormUntil = time.Now().Add(d)
-	s.faults[model] = f
-	s.mu.Unlock()
+	s.setFault(model, func(f *modelFaults) { f.stormUntil = time.Now().Add(d) })
 }
 
 // OutageModel makes model unavailable for d, as a provider short of
@@ -240,9 +250,14 @@ func (s *Server) StormModel(model string, d time.Duration) {
 // "service_unavailable_error"; Anthropic: 529 and "overloaded_error"),
 // without Retry-After, while other models' calls are served. Heal ends it.
 func (s *Server) OutageModel(model string, d time.Duration) {
+	s.setFault(model, func(f *modelFaults) { f.outageUntil = time.Now().Add(d) })
+}
+
+// setFault changes model's run-time faults.
+func (s *Server) setFault(model string, change func(*modelFaults)) {
 	s.mu.Lock()
 	f := s.faults[model]
-	f.outageUntil = time.Now().Add(d)
+	change(&f)
 	s.faults[model] = f
 	s.mu.Unlock()
 }

@@ -16,16 +16,7 @@ import (
 	"github.com/llmq/llmq/examples/fakeprovider"
 )
 
-const doc = `INVOICE
-Supplier: Nordwind Papier GmbH
-Invoice number: NW-1
-Currency: EUR
-IBAN: DE89370400440532013000
-- Copy paper A4 | 2 x 4.50 = 9.00
-Subtotal: 9.00
-Tax: 1.71
-Total: 10.71
-`
+const doc = fakeprovider.SampleInvoice
 
 type fixture struct {
 	t   *testing.T

@@ -35,16 +35,7 @@ const (
 )
 
 // Document is an invoice the fake model reads.
-const Document = `INVOICE
-Supplier: Nordwind Papier GmbH
-Invoice number: NW-1
-Currency: EUR
-IBAN: DE89370400440532013000
-- Copy paper A4 | 2 x 4.50 = 9.00
-Subtotal: 9.00
-Tax: 1.71
-Total: 10.71
-`
+const Document = fakeprovider.SampleInvoice
 
 // Env is one test's provider and runner fixture.
 type Env struct {
