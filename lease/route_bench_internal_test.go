@@ -4,7 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"sync/atomic"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stretchr/testify/require"
 
@@ -12,6 +16,26 @@ import (
 	"github.com/llmq/llmq/internal/dbtest"
 	"github.com/llmq/llmq/jobs"
 )
+
+// countingTracer counts the round trips a pool makes: each statement sent
+// alone and each batch.
+type countingTracer struct{ n *atomic.Int64 }
+
+func (t countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	t.n.Add(1)
+	return ctx
+}
+
+func (countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (t countingTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	t.n.Add(1)
+	return ctx
+}
+
+func (countingTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+func (countingTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // benchAdapter is a candidate's client that calls nothing.
 type benchAdapter struct{}
@@ -26,7 +50,15 @@ func (benchAdapter) Provider() string { return "bench" }
 //	go test -run '^$' -bench AdmittedCall -benchtime 3000x ./lease/
 func BenchmarkAdmittedCall(b *testing.B) {
 	db := dbtest.Setup(b, dbtest.Options{MaxConns: 4})
-	limiter, err := admission.NewPostgres(db.Pool, admission.Config{Schema: db.Schema})
+	// A pool of its own whose tracer counts the round trips the limiter
+	// makes: round trips per attempt, whatever the machine's load.
+	var roundTrips atomic.Int64
+	cfg := db.Pool.Config().Copy()
+	cfg.ConnConfig.Tracer = countingTracer{&roundTrips}
+	counted, err := pgxpool.NewWithConfig(b.Context(), cfg)
+	require.NoError(b, err)
+	b.Cleanup(counted.Close)
+	limiter, err := admission.NewPostgres(counted, admission.Config{Schema: db.Schema})
 	require.NoError(b, err)
 	for _, pool := range []string{"primary", "secondary"} {
 		require.NoError(b, limiter.SetPool(b.Context(), admission.Pool{Name: pool, RPM: 1e9, TPM: 1e12, MaxInFlight: 1000}))
@@ -52,11 +84,16 @@ func BenchmarkAdmittedCall(b *testing.B) {
 		h := a.wrap(map[string]Handler{"extract": answer})["extract"]
 		job := &jobs.Job{Kind: "extract", Tenant: "acme"}
 		b.Run(name, func(b *testing.B) {
+			before := roundTrips.Load()
 			for b.Loop() {
 				if _, err := h.Work(b.Context(), job); err != nil {
 					b.Fatal(err)
 				}
 			}
+			if f, ok := a.Limiter.(flusher); ok {
+				require.NoError(b, f.Flush(b.Context()))
+			}
+			b.ReportMetric(float64(roundTrips.Load()-before)/float64(b.N), "roundtrips/op")
 		})
 	}
 }
