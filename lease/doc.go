@@ -293,7 +293,9 @@
 // Decisions: moving is decided by how the call ended as the runner saw it
 // (lease.Responded's status, NotSent, the adapters' ErrContextWindow),
 // not by the handler; a handler without an adapter reports its responses
-// with Responded for moves to happen. A reuse key (jobs.Reuse) should not
+// with Responded for moves to happen, and wraps an error of its own that
+// is no call's (a document it could not read) with NotSent, or the error
+// reads as a call lost after sending and moves the attempt as a timeout. A reuse key (jobs.Reuse) should not
 // name the model when a route may serve the job from another: the answer
 // is the route's. Provider batches (package providerbatch) are submitted
 // to their own pool, outside routes. The metric llmq.route.calls counts
