@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -102,6 +103,13 @@ func usageChart(days []usageDay, from time.Time, n int, value func(usageDay) int
 		totals[u.Tenant] += value(u)
 	}
 	rank := rankTenants(totals, colours)
+	names := map[int]string{}
+	for t := range totals {
+		if k := rank(t); k < colours {
+			names[k] = t
+		}
+	}
+	names[colours] = "other tenants"
 	perDay := make([]map[int]int64, n)
 	start := time.Date(from.Year(), from.Month(), from.Day(), 0, 0, 0, 0, time.UTC)
 	for _, u := range days {
@@ -137,7 +145,7 @@ func usageChart(days []usageDay, from time.Time, n int, value func(usageDay) int
 			hgt := float64(d[k]) * scale
 			y -= hgt
 			c.Bars = append(c.Bars, bar{X: x + 1, Y: y, W: max(w-2, 1), H: hgt, Class: fmt.Sprintf("t%d", k),
-				Title: fmt.Sprintf("%s: %s", day.Format("2006-01-02"), format(d[k]))})
+				Title: fmt.Sprintf("%s (UTC), %s: %s", day.Format("2006-01-02"), names[k], format(d[k]))})
 		}
 		c.Labels = append(c.Labels, label(x+w/2, day.Format("Jan 2")))
 	}
@@ -184,11 +192,22 @@ func sortedByTotal(totals map[string]int64) []string {
 }
 
 // timelineBar places an attempt on the job's timeline, in percent of its
-// width.
+// width (Left, Width), and in the timeline's 1000-wide view box: X and W,
+// at least timelineMinW wide so that a millisecond attempt beside a long
+// retry delay still shows, and where its label goes (after the bar, or
+// before it when the bar ends near the right edge).
 type timelineBar struct {
 	Left, Width float64
+	X, W        float64
+	LabelX      float64
+	Anchor      string
+	Inside      bool // the label sits on the bar
 	Class       string
 }
+
+// timelineMinW is the narrowest bar of the attempt timeline, in view box
+// units (a thousandth of its width).
+const timelineMinW = 8.0
 
 // timeline lays a job's attempts out on one time axis, from the first
 // start to the last end (now for a live attempt).
@@ -222,6 +241,16 @@ func timeline(attempts []jobs.Attempt, now time.Time) []attemptView {
 			width = max(float64(a.Duration)/float64(span)*100, 0.8)
 		}
 		a.Bar = timelineBar{Left: left, Width: min(width, 100-left), Class: outcomeClass(a.Outcome, a.Live)}
+		a.Bar.W = max(a.Bar.Width*10, timelineMinW)
+		a.Bar.X = min(left*10, 1000-a.Bar.W)
+		switch {
+		case a.Bar.X+a.Bar.W <= 600:
+			a.Bar.LabelX, a.Bar.Anchor = a.Bar.X+a.Bar.W+4, "start"
+		case a.Bar.X >= 300:
+			a.Bar.LabelX, a.Bar.Anchor = a.Bar.X-4, "end"
+		default: // a wide bar: the label goes inside it
+			a.Bar.LabelX, a.Bar.Anchor, a.Bar.Inside = a.Bar.X+6, "start", true
+		}
 	}
 	return out
 }
@@ -240,16 +269,33 @@ func outcomeClass(o jobs.AttemptOutcome, live bool) string {
 	return "retry"
 }
 
-// indentJSON pretty-prints a JSON value for the page; "" for none.
+// indentJSON pretty-prints a JSON value for the page; "" for none. The
+// bidirectional controls in it (U+202A-U+202E, U+2066-U+2069, U+200E,
+// U+200F, U+061C), which can only sit inside its strings, are written as
+// the JSON escapes they equal (\u202e), so a payload shows them rather
+// than reads reversed.
 func indentJSON(raw json.RawMessage) string {
 	if len(raw) == 0 || string(raw) == "null" {
 		return ""
 	}
 	var buf bytes.Buffer
 	if err := json.Indent(&buf, raw, "", "  "); err != nil {
-		return string(raw)
+		return escapeBidi(string(raw))
 	}
-	return buf.String()
+	return escapeBidi(buf.String())
 }
+
+// escapeBidi writes the bidirectional control characters of s as \uXXXX.
+func escapeBidi(s string) string {
+	return bidiEscaper.Replace(s)
+}
+
+var bidiEscaper = func() *strings.Replacer {
+	var pairs []string
+	for _, r := range []rune{0x061C, 0x200E, 0x200F, 0x202A, 0x202B, 0x202C, 0x202D, 0x202E, 0x2066, 0x2067, 0x2068, 0x2069} {
+		pairs = append(pairs, string(r), fmt.Sprintf("\\u%04x", r))
+	}
+	return strings.NewReplacer(pairs...)
+}()
 
 func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }

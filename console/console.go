@@ -1,13 +1,16 @@
 package console
 
 import (
+	"bytes"
 	"cmp"
 	"crypto/rand"
 	"embed"
 	"errors"
 	"fmt"
 	"html/template"
+	"io/fs"
 	"log/slog"
+	"mime"
 	"net/http"
 	"path"
 	"regexp"
@@ -169,7 +172,9 @@ func newHandler(cfg Config) (*Handler, error) {
 		}
 	}
 	h := &Handler{cfg: cfg, sql: sql, store: store, limiter: limiter, batches: batches, pages: pages, origins: origins, chartCap: DefaultChartCap, eventScanLimit: DefaultEventScanLimit}
-	h.static = http.FileServerFS(assets)
+	if h.static, err = staticFiles(); err != nil {
+		return nil, err
+	}
 	h.routes()
 	return h, nil
 }
@@ -242,6 +247,38 @@ func (h *Handler) routes() {
 	h.mux = m
 }
 
+// staticFiles serves the embedded static files by their exact names
+// (/static/console.css, /static/console.js) and nothing else: no listing,
+// no other path of the embedded tree (the templates), whatever its
+// escapes; anything else is a 404.
+func staticFiles() (http.Handler, error) {
+	entries, err := fs.ReadDir(assets, "static")
+	if err != nil {
+		return nil, fmt.Errorf("console: static files: %w", err)
+	}
+	files := map[string][]byte{}
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		b, err := fs.ReadFile(assets, "static/"+e.Name())
+		if err != nil {
+			return nil, fmt.Errorf("console: static files: %w", err)
+		}
+		files[e.Name()] = b
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name, ok := strings.CutPrefix(r.URL.Path, "/static/")
+		b, found := files[name]
+		if !ok || !found || r.URL.RawPath != "" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", mime.TypeByExtension(path.Ext(name)))
+		http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(b))
+	}), nil
+}
+
 // ServeHTTP serves the console's pages under Config.BasePath.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.BasePath != "" {
@@ -256,7 +293,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		r2 := r.Clone(r.Context())
 		r2.URL.Path = rest
+		// The base path holds no character that escapes differently, so
+		// the escaped path loses the same prefix: a path segment with an
+		// escaped "/" (a pool's name) stays one segment.
 		r2.URL.RawPath = ""
+		if raw, ok := strings.CutPrefix(r.URL.RawPath, h.cfg.BasePath); ok && raw != "" {
+			r2.URL.RawPath = raw
+		}
 		r = r2
 	}
 	w.Header().Set("X-Content-Type-Options", "nosniff")

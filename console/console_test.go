@@ -553,7 +553,7 @@ func TestLiveCounts(t *testing.T) {
 	require.Regexp(t, `<td>default</td><td class="n">0</td><td class="n">1</td><td class="n">0</td>`, body)
 
 	_, body = get(t, f.console(t, console.Config{}), "/tenants?fragment=rows")
-	cells := regexp.MustCompile(`(?s)<td>extraction</td><td><a [^>]*>acme</a>.*?</td>\s*<td class="n">(\d+)</td><td class="n">(\d+)</td>`).FindStringSubmatch(body)
+	cells := regexp.MustCompile(`(?s)<td class="clip" title="extraction">extraction</td><td class="clip" title="acme"><a [^>]*>acme</a></td>\s*<td>.*?</td>\s*<td class="n">(\d+)</td><td class="n">(\d+)</td>`).FindStringSubmatch(body)
 	require.NotNil(t, cells, body)
 	acmeRunnable := cells[1]
 	require.Equal(t, "1", cells[2], "acme's retry waits")

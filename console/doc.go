@@ -28,9 +28,17 @@
 //     backlog and publication lag, the workers holding live leases, the
 //     holders of admission permits, and the outbox relay's and the
 //     retention service's leases.
-//   - Tenants: per queue and tenant, the backlog, running jobs against the
-//     cap, the weight, the oldest runnable job and the jobs accepted (and
-//     finished) in the last hour.
+//   - Tenants: per queue and tenant, its state (running, backlog: runnable
+//     jobs waiting, scheduled: only jobs due later, or idle), the backlog,
+//     running jobs against the cap, the weight and the oldest runnable
+//     job, largest backlog first; below, each tenant once with its jobs
+//     accepted (and finished) in the last hour, over all its queues. Idle
+//     rows (no waiting or running job) are hidden unless "show idle rows"
+//     is ticked (?idle=1); the page says how many it hid. The tenant
+//     filter matches any part of the name in any case ("acm" finds
+//     "ACME"; % and _ are taken literally). A page reads 100 (queue,
+//     tenant) rows in key order, within Config.ScanLimit rows of
+//     tenant_queues, and sorts those: "Next tenants" continues.
 //   - Jobs: filtered by queue, kind, tenant, state and creation time, newest
 //     first, with cursor pagination. A job's page shows its attempt
 //     timeline (outcome, class, fence, worker, duration, the route
@@ -45,7 +53,17 @@
 //     attempt reads as reused in the timeline, naming the same source
 //     (see Decisions for a source the console does not show).
 //   - Dead letters and review: FAILED_TERMINAL and REVIEW_REQUIRED jobs,
-//     most recently finished first; a job's page offers the replay.
+//     most recently finished first, a job already replayed (a job's
+//     replay_of points to it) tagged "replayed"; each tab shows its
+//     count (every tenant's, up to Config.CountCap; on a tenant's console
+//     the tenant's among the latest Config.ScanLimit of the state) and
+//     keeps the page's filters. A job's page offers the replay above
+//     everything else, saying when the job was replayed before, and
+//     collapses an error longer than 600 bytes into a <details>.
+//   - Errors: a job's last error is shown (on its page and in listings)
+//     only when it is not SUCCEEDED; a succeeded job's attempts still show
+//     each attempt's error. A lease is shown only for a job that is not
+//     finished.
 //   - Admission: each provider pool's buckets, in-flight permits, cooldown
 //     and limits (editable with actions on), usage and cost per tenant
 //     per day over two weeks (a chart, ten tenants a page), and the route
@@ -72,6 +90,15 @@
 //     every tenant's results) and reason, the actor as who. The page it
 //     returns to shows what was recorded and how many computed results
 //     it covered (the store's count, within the longest TTL).
+//
+// Times are UTC: the time filters are labelled so and read an HTML
+// datetime-local value as UTC. Numbers are written one way, with
+// thousands separators. Costs and prices are in units of the pools' price
+// currency (the usage ledger and the pools store micro-units of it, see
+// admission.Pool's InputPrice), with two decimals. The usage chart's bars
+// name their day, tenant and value; the attempt timeline labels each
+// attempt with its outcome and duration, its bar at least 0.8% of the
+// width so that a millisecond attempt beside a long retry delay shows.
 //
 // Pages refresh their live parts without a reload: the script polls the
 // page's own URL with ?fragment=NAME every Config.RefreshInterval (5s)
@@ -131,6 +158,25 @@
 //     invalidate -by -reason` does, and is logged with them, its scope and
 //     the count it covered; it changes no job, and recording it again only
 //     adds a later cut.
+//   - Static files by exact name. /static/ serves the embedded
+//     console.css and console.js under exactly those names and nothing
+//     else (404): no listing, no other embedded file, whatever the
+//     path's escapes.
+//   - Data never changes a link's path. Every path segment built from
+//     data (job, submission and pool ids and names) is escaped
+//     (url.PathEscape), so a pool named "x/../../jobs/ID/replay" is one
+//     segment and its form posts to that pool; a name a browser resolves
+//     as a dot segment even escaped ("." or "..") gets no form, and the
+//     handler refuses it (400).
+//   - Bidirectional isolation. Text from the data (tenants, kinds, queues,
+//     errors, names) sits in table cells styled unicode-bidi: isolate or in
+//     <bdi> elements, so a right-to-left override (U+202E and the like)
+//     reorders nothing outside its own value; a job's payload and result
+//     show such controls as the JSON escapes they equal (\u202e).
+//   - Long values never widen a page: the listings lay their columns out
+//     fixed and clip long names and errors with an ellipsis, the full
+//     value (errors up to 1,000 characters) in the cell's title; other
+//     cells wrap anywhere.
 //   - Bad input is refused with 400 and a message naming the field (state,
 //     queue, kind, tenant, from, to, limit, before, at, after, after_queue,
 //     after_tenant, pool, id, fragment, reason, rpm, key, recorded,
@@ -166,8 +212,9 @@
 // browser tests drive Debian's chromium headless through chromedp: every
 // page loads without a console error (CSP violations included) and
 // refreshes its live parts, a filter, a replay, a batch's cancel and a
-// reuse invalidation work through the forms, and each page's screenshot
-// is written to the test's temp dir or to $LLMQ_CONSOLE_SCREENSHOTS.
+// reuse invalidation work through the forms, 100-character names and
+// 10 KB errors keep every page within the window's width and the listings
+// at a sane height, and each page's screenshot is written to the test's temp dir or to $LLMQ_CONSOLE_SCREENSHOTS.
 // Chromium is a test dependency like PostgreSQL: scripts/services (make
 // test's first step) installs it when missing, and without it the browser
 // tests fail saying how to get it (LLMQ_CHROMIUM names another binary;

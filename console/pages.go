@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -78,33 +79,107 @@ func addCapped(total *count, n int64, capped bool) {
 
 type tenantsData struct {
 	Rows      []tenantRow
+	Tenants   []tenantHour // each tenant of Rows once, with its last hour
 	Filter    string
+	ShowIdle  bool
+	Hidden    int  // idle rows of this page left out
+	Window    bool // the page ended at the scan window, not at a full page
 	NextQuery template.URL
+	// IdleQuery and ActiveQuery show this page with and without idle rows.
+	IdleQuery, ActiveQuery template.URL
 }
+
+// tenantHour is a tenant's jobs accepted in the last hour, in all its
+// queues, and how many of the latest of those finished.
+type tenantHour struct {
+	Tenant                     string
+	AcceptedHour, FinishedHour count
+}
+
+// tenantsPage is how many (queue, tenant) rows a tenants page reads.
+const tenantsPage = 100
 
 func (h *Handler) tenants(ctx context.Context, r *http.Request, v *view) error {
 	v.Title = "Tenants"
 	q := r.URL.Query()
 	d := &tenantsData{Filter: q.Get("tenant")}
 	v.Data = d
-	f, err := h.parseFilter(url.Values{"tenant": {d.Filter}})
-	if err != nil {
-		return err
+	// The form sends a hidden 0 before the checkbox's 1: the last wins.
+	idle := ""
+	if list := q["idle"]; len(list) > 0 {
+		idle = list[len(list)-1]
+	}
+	switch idle {
+	case "", "0":
+	case "1":
+		d.ShowIdle = true
+	default:
+		return badInput("idle", "use 1 to show idle rows, or leave it out")
+	}
+	if p := validate.Text(d.Filter, false, jobs.MaxTenantLen); p != "" {
+		return badInput("tenant", p)
+	}
+	// An operator's filter is a case-insensitive substring of the tenant;
+	// a tenant's console shows its own rows only.
+	exact, pattern := h.cfg.Tenant, likePattern(d.Filter)
+	if exact != "" {
+		if d.Filter != "" && d.Filter != exact {
+			return &httpError{status: http.StatusForbidden, msg: "tenant: this console shows only its own tenant's jobs"}
+		}
+		pattern = ""
 	}
 	afterQueue, afterTenant, err := tenantCursor(q)
 	if err != nil {
 		return err
 	}
-	rows, err := h.tenantRows(ctx, f.Tenant, afterQueue, afterTenant, DefaultPageSize+1)
+	query := func(idle bool, extra ...string) template.URL {
+		u := url.Values{}
+		if d.Filter != "" {
+			u.Set("tenant", d.Filter)
+		}
+		if idle {
+			u.Set("idle", "1")
+		}
+		for i := 0; i+1 < len(extra); i += 2 {
+			u.Set(extra[i], extra[i+1])
+		}
+		return template.URL(u.Encode()) // #nosec G203 -- built by url.Values.Encode
+	}
+	d.IdleQuery, d.ActiveQuery = query(true), query(false)
+	rows, err := h.tenantRows(ctx, exact, pattern, afterQueue, afterTenant, tenantsPage+1)
 	if err != nil {
 		return err
 	}
-	if len(rows) > DefaultPageSize {
-		rows = rows[:DefaultPageSize]
+	if len(rows) > tenantsPage {
+		rows = rows[:tenantsPage]
 		last := rows[len(rows)-1]
-		d.NextQuery = template.URL(url.Values{"tenant": {d.Filter}, "after_queue": {last.Queue}, "after_tenant": {last.Tenant}}.Encode()) // #nosec G203 -- built by url.Values.Encode
+		d.NextQuery = query(d.ShowIdle, "after_queue", last.Queue, "after_tenant", last.Tenant)
+	} else if endQueue, endTenant, ok, err := h.tenantWindowEnd(ctx, exact, afterQueue, afterTenant); err != nil {
+		return err
+	} else if ok {
+		d.Window = true
+		d.NextQuery = query(d.ShowIdle, "after_queue", endQueue, "after_tenant", endTenant)
 	}
-	d.Rows = rows
+	seen := map[string]bool{}
+	for _, row := range rows {
+		if !seen[row.Tenant] {
+			seen[row.Tenant] = true
+			d.Tenants = append(d.Tenants, tenantHour{Tenant: row.Tenant, AcceptedHour: row.AcceptedHour, FinishedHour: row.FinishedHour})
+		}
+		if !d.ShowIdle && !row.Active() {
+			d.Hidden++
+			continue
+		}
+		d.Rows = append(d.Rows, row)
+	}
+	// The largest backlog first, then the most running, then key order.
+	slices.SortStableFunc(d.Rows, func(a, b tenantRow) int {
+		if c := cmp.Compare(b.Backlog(), a.Backlog()); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.Running.N, a.Running.N)
+	})
+	slices.SortStableFunc(d.Tenants, func(a, b tenantHour) int { return cmp.Compare(b.AcceptedHour.N, a.AcceptedHour.N) })
 	return nil
 }
 
@@ -137,6 +212,13 @@ func (h *Handler) jobList(ctx context.Context, r *http.Request, v *view) error {
 // acceptance), filtered by f and states, from the "before" cursor of r;
 // extra pairs go into the next page's query.
 func (h *Handler) listByID(ctx context.Context, r *http.Request, f jobFilter, states []string, d *listData, extra ...string) error {
+	if err := h.listPageByID(ctx, r, f, states, d, extra...); err != nil {
+		return err
+	}
+	return h.markReplayed(ctx, d.Jobs)
+}
+
+func (h *Handler) listPageByID(ctx context.Context, r *http.Request, f jobFilter, states []string, d *listData, extra ...string) error {
 	before := maxUUID
 	var err error
 	if s := r.URL.Query().Get("before"); s != "" {
@@ -206,6 +288,16 @@ type deadData struct {
 	listData
 	State        string
 	ByAcceptance bool // ordered by acceptance (one tenant's), not by finish
+	// Tabs are the two states' tabs: their counts and links keeping the
+	// page's filters.
+	Tabs []deadTab
+}
+
+type deadTab struct {
+	State, Label string
+	Count        count
+	Query        template.URL
+	On           bool
 }
 
 var (
@@ -229,6 +321,22 @@ func (h *Handler) deadList(ctx context.Context, r *http.Request, v *view) error 
 		d.State = f.States[0]
 	}
 	d.Filter.States = nil
+	for _, t := range []struct{ state, label string }{{string(jobs.StateFailedTerminal), "Dead letters (FAILED_TERMINAL)"}, {string(jobs.StateReviewRequired), "Awaiting review (REVIEW_REQUIRED)"}} {
+		n, err := h.terminalCount(ctx, t.state)
+		if err != nil {
+			return err
+		}
+		d.Tabs = append(d.Tabs, deadTab{State: t.state, Label: t.label, Count: n, Query: d.Filter.query("state", t.state), On: t.state == d.State})
+	}
+	if err := h.deadPage(ctx, r, f, d); err != nil {
+		return err
+	}
+	return h.markReplayed(ctx, d.Jobs)
+}
+
+func (h *Handler) deadPage(ctx context.Context, r *http.Request, f jobFilter, d *deadData) error {
+	q := r.URL.Query()
+	var err error
 	if f.Tenant != "" {
 		// One tenant's: walk its keys newest first (job_keys), not every
 		// tenant's finished jobs, whose entries would each cost a heap visit
@@ -472,7 +580,7 @@ func (h *Handler) poolsPage(ctx context.Context, r *http.Request, v *view) error
 	}
 	// Without prices the ledger records no cost: chart the tokens instead.
 	d.Metric = "cost"
-	value, format := func(u usageDay) int64 { return u.Cost }, formatMicro
+	value, format := func(u usageDay) int64 { return u.Cost }, func(v int64) string { return formatMicro(v) + " (price currency)" }
 	if cost == 0 {
 		d.Metric = "tokens"
 		value, format = func(u usageDay) int64 { return u.InputTokens + u.OutputTokens }, formatCount
@@ -511,6 +619,9 @@ func (h *Handler) setPool(w http.ResponseWriter, r *http.Request, actor string) 
 		return &httpError{status: http.StatusForbidden, msg: "pools are shared by every tenant: a tenant's console cannot change them"}
 	}
 	name := r.PathValue("name")
+	if !routableName(name) {
+		return badInput("pool", fmt.Sprintf("%q cannot be a link's path segment, so the console does not change that pool; use admission.Postgres.SetPool", truncate(60, name)))
+	}
 	pools, err := h.limiter.Pools(r.Context())
 	if err != nil {
 		return err

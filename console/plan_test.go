@@ -98,8 +98,10 @@ func boundedReads(t *testing.T, pool *pgxpool.Pool, schema string, h http.Handle
 		{"QueueCounts", []any{queues, countCap}, 8 * countCap},
 		{"QueueCountsTenant", []any{queues, countCap, "big"}, 8 * countCap},
 		// A page of 51 rows: each row's counts stop at the cap, overall.
-		{"TenantRows", []any{"", "", "", 51, countCap, console.UUIDAtForTest(since), 1000}, 51 * 6 * countCap / 10},
-		{"TenantRows", []any{"big", "", "", 51, countCap, console.UUIDAtForTest(since), 1000}, 6 * countCap},
+		{"TenantRows", []any{"", "", "", 101, countCap, console.UUIDAtForTest(since), 1000, "", 20_000}, 101 * 6 * countCap / 10},
+		{"TenantRows", []any{"big", "", "", 101, countCap, console.UUIDAtForTest(since), 1000, "", 20_000}, 6 * countCap},
+		// The filter runs on the window's rows before their counts.
+		{"TenantRows", []any{"", "", "", 101, countCap, console.UUIDAtForTest(since), 1000, "%no such tenant%", 20_000}, 0},
 		{"Runners", []any{countCap}, countCap},
 		{"FinishedPerMinute", []any{60, 5000}, 180 * 5000},
 	} {

@@ -263,13 +263,19 @@ FROM /*schema*/retention_lease;
 
 -- name: TenantRows
 -- A page of (queue, tenant) rows from tenant_queues in key order after
--- ($2, $3), $4 rows, with the limits that apply (the tenant's own, else the
+-- ($2, $3), $4 rows, among the first $9 rows of the walk (the scan window:
+-- a filter matching few rows costs at most $9 primary-key entries; when
+-- the page comes back short, TenantWindowEnd tells where the window
+-- ended), with the limits that apply (the tenant's own, else the
 -- defaults' row ''), the waiting and running counts (each up to $5), the
 -- oldest runnable job, and the jobs accepted since $6 (a UUIDv7 lower
 -- bound: job_keys' primary key (tenant, id) read index-only, up to $5) and
 -- how many of the latest $7 of those finished (a primary-key probe of jobs
 -- per key): the last two per tenant, over all its queues, since job_keys
--- does not hold the queue. $1 narrows it to one tenant.
+-- does not hold the queue. $1 narrows it to one tenant; $8, an ILIKE
+-- pattern whose wildcards the console escaped ('' for none), to the
+-- tenants whose name holds the filter's text in any case: it filters the
+-- window's rows before any of their counts run.
 --
 -- Waiting work, per row: a loose index scan of jobs_tenant_claim_idx
 -- (tenant, queue, priority, available_at, id) finds each priority the
@@ -301,7 +307,13 @@ SELECT tq.queue, tq.tenant, tq.idle,
             LIMIT $7) AS k
         JOIN /*schema*/jobs AS j ON j.id = k.id
         WHERE j.finished_at IS NOT NULL) AS c)
-FROM /*schema*/tenant_queues AS tq
+FROM (
+    SELECT t.queue, t.tenant, t.idle FROM /*schema*/tenant_queues AS t
+    WHERE ($1::text = '' OR t.tenant = $1::text)
+        AND (t.queue, t.tenant) > ($2::text, $3::text)
+    ORDER BY t.queue, t.tenant
+    LIMIT $9
+) AS tq
 LEFT JOIN /*schema*/tenant_limits AS own ON own.tenant = tq.tenant
 LEFT JOIN /*schema*/tenant_limits AS d ON d.tenant = ''
 CROSS JOIN LATERAL (
@@ -337,10 +349,20 @@ CROSS JOIN LATERAL (
             LIMIT $5) AS c) AS scheduled,
         (SELECT min(pr.first_at) FROM pr WHERE pr.first_at <= now()) AS oldest
 ) AS w
-WHERE ($1::text = '' OR tq.tenant = $1::text)
-    AND (tq.queue, tq.tenant) > ($2::text, $3::text)
+WHERE ($8::text = '' OR tq.tenant ILIKE $8::text ESCAPE '\')
 ORDER BY tq.queue, tq.tenant
 LIMIT $4;
+
+-- name: TenantWindowEnd
+-- The last (queue, tenant) of TenantRows' scan window (the $4-th row of
+-- tenant_queues' primary key after ($2, $3), tenant $1 or every one's),
+-- read index-only; none when the window reached the end.
+SELECT queue, tenant FROM /*schema*/tenant_queues
+WHERE ($1::text = '' OR tenant = $1::text)
+    AND (queue, tenant) > ($2::text, $3::text)
+ORDER BY queue, tenant
+OFFSET $4 - 1
+LIMIT 1;
 
 -- fragment: summary_columns
 -- What a listing shows of a job; scanned by scanSummary in this order.
@@ -544,6 +566,29 @@ FROM /*schema*/jobs AS j
 WHERE j.replay_of = $1::uuid AND j.tenant = $2::text
 ORDER BY j.id
 LIMIT 50;
+
+-- name: ReplayedOf
+-- Which of the listed jobs ($1, a page of ids) a replay points to, through
+-- jobs_replay_of_idx (replay_of; partial on replays): one probe per id.
+-- $2 narrows it to one tenant's replays ('' for every tenant's).
+SELECT DISTINCT j.replay_of
+FROM /*schema*/jobs AS j
+WHERE j.replay_of = ANY ($1::uuid[])
+    AND ($2::text = '' OR j.tenant = $2::text);
+
+-- name: TerminalCount
+-- The jobs in the terminal state $1 among the latest $3 entries of
+-- jobs_finished_idx (state, finished_at), read backwards: the tabs' counts
+-- of the dead-letter page. The first column counts tenant $2's ('' for
+-- every tenant: then $3 is the count cap); the second how many entries were
+-- read, to tell a count stopped at the window.
+SELECT count(*) FILTER (WHERE $2::text = '' OR f.tenant = $2::text), count(*)
+FROM (
+    SELECT j.tenant FROM /*schema*/jobs AS j
+    WHERE j.state = $1::text AND j.finished_at IS NOT NULL
+    ORDER BY j.finished_at DESC
+    LIMIT $3
+) AS f;
 
 -- name: UsageByDay
 -- The usage ledger per tenant and UTC day from $2 to $3, for a page of $4

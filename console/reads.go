@@ -3,6 +3,8 @@ package console
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -28,6 +30,8 @@ type jobSummary struct {
 	ErrorClass  string
 	LastError   string
 	ReplayOf    uuid.UUID
+	// Replayed: a replay of this job exists (markReplayed).
+	Replayed bool
 }
 
 func scanSummary(row pgx.CollectableRow) (jobSummary, error) {
@@ -35,7 +39,7 @@ func scanSummary(row pgx.CollectableRow) (jobSummary, error) {
 	err := row.Scan(r.dest()...)
 	s := r.s
 	s.Priority, s.State = int(r.priority), jobs.State(r.state)
-	s.FinishedAt, s.ErrorClass, s.LastError = dbsql.Deref(r.finished), dbsql.Deref(r.errClass), truncate(300, dbsql.Deref(r.lastError))
+	s.FinishedAt, s.ErrorClass, s.LastError = dbsql.Deref(r.finished), dbsql.Deref(r.errClass), truncate(1000, dbsql.Deref(r.lastError))
 	if r.replayOf.Valid {
 		s.ReplayOf = r.replayOf.Bytes
 	}
@@ -52,6 +56,48 @@ func (h *Handler) summaries(ctx context.Context, op, query string, args ...any) 
 		return nil, fmt.Errorf("console: %s: %w", op, err)
 	}
 	return out, nil
+}
+
+// markReplayed sets Replayed on the listed jobs a replay points to.
+func (h *Handler) markReplayed(ctx context.Context, list []jobSummary) error {
+	if len(list) == 0 {
+		return nil
+	}
+	ids := make([]string, len(list))
+	for i, j := range list {
+		ids[i] = j.ID.String()
+	}
+	rows, err := h.cfg.DB.Query(ctx, h.sql.replayedOf, ids, h.cfg.Tenant)
+	if err != nil {
+		return fmt.Errorf("console: finding replays: %w", err)
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return fmt.Errorf("console: finding replays: %w", err)
+	}
+	for i := range list {
+		list[i].Replayed = slices.Contains(found, list[i].ID)
+	}
+	return nil
+}
+
+// terminalCount counts the jobs in a terminal state for the dead-letter
+// page's tabs: up to Config.CountCap of every tenant's, or the console's
+// tenant's among the latest Config.ScanLimit (a lower bound, "N+", when
+// the window was full).
+func (h *Handler) terminalCount(ctx context.Context, state string) (count, error) {
+	limit := h.cfg.CountCap
+	if h.cfg.Tenant != "" {
+		limit = h.cfg.ScanLimit
+	}
+	var n, read int64
+	if err := h.cfg.DB.QueryRow(ctx, h.sql.terminalCount, state, h.cfg.Tenant, limit).Scan(&n, &read); err != nil {
+		return count{}, fmt.Errorf("console: counting %s: %w", state, err)
+	}
+	if h.cfg.Tenant == "" {
+		return count{N: n, Cap: int64(limit)}, nil
+	}
+	return count{N: n, More: read >= int64(limit)}, nil
 }
 
 // queueRow is one queue's live work.
@@ -306,14 +352,34 @@ type tenantRow struct {
 	AcceptedHour, FinishedHour   count
 }
 
+// Backlog is the row's waiting work, runnable and scheduled.
+func (t tenantRow) Backlog() int64 { return t.Runnable.N + t.Scheduled.N }
+
+// Active reports whether the row holds work: waiting or running jobs.
+func (t tenantRow) Active() bool { return t.Backlog() > 0 || t.Running.N > 0 }
+
+// Status is what the row's counts say: running, backlog (runnable jobs
+// waiting), scheduled (only jobs due later) or idle.
+func (t tenantRow) Status() string {
+	switch {
+	case t.Running.N > 0:
+		return "running"
+	case t.Runnable.N > 0:
+		return "backlog"
+	case t.Scheduled.N > 0:
+		return "scheduled"
+	}
+	return "idle"
+}
+
 // finishedProbeCap bounds the jobs probed for the tenants page's finished
 // count.
 const finishedProbeCap = 1000
 
-func (h *Handler) tenantRows(ctx context.Context, tenant, afterQueue, afterTenant string, limit int) ([]tenantRow, error) {
+func (h *Handler) tenantRows(ctx context.Context, tenant, pattern, afterQueue, afterTenant string, limit int) ([]tenantRow, error) {
 	capN := int64(h.cfg.CountCap)
 	since := uuidAt(time.Now().Add(-time.Hour))
-	args := []any{tenant, afterQueue, afterTenant, limit, h.cfg.CountCap, since, finishedProbeCap}
+	args := []any{tenant, afterQueue, afterTenant, limit, h.cfg.CountCap, since, finishedProbeCap, pattern, h.cfg.ScanLimit}
 	return rangeScansOnly(ctx, h.cfg.DB, "tenants", h.sql.tenantRows, args, func(row pgx.CollectableRow) (tenantRow, error) {
 		r := tenantRowScan{t: tenantRow{Runnable: count{Cap: capN}, Scheduled: count{Cap: capN}, Running: count{Cap: capN},
 			AcceptedHour: count{Cap: capN}, FinishedHour: count{Cap: finishedProbeCap}}}
@@ -321,6 +387,30 @@ func (h *Handler) tenantRows(ctx context.Context, tenant, afterQueue, afterTenan
 		r.t.OldestRunnable = dbsql.Deref(r.oldest)
 		return r.t, err
 	})
+}
+
+// tenantWindowEnd returns the last (queue, tenant) of TenantRows' scan
+// window, or false when the window reached the end.
+func (h *Handler) tenantWindowEnd(ctx context.Context, tenant, afterQueue, afterTenant string) (string, string, bool, error) {
+	var queue, name string
+	err := h.cfg.DB.QueryRow(ctx, h.sql.tenantWindowEnd, tenant, afterQueue, afterTenant, h.cfg.ScanLimit).Scan(&queue, &name)
+	if isNoRows(err) {
+		return "", "", false, nil
+	}
+	if err != nil {
+		return "", "", false, fmt.Errorf("console: tenants: %w", err)
+	}
+	return queue, name, true, nil
+}
+
+// likePattern is an ILIKE pattern matching text anywhere in a value:
+// the text's own wildcards (%, _) and the escape character are escaped.
+func likePattern(text string) string {
+	if text == "" {
+		return ""
+	}
+	r := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
+	return "%" + r.Replace(text) + "%"
 }
 
 // event is one of a job's outbox events.

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"math"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -192,18 +194,22 @@ func parsePages() (map[string]*template.Template, error) {
 }
 
 var funcs = template.FuncMap{
-	"num":    formatCount,
-	"capped": formatCapped,
-	"ago":    ago,
-	"dur":    formatDuration,
-	"ts":     timestamp,
-	"short":  shortID,
-	"trunc":  truncate,
-	"micro":  formatMicro,
-	"lower":  strings.ToLower,
-	"mul":    func(a, b int) int { return a * b },
-	"add":    func(a, b int) int { return a + b },
-	"int64":  func(n int) int64 { return int64(n) },
+	"num":        formatNumber,
+	"seg":        pathSegment,
+	"routable":   routableName,
+	"errorShown": func(s jobs.State) bool { return s != jobs.StateSucceeded },
+	"terminal":   func(s jobs.State) bool { return s.Terminal() },
+	"capped":     formatCapped,
+	"ago":        ago,
+	"dur":        formatDuration,
+	"ts":         timestamp,
+	"short":      shortID,
+	"trunc":      truncate,
+	"micro":      formatMicro,
+	"lower":      strings.ToLower,
+	"mul":        func(a, b int) int { return a * b },
+	"add":        func(a, b int) int { return a + b },
+	"int64":      func(n int) int64 { return int64(n) },
 	"rows": func(base string, jobs []jobSummary) any {
 		return struct {
 			Base string
@@ -219,6 +225,42 @@ var funcs = template.FuncMap{
 		}
 		return false
 	},
+}
+
+// formatNumber writes any integer (or a float, rounded) as formatCount
+// does: one number format on every page.
+func formatNumber(v any) string {
+	switch n := v.(type) {
+	case int:
+		return formatCount(int64(n))
+	case int16:
+		return formatCount(int64(n))
+	case int32:
+		return formatCount(int64(n))
+	case int64:
+		return formatCount(n)
+	case float64:
+		return formatCount(int64(math.Round(n)))
+	case float32:
+		return formatCount(int64(math.Round(float64(n))))
+	}
+	return fmt.Sprint(v)
+}
+
+// pathSegment escapes a value for one segment of a link's path
+// (url.PathEscape: "/", "?", "#" and "%" escaped), so data never adds a
+// segment; "." and ".." are escaped too, though a browser still resolves
+// "%2E" as a dot segment: the handlers refuse such names
+// (routableName).
+func pathSegment(v any) string {
+	return url.PathEscape(fmt.Sprint(v))
+}
+
+// routableName reports whether a name can be a link's path segment:
+// escaped, every name can except "", "." and "..", which a browser
+// resolves as dot segments even escaped.
+func routableName(s string) bool {
+	return s != "" && s != "." && s != ".."
 }
 
 // formatCount writes n with thousands separators.
@@ -305,7 +347,18 @@ func truncate(n int, s string) string {
 	return s
 }
 
-// formatMicro writes micro-units as a currency amount with two decimals.
+// formatMicro writes micro-units (the usage ledger's cost, the pools'
+// prices) as units of the pools' price currency with two decimals and
+// thousands separators, as formatCount writes counts.
 func formatMicro(v int64) string {
-	return fmt.Sprintf("%.2f", float64(v)/1e6)
+	neg := v < 0
+	if neg {
+		v = -v
+	}
+	cents := (v + 5_000) / 10_000
+	s := fmt.Sprintf("%s.%02d", formatCount(cents/100), cents%100)
+	if neg {
+		return "-" + s
+	}
+	return s
 }

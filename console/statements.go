@@ -19,6 +19,7 @@ type statements struct {
 	runners, permitHolders, serviceLeases, tenantRows, jobEvents            string
 	usageByDay, usageByDayTenant                                            string
 	reuseInvalidations, reuseInvalidation                                   string
+	replayedOf, terminalCount, tenantWindowEnd                              string
 }
 
 func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
@@ -46,9 +47,12 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.runners, "Runners", 1, new(runnerRow).dest()...),
 		dbsql.Query(&q.permitHolders, "PermitHolders", 0, permitHolderDest(new(permitHolder))...),
 		dbsql.Query(&q.serviceLeases, "ServiceLeases", 0, new(serviceLeaseRow).dest()...),
-		dbsql.Query(&q.tenantRows, "TenantRows", 7, new(tenantRowScan).dest()...),
+		dbsql.Query(&q.tenantRows, "TenantRows", 9, new(tenantRowScan).dest()...),
+		dbsql.Query(&q.tenantWindowEnd, "TenantWindowEnd", 4, new(string), new(string)),
 		dbsql.Query(&q.jobEvents, "JobEvents", 7, new(eventRow).dest()...),
 		dbsql.Query(&q.usageByDay, "UsageByDay", 4, usage...),
+		dbsql.Query(&q.replayedOf, "ReplayedOf", 2, new(pgtype.UUID)),
+		dbsql.Query(&q.terminalCount, "TerminalCount", 3, new(int64), new(int64)),
 		dbsql.Query(&q.usageByDayTenant, "UsageByDayTenant", 3, usage...),
 		dbsql.Query(&q.reuseInvalidations, "ReuseInvalidations", 3, invalidation...),
 		dbsql.Query(&q.reuseInvalidation, "ReuseInvalidation", 2, invalidation...),

@@ -19,7 +19,7 @@ func TestUsageShowsTheBatchCost(t *testing.T) {
 	h := f.console(t, console.Config{})
 	_, body := get(t, h, "/pools")
 	require.Contains(t, body, "of which provider batches")
-	require.Regexp(t, `<td>globex</td>(<td class="n">[^<]*</td>){5}<td class="n">0.00</td>`, body, "no batch spend yet")
+	require.Regexp(t, `<td class="clip" title="globex">globex</td>(<td class="n">[^<]*</td>){5}<td class="n">0.00</td>`, body, "no batch spend yet")
 
 	ledger, err := admission.NewBatchLedger(f.schema)
 	require.NoError(t, err)
@@ -30,7 +30,7 @@ func TestUsageShowsTheBatchCost(t *testing.T) {
 	}))
 	code, body := get(t, h, "/pools")
 	require.Equal(t, http.StatusOK, code)
-	row := regexp.MustCompile(`<td>globex</td>(<td class="n">[^<]*</td>){5}<td class="n">([^<]*)</td>`).FindStringSubmatch(body)
+	row := regexp.MustCompile(`<td class="clip" title="globex">globex</td>(<td class="n">[^<]*</td>){5}<td class="n">([^<]*)</td>`).FindStringSubmatch(body)
 	require.NotNil(t, row, body)
 	require.Equal(t, "1.00", row[2])
 }
