@@ -285,7 +285,11 @@ func (h *routed) Work(ctx context.Context, job *jobs.Job) (json.RawMessage, erro
 		if err == nil || last || failure == "" || !slices.Contains(h.route.MoveOn, failure) || !timeLeft(ctx, job) {
 			rec.served(*cand)
 			h.a.countCall(ctx, job.Kind, cand.Name, outcomeLabel(err, failure))
-			return result, report.snoozeFor429(err, req.Pool)
+			err = report.snoozeFor429(err, req.Pool)
+			if passed != nil && errors.As(err, new(*jobs.SnoozeError)) {
+				err = sooner(passed, err) // an earlier candidate may be ready first
+			}
+			return result, err
 		}
 		h.a.countCall(ctx, job.Kind, cand.Name, "moved_"+string(failure))
 		if snooze := report.snoozeFor429(nil, req.Pool); snooze != nil {

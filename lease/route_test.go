@@ -549,3 +549,21 @@ func TestRouteCallsAreCounted(t *testing.T) {
 	require.EqualValues(t, 2, count("secondary", "served"))
 	require.EqualValues(t, 1, f.primaryHits.Load())
 }
+
+// When every candidate's call is refused with a wait, the job is snoozed
+// for the soonest of them: the primary's short cooldown, not the
+// secondary's hour.
+func TestRouteSnoozesForTheSoonestCooldownAfterMoving(t *testing.T) {
+	t.Parallel()
+	f := newRouteFixture(t)
+	f.primary.Storm(5 * time.Second)
+	f.secondary.Storm(time.Hour)
+	f.start(lease.Route{Candidates: f.candidates(t, f.primaryURL)})
+	job := f.enqueueDocument(invoice)
+	a := f.firstAttempt(job.ID)
+	require.Equal(t, jobs.AttemptSnoozed, a.Outcome, a.Error)
+	require.Equal(t, "secondary", a.Candidate)
+	require.Len(t, a.Moves, 1)
+	require.Equal(t, "rate_limited", a.Moves[0].Failure)
+	require.Less(t, a.RetryAt.Sub(a.EndedAt), 6*time.Second, "snoozed for the primary's cooldown")
+}
