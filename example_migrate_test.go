@@ -55,5 +55,6 @@ func ExampleMigrate() {
 	// applied 0024_batch_prices
 	// applied 0025_job_reuse
 	// applied 0026_routes
+	// applied 0027_schedules
 	// all applied: true
 }

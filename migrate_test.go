@@ -18,7 +18,7 @@ import (
 var allTables = []string{
 	"admission_observer_leases", "admission_permits", "admission_pools", "admission_tenant_quotas", "admission_usage",
 	"inbox", "inbox_quarantine", "job_attempts", "job_batches", "job_keys", "job_reuse_invalidations", "job_steps", "jobs", "migrations", "outbox", "outbox_batches", "outbox_relay_lease", "provider_batch_leases",
-	"provider_submission_items", "provider_submissions", "retention_lease",
+	"provider_submission_items", "provider_submissions", "retention_lease", "schedule_lease", "schedules",
 	"tenant_limits", "tenant_queues",
 	"webhook_attempts", "webhook_deliveries", "webhook_endpoint_keys", "webhook_endpoints",
 }

@@ -1,0 +1,2 @@
+DROP TABLE /*schema*/schedule_lease;
+DROP TABLE /*schema*/schedules;
