@@ -48,6 +48,9 @@
 //	                                jobs) whose attempt started by now; prints how many it covers
 //	llmq reuse list [-kind K] [-limit N]
 //	                                the invalidations, newest first
+//	llmq schedules list             periodic jobs (package schedule): when, next and last slot
+//	llmq schedules pause|resume NAME
+//	                                stop or restart a schedule; resuming skips the slots missed
 //	llmq bench -mode drain|e2e|latency|relay|ingress|admission|providerbatch|reuse -jobs N -workers W [flags]
 //	                                measure against DATABASE_URL in a throwaway schema
 //	llmq plan -rpm R -tpm T -concurrency C [-latency D] [-tokens N] [-backlog B] [-pool P]
@@ -139,6 +142,8 @@ commands:
   reuse invalidate -kind K [-key KEY] [-tenant T] -by WHO -reason WHY
                                          never reuse a kind's results computed so far (-key, -tenant narrow it)
   reuse list [-kind K] [-limit N]        result reuse invalidations, newest first
+  schedules list                         periodic jobs with their next and last slots
+  schedules pause|resume NAME            stop or restart a schedule (resuming skips the slots missed)
   bench -mode drain|e2e|latency|relay|ingress|admission|providerbatch|reuse
                                          measure throughput, latency, admission grants or provider batches in a throwaway schema
   plan -rpm R -tpm T -concurrency C [-pool P]
@@ -202,6 +207,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runBatches(ctx, args[1:], stdout, stderr)
 	case "reuse":
 		err = runReuse(ctx, args[1:], stdout, stderr)
+	case "schedules":
+		err = runSchedules(ctx, args[1:], stdout, stderr)
 	case "plan":
 		err = runPlan(ctx, args[1:], stdout, stderr)
 	case "prune":
