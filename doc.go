@@ -16,7 +16,8 @@
 //	inbox               the durable inbox and the broker ingress that acks after commit
 //	jobs                acceptance with idempotency, the state machine, fenced transitions, replay
 //	admission           the RPM/TPM/in-flight limiter and tenant acceptance quotas
-//	lease               the runner: claims, heartbeats, deadlines, retries, reaper, shutdown
+//	lease               the runner: claims, heartbeats, deadlines, retries, reaper, shutdown, model routes
+//	schedule            periodic jobs: one job per slot across the fleet under a fenced scheduler lease
 //	webhook             signed delivery to registered endpoints and the receiver helper
 //	retention           what is kept how long, and the leased service that prunes the rest
 //	provider/openai     openai-go adapter: SDK retries off, usage and rate limits to the attempt, failures classified

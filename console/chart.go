@@ -21,9 +21,12 @@ type barChart struct {
 	Width, Height float64
 	Bars          []bar
 	Labels        []axisLabel
-	Base          float64 // the bars' baseline
-	Max           int64
-	Empty         bool
+	// Scale is the y axis: a gridline and label at the maximum and at
+	// half of it (none for an empty chart).
+	Scale []scaleLine
+	Base  float64 // the bars' baseline
+	Max   int64
+	Empty bool
 	// Capped: some bar is a lower bound (a count stopped at its cap), and
 	// so may Max be.
 	Capped bool
@@ -39,6 +42,34 @@ type axisLabel struct {
 	X, Y   float64
 	Text   string
 	Anchor string
+}
+
+// scaleLine is a y-axis gridline at Y with its value's label.
+type scaleLine struct {
+	Y, LabelY float64
+	Text      string
+}
+
+// yScale labels a chart's maximum and half of it, at the heights the
+// bars drawn at scale reach.
+func (c *barChart) yScale(scale float64, format func(int64) string) {
+	if c.Max <= 0 {
+		return
+	}
+	top := format(c.Max)
+	if c.Capped {
+		top = "≥ " + top
+	}
+	for _, v := range []struct {
+		n    int64
+		text string
+	}{{c.Max, top}, {c.Max / 2, format(c.Max / 2)}} {
+		if v.n <= 0 || (v.n == c.Max/2 && c.Max < 2) {
+			continue
+		}
+		y := chartH - float64(v.n)*scale
+		c.Scale = append(c.Scale, scaleLine{Y: y, LabelY: y + 12, Text: v.text})
+	}
 }
 
 type legendEntry struct {
@@ -64,6 +95,7 @@ func minuteChart(minutes []minuteCounts) barChart {
 		scale = (chartH - 4) / float64(c.Max)
 		c.Empty = false
 	}
+	c.yScale(scale, func(n int64) string { return formatCount(n) + "/min" })
 	w := chartW / float64(len(minutes))
 	for i, m := range minutes {
 		x, y := float64(i)*w, chartH
@@ -84,6 +116,13 @@ func minuteChart(minutes []minuteCounts) barChart {
 		if m.Minute.Minute()%10 == 0 {
 			c.Labels = append(c.Labels, label(x+w/2, m.Minute.UTC().Format("15:04")))
 		}
+	}
+	// The last minute's label says where now is, unless a ten-minute
+	// label sits right beside it.
+	if last := minutes[len(minutes)-1]; last.Minute.Minute()%10 >= 3 {
+		l := label(chartW-2, last.Minute.UTC().Format("15:04")+" UTC")
+		l.Anchor = "end"
+		c.Labels = append(c.Labels, l)
 	}
 	return c
 }

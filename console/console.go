@@ -105,6 +105,10 @@ type Config struct {
 	// Logger receives the actions taken and the errors served. Nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// Health holds where the overview's Health figures turn warning
+	// (amber) and critical (red). The zero value means the documented
+	// defaults (see Thresholds).
+	Health Thresholds
 }
 
 // Handler is the console. It is an http.Handler safe for concurrent use.
@@ -202,6 +206,11 @@ func withDefaults(cfg Config) (Config, error) {
 			return cfg, invalidConfig("Queues", fmt.Sprintf("%q is not a queue name", q))
 		}
 	}
+	health, err := cfg.Health.withDefaults()
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Health = health
 	if len(cfg.CSRFKey) == 0 {
 		cfg.CSRFKey = make([]byte, 32)
 		if _, err := rand.Read(cfg.CSRFKey); err != nil {

@@ -19,9 +19,29 @@
 //
 // # Pages
 //
-//   - Overview: live work by queue (runnable, scheduled, running, oldest
+//   - Overview: first a Health section grading each figure ok, warning
+//     (amber) or critical (red), the state written as a word beside the
+//     colour, against Config.Health (see Health thresholds below): per
+//     queue its depth (runnable jobs), the age of its oldest runnable job
+//     and its failure rate over the last hour (failed and retry_scheduled
+//     attempts over the attempts that ran, released and snoozed ones
+//     excepted, as the LlmqFailureRateHigh alert counts them: read from
+//     job_attempts' primary key for the newest jobs accepted in the last
+//     two hours, at most 5,000 attempts a refresh, the page saying when
+//     the rate is of that sample); the dead letters (FAILED_TERMINAL, with
+//     those of the last hour from the chart's counts) and the review
+//     backlog (REVIEW_REQUIRED), counted as the dead-letter tabs count
+//     them; on an operator's console, the outbox's backlog and lag with the
+//     relay's leader lease (events waiting while no relay holds a live
+//     lease are critical, whatever their age) and the retention service's
+//     lease, holder and last pass (retention_lease.last_pass_at). A
+//     tenant's console grades the tenant's own figures only and shows no
+//     system service. Then live work by queue (runnable, scheduled,
+//     running, oldest
 //     runnable job), jobs finished per minute over the last hour by
-//     terminal state (an inline SVG chart; each minute's count per state
+//     terminal state (an inline SVG chart with a y scale, gridlines at its
+//     peak and half of it, and UTC time labels every ten minutes and at
+//     the last minute; each minute's count per state
 //     stops at DefaultChartCap, 5,000, and is then shown as "5,000+" in the
 //     bar's title, the totals and the peak: a refresh reads at most
 //     60 × 3 × 5,000 index entries), the outbox's unpublished
@@ -103,6 +123,44 @@
 // Pages refresh their live parts without a reload: the script polls the
 // page's own URL with ?fragment=NAME every Config.RefreshInterval (5s)
 // while the tab is visible and swaps the part in.
+//
+// # Health thresholds
+//
+// A figure is at a level when it is at or above that level's threshold;
+// Config.Health's zero fields mean these defaults, chosen to agree with
+// deploy/monitoring/alerts.yml where it measures the same thing, so the
+// console turns amber about when a warning alert would fire:
+//
+//   - Oldest runnable job: warning from 5 minutes, critical from 30
+//     (LlmqQueueBacklogOld's warning and critical). Depth alone is not
+//     graded: a deep queue that drains fast is healthy, and its age says
+//     when it is not.
+//   - Failure rate: warning from 10%, critical from 25% (LlmqFailureRateHigh
+//     fires above 25%), graded only once the queue had 10 failed attempts
+//     in the hour (FailureMinFailures), as the alert asks for one a minute:
+//     one failure of a quiet queue's two attempts is not 50% worth a red.
+//   - Dead letters: graded by those of the last hour, not by the size of
+//     the set, which keeps every dead letter until retention prunes it and
+//     so would stay amber after the cause is fixed: warning from 1 (a job
+//     was lost to a failure someone should look at), critical from 10
+//     (LlmqDeadLettersGrowing fires above 10 an hour). The size is shown
+//     beside it.
+//   - Review backlog: warning from 1 (a person is needed), critical from
+//     100 (the reviewers are not keeping up).
+//   - Outbox lag: warning from 2 minutes (LlmqOutboxLagHigh), critical from
+//     10 (LlmqOutboxNotPublishing's ten minutes), and critical whenever
+//     events wait and no relay holds a live leader lease
+//     (LlmqOutboxNoActiveRelay): nothing will publish them.
+//   - Retention: warning when its last pass is 15 minutes old (passes run
+//     every minute by default and a dead holder's lease lapses after 3, so
+//     a quarter hour means it is not running), or when it never ran and
+//     nobody holds its lease. The lease row does not record the holder's
+//     interval, so the threshold is a setting rather than 2× the interval.
+//     Retention has no critical level: a late prune harms nothing at once.
+//
+// New refuses a negative threshold, a failure rate above 1 and an amber
+// above its red (defaults filled in first), naming the field
+// (Health.OldestRunnableAmber, ...).
 //
 // # Guarantees
 //

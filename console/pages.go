@@ -32,6 +32,7 @@ type overviewData struct {
 	Services []serviceLease
 	System   bool // the infrastructure panels are shown (not tenant-scoped)
 	ChartCap int64
+	Health   *healthData
 }
 
 func (h *Handler) overview(ctx context.Context, _ *http.Request, v *view) error {
@@ -54,20 +55,21 @@ func (h *Handler) overview(ctx context.Context, _ *http.Request, v *view) error 
 		addCapped(&d.Finished.Reviewed, m.Reviewed, m.ReviewedCapped)
 	}
 	d.Chart = minuteChart(d.Minutes)
-	if !d.System {
-		return nil
+	if d.System {
+		if d.Outbox, err = h.outboxLag(ctx); err != nil {
+			return err
+		}
+		if d.Runners, err = h.runners(ctx); err != nil {
+			return err
+		}
+		if d.Permits, err = h.permitHolders(ctx); err != nil {
+			return err
+		}
+		if d.Services, err = h.serviceLeases(ctx); err != nil {
+			return err
+		}
 	}
-	if d.Outbox, err = h.outboxLag(ctx); err != nil {
-		return err
-	}
-	if d.Runners, err = h.runners(ctx); err != nil {
-		return err
-	}
-	if d.Permits, err = h.permitHolders(ctx); err != nil {
-		return err
-	}
-	d.Services, err = h.serviceLeases(ctx)
-	return err
+	return h.health(ctx, d, v.Now)
 }
 
 // addCapped adds a minute's count to a total, which is a lower bound once

@@ -104,6 +104,12 @@ func boundedReads(t *testing.T, pool *pgxpool.Pool, schema string, h http.Handle
 		{"TenantRows", []any{"", "", "", 101, countCap, console.UUIDAtForTest(since), 1000, "%no such tenant%", 20_000}, 0},
 		{"Runners", []any{countCap}, countCap},
 		{"FinishedPerMinute", []any{60, 5000}, 180 * 5000},
+		// The attempts window, its fullness count and a queue probe per
+		// attempt in the hour, each at most the scan.
+		{"FailureRate", []any{console.UUIDAtForTest(since.Add(-time.Hour)), countCap}, 3 * countCap},
+		// The tenant's keys and their count, each at most the scan, and
+		// each job's attempts with a queue probe each.
+		{"FailureRateTenant", []any{console.UUIDAtForTest(since.Add(-time.Hour)), countCap, "big"}, 8 * countCap},
 	} {
 		tx, err := pool.Begin(ctx)
 		require.NoError(t, err)

@@ -253,13 +253,70 @@ LIMIT 500;
 
 -- name: ServiceLeases
 -- The outbox relays' leader lease and the retention service's lease: one
--- row each.
+-- row each, with retention's last pass (the relay records none).
 -- A released lease holds '-infinity', which reads as NULL here.
-SELECT 'outbox relay', holder, lease_epoch, CASE WHEN isfinite(lease_until) THEN lease_until END, acquired_at, lease_until > now()
+SELECT 'outbox relay', holder, lease_epoch, CASE WHEN isfinite(lease_until) THEN lease_until END, acquired_at, lease_until > now(),
+    NULL::timestamptz
 FROM /*schema*/outbox_relay_lease
 UNION ALL
-SELECT 'retention', holder, NULL, CASE WHEN isfinite(lease_until) THEN lease_until END, acquired_at, lease_until > now()
+SELECT 'retention', holder, NULL, CASE WHEN isfinite(lease_until) THEN lease_until END, acquired_at, lease_until > now(),
+    last_pass_at
 FROM /*schema*/retention_lease;
+
+-- name: FailureRate
+-- Per queue, the attempts that ended in the last hour: the failed ones
+-- (failed, retry_scheduled) and those that ran a handler (all but
+-- released and snoozed), as the LlmqFailureRateHigh alert counts them,
+-- among the attempts of the newest jobs accepted since $1 (a UUIDv7 lower
+-- bound): job_attempts' primary key (job_id, attempt) read backwards from
+-- the newest job, at most $2 entries, no index holding a time. Each
+-- attempt in the hour finds its queue by a primary-key probe of jobs. The
+-- last column says the $2 entries were all read (the rates are then of a
+-- sample: the newest jobs' attempts). A NULL queue row carries only that
+-- flag when no attempt ended in the hour.
+SELECT a.queue, count(*) FILTER (WHERE a.outcome IN ('failed', 'retry_scheduled')),
+    count(*) FILTER (WHERE a.outcome NOT IN ('released', 'snoozed')), bool_or(a.full)
+FROM (
+    SELECT (SELECT j.queue FROM /*schema*/jobs AS j WHERE j.id = x.job_id) AS queue, x.outcome, x.ended_at, w.full
+    FROM (
+        SELECT a.job_id, a.outcome, a.ended_at FROM /*schema*/job_attempts AS a
+        WHERE a.job_id >= $1::uuid
+        ORDER BY a.job_id DESC
+        LIMIT $2
+    ) AS x
+    RIGHT JOIN (SELECT (SELECT count(*) FROM (
+        SELECT 1 FROM /*schema*/job_attempts AS a WHERE a.job_id >= $1::uuid LIMIT $2) AS c) >= $2 AS full) AS w
+        ON x.ended_at >= now() - interval '1 hour'
+) AS a
+GROUP BY a.queue
+ORDER BY a.queue;
+
+-- name: FailureRateTenant
+-- FailureRate for one tenant ($3): its newest jobs accepted since $1,
+-- at most $2, from job_keys' primary key (tenant, id), then each one's
+-- attempts through job_attempts' primary key and its queue through jobs'.
+SELECT a.queue, count(*) FILTER (WHERE a.outcome IN ('failed', 'retry_scheduled')),
+    count(*) FILTER (WHERE a.outcome NOT IN ('released', 'snoozed')), bool_or(a.full)
+FROM (
+    SELECT (SELECT j.queue FROM /*schema*/jobs AS j WHERE j.id = x.job_id) AS queue, x.outcome, x.ended_at, w.full
+    FROM (
+        SELECT k.id AS job_id, at.outcome, at.ended_at
+        FROM (
+            SELECT k.id FROM /*schema*/job_keys AS k
+            WHERE k.tenant = $3::text AND k.id >= $1::uuid
+            ORDER BY k.id DESC
+            LIMIT $2
+        ) AS k
+        CROSS JOIN LATERAL (
+            SELECT a.outcome, a.ended_at FROM /*schema*/job_attempts AS a WHERE a.job_id = k.id
+        ) AS at
+    ) AS x
+    RIGHT JOIN (SELECT (SELECT count(*) FROM (
+        SELECT 1 FROM /*schema*/job_keys AS k WHERE k.tenant = $3::text AND k.id >= $1::uuid LIMIT $2) AS c) >= $2 AS full) AS w
+        ON x.ended_at >= now() - interval '1 hour'
+) AS a
+GROUP BY a.queue
+ORDER BY a.queue;
 
 -- name: TenantRows
 -- A page of (queue, tenant) rows from tenant_queues in key order after

@@ -299,6 +299,7 @@ type serviceLease struct {
 	LeaseUntil time.Time
 	AcquiredAt time.Time
 	Live       bool
+	LastPass   time.Time // retention's last pass; zero for none (and for the relay)
 }
 
 func (h *Handler) runners(ctx context.Context) ([]runner, error) {
@@ -337,6 +338,7 @@ func (h *Handler) serviceLeases(ctx context.Context) ([]serviceLease, error) {
 		err := row.Scan(r.dest()...)
 		s := r.s
 		s.Holder, s.Epoch, s.LeaseUntil, s.AcquiredAt = dbsql.Deref(r.holder), dbsql.Deref(r.epoch), dbsql.Deref(r.until), dbsql.Deref(r.acquired)
+		s.LastPass = dbsql.Deref(r.lastPass)
 		return s, err
 	})
 }

@@ -202,6 +202,7 @@ var funcs = template.FuncMap{
 	"capped":     formatCapped,
 	"ago":        ago,
 	"dur":        formatDuration,
+	"pct":        func(f float64) string { return strconv.FormatFloat(f*100, 'f', -1, 64) + "%" },
 	"ts":         timestamp,
 	"short":      shortID,
 	"trunc":      truncate,

@@ -20,6 +20,7 @@ type statements struct {
 	usageByDay, usageByDayTenant                                            string
 	reuseInvalidations, reuseInvalidation                                   string
 	replayedOf, terminalCount, tenantWindowEnd                              string
+	failureRate, failureRateTenant                                          string
 }
 
 func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
@@ -56,6 +57,8 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.usageByDayTenant, "UsageByDayTenant", 3, usage...),
 		dbsql.Query(&q.reuseInvalidations, "ReuseInvalidations", 3, invalidation...),
 		dbsql.Query(&q.reuseInvalidation, "ReuseInvalidation", 2, invalidation...),
+		dbsql.Query(&q.failureRate, "FailureRate", 2, new(*string), new(int64), new(int64), new(bool)),
+		dbsql.Query(&q.failureRateTenant, "FailureRateTenant", 3, new(*string), new(int64), new(int64), new(bool)),
 	)
 }
 
@@ -104,10 +107,11 @@ type serviceLeaseRow struct {
 	holder          *string
 	epoch           *int64
 	until, acquired *time.Time
+	lastPass        *time.Time
 }
 
 func (r *serviceLeaseRow) dest() []any {
-	return []any{&r.s.Service, &r.holder, &r.epoch, &r.until, &r.acquired, &r.s.Live}
+	return []any{&r.s.Service, &r.holder, &r.epoch, &r.until, &r.acquired, &r.s.Live, &r.lastPass}
 }
 
 // tenantRowScan is a TenantRows row as scanned.
