@@ -22,6 +22,7 @@ import (
 	"github.com/llmq/llmq/internal/validate"
 	"github.com/llmq/llmq/jobs"
 	"github.com/llmq/llmq/providerbatch"
+	"github.com/llmq/llmq/schedule"
 )
 
 //go:embed queries.sql
@@ -118,10 +119,12 @@ type Handler struct {
 	store   *jobs.PostgresStore
 	limiter *admission.Postgres
 	batches *providerbatch.Operator
-	pages   map[string]*template.Template
-	static  http.Handler
-	mux     *http.ServeMux
-	origins *http.CrossOriginProtection
+	// schedules reads and pauses the schedules (package schedule).
+	schedules *schedule.Store
+	pages     map[string]*template.Template
+	static    http.Handler
+	mux       *http.ServeMux
+	origins   *http.CrossOriginProtection
 	// chartCap is DefaultChartCap and eventScanLimit
 	// DefaultEventScanLimit; tests lower them.
 	chartCap, eventScanLimit int
@@ -165,6 +168,10 @@ func newHandler(cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
+	schedules, err := schedule.NewStore(schedule.StoreConfig{Schema: cfg.Schema})
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
 	pages, err := parsePages()
 	if err != nil {
 		return nil, err
@@ -175,7 +182,7 @@ func newHandler(cfg Config) (*Handler, error) {
 			return nil, fmt.Errorf("%w: TrustedOrigins: %w", ErrInvalidConfig, err)
 		}
 	}
-	h := &Handler{cfg: cfg, sql: sql, store: store, limiter: limiter, batches: batches, pages: pages, origins: origins, chartCap: DefaultChartCap, eventScanLimit: DefaultEventScanLimit}
+	h := &Handler{cfg: cfg, sql: sql, store: store, limiter: limiter, batches: batches, schedules: schedules, pages: pages, origins: origins, chartCap: DefaultChartCap, eventScanLimit: DefaultEventScanLimit}
 	if h.static, err = staticFiles(); err != nil {
 		return nil, err
 	}
@@ -248,6 +255,9 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET /batches", h.page("batches", h.batchesPage))
 	m.HandleFunc("POST /batches/{id}/cancel", h.action(h.cancelBatch))
 	m.HandleFunc("GET /reuse", h.page("reuse", h.reusePage))
+	m.HandleFunc("GET /schedules", h.page("schedules", h.schedulesPage))
+	m.HandleFunc("POST /schedules/{name}/pause", h.action(h.pauseSchedule))
+	m.HandleFunc("POST /schedules/{name}/resume", h.action(h.resumeSchedule))
 	m.HandleFunc("POST /reuse/invalidate", h.action(h.invalidateReuse))
 	m.Handle("GET /static/", h.static)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -110,6 +110,13 @@
 //     every tenant's results) and reason, the actor as who. The page it
 //     returns to shows what was recorded and how many computed results
 //     it covered (the store's count, within the longest TTL).
+//   - Schedules: every periodic job (package schedule, what `llmq
+//     schedules list` shows) with its cron or interval, zone, kind,
+//     queue, tenant, source, state, next slot and last slot with a link
+//     to its last job; a tenant's console lists only the schedules whose
+//     jobs are the tenant's. With actions on, each has Pause or Resume
+//     (a resumed schedule skips the slots missed while paused); a
+//     tenant's console acts only on its own, another's reads as none.
 //
 // Times are UTC: the time filters are labelled so and read an HTML
 // datetime-local value as UTC. Numbers are written one way, with

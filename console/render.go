@@ -80,10 +80,12 @@ func (h *Handler) page(name string, load loader) http.HandlerFunc {
 
 // flashes are the messages an action's redirect can show.
 var flashes = map[string]string{
-	"replayed":        "Replayed as a new job.",
-	"replayed-before": "This job was replayed before: here is that replay (tick \"again\" for another).",
-	"pool-updated":    "Pool limits updated.",
-	"batch-cancel":    "Cancel requested: the pool's submitter cancels the provider batch at its next poll, and the jobs the provider did not answer return to waiting.",
+	"replayed":         "Replayed as a new job.",
+	"replayed-before":  "This job was replayed before: here is that replay (tick \"again\" for another).",
+	"pool-updated":     "Pool limits updated.",
+	"batch-cancel":     "Cancel requested: the pool's submitter cancels the provider batch at its next poll, and the jobs the provider did not answer return to waiting.",
+	"schedule-paused":  "Schedule paused: it enqueues nothing until resumed.",
+	"schedule-resumed": "Schedule resumed: its next slot is the first after now; the slots missed while paused are skipped.",
 }
 
 var fragmentName = regexp.MustCompile(`^[a-z]{1,30}$`)
@@ -180,7 +182,7 @@ func parsePages() (map[string]*template.Template, error) {
 		return nil, fmt.Errorf("console: templates: %w", err)
 	}
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "tenants", "jobs", "job", "dead", "pools", "batches", "reuse", "error"} {
+	for _, name := range []string{"overview", "tenants", "jobs", "job", "dead", "pools", "batches", "reuse", "schedules", "error"} {
 		t, err := base.Clone()
 		if err == nil {
 			t, err = t.ParseFS(assets, "templates/"+name+".html")
