@@ -29,19 +29,26 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, url, schema string, out io.Writer) error {
+func run(ctx context.Context, url, schema string, out io.Writer) (err error) {
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
-		return err
+		return fmt.Errorf("connect: %w", err)
 	}
 	defer pool.Close()
+	if _, err := llmq.Migrate(ctx, pool, llmq.MigrateOptions{Schema: schema}); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	store, err := jobs.NewStore(jobs.Config{Schema: schema})
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	if _, err := pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+schema+".invoices (id uuid PRIMARY KEY, doc text)"); err != nil {
+		return fmt.Errorf("create the service's own table: %w", err)
+	}
 	doc := "s3://invoices/42.pdf" // the client's request, sent twice under one idempotency key
 	hash, err := jobs.RequestHash(doc)
-	_, err2 := llmq.Migrate(ctx, pool, llmq.MigrateOptions{Schema: schema})
-	store, err3 := jobs.NewStore(jobs.Config{Schema: schema})
-	_, err4 := pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+schema+".invoices (id uuid PRIMARY KEY, doc text)") // the service's own
-	if err := errors.Join(err, err2, err3, err4); err != nil {
-		return err
+	if err != nil {
+		return fmt.Errorf("hash request: %w", err)
 	}
 	opts := jobs.EnqueueOptions{IdempotencyKey: fmt.Sprint("upload-", time.Now().UnixNano()), RequestHash: hash}
 	var accepted [2]jobs.EnqueueResult
@@ -52,7 +59,7 @@ func run(ctx context.Context, url, schema string, out io.Writer) error {
 			return Extract{InvoiceID: id}, err
 		})
 		if err != nil {
-			return err
+			return fmt.Errorf("accept request %d: %w", i+1, err)
 		}
 	}
 	runner, err := lease.NewRunner(pool, store, lease.Config{Handlers: lease.Kinds(lease.Handle(Extraction,
@@ -63,18 +70,25 @@ func run(ctx context.Context, url, schema string, out io.Writer) error {
 			return "total 1234.50", nil
 		}))})
 	if err != nil {
-		return err
+		return fmt.Errorf("new runner: %w", err)
 	}
-	stopRunner := runner.Start(ctx)
+	stop := runner.Start(ctx)
+	defer func() { err = errors.Join(err, stop()) }() // stop the runner on every return, reporting its error too
 	job, err := jobs.Await(ctx, store, pool, "acme", accepted[0].Job.ID, 0)
-	if err := errors.Join(err, stopRunner()); err != nil {
-		return err
+	if err != nil {
+		return fmt.Errorf("await job: %w", err)
 	}
 	total, err := Extraction.Result(job)
-	attempts, err2 := store.Attempts(ctx, pool, "acme", job.ID)
+	if err != nil {
+		return fmt.Errorf("read result: %w", err)
+	}
+	attempts, err := store.Attempts(ctx, pool, "acme", job.ID)
+	if err != nil {
+		return fmt.Errorf("list attempts: %w", err)
+	}
 	fmt.Fprintf(out, "retry existing=%v, %s %q\n", accepted[1].Existing && accepted[1].Job.ID == job.ID, job.State, total)
 	for _, a := range attempts {
 		fmt.Fprintf(out, "attempt %d: %s %s\n", a.Attempt, a.Outcome, a.Error)
 	}
-	return errors.Join(err, err2)
+	return nil
 }
