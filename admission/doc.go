@@ -1,9 +1,13 @@
-// Package admission keeps provider calls inside a provider's shared quota:
-// requests per minute, tokens per minute, calls in flight and, for local
-// inference servers, the tokens those calls hold, taken together for a
-// pool (the provider project or model deployment whose quota
-// every process shares, never the pod), and it checks tenant quotas at
-// acceptance.
+// Package admission keeps a host's provider calls within the quota all its
+// processes share, and its tenants within their acceptance quotas. The lease
+// runner takes a permit from it before each provider call
+// (lease.Config.Admission), and the job store asks its Quotas at acceptance
+// (jobs.Config.OnAccept).
+//
+// A provider's quota is kept for a pool (the provider project or model
+// deployment whose quota every process shares, never the pod): requests per
+// minute, tokens per minute, calls in flight and, for local inference
+// servers, the tokens those calls hold, taken together.
 //
 // # Contract
 //

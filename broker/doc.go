@@ -1,9 +1,13 @@
-// Package broker is llmq's broker-neutral contract: the Message every
-// adapter carries, a Publisher that reports success only after the broker
-// confirmed, and a Consumer whose Deliveries are acknowledged only after the
-// receiver durably accepted them. Adapters (broker/memory here;
-// broker/rabbitmq and broker/kafka) implement it without extending it; one
-// optional interface, LimitedDelivery, is part of the contract.
+// Package broker is the broker-neutral contract through which llmq's outbox
+// relay publishes events and its inbox ingress receives messages, so neither
+// depends on a particular broker. Hosts pick an adapter that implements it
+// (broker/memory here; broker/rabbitmq and broker/kafka).
+//
+// The contract is the Message every adapter carries, a Publisher that
+// reports success only after the broker confirmed, and a Consumer whose
+// Deliveries are acknowledged only after the receiver durably accepted them.
+// Adapters implement it without extending it; one optional interface,
+// LimitedDelivery, is part of the contract.
 //
 // Guarantees an adapter must keep:
 //   - Publish returns nil only when the broker confirmed every message it

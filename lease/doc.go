@@ -1,7 +1,13 @@
-// Package lease runs jobs under fenced leases: the runner claims jobs in
-// short batched transactions, runs their handlers outside any transaction,
-// heartbeats the leases it holds, and records each attempt's outcome only
-// under the fence the attempt was claimed with.
+// Package lease runs a host's jobs: its Runner claims them, calls the
+// handler registered for each kind, and records each attempt's outcome,
+// retrying or failing the job as the handler's result says. Every worker
+// process of a host runs one, beside the code that accepts jobs (package
+// jobs).
+//
+// It runs jobs under fenced leases: the runner claims jobs in short batched
+// transactions, runs their handlers outside any transaction, heartbeats the
+// leases it holds, and records each attempt's outcome only under the fence
+// the attempt was claimed with.
 //
 //	runner, err := lease.NewRunner(pool, store, lease.Config{
 //		Handlers: map[string]lease.Handler{"invoice.extract": extractor},

@@ -1,12 +1,15 @@
-// Package kvfeedback adjusts a pool's in-flight token budget
-// (admission.Pool.MaxInFlightTokens) from what its local inference server
-// says about itself: an Observer reads the server's Prometheus metrics
-// endpoint and lowers the budget while the server queues or preempts,
-// raising it back slowly when it stops, never above the configured
-// ceiling. It is for servers whose capacity moves under llmq (another
-// process takes GPU memory, a cache fragments, contexts grow longer than
-// planned); the budget alone already keeps a server whose cache is known
-// from ever preempting.
+// Package kvfeedback keeps a local inference server from queueing and
+// preempting when its capacity moves under llmq (another process takes GPU
+// memory, a cache fragments, contexts grow longer than planned). Hosts that
+// admit calls to their own server (vLLM and the like) through an admission
+// pool run its Observer; the budget alone already keeps a server whose
+// cache is known from ever preempting.
+//
+// It adjusts the pool's in-flight token budget
+// (admission.Pool.MaxInFlightTokens) from what the server says about
+// itself: an Observer reads the server's Prometheus metrics endpoint and
+// lowers the budget while the server queues or preempts, raising it back
+// slowly when it stops, never above the configured ceiling.
 //
 //	obs, err := kvfeedback.New(limiter, kvfeedback.Config{
 //		Pool: "local-llama", MetricsURL: "http://127.0.0.1:8000/metrics", Ceiling: 200_000,

@@ -1,7 +1,11 @@
-// Package kafka is llmq's Kafka adapter of the broker contract, on
-// franz-go (kgo): a Publisher that confirms a message only when every
-// in-sync replica has it, and a group Consumer that commits an offset only
-// when every record before it was settled.
+// Package kafka connects llmq to Kafka: the outbox relay publishes events to
+// Kafka topics through it, and the inbox ingress consumes them. Hosts that
+// run Kafka use it in place of broker/memory; it adapts the broker contract
+// on franz-go (kgo).
+//
+// Its Publisher confirms a message only when every in-sync replica has it,
+// and its group Consumer commits an offset only when every record before it
+// was settled.
 //
 //	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers})
 //	relay, err := outboxStore.NewRelay(pool, pub, outbox.RelayConfig{})

@@ -1,10 +1,14 @@
-// Package rabbitmq is llmq's RabbitMQ adapter (AMQP 0-9-1, on
-// github.com/rabbitmq/amqp091-go): a broker.Publisher that reports success
-// only for messages the broker confirmed and routed, a broker.Consumer whose
-// deliveries are acknowledged only after the receiver's transaction
-// committed, and a Topology helper that declares durable queues with
-// dead-lettering. It implements the broker contract, deliveries included
-// as broker.LimitedDelivery, without extending it.
+// Package rabbitmq connects llmq to RabbitMQ: the outbox relay publishes
+// events to an exchange through it, and the inbox ingress consumes them from
+// durable queues. Hosts that run RabbitMQ use it in place of broker/memory.
+//
+// It is an adapter (AMQP 0-9-1, on github.com/rabbitmq/amqp091-go): a
+// broker.Publisher that reports success only for messages the broker
+// confirmed and routed, a broker.Consumer whose deliveries are acknowledged
+// only after the receiver's transaction committed, and a Topology helper
+// that declares durable queues with dead-lettering. It implements the broker
+// contract, deliveries included as broker.LimitedDelivery, without
+// extending it.
 //
 //	topo := rabbitmq.Topology{Exchange: "llmq", Queues: []rabbitmq.Queue{{Name: "erp", Bindings: []string{"invoice.#"}}}}
 //	pub, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig{ConnConfig: rabbitmq.ConnConfig{Topology: &topo}, Exchange: "llmq"})

@@ -1,7 +1,9 @@
-// Package pglisten keeps a LISTEN connection open: it listens on a set of
-// channels over a dedicated connection, re-establishes it with backoff when
-// it drops, and tells the caller after each (re)connect, since
-// notifications sent while disconnected are lost.
+// Package pglisten keeps a LISTEN connection open, for the lease runner and
+// the outbox relay, which wake on Postgres notifications.
+//
+// It listens on a set of channels over a dedicated connection,
+// re-establishes it with backoff when it drops, and tells the caller after
+// each (re)connect, since notifications sent while disconnected are lost.
 package pglisten
 
 import (

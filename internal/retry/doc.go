@@ -1,10 +1,12 @@
 // Package retry holds llmq's retry arithmetic: full-jitter exponential
 // backoff (Policy, defined as llmqtype.BackoffPolicy so that public packages
-// can take it) and Retry-After parsing. One layer owns retries: llmq. Provider
-// SDKs and HTTP clients underneath a job should be configured not to retry,
-// because nested retry loops multiply (three SDK attempts inside five job
-// attempts is fifteen calls) and hide the attempt count that backoff and
-// MaxAttempts are computed from.
+// can take it) and Retry-After parsing. Every llmq package that retries (the
+// lease runner, the outbox relay, webhook delivery and others) uses it.
+//
+// One layer owns retries: llmq. Provider SDKs and HTTP clients underneath a
+// job should be configured not to retry, because nested retry loops multiply
+// (three SDK attempts inside five job attempts is fifteen calls) and hide the
+// attempt count that backoff and MaxAttempts are computed from.
 //
 // The package is pure arithmetic: no clocks, no sleeping, no global random
 // source of its own. Callers pass the current time and a random draw, so the

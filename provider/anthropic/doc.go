@@ -1,8 +1,12 @@
 // Package anthropic puts calls made with the official Anthropic Go SDK
-// (github.com/anthropics/anthropic-sdk-go/v2) under llmq: client options
-// that turn the SDK's retries off and report every response (with its
-// anthropic-ratelimit-* headers) to admission, usage recorded for the
-// attempt, and each failure classified for the lease runner.
+// (github.com/anthropics/anthropic-sdk-go/v2) under llmq's retries,
+// admission and attempt history. Hosts whose job handlers call Anthropic use
+// it, as does providerbatch (Batches, for Message Batches).
+//
+// It gives client options that turn the SDK's retries off and report every
+// response (with its anthropic-ratelimit-* headers) to admission, usage
+// recorded for the attempt, and each failure classified for the lease
+// runner.
 //
 // # Use
 //

@@ -1,8 +1,11 @@
 // Package openai puts calls made with the official OpenAI Go SDK
-// (github.com/openai/openai-go/v3) under llmq: client options that turn
-// the SDK's retries off and report every response to admission, usage
-// recorded for the attempt, and each failure classified for the lease
-// runner.
+// (github.com/openai/openai-go/v3) under llmq's retries, admission and
+// attempt history. Hosts whose job handlers call OpenAI, or a server that
+// speaks its API, use it, as does providerbatch (Chat, for the Batch API).
+//
+// It gives client options that turn the SDK's retries off and report every
+// response to admission, usage recorded for the attempt, and each failure
+// classified for the lease runner.
 //
 // # Use
 //

@@ -1,15 +1,17 @@
-// Package drill runs the invoice worker's primary-outage drill: one fake
-// provider (package fakeprovider) serves the worker's primary model in
-// OpenAI's dialect and its fallback (invoice.WorkerConfig.Fallback) in
+// Package drill runs the invoice worker's primary-outage drill, which checks
+// that extractions keep flowing through the fallback model while the primary
+// one is rate-limited or down, and go back to the primary once it heals.
+// Command ../cmd/invoice runs it (-drill primary-outage); the package's
+// tests run it scaled down.
+//
+// One fake provider (package fakeprovider) serves the worker's primary model
+// in OpenAI's dialect and its fallback (invoice.WorkerConfig.Fallback) in
 // Anthropic's, each with a quota of its own; a feeder keeps a backlog of
 // extractions in the queue through the service's API; after a warm-up the
 // primary model is stormed (429 with Retry-After, fakeprovider.StormModel)
 // or out (503, OutageModel) for a while, then heals. The figures are read
 // from the database (the attempts' candidates, moves and times) and from
 // the fake provider's call log, and checked against four targets (Targets).
-//
-// Command ../cmd/invoice runs it (-drill primary-outage); the package's
-// tests run it scaled down.
 package drill
 
 import (

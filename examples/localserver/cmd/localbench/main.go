@@ -1,11 +1,14 @@
-// Command localbench compares admission by in-flight tokens with
-// admission by request count, against package localserver's simulated
-// server: a backlog of mixed documents (four in five of 1,000 to 4,000
-// tokens, one in five of 40,000 to 80,000) is sent through an
-// admission.Local limiter by many workers, once with the pool's
-// in-flight token budget set to the server's KV cache, then with request
-// count limits only: at the token budget's mean concurrency, and swept
-// over -sweep to find the best of them. Every run starts a fresh server.
+// Command localbench compares admission by in-flight tokens with admission
+// by request count, against package localserver's simulated server. It is
+// for choosing how to limit a pool in front of a local inference server: it
+// prints each policy's throughput, latencies and preemptions side by side.
+//
+// A backlog of mixed documents (four in five of 1,000 to 4,000 tokens, one
+// in five of 40,000 to 80,000) is sent through an admission.Local limiter by
+// many workers, once with the pool's in-flight token budget set to the
+// server's KV cache, then with request count limits only: at the token
+// budget's mean concurrency, and swept over -sweep to find the best of them.
+// Every run starts a fresh server.
 //
 //	go run ./examples/localserver/cmd/localbench -docs 300 -scale 20
 package main
