@@ -1,6 +1,11 @@
 // Package sample writes the OCR text of plausible supplier invoices, for the
 // demo and the acceptance suite: line items, tax and total that add up, and
 // the supplier's name and IBAN as the master data has them.
+//
+// It is under examples/internal, which a program outside this module
+// cannot import: a service copying an example copies this package with it
+// (it imports only public packages; TestExamplesImportOnlyWhatAHostCan in
+// the module's root checks that every example does too).
 package sample
 
 import (

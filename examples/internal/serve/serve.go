@@ -1,5 +1,10 @@
 // Package serve runs the examples' HTTP servers until their context ends,
 // with limits on what one client can hold of them.
+//
+// It is under examples/internal, which a program outside this module
+// cannot import: a service copying an example copies this package with it
+// (it imports only public packages; TestExamplesImportOnlyWhatAHostCan in
+// the module's root checks that every example does too).
 package serve
 
 import (

@@ -2,6 +2,11 @@
 // "-- name: X" lines, as sqlc files are written, each running to the next
 // name line, with /*schema*/ replaced by the quoted schema name and a dot.
 // It is example scaffolding: a service uses its own way of holding SQL.
+//
+// It is under examples/internal, which a program outside this module
+// cannot import: a service copying an example copies this package with it
+// (it imports only public packages; TestExamplesImportOnlyWhatAHostCan in
+// the module's root checks that every example does too).
 package sqlfile
 
 import (
