@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -66,33 +67,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if isSoak(args) {
 		return runBenchSoak(ctx, args, stdout, stderr)
 	}
-	fs, c := newFlagSet("bench", stderr)
-	var o benchOptions
-	fs.StringVar(&o.mode, "mode", "drain", "drain: work down a backlog enqueued up front; e2e: producers enqueue while the runner works; latency: open-loop arrivals at -rate, enqueue-to-start latency; relay: publish a backlog of -jobs outbox events to -broker with -workers relays, each running as a pod's would (processes with the memory broker, goroutines otherwise), and print their peak connections; ingress: publish -jobs messages to -broker, then time an inbox ingress with -workers concurrent batches taking them all; providerbatch: send -jobs deferrable jobs through a providerbatch.Submitter to an in-process fake provider's batch API and time submitting them and applying the results; reuse: -producers processes (default 8), each running its share of -workers handlers, enqueue -jobs jobs (default 10,000) with reuse keys drawn from -keys, each handler call paid and counted; reports paid calls, reused jobs and jobs_reuse_idx probes, then runs the same jobs without reuse keys")
-	fs.IntVar(&o.jobs, "jobs", 50_000, "number of jobs (providerbatch: default 10,000, at most 50,000; reuse: default 10,000)")
-	fs.IntVar(&o.workers, "workers", 100, "runner concurrency (MaxWorkers of the queue); relay: relays competing for one outbox; reuse: handlers of all processes together")
-	fs.IntVar(&o.producers, "producers", 16, "e2e: concurrent producers, each enqueueing one job (and its outbox event) per transaction; reuse: processes, each enqueueing its share and running its share of -workers (default 8)")
-	fs.Float64Var(&o.rate, "rate", 100, "latency: arrivals per second")
-	fs.IntVar(&o.batch, "claim-batch", 0, "jobs per claim (0: 500 for drain, 100 for e2e, 10 for latency, never more than -workers; reuse: each process's share of -workers); events per relay claim (0: 500)")
-	fs.DurationVar(&o.notifyEach, "notify-interval", 0, "jobs.Config.NotifyInterval of the producers' store (0: its default, 5ms; negative: NOTIFY on every enqueue)")
-	fs.IntVar(&o.tenants, "tenants", 1, "drain: tenants the backlog is spread over, round robin (fair claiming shares claims among them); reuse: tenants drawn at random for each job, each with its own -keys")
-	fs.IntVar(&o.backlog, "backlog", 0, "drain: jobs queued up front (0: -jobs); the bench times the first -jobs of them")
-	fs.IntVar(&o.batchSize, "batch-size", 0, fmt.Sprintf("drain: enqueue the backlog as batches (jobs.EnqueueBatch) of this many jobs, 1 to %d, so every completion also keeps its batch's counts; 0: no batches", jobs.MaxBatch))
-	fs.BoolVar(&o.deletePub, "delete-published", false, "relay: the relays delete each event once the broker confirmed it (outbox.RelayConfig.DeletePublished) instead of marking it published")
-	fs.BoolVar(&o.walDetail, "wal-detail", false, "drain, e2e: also print each relation's share of every phase's WAL (needs pg_walinspect)")
-	fs.BoolVar(&o.walRecords, "wal-records", true, "drain, e2e: read each phase's WAL records back with pg_walinspect for rows, index entries and HOT share; false prints WAL totals only, so the server spends no CPU reading its WAL (for measuring the server's CPU per job from outside)")
-	fs.BoolVar(&o.keep, "keep", false, "keep the throwaway schema instead of dropping it")
-	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file")
-	fs.StringVar(&o.broker, "broker", "memory", "relay: memory, rabbitmq, or kafka (in-process kfake unless KAFKA_BROKERS is set); ingress: memory or rabbitmq")
-	fs.StringVar(&o.amqpURL, "amqp-url", os.Getenv("AMQP_URL"), "rabbitmq: the broker (default $AMQP_URL, else amqp://guest:guest@127.0.0.1:5672/)")
-	fs.IntVar(&o.window, "window", 0, "rabbitmq: unconfirmed publishes in flight (0: the publisher's default)")
-	fs.Float64Var(&o.arrivals, "arrivals", 0, "admission: acquires per second offered over all processes, each timed from its scheduled arrival (0: a closed loop, each acquirer acquiring again as soon as it released)")
-	fs.DurationVar(&o.hold, "hold", 0, "admission: how long each acquirer holds its permit before releasing it, modelling the provider call (0: released at once); reuse: how long each paid call takes (default 5ms)")
-	fs.IntVar(&o.keys, "keys", 1000, "reuse: reuse keys the jobs draw from at random (jobs.ReuseKey of the key's number), each tenant's its own")
-	fs.Float64Var(&o.failRate, "fail-rate", 0.02, "reuse: share of paid calls that fail transiently after paying (the job is retried)")
-	addHistoryFlag(fs, &o)
-	addProviderBatchFlags(fs, &o)
-	if err := parse(fs, args); err != nil {
+	fs, c, o, err := parseBenchFlags(args, stderr)
+	if err != nil {
 		return err
 	}
 	if schema := os.Getenv(benchRelayChild); schema != "" && o.mode == "relay" {
@@ -189,6 +165,41 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	return b.report.finish(seconds)
+}
+
+// parseBenchFlags builds the flag set of `llmq bench` (every mode but
+// soak, which has its own) and parses args with it, connecting to
+// nothing and running nothing; docs/performance.md's commands are
+// checked against it (perfdoc_test.go).
+func parseBenchFlags(args []string, stderr io.Writer) (*flag.FlagSet, *common, benchOptions, error) {
+	fs, c := newFlagSet("bench", stderr)
+	var o benchOptions
+	fs.StringVar(&o.mode, "mode", "drain", "drain: work down a backlog enqueued up front; e2e: producers enqueue while the runner works; latency: open-loop arrivals at -rate, enqueue-to-start latency; relay: publish a backlog of -jobs outbox events to -broker with -workers relays, each running as a pod's would (processes with the memory broker, goroutines otherwise), and print their peak connections; ingress: publish -jobs messages to -broker, then time an inbox ingress with -workers concurrent batches taking them all; providerbatch: send -jobs deferrable jobs through a providerbatch.Submitter to an in-process fake provider's batch API and time submitting them and applying the results; reuse: -producers processes (default 8), each running its share of -workers handlers, enqueue -jobs jobs (default 10,000) with reuse keys drawn from -keys, each handler call paid and counted; reports paid calls, reused jobs and jobs_reuse_idx probes, then runs the same jobs without reuse keys")
+	fs.IntVar(&o.jobs, "jobs", 50_000, "number of jobs (providerbatch: default 10,000, at most 50,000; reuse: default 10,000)")
+	fs.IntVar(&o.workers, "workers", 100, "runner concurrency (MaxWorkers of the queue); relay: relays competing for one outbox; reuse: handlers of all processes together")
+	fs.IntVar(&o.producers, "producers", 16, "e2e: concurrent producers, each enqueueing one job (and its outbox event) per transaction; reuse: processes, each enqueueing its share and running its share of -workers (default 8)")
+	fs.Float64Var(&o.rate, "rate", 100, "latency: arrivals per second")
+	fs.IntVar(&o.batch, "claim-batch", 0, "jobs per claim (0: 500 for drain, 100 for e2e, 10 for latency, never more than -workers; reuse: each process's share of -workers); events per relay claim (0: 500)")
+	fs.DurationVar(&o.notifyEach, "notify-interval", 0, "jobs.Config.NotifyInterval of the producers' store (0: its default, 5ms; negative: NOTIFY on every enqueue)")
+	fs.IntVar(&o.tenants, "tenants", 1, "drain: tenants the backlog is spread over, round robin (fair claiming shares claims among them); reuse: tenants drawn at random for each job, each with its own -keys")
+	fs.IntVar(&o.backlog, "backlog", 0, "drain: jobs queued up front (0: -jobs); the bench times the first -jobs of them")
+	fs.IntVar(&o.batchSize, "batch-size", 0, fmt.Sprintf("drain: enqueue the backlog as batches (jobs.EnqueueBatch) of this many jobs, 1 to %d, so every completion also keeps its batch's counts; 0: no batches", jobs.MaxBatch))
+	fs.BoolVar(&o.deletePub, "delete-published", false, "relay: the relays delete each event once the broker confirmed it (outbox.RelayConfig.DeletePublished) instead of marking it published")
+	fs.BoolVar(&o.walDetail, "wal-detail", false, "drain, e2e: also print each relation's share of every phase's WAL (needs pg_walinspect)")
+	fs.BoolVar(&o.walRecords, "wal-records", true, "drain, e2e: read each phase's WAL records back with pg_walinspect for rows, index entries and HOT share; false prints WAL totals only, so the server spends no CPU reading its WAL (for measuring the server's CPU per job from outside)")
+	fs.BoolVar(&o.keep, "keep", false, "keep the throwaway schema instead of dropping it")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file")
+	fs.StringVar(&o.broker, "broker", "memory", "relay: memory, rabbitmq, or kafka (in-process kfake unless KAFKA_BROKERS is set); ingress: memory or rabbitmq")
+	fs.StringVar(&o.amqpURL, "amqp-url", os.Getenv("AMQP_URL"), "rabbitmq: the broker (default $AMQP_URL, else amqp://guest:guest@127.0.0.1:5672/)")
+	fs.IntVar(&o.window, "window", 0, "rabbitmq: unconfirmed publishes in flight (0: the publisher's default)")
+	fs.Float64Var(&o.arrivals, "arrivals", 0, "admission: acquires per second offered over all processes, each timed from its scheduled arrival (0: a closed loop, each acquirer acquiring again as soon as it released)")
+	fs.DurationVar(&o.hold, "hold", 0, "admission: how long each acquirer holds its permit before releasing it, modelling the provider call (0: released at once); reuse: how long each paid call takes (default 5ms)")
+	fs.IntVar(&o.keys, "keys", 1000, "reuse: reuse keys the jobs draw from at random (jobs.ReuseKey of the key's number), each tenant's its own")
+	fs.Float64Var(&o.failRate, "fail-rate", 0.02, "reuse: share of paid calls that fail transiently after paying (the job is retried)")
+	addHistoryFlag(fs, &o)
+	addProviderBatchFlags(fs, &o)
+	err := parse(fs, args)
+	return fs, c, o, err
 }
 
 // throwawaySchema migrates a fresh schema for one bench run and returns
