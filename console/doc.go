@@ -1,8 +1,10 @@
 // Package console is llmq's operator web console: an http.Handler that a
-// host mounts behind its own authentication, serving server-rendered pages
-// (html/template, one small embedded script and stylesheet, no build step)
-// about the jobs, tenants, dead letters, provider pools, provider batches
-// and result reuse of one llmq schema.
+// host mounts behind its own authentication to see, at a glance, whether
+// its jobs are healthy and why one is where it is. Operators use its
+// server-rendered pages (html/template, one small embedded script and
+// stylesheet, no build step) on the health, jobs, tenants, dead letters,
+// provider pools, provider batches, result reuse and schedules of one llmq
+// schema.
 //
 //	h, err := console.New(console.Config{
 //		DB:       pool,                // *pgxpool.Pool on the llmq schema's database
