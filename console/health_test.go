@@ -15,7 +15,7 @@ import (
 	"github.com/llmq/llmq/jobs"
 )
 
-// The overview's Health section (issue 49, part 2): each figure is graded
+// The overview's Health section: each figure is graded
 // against console.Config.Health and says its state in words.
 
 // healthSection returns the Health section of the overview.

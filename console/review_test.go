@@ -19,7 +19,7 @@ import (
 	"github.com/llmq/llmq/jobs"
 )
 
-// The tests of the operator review's findings (issue 49).
+// The tests of the operator review's findings: escaping, layout, triage.
 
 // finishJob enqueues a job for tenant in the extraction queue and completes its attempts
 // with the outcomes given, in order (each claim takes the job again), and
