@@ -418,12 +418,13 @@ func (b *bench) drain(ctx context.Context) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	start := time.Now()
+	cpuFrom, start := sampleCPU(), time.Now()
 	stop, err := b.startRunner(ctx, b.claimBatch(500))
 	if err != nil {
 		return 0, err
 	}
 	done, err := b.waitDone(ctx)
+	b.report.cpu(cpuFrom, sampleCPU(), b.o.jobs)
 	elapsed := done.Sub(start).Seconds()
 	if stopErr := stop(); err == nil {
 		err = stopErr
@@ -491,7 +492,7 @@ func (b *bench) e2e(ctx context.Context) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	start := time.Now()
+	cpuFrom, start := sampleCPU(), time.Now()
 	var next atomic.Int64
 	errs := make(chan error, b.o.producers)
 	var wg sync.WaitGroup
@@ -512,6 +513,7 @@ func (b *bench) e2e(ctx context.Context) (float64, error) {
 	if err == nil {
 		fmt.Fprintf(b.progress, "llmq bench: all %d jobs enqueued after %.1fs; waiting for the runner\n", b.o.jobs, time.Since(start).Seconds())
 		done, err = b.waitDone(ctx)
+		b.report.cpu(cpuFrom, sampleCPU(), b.o.jobs)
 	}
 	elapsed := done.Sub(start).Seconds()
 	if stopErr := stop(); err == nil {

@@ -25,6 +25,8 @@ type benchReport struct {
 	WAL           []walLine      `json:"wal,omitempty"`
 	Latency       *latencyReport `json:"latency,omitempty"`
 	Relay         *relayReport   `json:"relay,omitempty"`
+	// CPU is the timed phase's CPU per job (drain and e2e).
+	CPU *cpuReport `json:"cpu,omitempty"`
 }
 
 // walLine is the WAL one phase (or one relation's share of it) wrote per
@@ -136,6 +138,12 @@ func (r *benchReport) finish(seconds float64) error {
 	r.JobsPerSecond = float64(r.Jobs) / seconds
 	if r.asJSON {
 		return json.NewEncoder(r.out).Encode(r)
+	}
+	// The summary line stays the last: scripts read it.
+	if r.CPU != nil {
+		if err := r.CPU.print(r.out); err != nil {
+			return err
+		}
 	}
 	_, err := fmt.Fprintf(r.out, "llmq %s jobs=%d workers=%d seconds=%.3f jobs_per_s=%.0f\n", r.Mode, r.Jobs, r.Workers, r.Seconds, r.JobsPerSecond)
 	return err

@@ -185,6 +185,9 @@ func TestBenchModes(t *testing.T) {
 		if args[1] == "latency" {
 			require.Contains(t, out, "enqueue_to_start p50=")
 		}
+		if args[1] == "drain" || args[1] == "e2e" {
+			require.Regexp(t, `(?m)^llmq cpu per job: client_us=[0-9.]+ server_us=[0-9.]+$`, out)
+		}
 		if args[1] == "relay" && slices.Contains(args, "rabbitmq") {
 			require.Regexp(t, `raw_confirmed_per_s=\d+ relay_per_s=\d+ relay_to_raw=[0-9.]+ \(rounds [0-9. ]+\)`, out)
 		}
@@ -230,6 +233,10 @@ func TestBenchJSON(t *testing.T) {
 				Rounds     []float64 `json:"rounds_relay_to_raw"`
 			} `json:"rabbitmq"`
 		} `json:"relay"`
+		CPU *struct {
+			ClientUSPerJob float64  `json:"client_us_per_job"`
+			ServerUSPerJob *float64 `json:"server_us_per_job"`
+		} `json:"cpu"`
 		Latency *struct {
 			EnqueueToStart struct {
 				N     int     `json:"n"`
@@ -263,6 +270,12 @@ func TestBenchJSON(t *testing.T) {
 			}
 			phases = append(phases, w.Phase)
 			require.Equal(t, args[1] == "drain", w.HeapInserts != nil, "records are read back unless -wal-records=false: %s", out)
+		}
+		if args[1] == "drain" || args[1] == "e2e" {
+			require.NotNil(t, r.CPU, out)
+			require.Positive(t, r.CPU.ClientUSPerJob, "the runner used CPU: %s", out)
+			require.NotNil(t, r.CPU.ServerUSPerJob, "PostgreSQL runs on this machine: %s", out)
+			require.GreaterOrEqual(t, *r.CPU.ServerUSPerJob, 0.0)
 		}
 		switch args[1] {
 		case "drain":
