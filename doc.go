@@ -28,7 +28,7 @@
 //
 // Any of them may also import internal/..., the plumbing they share
 // (schema names and SQL files, migrations, backoff, field errors, LISTEN,
-// telemetry, test schemas); the two provider adapters share
+// leader-lease renewal, telemetry, test schemas); the two provider adapters share
 // provider/internal/... as well. No host imports either.
 //
 // Each package's doc.go states what it guarantees. This root package

@@ -11,6 +11,7 @@ import (
 
 	"github.com/llmq/llmq/internal/dberr"
 	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/internal/leader"
 	"github.com/llmq/llmq/internal/pglisten"
 	"github.com/llmq/llmq/internal/retry"
 )
@@ -181,37 +182,13 @@ func (r *Relay) lead(ctx context.Context, l leaderLease) error {
 // another relay took it over, or when no renewal succeeded for a whole
 // lease (a standby may have taken it; the claims are fenced anyway).
 func (r *Relay) renew(ctx context.Context, stepDown context.CancelFunc, epoch int64) {
-	every := r.cfg.LeaderLease / 3
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	renewed := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		sent := time.Now()
-		renewCtx, cancel := context.WithTimeout(ctx, every)
-		tag, err := r.pool.Exec(renewCtx, r.store.sql.renewLease, r.cfg.ID, epoch, r.cfg.LeaderLease.Milliseconds())
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err == nil && tag.RowsAffected() == 0:
-			r.cfg.Logger.Warn("llmq: outbox relay lost the leader lease to another relay; standing by", "epoch", epoch)
-			stepDown()
-			return
-		case err == nil:
-			renewed = sent
-		case time.Since(renewed) >= r.cfg.LeaderLease:
-			r.cfg.Logger.Error("llmq: outbox relay could not renew the leader lease for a whole lease; standing by", "err", err, "epoch", epoch)
-			stepDown()
-			return
-		default:
-			r.cfg.Logger.Warn("llmq: outbox relay lease renewal failed; retrying", "err", err, "epoch", epoch)
-		}
-	}
+	leader.Renewal{
+		Lease: r.cfg.LeaderLease, Logger: r.cfg.Logger, Holder: "outbox relay", What: "leader lease", Rival: "relay",
+		Renew: func(ctx context.Context) (bool, error) {
+			tag, err := r.pool.Exec(ctx, r.store.sql.renewLease, r.cfg.ID, epoch, r.cfg.LeaderLease.Milliseconds())
+			return tag.RowsAffected() > 0, err
+		},
+	}.Keep(ctx, stepDown, epoch)
 }
 
 // release frees the lease for the next standby's check. It runs after ctx

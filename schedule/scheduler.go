@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/llmq/llmq/internal/dbsql"
+	"github.com/llmq/llmq/internal/leader"
 	"github.com/llmq/llmq/internal/retry"
 	"github.com/llmq/llmq/internal/telemetry"
 	"github.com/llmq/llmq/jobs"
@@ -308,37 +309,13 @@ func (s *Scheduler) lead(ctx context.Context, epoch int64) {
 // another scheduler took it, or when no renewal succeeded for a whole
 // lease.
 func (s *Scheduler) renew(ctx context.Context, stepDown context.CancelFunc, epoch int64) {
-	every := s.cfg.LeaseDuration / 3
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	renewed := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		sent := time.Now()
-		renewCtx, cancel := context.WithTimeout(ctx, every)
-		tag, err := s.pool.Exec(renewCtx, s.store.sql.renewLease, s.cfg.Holder, epoch, s.cfg.LeaseDuration.Milliseconds())
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err == nil && tag.RowsAffected() == 0:
-			s.cfg.Logger.Warn("llmq: scheduler lost the lease to another scheduler; standing by", "epoch", epoch)
-			stepDown()
-			return
-		case err == nil:
-			renewed = sent
-		case time.Since(renewed) >= s.cfg.LeaseDuration:
-			s.cfg.Logger.Error("llmq: scheduler could not renew the lease for a whole lease; standing by", "err", err, "epoch", epoch)
-			stepDown()
-			return
-		default:
-			s.cfg.Logger.Warn("llmq: scheduler lease renewal failed; retrying", "err", err, "epoch", epoch)
-		}
-	}
+	leader.Renewal{
+		Lease: s.cfg.LeaseDuration, Logger: s.cfg.Logger, Holder: "scheduler", What: "lease", Rival: "scheduler",
+		Renew: func(ctx context.Context) (bool, error) {
+			tag, err := s.pool.Exec(ctx, s.store.sql.renewLease, s.cfg.Holder, epoch, s.cfg.LeaseDuration.Milliseconds())
+			return tag.RowsAffected() > 0, err
+		},
+	}.Keep(ctx, stepDown, epoch)
 }
 
 // release frees the lease for the next standby's check, after ctx ended.
