@@ -49,7 +49,7 @@ func (f *fixture) reuseJob(t *testing.T, tenant string, reuse jobs.Reuse) *jobs.
 	out, err := f.store.Complete(ctx, f.pool, []jobs.Completion{c})
 	require.NoError(t, err)
 	require.NoError(t, out[0].Err)
-	return out[0].Job
+	return out[0].Apply(j, c)
 }
 
 // reuseJobs are the jobs of seedReuse: acme computes under a tenant key

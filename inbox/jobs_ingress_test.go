@@ -77,7 +77,7 @@ func TestRedeliveryNeverResetsAJob(t *testing.T) {
 	}})
 	require.NoError(t, err)
 	require.NoError(t, res[0].Err)
-	finished := res[0].Job
+	finished := res[0]
 	for _, m := range []broker.Message{request, resent} {
 		deliver(m)
 		got, err := store.Get(ctx, f.pool, "acme", job.ID)

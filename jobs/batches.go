@@ -186,7 +186,7 @@ func (s *PostgresStore) batchJobs(ctx context.Context, db DBTX, tenant string, b
 	if err != nil {
 		return nil, fmt.Errorf("jobs: reading batch %s's jobs: %w", b.ID, s.explain(err))
 	}
-	js, err := pgx.CollectRows(rows, scanJob)
+	js, err := pgx.CollectRows(rows, scanJobs())
 	if err != nil {
 		return nil, fmt.Errorf("jobs: reading batch %s's jobs: %w", b.ID, s.explain(err))
 	}

@@ -77,7 +77,11 @@
 //     ".dead_lettered" or ".cancelled" for terminal states, and
 //     ".retry_scheduled" when a failed attempt will be retried (a release at
 //     shutdown and a snooze write none). Run it in a transaction to add
-//     writes of your own (lease.Config.OnSucceeded does).
+//     writes of your own (lease.Config.OnSucceeded does). It returns what
+//     it wrote on each job (CompletionResult), never the payload, and the
+//     result only when the completion sent none: the caller holds the job
+//     as claimed, and CompletionResult.Apply makes the job as recorded of
+//     it.
 //   - A statement that writes more than one event (EnqueueMany and
 //     EnqueueBatch, Complete of several jobs, the reaper's and the deadline
 //     sweep's dead letters) writes them as one batch row of the outbox

@@ -89,7 +89,7 @@ func TestKindsWithoutEventsWriteNoEvents(t *testing.T) {
 	results, err := f.store.Complete(ctx, f.pool, done)
 	require.NoError(t, err)
 	for _, r := range results {
-		require.Equal(t, jobs.StateSucceeded, r.Job.State)
+		require.Equal(t, jobs.StateSucceeded, r.State)
 	}
 	got := f.eventsOf(t, ids...)
 	require.Empty(t, got[ids[0]])

@@ -157,7 +157,7 @@ func readClaimed(results pgx.BatchResults, settings int) ([]*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, scanClaimed)
+	return pgx.CollectRows(rows, scanClaimed())
 }
 
 // readClaimTenants reads the results of the claim's first round trip: its

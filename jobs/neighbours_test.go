@@ -147,8 +147,8 @@ func TestCompleteStoresAnyErrorText(t *testing.T) {
 		Outcome: jobs.OutcomeFailed, ErrorClass: jobs.ClassPermanent, Error: "model said \x00 and \xff\xfe"}
 	res, err := f.store.Complete(ctx, f.pool, []jobs.Completion{failed, succeeded(b, `{}`)})
 	require.NoError(t, err)
-	require.Equal(t, "model said \uFFFD and \uFFFD", res[0].Job.LastError)
-	require.Equal(t, jobs.StateSucceeded, res[1].Job.State)
+	require.Equal(t, "model said \uFFFD and \uFFFD", res[0].LastError)
+	require.Equal(t, jobs.StateSucceeded, res[1].State)
 }
 
 func TestOutputAsResult(t *testing.T) {

@@ -43,7 +43,7 @@ func (s *PostgresStore) DeadLetters(ctx context.Context, db DBTX, limit int) ([]
 	if err != nil {
 		return nil, fmt.Errorf("jobs: listing dead letters: %w", err)
 	}
-	jobs, err := pgx.CollectRows(rows, scanJob)
+	jobs, err := pgx.CollectRows(rows, scanJobs())
 	if err != nil {
 		return nil, fmt.Errorf("jobs: listing dead letters: %w", err)
 	}

@@ -37,7 +37,9 @@ func (f *fixture) complete(t *testing.T, c jobs.Completion) *jobs.Job {
 	out, err := f.store.Complete(t.Context(), f.pool, []jobs.Completion{c})
 	require.NoError(t, err)
 	require.NoError(t, out[0].Err)
-	return out[0].Job
+	job, err := f.store.Lookup(t.Context(), f.pool, c.JobID)
+	require.NoError(t, err)
+	return job
 }
 
 // reused is the completion a runner records for a claimed job that found a

@@ -69,7 +69,7 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Exec(&q.wakeIdleTenants, "WakeIdleTenants", 2),
 		dbsql.Query(&q.heartbeat, "HeartbeatLeases", 4, new([16]byte), new(bool)),
 		dbsql.Query(&q.leases, "ListLeases", 2, job...),
-		dbsql.Query(&q.complete, "CompleteJobs", 17, job...),
+		dbsql.Query(&q.complete, "CompleteJobs", 17, new(completedRow).dest()...),
 		dbsql.Query(&q.move, "MoveJob", 6, job...).Binds(pgtype.UUID{}, int64(0), "", "", "", ""),
 		dbsql.Exec(&q.markStale, "MarkStaleAttempts", 8),
 		dbsql.Query(&q.markHung, "MarkHungAttempts", 4, new([16]byte), new(int64)),
@@ -111,19 +111,23 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 
 // jobRow is a row of the job_columns fragment as scanned: every statement
 // that returns jobs returns these columns, in this order.
+//
+// Nullable columns scan into pgtype values rather than pointers: pgx
+// allocates a pointer's target for every non-NULL value it scans, and a
+// claim and a completion scan rows by the thousand.
 type jobRow struct {
 	j                                          Job
-	key, hash, group, owner, errClass, lastErr *string
-	replayedBy, replayReason                   *string
-	leaseUntil, attemptedAt, deadline          *time.Time
-	cancelReq, finished                        *time.Time
-	traceParent                                *string
+	key, hash, group, owner, errClass, lastErr pgtype.Text
+	replayedBy, replayReason                   pgtype.Text
+	leaseUntil, attemptedAt, deadline          pgtype.Timestamptz
+	cancelReq, finished                        pgtype.Timestamptz
+	traceParent                                pgtype.Text
 	replayOf, batchID                          pgtype.UUID
 	priority                                   int16
 	state                                      string
-	reuseKey                                   *string
-	reuseShared                                *bool
-	reuseTTL                                   *int64 // milliseconds
+	reuseKey                                   pgtype.Text
+	reuseShared                                pgtype.Bool
+	reuseTTL                                   pgtype.Int8 // milliseconds
 	reusedFrom                                 pgtype.UUID
 }
 
@@ -143,25 +147,71 @@ func (r *jobRow) job() *Job {
 	j := r.j
 	j.Priority = int(r.priority)
 	j.State = State(r.state)
-	j.IdempotencyKey, j.RequestHash, j.GroupKey = dbsql.Deref(r.key), dbsql.Deref(r.hash), dbsql.Deref(r.group)
-	j.LeaseOwner, j.ErrorClass, j.LastError = dbsql.Deref(r.owner), dbsql.Deref(r.errClass), dbsql.Deref(r.lastErr)
-	j.LeaseUntil, j.AttemptedAt, j.DeadlineAt = dbsql.Deref(r.leaseUntil), dbsql.Deref(r.attemptedAt), dbsql.Deref(r.deadline)
-	j.CancelRequested, j.FinishedAt = dbsql.Deref(r.cancelReq), dbsql.Deref(r.finished)
+	j.IdempotencyKey, j.RequestHash, j.GroupKey = r.key.String, r.hash.String, r.group.String
+	j.LeaseOwner, j.ErrorClass, j.LastError = r.owner.String, r.errClass.String, r.lastErr.String
+	j.LeaseUntil, j.AttemptedAt, j.DeadlineAt = r.leaseUntil.Time, r.attemptedAt.Time, r.deadline.Time
+	j.CancelRequested, j.FinishedAt = r.cancelReq.Time, r.finished.Time
 	if r.replayOf.Valid {
 		j.ReplayOf = r.replayOf.Bytes
 	}
 	if r.batchID.Valid {
 		j.BatchID = r.batchID.Bytes
 	}
-	j.ReplayedBy, j.ReplayReason = dbsql.Deref(r.replayedBy), dbsql.Deref(r.replayReason)
-	j.TraceParent = dbsql.Deref(r.traceParent)
-	if r.reuseKey != nil {
-		j.Reuse = &Reuse{Key: *r.reuseKey, Shared: dbsql.Deref(r.reuseShared), TTL: time.Duration(dbsql.Deref(r.reuseTTL)) * time.Millisecond}
+	j.ReplayedBy, j.ReplayReason = r.replayedBy.String, r.replayReason.String
+	j.TraceParent = r.traceParent.String
+	if r.reuseKey.Valid {
+		j.Reuse = &Reuse{Key: r.reuseKey.String, Shared: r.reuseShared.Bool, TTL: time.Duration(r.reuseTTL.Int64) * time.Millisecond}
 	}
 	if r.reusedFrom.Valid {
 		j.ReusedFrom = r.reusedFrom.Bytes
 	}
 	return &j
+}
+
+// completedRow is a CompleteJobs row: what a completion wrote (see
+// CompletionResult).
+type completedRow struct {
+	r                                            CompletionResult
+	state, errClass, lastErr                     pgtype.Text
+	maxAttempts                                  int32
+	finished, leaseUntil, cancelReq, availableAt pgtype.Timestamptz
+	reusedFrom                                   pgtype.UUID
+}
+
+func (r *completedRow) dest() []any {
+	c := &r.r
+	return []any{
+		(*[16]byte)(&c.JobID), &r.state, &c.StateVersion, &c.Fence, &r.maxAttempts, &r.availableAt, &r.finished,
+		&r.errClass, &r.lastErr, &r.reusedFrom, &c.UpdatedAt, &r.leaseUntil, &r.cancelReq,
+		dbsql.RawJSON(&c.keptResult),
+	}
+}
+
+// scanCompleted returns the scanner of one CompleteJobs statement's rows,
+// reusing its row and destinations as scanJobs does.
+func scanCompleted() pgx.RowToFunc[CompletionResult] {
+	var r completedRow
+	dest := r.dest()
+	return func(row pgx.CollectableRow) (CompletionResult, error) {
+		r = completedRow{}
+		if err := row.Scan(dest...); err != nil {
+			return CompletionResult{}, err
+		}
+		return r.result(), nil
+	}
+}
+
+// result is the scanned row as a CompletionResult.
+func (r *completedRow) result() CompletionResult {
+	c := r.r
+	c.State, c.ErrorClass, c.LastError = State(r.state.String), r.errClass.String, r.lastErr.String
+	c.MaxAttempts = int(r.maxAttempts)
+	c.AvailableAt, c.FinishedAt = r.availableAt.Time, r.finished.Time
+	c.LeaseUntil, c.CancelRequested = r.leaseUntil.Time, r.cancelReq.Time
+	if r.reusedFrom.Valid {
+		c.ReusedFrom = r.reusedFrom.Bytes
+	}
+	return c
 }
 
 // claimedRow is a ClaimJobs row: the job, then the result it is to reuse
@@ -185,12 +235,18 @@ func (r *claimedRow) job() *Job {
 	return j
 }
 
-func scanClaimed(row pgx.CollectableRow) (*Job, error) {
+// scanClaimed returns the scanner of one claim's rows, reusing its row and
+// destinations as scanJobs does.
+func scanClaimed() pgx.RowToFunc[*Job] {
 	var r claimedRow
-	if err := row.Scan(r.dest()...); err != nil {
-		return nil, err
+	dest := r.dest()
+	return func(row pgx.CollectableRow) (*Job, error) {
+		r = claimedRow{}
+		if err := row.Scan(dest...); err != nil {
+			return nil, err
+		}
+		return r.job(), nil
 	}
-	return r.job(), nil
 }
 
 func (c *tenantCandidate) dest() []any {

@@ -102,6 +102,10 @@ type RunnerStore interface {
 	// Attempts is Store.Attempts: the runner reads a job's history to count
 	// the attempts that ended in invalid output.
 	Attempts(ctx context.Context, db DBTX, tenant string, id uuid.UUID) ([]Attempt, error)
+	// Get is Store.Get: a provider batch submitter reads a succeeded job
+	// back for the host's OnSucceeded hook, which Complete's result alone
+	// cannot give it.
+	Get(ctx context.Context, db DBTX, tenant string, id uuid.UUID) (*Job, error)
 	// TakeStep and SaveStep read and store a durable step's output
 	// (lease.Step), each only under the attempt's fence.
 	TakeStep(ctx context.Context, db DBTX, params StepParams) (step Step, found bool, err error)
@@ -485,7 +489,7 @@ func (s *PostgresStore) insert(ctx context.Context, db DBTX, b *insertBatch) ([]
 	if err != nil {
 		return nil, fmt.Errorf("jobs: enqueue: %w", s.explain(err))
 	}
-	inserted, err := pgx.CollectRows(rows, scanJob)
+	inserted, err := pgx.CollectRows(rows, scanJobs())
 	if err != nil {
 		return nil, fmt.Errorf("jobs: enqueue: %w", s.explain(err))
 	}
@@ -524,7 +528,7 @@ func (s *PostgresStore) resolveExisting(ctx context.Context, db DBTX, b *insertB
 	if err != nil {
 		return nil, fmt.Errorf("jobs: enqueue: reading existing jobs: %w", err)
 	}
-	existing, err := pgx.CollectRows(rows, scanJob)
+	existing, err := pgx.CollectRows(rows, scanJobs())
 	if err != nil {
 		return nil, fmt.Errorf("jobs: enqueue: reading existing jobs: %w", err)
 	}
@@ -625,7 +629,7 @@ func (s *PostgresStore) fetchPage(ctx context.Context, db DBTX, op, query string
 	if err != nil {
 		return nil, fmt.Errorf("jobs: %s: %w", op, s.explain(err))
 	}
-	jobs, err := pgx.CollectRows(rows, scanJob)
+	jobs, err := pgx.CollectRows(rows, scanJobs())
 	if err != nil {
 		return nil, fmt.Errorf("jobs: %s: %w", op, s.explain(err))
 	}
@@ -698,11 +702,26 @@ func (s *PostgresStore) Stats(ctx context.Context, db DBTX) ([]QueueStats, error
 }
 
 // scanJob reads the column list every job query returns (job_columns),
-// in the order jobRow.dest gives.
+// in the order jobRow.dest gives. It is for one row; scanJobs is for many.
 func scanJob(row pgx.CollectableRow) (*Job, error) {
 	var r jobRow
 	if err := row.Scan(r.dest()...); err != nil {
 		return nil, err
 	}
 	return r.job(), nil
+}
+
+// scanJobs returns scanJob for the rows of one query: the row it scans
+// into and its destinations are made once and reused, row after row,
+// where scanJob makes both (about 1.2 KB) for every row.
+func scanJobs() pgx.RowToFunc[*Job] {
+	var r jobRow
+	dest := r.dest()
+	return func(row pgx.CollectableRow) (*Job, error) {
+		r = jobRow{} // the destinations point into r; nothing of a row scanned before may stay
+		if err := row.Scan(dest...); err != nil {
+			return nil, err
+		}
+		return r.job(), nil
+	}
 }

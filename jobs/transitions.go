@@ -186,11 +186,55 @@ type Move struct {
 	Uncertain    bool   `json:"uncertain,omitempty"`
 }
 
-// CompletionResult is what happened to one completion: Job is the job as it
-// now is, or Err is ErrLeaseLost.
+// CompletionResult is what happened to one completion. When it applied, Err
+// is nil and the other fields are the job's columns as the completion left
+// them: every column it wrote but the result, and the ones others may have
+// written while the attempt ran (a heartbeat's LeaseUntil, a cancel's
+// CancelRequested and StateVersion). Err wraps ErrLeaseLost when the
+// attempt's lease had ended and nothing changed.
+//
+// It does not carry the whole job: the payload and the result would cross
+// the wire a second time for every completion, and a caller who completes
+// a job already holds it as claimed. Apply gives the job as recorded.
 type CompletionResult struct {
-	Job *Job
-	Err error
+	JobID           uuid.UUID
+	State           State
+	StateVersion    int64
+	Fence           int64
+	MaxAttempts     int
+	AvailableAt     time.Time
+	FinishedAt      time.Time // zero unless State is terminal
+	ErrorClass      string
+	LastError       string
+	ReusedFrom      uuid.UUID
+	UpdatedAt       time.Time
+	LeaseUntil      time.Time
+	CancelRequested time.Time
+	Err             error
+
+	// keptResult is the job's result when the completion sent none.
+	keptResult json.RawMessage
+}
+
+// Apply returns the job as the completion c recorded it, given claimed, the
+// job as its attempt was claimed (Claim's or Leases' copy): a copy of
+// claimed with the fields r carries and the result c sent (or, when it sent
+// none, the one the job kept). It returns nil when r.Err is set. The
+// copy's other fields are claimed's: a completion does not change them.
+func (r CompletionResult) Apply(claimed *Job, c Completion) *Job {
+	if r.Err != nil || claimed == nil {
+		return nil
+	}
+	j := *claimed
+	j.State, j.StateVersion, j.Fence, j.MaxAttempts = r.State, r.StateVersion, r.Fence, r.MaxAttempts
+	j.AvailableAt, j.FinishedAt, j.UpdatedAt = r.AvailableAt, r.FinishedAt, r.UpdatedAt
+	j.ErrorClass, j.LastError, j.ReusedFrom = r.ErrorClass, r.LastError, r.ReusedFrom
+	j.LeaseUntil, j.CancelRequested = r.LeaseUntil, r.CancelRequested
+	j.Result = r.keptResult
+	if len(c.Result) > 0 {
+		j.Result = c.Result
+	}
+	return &j
 }
 
 // Attempt is one attempt of a job, as recorded.
@@ -352,7 +396,7 @@ func (s *PostgresStore) Leases(ctx context.Context, db DBTX, worker, queue strin
 	if err != nil {
 		return nil, fmt.Errorf("jobs: leases of %s in %s: %w", worker, queue, err)
 	}
-	held, err := pgx.CollectRows(rows, scanJob)
+	held, err := pgx.CollectRows(rows, scanJobs())
 	if err != nil {
 		return nil, fmt.Errorf("jobs: leases of %s in %s: %w", worker, queue, err)
 	}
@@ -417,19 +461,19 @@ func (s *PostgresStore) Complete(ctx context.Context, db DBTX, completions []Com
 			messages, delays, margins, uncertain, inTokens,
 			outTokens, eventIDs, s.cfg.EventTopic, reusedFrom, candidates,
 			models, moves},
-		scanJob)
+		scanCompleted())
 	if err != nil {
 		return nil, fmt.Errorf("jobs: complete: %w", err)
 	}
-	byID := make(map[uuid.UUID]*Job, len(applied))
-	for _, j := range applied {
-		byID[j.ID] = j
+	byID := make(map[uuid.UUID]int, len(applied))
+	for i, r := range applied {
+		byID[r.JobID] = i
 	}
 	out := make([]CompletionResult, n)
 	var stale []Completion
 	for i, c := range completions {
-		if j, ok := byID[c.JobID]; ok {
-			out[i] = CompletionResult{Job: j}
+		if k, ok := byID[c.JobID]; ok {
+			out[i] = applied[k]
 			continue
 		}
 		out[i] = CompletionResult{Err: fmt.Errorf("%w: job %s, attempt %d (fence %d)", ErrLeaseLost, c.JobID, c.Attempt, c.Fence)}
@@ -732,7 +776,7 @@ func (s *PostgresStore) replayRefused(ctx context.Context, db DBTX, p ReplayPara
 		if err != nil {
 			return ReplayResult{}, fmt.Errorf("jobs: replay %s: reading its earlier replay: %w", p.JobID, err)
 		}
-		earlier, err := pgx.CollectRows(rows, scanJob)
+		earlier, err := pgx.CollectRows(rows, scanJobs())
 		if err != nil {
 			return ReplayResult{}, fmt.Errorf("jobs: replay %s: reading its earlier replay: %w", p.JobID, err)
 		}

@@ -75,13 +75,13 @@ func TestStaleCompletionCannotOverwrite(t *testing.T) {
 	out, err := f.store.Complete(ctx, f.pool, []jobs.Completion{succeeded(b, `{"by":"b"}`)})
 	require.NoError(t, err)
 	require.NoError(t, out[0].Err)
-	require.Equal(t, jobs.StateSucceeded, out[0].Job.State)
+	require.Equal(t, jobs.StateSucceeded, out[0].State)
 	after := f.rawJob(t, a.ID)
 
 	out, err = f.store.Complete(ctx, f.pool, []jobs.Completion{succeeded(a, `{"by":"a"}`)})
 	require.NoError(t, err)
 	require.ErrorIs(t, out[0].Err, jobs.ErrLeaseLost)
-	require.Nil(t, out[0].Job)
+	require.Nil(t, out[0].Apply(a, succeeded(a, `{"by":"a"}`)))
 	require.Equal(t, after, f.rawJob(t, a.ID), "the stale completion changed nothing on the job")
 
 	job, err := f.store.Get(ctx, f.pool, "acme", res.Job.ID)
@@ -188,10 +188,16 @@ func TestCompleteOutcomes(t *testing.T) {
 		enqueue(tt.params)
 		j := f.claim(t, "w")
 		before := len(f.events(t))
-		out, err := f.store.Complete(ctx, f.pool, []jobs.Completion{tt.completion(j)})
+		// A heartbeat moves lease_until after the claim: the result
+		// carries the column as the completion left it.
+		_, err := f.store.Heartbeat(ctx, f.pool, "w", 2*time.Minute, []jobs.Lease{{JobID: j.ID, Fence: j.Fence}})
+		require.NoError(t, err)
+		c := tt.completion(j)
+		out, err := f.store.Complete(ctx, f.pool, []jobs.Completion{c})
 		require.NoError(t, err, tt.name)
 		require.NoError(t, out[0].Err, tt.name)
-		got := out[0].Job
+		got := out[0].Apply(j, c)
+		requireRecorded(t, f, got, tt.name)
 		require.Equal(t, tt.state, got.State, tt.name)
 		require.Equal(t, j.StateVersion+1, got.StateVersion, "%s: the transition bumps state_version", tt.name)
 		require.Equal(t, j.Fence+1, got.Fence, "%s: the lease ended, so the fence moved", tt.name)
@@ -443,7 +449,7 @@ func TestHeartbeatAndCompletionNeverDeadlock(t *testing.T) {
 		require.NoError(t, completeErr, "round %d", round)
 		for i, r := range results {
 			require.NoError(t, r.Err)
-			require.Equal(t, completions[i].JobID, r.Job.ID, "results stay in input order")
+			require.Equal(t, completions[i].JobID, r.JobID, "results stay in input order")
 		}
 	}
 }
@@ -495,4 +501,49 @@ func TestMoveHandsAJobToAnotherQueue(t *testing.T) {
 	none, err := f.store.Claim(ctx, f.pool, jobs.ClaimParams{Queue: "default", Kinds: []string{"k"}, Worker: "runner", Limit: 1, LeaseDuration: time.Minute})
 	require.NoError(t, err)
 	require.Empty(t, none, "gone from the old queue")
+}
+
+// requireRecorded checks that got, a completion's result laid over the job
+// as claimed (CompletionResult.Apply), is the job as the store now holds
+// it. The result is compared as JSON: jsonb keeps it in its own spacing.
+func requireRecorded(t *testing.T, f *fixture, got *jobs.Job, name string) {
+	t.Helper()
+	stored, err := f.store.Get(t.Context(), f.pool, got.Tenant, got.ID)
+	require.NoError(t, err, name)
+	if len(stored.Result) > 0 || len(got.Result) > 0 {
+		require.JSONEq(t, string(stored.Result), string(got.Result), name)
+	}
+	want, have := *stored, *got
+	want.Result, have.Result = nil, nil
+	require.Equal(t, want, have, "%s: Apply gives the job as recorded", name)
+}
+
+// A client's cancel request while the attempt runs, and a reused result,
+// are in what the completion returns as well.
+func TestCompletionResultApply(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := t.Context()
+	_, err := f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k"})
+	require.NoError(t, err)
+	j := f.claim(t, "w")
+	_, err = f.store.Cancel(ctx, f.pool, "acme", j.ID)
+	require.NoError(t, err)
+	c := succeeded(j, `{"done": true}`)
+	out, err := f.store.Complete(ctx, f.pool, []jobs.Completion{c})
+	require.NoError(t, err)
+	got := out[0].Apply(j, c)
+	require.False(t, got.CancelRequested.IsZero())
+	require.Equal(t, j.StateVersion+2, got.StateVersion, "the cancel request and the completion")
+	requireRecorded(t, f, got, "cancel requested")
+
+	// A completion that sends no result keeps the job's own.
+	_, err = f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k"})
+	require.NoError(t, err)
+	j = f.claim(t, "w")
+	c = jobs.Completion{Lease: jobs.Lease{JobID: j.ID, Fence: j.Fence}, Attempt: j.Attempt, Worker: "w",
+		Outcome: jobs.OutcomeFailed, ErrorClass: jobs.ClassPermanent, Error: "400"}
+	out, err = f.store.Complete(ctx, f.pool, []jobs.Completion{c})
+	require.NoError(t, err)
+	requireRecorded(t, f, out[0].Apply(j, c), "no result sent")
 }

@@ -40,9 +40,19 @@ type pendingCompletion struct {
 	done       chan completionDone
 }
 
+// completionDone is what became of an outcome: res when it was recorded
+// (or found stale: res.Err), else err.
 type completionDone struct {
-	job *jobs.Job
+	res *jobs.CompletionResult
 	err error
+}
+
+// doneWith answers an outcome with its result from Complete.
+func doneWith(res jobs.CompletionResult) completionDone {
+	if res.Err != nil {
+		return completionDone{err: res.Err}
+	}
+	return completionDone{res: &res}
 }
 
 // maxCompletionBatch bounds one completion transaction, and
@@ -66,7 +76,7 @@ func newCompleter(r *Runner) *completer {
 
 // submit hands a's outcome to the completer and waits until it is
 // recorded, or given up.
-func (c *completer) submit(a *attempt, completion jobs.Completion) (*jobs.Job, error) {
+func (c *completer) submit(a *attempt, completion jobs.Completion) (*jobs.CompletionResult, error) {
 	p := &pendingCompletion{completion: completion, attempt: a, submitted: time.Now(), done: make(chan completionDone, 1)}
 	select {
 	case c.pending <- p:
@@ -75,7 +85,7 @@ func (c *completer) submit(a *attempt, completion jobs.Completion) (*jobs.Job, e
 	}
 	select {
 	case d := <-p.done:
-		return d.job, d.err
+		return d.res, d.err
 	case <-c.closed:
 		return nil, errors.New("lease: runner stopped before the outcome could be recorded")
 	}
@@ -137,7 +147,7 @@ func (c *completer) apply(ctx context.Context, batch []*pendingCompletion) {
 	case len(batch) == 0:
 	case err == nil:
 		for i, p := range batch {
-			p.done <- completionDone{job: results[i].Job, err: results[i].Err}
+			p.done <- doneWith(results[i])
 		}
 	case (errors.As(err, &hookErr) || refused(err)) && len(batch) > 1:
 		c.r.cfg.Logger.Warn("llmq: recording a batch of outcomes failed; recording them one by one", "size", len(batch), "err", err)
@@ -168,11 +178,11 @@ func (p *pendingCompletion) failed(err error) completionDone {
 func (c *completer) recordWithRetry(ctx context.Context, batch []*pendingCompletion) ([]*pendingCompletion, []jobs.CompletionResult, error) {
 	backoff := firstRecordBackoff
 	for {
-		completions := make([]jobs.Completion, len(batch))
+		completions, claimed := make([]jobs.Completion, len(batch)), make([]*jobs.Job, len(batch))
 		for i, p := range batch {
-			completions[i] = p.completion
+			completions[i], claimed[i] = p.completion, p.attempt.job
 		}
-		results, err := c.record(ctx, completions)
+		results, err := c.record(ctx, completions, claimed)
 		var hookErr *hookError
 		if err == nil || errors.As(err, &hookErr) || refused(err) {
 			return batch, results, err
@@ -232,9 +242,9 @@ func (c *completer) applyOne(ctx context.Context, p *pendingCompletion) completi
 	backoff := firstRecordBackoff
 	hookFailures, fellBack := 0, false
 	for {
-		results, err := c.record(ctx, []jobs.Completion{completion})
+		results, err := c.record(ctx, []jobs.Completion{completion}, []*jobs.Job{p.attempt.job})
 		if err == nil {
-			return completionDone{job: results[0].Job, err: results[0].Err}
+			return doneWith(results[0])
 		}
 		var hookErr *hookError
 		switch {
@@ -298,8 +308,9 @@ func (e *hookError) Error() string { return "OnSucceeded hook: " + e.err.Error()
 func (e *hookError) Unwrap() error { return e.err }
 
 // record runs one completion transaction: the fenced outcomes, then the
-// host's OnSucceeded hook for each success, then commit.
-func (c *completer) record(ctx context.Context, completions []jobs.Completion) ([]jobs.CompletionResult, error) {
+// host's OnSucceeded hook for each success, then commit. claimed holds
+// each completion's job as its attempt claimed it.
+func (c *completer) record(ctx context.Context, completions []jobs.Completion, claimed []*jobs.Job) ([]jobs.CompletionResult, error) {
 	// The statement must finish even while the runner shuts down, but not
 	// hang forever on a dead connection.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.r.completionTimeout())
@@ -307,10 +318,10 @@ func (c *completer) record(ctx context.Context, completions []jobs.Completion) (
 	if hist := c.r.obs.completeDuration; hist.Enabled(ctx) {
 		defer func(start time.Time) { hist.Record(ctx, time.Since(start).Seconds()) }(time.Now())
 	}
-	return withConn(ctx, c.r, func() ([]jobs.CompletionResult, error) { return c.recordOn(ctx, completions) })
+	return withConn(ctx, c.r, func() ([]jobs.CompletionResult, error) { return c.recordOn(ctx, completions, claimed) })
 }
 
-func (c *completer) recordOn(ctx context.Context, completions []jobs.Completion) ([]jobs.CompletionResult, error) {
+func (c *completer) recordOn(ctx context.Context, completions []jobs.Completion, claimed []*jobs.Job) ([]jobs.CompletionResult, error) {
 	if c.r.cfg.OnSucceeded == nil {
 		// One statement is its own transaction: no BEGIN and COMMIT round
 		// trips when there is nothing to add to it.
@@ -333,13 +344,14 @@ func (c *completer) recordOn(ctx context.Context, completions []jobs.Completion)
 		if err != nil {
 			return err
 		}
-		for _, res := range results {
-			if res.Job != nil && res.Job.State == jobs.StateSucceeded {
+		for i, res := range results {
+			if res.Err == nil && res.State == jobs.StateSucceeded {
+				job := res.Apply(claimed[i], completions[i])
 				// The hook runs in the job's trace, so that what it
 				// enqueues or writes (a webhook delivery, an event)
 				// joins the trace its job was accepted in.
-				hookCtx := telemetry.RemoteContext(ctx, res.Job.TraceParent)
-				if err := c.r.cfg.OnSucceeded(hookCtx, tx, res.Job); err != nil {
+				hookCtx := telemetry.RemoteContext(ctx, job.TraceParent)
+				if err := c.r.cfg.OnSucceeded(hookCtx, tx, job); err != nil {
 					if dberr.Connection(err) {
 						return err // the database's trouble, not the hook's: the batch is tried again whole
 					}

@@ -54,6 +54,9 @@ type Runner struct {
 	kinds   []string
 	running atomic.Bool
 	obs     *instruments
+	// policy is the runner's part of deciding an outcome, made once: each
+	// attempt's decision would box cfg's retry policy again.
+	policy outcome.Policy
 
 	// wakes holds one buffered signal per queue: a NOTIFY, Wake or the
 	// idle-tenant sweep found work. Created with the runner so that Wake
@@ -154,8 +157,8 @@ func NewRunner(pool *pgxpool.Pool, store jobs.RunnerStore, cfg Config) (*Runner,
 	for q := range cfg.Queues {
 		wakes[q] = make(chan struct{}, 1)
 	}
-	return &Runner{pool: pool, store: store, cfg: cfg, kinds: kinds, obs: cfg.obs, wakes: wakes, conns: make(chan struct{}, sharedConns),
-		leases: map[uuid.UUID]*attempt{}, unrecorded: map[uuid.UUID]unrecordedLease{}}, nil
+	return &Runner{pool: pool, store: store, cfg: cfg, kinds: kinds, obs: cfg.obs, policy: outcomePolicy(cfg), wakes: wakes,
+		conns: make(chan struct{}, sharedConns), leases: map[uuid.UUID]*attempt{}, unrecorded: map[uuid.UUID]unrecordedLease{}}, nil
 }
 
 // WorkerID is the name this runner holds leases under.
@@ -603,7 +606,7 @@ func (r *Runner) execute(ctx context.Context, a *attempt, c *completer) {
 // OnSucceeded hook and the job's lifecycle event.
 func (r *Runner) reuse(ctx context.Context, a *attempt, c *completer, span trace.Span, logger *slog.Logger) {
 	job := a.job
-	completion := r.outcomePolicy().Base(job)
+	completion := r.policy.Base(job)
 	completion.Outcome, completion.Result, completion.ReusedFrom = jobs.OutcomeSucceeded, job.Result, job.ReusedFrom
 	logger.Debug("llmq: reusing the result of an earlier job", "source_job", job.ReusedFrom)
 	r.record(ctx, a, c, completion, 0, span, logger)
@@ -616,7 +619,11 @@ func (r *Runner) record(ctx context.Context, a *attempt, c *completer, completio
 	res, err := c.submit(a, completion)
 	r.endAttempt(context.WithoutCancel(ctx), span, job, completion, ran, res, err)
 	if r.cfg.AfterRecord != nil {
-		r.cfg.AfterRecord(res, err)
+		var recorded *jobs.Job
+		if res != nil {
+			recorded = res.Apply(job, completion)
+		}
+		r.cfg.AfterRecord(recorded, err)
 	}
 	switch {
 	case errors.Is(err, jobs.ErrLeaseLost):
@@ -635,7 +642,9 @@ func (r *Runner) record(ctx context.Context, a *attempt, c *completer, completio
 		r.unrecorded[job.ID] = unrecordedLease{queue: job.Queue, fence: job.Fence}
 		r.mu.Unlock()
 		logger.Error("llmq: recording an attempt failed; the lease will expire and the reaper retry the job", "err", err)
-	default:
+	case logger.Enabled(ctx, slog.LevelDebug):
+		// Asked first: a disabled Debug call still builds its record,
+		// deep enough to grow a fresh attempt goroutine's stack.
 		logger.Debug("llmq: attempt recorded", "state", res.State)
 	}
 }
@@ -698,14 +707,19 @@ func (r *Runner) invalidAttempts(ctx context.Context, job *jobs.Job, logger *slo
 // invalidBefore is how many of the job's earlier attempts ended in invalid
 // output.
 func (r *Runner) decide(job *jobs.Job, result json.RawMessage, err error, cause error, invalidBefore int) jobs.Completion {
-	policy := r.outcomePolicy()
+	policy := r.policy
+	if err == nil {
+		// A success decides nothing: answered here, the attempt's
+		// goroutine does not grow its stack to Decide's frames, which
+		// are sized for every other outcome.
+		return policy.Succeeded(job, result)
+	}
 	c := policy.Base(job)
 	var (
 		panicE *panicError
 		snooze *jobs.SnoozeError
 	)
 	switch {
-	case err == nil:
 	case errors.Is(cause, ErrCancelRequested):
 		c.Outcome, c.ErrorClass, c.Error = jobs.OutcomeCancelled, jobs.ClassCancelled, err.Error()
 		return c
@@ -723,13 +737,14 @@ func (r *Runner) decide(job *jobs.Job, result json.RawMessage, err error, cause 
 	return policy.Decide(job, result, err, invalidBefore)
 }
 
-// outcomePolicy is the runner's part of deciding an outcome.
-func (r *Runner) outcomePolicy() outcome.Policy {
+// outcomePolicy is a runner's part of deciding an outcome, from its
+// configuration.
+func outcomePolicy(cfg Config) outcome.Policy {
 	return outcome.Policy{
-		Worker:                r.cfg.WorkerID,
-		DeadlineMargin:        r.cfg.DeadlineMargin,
-		Backoff:               r.cfg.retryPolicy,
-		InvalidOutputAttempts: r.cfg.InvalidOutputAttempts,
-		FailInvalidOutput:     r.cfg.InvalidOutput == InvalidOutputFail,
+		Worker:                cfg.WorkerID,
+		DeadlineMargin:        cfg.DeadlineMargin,
+		Backoff:               cfg.retryPolicy,
+		InvalidOutputAttempts: cfg.InvalidOutputAttempts,
+		FailInvalidOutput:     cfg.InvalidOutput == InvalidOutputFail,
 	}
 }

@@ -175,7 +175,7 @@ func (a *attemptHandler) WithGroup(name string) slog.Handler { return a.handler(
 
 // recordedOutcome names what the attempt's row says, as the completion
 // recorded it.
-func recordedOutcome(c jobs.Completion, res *jobs.Job, err error) string {
+func recordedOutcome(c jobs.Completion, res *jobs.CompletionResult, err error) string {
 	if res == nil {
 		if errors.Is(err, jobs.ErrLeaseLost) {
 			return "stale"
@@ -204,7 +204,7 @@ func recordedOutcome(c jobs.Completion, res *jobs.Job, err error) string {
 
 // endAttempt reports the recorded attempt: metrics, the span's outcome, and
 // for a terminal job its life from acceptance to the end.
-func (r *Runner) endAttempt(ctx context.Context, span trace.Span, job *jobs.Job, c jobs.Completion, ran time.Duration, res *jobs.Job, err error) {
+func (r *Runner) endAttempt(ctx context.Context, span trace.Span, job *jobs.Job, c jobs.Completion, ran time.Duration, res *jobs.CompletionResult, err error) {
 	outcome := recordedOutcome(c, res, err)
 	class := c.ErrorClass
 	if res != nil && outcome != "succeeded" {
@@ -230,8 +230,8 @@ func (r *Runner) endAttempt(ctx context.Context, span trace.Span, job *jobs.Job,
 		r.obs.attemptDuration.Record(ctx, ran.Seconds(), r.obs.attrs(attrKey{field: "attempt.duration", queue: job.Queue, kind: job.Kind, outcome: outcome}))
 	}
 	if res != nil && res.State.Terminal() && r.obs.jobDuration.Enabled(ctx) {
-		r.obs.jobDuration.Record(ctx, res.FinishedAt.Sub(res.CreatedAt).Seconds(),
-			r.obs.attrs(attrKey{field: "job.duration", queue: res.Queue, kind: res.Kind, state: string(res.State)}))
+		r.obs.jobDuration.Record(ctx, res.FinishedAt.Sub(job.CreatedAt).Seconds(),
+			r.obs.attrs(attrKey{field: "job.duration", queue: job.Queue, kind: job.Kind, state: string(res.State)}))
 	}
 }
 

@@ -19,8 +19,8 @@ import (
 func BenchmarkAttemptTelemetry(b *testing.B) {
 	job := &jobs.Job{ID: uuid.Must(uuid.NewV7()), Tenant: "acme", Kind: "invoice.extract", Queue: "extraction", Attempt: 1, Fence: 1}
 	now := time.Now()
-	res := *job
-	res.State, res.CreatedAt, res.FinishedAt = jobs.StateSucceeded, now.Add(-time.Second), now
+	job.CreatedAt = now.Add(-time.Second)
+	res := jobs.CompletionResult{JobID: job.ID, State: jobs.StateSucceeded, FinishedAt: now}
 	c := jobs.Completion{Outcome: jobs.OutcomeSucceeded}
 	for _, tc := range []struct {
 		name string

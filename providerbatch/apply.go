@@ -569,10 +569,12 @@ func (s *Submitter) settle(ctx context.Context, id uuid.UUID, done []settled, sk
 
 func (s *Submitter) settleChunk(ctx context.Context, id uuid.UUID, chunk []settled, skipped int) error {
 	var completions []jobs.Completion
+	var tenants []string
 	var at []int
 	for i, d := range chunk {
 		if d.outcome != itemStale {
 			completions = append(completions, d.c)
+			tenants = append(tenants, d.tenant)
 			at = append(at, i)
 		}
 	}
@@ -582,7 +584,7 @@ func (s *Submitter) settleChunk(ctx context.Context, id uuid.UUID, chunk []settl
 			outcomes[i] = d.outcome
 		}
 		if len(completions) > 0 {
-			results, err := s.completeOn(ctx, tx, completions)
+			results, err := s.completeOn(ctx, tx, completions, tenants)
 			if err != nil {
 				return err
 			}
@@ -667,19 +669,20 @@ func (e *hookError) Error() string { return "OnSucceeded hook: " + e.err.Error()
 func (e *hookError) Unwrap() error { return e.err }
 
 // completeOn records completions in tx, with the host's OnSucceeded hook
-// for each success. If the store refuses the batch for what one of them
-// holds, or a hook fails, each is recorded alone in a savepoint: one
-// whose hook keeps failing is recorded as a transient failure without the
-// hook (the job goes back for a later batch, as a runner's would), one
-// refused again as unrecordable, failing its job alone.
-func (s *Submitter) completeOn(ctx context.Context, tx pgx.Tx, completions []jobs.Completion) ([]jobs.CompletionResult, error) {
-	results, err := s.completeHooked(ctx, tx, completions, true)
+// for each success; tenants holds each completion's job's tenant. If the
+// store refuses the batch for what one of them holds, or a hook fails,
+// each is recorded alone in a savepoint: one whose hook keeps failing is
+// recorded as a transient failure without the hook (the job goes back for
+// a later batch, as a runner's would), one refused again as unrecordable,
+// failing its job alone.
+func (s *Submitter) completeOn(ctx context.Context, tx pgx.Tx, completions []jobs.Completion, tenants []string) ([]jobs.CompletionResult, error) {
+	results, err := s.completeHooked(ctx, tx, completions, tenants, true)
 	if err == nil || dberr.Connection(err) || ctx.Err() != nil {
 		return results, err
 	}
 	results = make([]jobs.CompletionResult, len(completions))
 	for i, c := range completions {
-		one, err := s.completeAlone(ctx, tx, c)
+		one, err := s.completeAlone(ctx, tx, c, tenants[i])
 		if err != nil {
 			return nil, err
 		}
@@ -690,11 +693,12 @@ func (s *Submitter) completeOn(ctx context.Context, tx pgx.Tx, completions []job
 
 // completeAlone records c in a savepoint of tx, falling back as
 // completeOn says.
-func (s *Submitter) completeAlone(ctx context.Context, tx pgx.Tx, c jobs.Completion) (jobs.CompletionResult, error) {
+func (s *Submitter) completeAlone(ctx context.Context, tx pgx.Tx, c jobs.Completion, tenant string) (jobs.CompletionResult, error) {
 	var err error
+	tenants := []string{tenant}
 	for range hookAttempts {
 		var res []jobs.CompletionResult
-		if res, err = s.completeHooked(ctx, tx, []jobs.Completion{c}, true); err == nil {
+		if res, err = s.completeHooked(ctx, tx, []jobs.Completion{c}, tenants, true); err == nil {
 			return res[0], nil
 		}
 		if hookErr := (*hookError)(nil); !errors.As(err, &hookErr) {
@@ -707,7 +711,7 @@ func (s *Submitter) completeAlone(ctx context.Context, tx pgx.Tx, c jobs.Complet
 		c.Outcome, c.ErrorClass, c.Error, c.Result = jobs.OutcomeRetry, jobs.ClassTransient, err.Error(), nil
 		c.RetryDelay = s.cfg.Retry.Delay(c.Attempt, nil)
 		var res []jobs.CompletionResult
-		if res, err = s.completeHooked(ctx, tx, []jobs.Completion{c}, false); err == nil {
+		if res, err = s.completeHooked(ctx, tx, []jobs.Completion{c}, tenants, false); err == nil {
 			return res[0], nil
 		}
 	}
@@ -716,7 +720,7 @@ func (s *Submitter) completeAlone(ctx context.Context, tx pgx.Tx, c jobs.Complet
 	}
 	s.logger.Error("llmq: PostgreSQL refused a provider batch result; the job fails with class "+jobs.ClassUnrecordable,
 		"job", c.JobID, "outcome", c.Outcome, "err", err)
-	res, err := s.completeHooked(ctx, tx, []jobs.Completion{outcome.Unrecordable(c, err)}, false)
+	res, err := s.completeHooked(ctx, tx, []jobs.Completion{outcome.Unrecordable(c, err)}, tenants, false)
 	if err != nil {
 		return jobs.CompletionResult{}, err
 	}
@@ -726,18 +730,27 @@ func (s *Submitter) completeAlone(ctx context.Context, tx pgx.Tx, c jobs.Complet
 // completeHooked records completions in a savepoint of tx and, when
 // hooked, runs the OnSucceeded hook for each success in it, in the job's
 // trace. A hook's error (other than the database's) is a *hookError.
-func (s *Submitter) completeHooked(ctx context.Context, tx pgx.Tx, completions []jobs.Completion, hooked bool) ([]jobs.CompletionResult, error) {
+//
+// The hook is given the job as recorded, read back in the savepoint (one
+// primary-key read per success, by its tenant in tenants): Complete
+// returns only what it wrote, and the submitter holds no more of a job
+// than its request needed.
+func (s *Submitter) completeHooked(ctx context.Context, tx pgx.Tx, completions []jobs.Completion, tenants []string, hooked bool) ([]jobs.CompletionResult, error) {
 	var results []jobs.CompletionResult
 	err := dbsql.WithTx(ctx, tx, func(sp pgx.Tx) error {
 		var err error
 		if results, err = s.store.Complete(ctx, sp, completions); err != nil || !hooked || s.cfg.OnSucceeded == nil {
 			return err
 		}
-		for _, res := range results {
-			if res.Job == nil || res.Job.State != jobs.StateSucceeded {
+		for i, res := range results {
+			if res.Err != nil || res.State != jobs.StateSucceeded {
 				continue
 			}
-			if err := s.cfg.OnSucceeded(telemetry.RemoteContext(ctx, res.Job.TraceParent), sp, res.Job); err != nil {
+			job, err := s.store.Get(ctx, sp, tenants[i], res.JobID)
+			if err != nil {
+				return fmt.Errorf("providerbatch: reading job %s for the OnSucceeded hook: %w", res.JobID, err)
+			}
+			if err := s.cfg.OnSucceeded(telemetry.RemoteContext(ctx, job.TraceParent), sp, job); err != nil {
 				if dberr.Connection(err) {
 					return err
 				}
@@ -750,13 +763,22 @@ func (s *Submitter) completeHooked(ctx context.Context, tx pgx.Tx, completions [
 }
 
 // complete records outcomes of jobs not in any submission (refused before
-// a batch was made), under the lease.
-func (s *Submitter) complete(ctx context.Context, done []jobs.Completion) error {
+// a batch was made, or reused), under the lease; claimed are the jobs they
+// are of.
+func (s *Submitter) complete(ctx context.Context, done []jobs.Completion, claimed []*jobs.Job) error {
+	tenantOf := make(map[uuid.UUID]string, len(claimed))
+	for _, j := range claimed {
+		tenantOf[j.ID] = j.Tenant
+	}
 	for len(done) > 0 {
 		chunk := done[:min(len(done), applyChunk)]
 		done = done[len(chunk):]
+		tenants := make([]string, len(chunk))
+		for i, c := range chunk {
+			tenants[i] = tenantOf[c.JobID]
+		}
 		err := s.underLease(ctx, func(tx pgx.Tx) error {
-			_, err := s.completeOn(ctx, tx, chunk)
+			_, err := s.completeOn(ctx, tx, chunk, tenants)
 			return err
 		})
 		if err != nil {

@@ -63,7 +63,7 @@ func (s *Submitter) gather(ctx context.Context, open []openRow) error {
 		c.Error = "the pool's batches already hold the provider's enqueued-token limit"
 		done = append(done, c)
 	}
-	if err := s.complete(ctx, done); err != nil {
+	if err := s.complete(ctx, done, claimed); err != nil {
 		return err
 	}
 	if len(parts) == 0 {

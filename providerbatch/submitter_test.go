@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -619,6 +620,10 @@ func TestSubmitterRunsTheSucceededHook(t *testing.T) {
 	cfg.OnSucceeded = func(ctx context.Context, tx pgx.Tx, job *jobs.Job) error {
 		if strings.Contains(string(job.Payload), "poison") {
 			return errors.New("the ERP refuses this supplier")
+		}
+		// The hook sees the whole job as recorded, as a runner's does.
+		if job.State != jobs.StateSucceeded || len(job.Result) == 0 || job.Queue != batchQueue || job.CreatedAt.IsZero() {
+			return fmt.Errorf("the hook saw job %s as %s in queue %q with result %q", job.ID, job.State, job.Queue, job.Result)
 		}
 		_, err := tx.Exec(ctx, "INSERT INTO "+h.db.Schema+".delivered VALUES ($1)", job.ID.String())
 		return err

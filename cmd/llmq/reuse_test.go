@@ -30,7 +30,7 @@ func (f *fixture) runReusable(tenant, kind string, reuse jobs.Reuse, result stri
 	out, err := f.store.Complete(ctx, f.pool, []jobs.Completion{c})
 	require.NoError(f.t, err)
 	require.NoError(f.t, out[0].Err)
-	return out[0].Job
+	return out[0].Apply(job, c)
 }
 
 // countInvalidations is how many invalidations the schema holds.

@@ -129,7 +129,7 @@ func TestUpgradeKeepsEverything(t *testing.T) {
 		Outcome: jobs.OutcomeSucceeded, Result: json.RawMessage(`{"ok":7}`),
 	}})
 	require.NoError(t, err)
-	require.Equal(t, jobs.StateSucceeded, done[0].Job.State)
+	require.Equal(t, jobs.StateSucceeded, done[0].State)
 	// The expired lease is taken back.
 	reaped, err := store.Reap(ctx, db.Pool, jobs.ReapParams{Backoff: llmqtype.BackoffPolicy{Base: time.Millisecond, Cap: time.Millisecond}})
 	require.NoError(t, err)

@@ -54,11 +54,10 @@ func (p Policy) Retry(job *jobs.Job, c jobs.Completion, class string, retryAfter
 // and otherwise the error's class (jobs.Classify). invalidBefore is how
 // many of the job's earlier attempts ended in invalid output.
 func (p Policy) Decide(job *jobs.Job, result json.RawMessage, err error, invalidBefore int) jobs.Completion {
-	c := p.Base(job)
 	if err == nil {
-		c.Outcome, c.Result = jobs.OutcomeSucceeded, result
-		return c
+		return p.Succeeded(job, result)
 	}
+	c := p.Base(job)
 	c.Error = err.Error()
 	var (
 		review  *jobs.ReviewError
@@ -91,6 +90,14 @@ func (p Policy) Decide(job *jobs.Job, result json.RawMessage, err error, invalid
 		return c
 	}
 	return p.Retry(job, c, class, retryAfter)
+}
+
+// Succeeded is the completion of an attempt that returned result without
+// an error.
+func (p Policy) Succeeded(job *jobs.Job, result json.RawMessage) jobs.Completion {
+	c := p.Base(job)
+	c.Outcome, c.Result = jobs.OutcomeSucceeded, result
+	return c
 }
 
 // Unrecordable is the failure recorded in place of an outcome PostgreSQL
