@@ -56,5 +56,6 @@ func ExampleMigrate() {
 	// applied 0025_job_reuse
 	// applied 0026_routes
 	// applied 0027_schedules
+	// applied 0028_outbox_batch_events_lz4
 	// all applied: true
 }

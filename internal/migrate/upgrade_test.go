@@ -481,3 +481,52 @@ FROM e`, "/*schema*/", db.Schema+"."), runningLive)
 	require.Equal(t, "b", got["other-key"].Key)
 	require.JSONEq(t, `[]`, string(got["other-key"].Body))
 }
+
+// From migration 0028 a batch row's events are compressed with lz4 on a
+// server that has it, and a value written before keeps its compression and
+// reads back; down again, new rows use the server's default.
+func TestBatchEventsCompressWithLZ4(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := dbtest.Setup(t, dbtest.Options{Unmigrated: true})
+	var hasLZ4 bool
+	require.NoError(t, db.Pool.QueryRow(ctx,
+		`SELECT 'lz4' = ANY (enumvals) FROM pg_settings WHERE name = 'default_toast_compression'`).Scan(&hasLZ4))
+	m := migrator(t, db.Schema)
+	_, err := m.Up(ctx, db.Pool, 27)
+	require.NoError(t, err)
+	// A row large enough to be compressed, written with the default.
+	insert := func(first int64) {
+		_, err := db.Pool.Exec(ctx, `INSERT INTO `+db.Schema+`.outbox_batches (first_seq, last_seq, event_count, events)
+SELECT $1::bigint, $1::bigint + 999, 1000, json_agg(json_build_object('seq', $1::bigint + g, 'payload', repeat('abc', 20)))
+FROM generate_series(0, 999) AS g`, first)
+		require.NoError(t, err)
+	}
+	method := func(first int64) string {
+		var m *string
+		require.NoError(t, db.Pool.QueryRow(ctx,
+			`SELECT pg_column_compression(events) FROM `+db.Schema+`.outbox_batches WHERE first_seq = $1`, first).Scan(&m))
+		require.NotNil(t, m, "the events of row %d are compressed", first)
+		return *m
+	}
+	insert(1)
+	_, err = m.Up(ctx, db.Pool, 0)
+	require.NoError(t, err)
+	insert(2000)
+	require.Equal(t, "pglz", method(1), "written before, kept as it was")
+	if hasLZ4 {
+		require.Equal(t, "lz4", method(2000))
+	} else {
+		t.Log("this server was built without lz4: its batch rows keep pglz")
+		require.Equal(t, "pglz", method(2000))
+	}
+	var events int
+	require.NoError(t, db.Pool.QueryRow(ctx,
+		`SELECT sum(json_array_length(events)) FROM `+db.Schema+`.outbox_batches`).Scan(&events))
+	require.Equal(t, 2000, events, "both rows read back")
+
+	_, err = m.Down(ctx, db.Pool, 27)
+	require.NoError(t, err)
+	insert(4000)
+	require.Equal(t, "pglz", method(4000), "down again: the server's default")
+}

@@ -1,0 +1,1 @@
+ALTER TABLE /*schema*/outbox_batches ALTER COLUMN events SET COMPRESSION default;
