@@ -318,6 +318,30 @@ func goAcquire(ctx context.Context, l *admission.Postgres, req admission.Request
 
 // A waiter whose context ends takes nothing, whether it was still queued
 // or its cycle had already taken it; the others are served.
+// A closed loop of one acquirer empties the pool's queue after every
+// cycle; the next cycle reuses the runner goroutine instead of starting
+// one, and the runner ends once no work comes.
+func TestRunnerIsReusedThenEnds(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	require.NoError(t, f.pg.SetPool(t.Context(), admission.Pool{Name: "loop", RPM: 1 << 20, TPM: 1 << 30, MaxInFlight: 10}))
+	const rounds = 50
+	for range rounds {
+		p, err := f.pg.Acquire(t.Context(), admission.Request{Pool: "loop", Tenant: "t", Tokens: 10})
+		require.NoError(t, err)
+		require.NoError(t, p.Release(t.Context(), admission.CallOutcome{Result: admission.CallAnswered, InputTokens: 5}))
+	}
+	require.NoError(t, f.pg.Flush(t.Context()))
+	started, _ := admission.Runners(f.pg)
+	// A runner ends after 10ms without work: only a stall that long (a
+	// loaded machine) starts another.
+	require.Less(t, started, rounds, "2 cycles a round, each would have started a runner")
+	require.Eventually(t, func() bool {
+		_, running := admission.Runners(f.pg)
+		return running == 0
+	}, 5*time.Second, 5*time.Millisecond, "a runner without work ends")
+}
+
 func TestCancelledWaiterTakesNothing(t *testing.T) {
 	t.Parallel()
 	f := setup(t)

@@ -20,6 +20,14 @@ func QueuedAcquires(l *Postgres, pool string) int {
 	return 0
 }
 
+// Runners reports how many runner goroutines l started and how many of
+// them still run.
+func Runners(l *Postgres) (started, running int) {
+	l.qs.mu.Lock()
+	defer l.qs.mu.Unlock()
+	return l.qs.runners.started, l.qs.runners.running
+}
+
 // GrantTwice runs the grant cycle for reqs, then runs it again with the
 // same permit ids as the second try after a lost answer does, and returns
 // both tries' permits (nil where denied).

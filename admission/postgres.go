@@ -148,7 +148,7 @@ func NewPostgres(db DBTX, cfg Config) (*Postgres, error) {
 		db: db, cfg: cfg, sql: sql, em: em, obs: obs,
 		conns:       make(chan struct{}, cfg.MaxConns),
 		lockTimeout: fmt.Sprintf("%dms", max(cfg.Timeout.Milliseconds()/2, 1)),
-		qs:          queues{byPool: map[string]*poolQueue{}},
+		qs:          queues{byPool: map[string]*poolQueue{}, spare: make(chan queueStart)},
 	}, nil
 }
 

@@ -3,7 +3,6 @@ package admission
 import (
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/llmq/llmq/internal/dbsql"
@@ -35,7 +34,7 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.grantGroup, "GrantGroup", 7, new(grantScan).dest()...).
 			Binds("", []pgtype.UUID{}, []int64{}, []string{}, "", time.Duration(0), false),
 		dbsql.Query(&q.acquireOne, "AcquireOne", 6, new(grantScan).acquiredDest()...).
-			Binds("", int64(0), uuid.UUID{}, "", "", time.Duration(0)),
+			Binds("", int64(0), pgtype.UUID{}, "", "", time.Duration(0)),
 		dbsql.Discard(&q.releaseOne, "ReleaseOne", 5).Binds(pgtype.UUID{}, 0, int64(0), int64(0), int16(0)),
 		dbsql.Exec(&q.upsertPool, "UpsertPool", 13),
 		dbsql.Query(&q.selectPool, "SelectPool", 1, new(poolScan).dest()...),
