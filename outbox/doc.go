@@ -101,6 +101,21 @@
 // wait for their batch to be published. RelayOnce relays one batch, one
 // step after the other.
 //
+// # Round trips
+//
+// Each claim is one round trip to the database: the claims' lock, the
+// verdict on the batch before it and the claim are sent together, as one
+// batch of statements that PostgreSQL runs as one implicit transaction
+// (it commits at the batch's end, or rolls back whole at its first error),
+// without a BEGIN or COMMIT of their own; so is a verdict recorded on its
+// own. Where the relay, the database and the broker share a few cores,
+// every round trip is one more wait for a core on both sides, and a BEGIN
+// and a COMMIT of their own would make three of each claim. A claim whose
+// reply does not reach the relay (its context ended, its connection
+// failed) may have committed, as a COMMIT whose reply was lost may have:
+// its events stay claimed until the relay or a takeover releases them
+// (Lost connections) or ClaimLease runs out.
+//
 // # Batch rows
 //
 // Store.WriteBatch writes the events of one call as one row of
@@ -218,11 +233,15 @@
 // Its verdicts count for nothing (MarkPublished and MarkFailed require its
 // claim, which was released), so it never marks an event the new relay is
 // publishing. Relay IDs must therefore be unique (the default is). A
-// relay frozen inside a claim's transaction, which holds the claims' lock,
-// would stop the takeover with it: the transaction sets
+// relay frozen inside a transaction holding the claims' lock would stop
+// the takeover with it. A claim's transaction (and a verdict's of its own)
+// is sent whole, and the server runs it to its commit without waiting for
+// the relay between statements (see Round trips): only a relay frozen
+// while its batch is half sent, or with results unread filling the
+// connection's buffers, holds the lock there. The takeover's transaction,
+// whose statements a standby sends one after another, sets
 // idle_in_transaction_session_timeout to half the lease, so Postgres ends
-// that session, rolls the claim back and frees the lock in time (a
-// verdict's transaction of its own sets it too, for the rows it locks).
+// a session frozen between them, rolls it back and frees the lock in time.
 //
 // Why a leader and not key-hash partitions shared among relays: one relay
 // already keeps the claim path busy (claims are serialised by the claims'

@@ -47,12 +47,18 @@ ORDER BY seq;
 -- later event cannot be claimed until its earlier one is marked published,
 -- and a mark lost in the same crash is lost with every later commit.
 --
--- A relay frozen between its claim and the COMMIT (SIGSTOP, a VM pause)
--- would hold the lock, and stop every relay and the takeover of its lease,
--- until it resumed: idle_in_transaction_session_timeout ($2 ms, half the
--- leader lease) ends such a session instead, which rolls its claim back
--- and frees the lock in time for a standby to take over within twice the
--- lease. A live relay commits right after its statements return.
+-- A relay's claims and verdicts are sent whole, as one batch that the
+-- server runs as one implicit transaction to its commit
+-- (Relay.transactWith), without waiting for the relay between statements:
+-- a relay frozen (SIGSTOP, a VM pause) holds the lock there only while its
+-- batch is half sent, or its unread results fill the connection's
+-- buffers. The takeover
+-- (AcquireLease) sends its statements one after another: a standby frozen
+-- between them would hold the lock, and stop every relay and the takeover
+-- of the lease, until it resumed. idle_in_transaction_session_timeout ($2
+-- ms, half the leader lease) ends such a session instead, which rolls its
+-- transaction back and frees the lock in time for another standby to take
+-- over within twice the lease.
 SELECT pg_advisory_xact_lock(hashtextextended($1, 0)),
     set_config('synchronous_commit', 'off', true),
     set_config('idle_in_transaction_session_timeout', $2::bigint::text, true);
@@ -167,17 +173,11 @@ WITH claimable AS (
 -- (MarkPublished, MarkFailed) for a row another session holds, and every
 -- other statement of a relay's transactions, which step over held rows
 -- and so should not wait at all. Set after LockClaims, so it never bounds
--- the wait for the claims' lock itself.
+-- the wait for the claims' lock itself; a verdict's transaction of its own
+-- (Relay.settle, outside the claims' lock unless it records batch rows,
+-- see Relay.transactWith) sets it first. (Such a transaction is sent whole
+-- too, so it needs no idle_in_transaction_session_timeout: see LockClaims.)
 SELECT set_config('lock_timeout', $1::bigint::text, true);
-
--- name: SettleTimeouts
--- A verdict's transaction of its own (Relay.settle, outside the claims'
--- lock unless it records batch rows, see Relay.transactWith): the lock timeout of ClaimLockTimeout ($1 ms), and, as in
--- LockClaims, idle_in_transaction_session_timeout ($2 ms) so a relay
--- frozen before its COMMIT does not keep its verdict's rows locked, which
--- would hold up the claims and the takeover that meet them.
-SELECT set_config('lock_timeout', $1::bigint::text, true),
-    set_config('idle_in_transaction_session_timeout', $2::bigint::text, true);
 
 -- name: RelaxCommit
 -- Before the relay's verdicts (MarkPublished, DeletePublished, MarkFailed

@@ -735,66 +735,78 @@ func (r *Relay) transactWith(ctx context.Context, v *verdict, c *claimRange, ski
 		batchRows []claimedBatchRow
 	)
 	skipped := newSkippedSet()
-	err := dbsql.WithTx(ctx, r.pool, func(tx pgx.Tx) error {
-		clear(skipped.ids)
-		clear(skipped.batches)
-		batch := &pgx.Batch{}
-		// A verdict on batch rows is recorded in the claims' lock too, also
-		// outside a claim: it may split events out of a row into
-		// single-event rows, and a claim whose snapshot missed those copies
-		// could take a later batch row of their keys (one whose earlier
-		// row's claim had expired) without seeing them hold it back.
-		if c != nil || v.hasBatches() {
-			batch.Queue(r.store.sql.lockClaims, r.lockID, r.idleTimeoutMS())
-			batch.Queue(r.store.sql.claimLockTimeout, r.lockTimeout.Milliseconds())
-		} else {
-			batch.Queue(r.store.sql.settleTimeouts, r.lockTimeout.Milliseconds(), r.idleTimeoutMS())
-		}
-		r.queueVerdict(batch, v, skipLocked, skipped)
-		if c != nil && c.releaseOwn {
-			batch.Queue(r.store.sql.releaseOwnClaims, r.cfg.ID).QueryRow(func(row pgx.Row) error {
-				var released int64
-				if err := row.Scan(&released); err != nil {
-					return err
-				}
-				if released > 0 {
-					r.cfg.Logger.InfoContext(ctx, "llmq: outbox relay released the claims a lost connection left; their events are published again", "events", released)
-				}
-				return nil
-			})
-		}
-		if c != nil {
-			claimEvents := r.store.sql.claimEvents
-			if skipLocked {
-				claimEvents = r.store.sql.claimEventsSkippingLocked
-			}
-			batch.Queue(claimEvents, r.cfg.BatchSize, r.cfg.ID, r.cfg.ClaimLease.Milliseconds(), c.floor, c.ceiling, c.epoch).
-				Query(func(rows pgx.Rows) error {
-					var err error
-					recs, err = pgx.CollectRows(rows, scanClaimed)
-					return err
-				})
-			// After the single-event rows, so that one claimed here holds
-			// back its key's events in the batch rows (see ClaimBatches).
-			claimBatches := r.store.sql.claimBatches
-			if skipLocked {
-				claimBatches = r.store.sql.claimBatchSkippingLocked
-			}
-			batch.Queue(claimBatches, r.cfg.ID, r.cfg.ClaimLease.Milliseconds(), c.epoch, r.cfg.BatchSize).
-				Query(func(rows pgx.Rows) error {
-					var err error
-					batchRows, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimedBatchRow, error) {
-						var b claimedBatchRow
-						return b, row.Scan(b.dest()...)
-					})
-					return err
-				})
-		}
-		return tx.SendBatch(ctx, batch).Close()
-	})
-	if err != nil {
+	batch := &pgx.Batch{}
+	// A verdict on batch rows is recorded in the claims' lock too, also
+	// outside a claim: it may split events out of a row into single-event
+	// rows, and a claim whose snapshot missed those copies could take a
+	// later batch row of their keys (one whose earlier row's claim had
+	// expired) without seeing them hold it back.
+	if c != nil || v.hasBatches() {
+		batch.Queue(r.store.sql.lockClaims, r.lockID, r.idleTimeoutMS())
+	}
+	batch.Queue(r.store.sql.claimLockTimeout, r.lockTimeout.Milliseconds())
+	r.queueVerdict(batch, v, skipLocked, skipped)
+	if c != nil && c.releaseOwn {
+		r.queueReleaseOwn(ctx, batch)
+	}
+	if c != nil {
+		r.queueClaim(batch, c, skipLocked, &recs, &batchRows)
+	}
+	// The batch is the whole transaction, in one round trip: statements
+	// sent together up to one Sync run as one implicit transaction (a
+	// simple-protocol batch is one multi-statement query, which is one
+	// too), which commits at the Sync, or rolls back whole at the first
+	// error. BEGIN and COMMIT of their own would cost two more round trips
+	// per claim, each one more wait for a core on a busy machine (see the
+	// package documentation, Round trips).
+	if err := r.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return claimed{}, skippedSet{}, err
 	}
+	return r.claimedFrom(ctx, recs, batchRows), skipped, nil
+}
+
+// queueReleaseOwn adds ReleaseOwnClaims to b (see claim).
+func (r *Relay) queueReleaseOwn(ctx context.Context, b *pgx.Batch) {
+	b.Queue(r.store.sql.releaseOwnClaims, r.cfg.ID).QueryRow(func(row pgx.Row) error {
+		var released int64
+		if err := row.Scan(&released); err != nil {
+			return err
+		}
+		if released > 0 {
+			r.cfg.Logger.InfoContext(ctx, "llmq: outbox relay released the claims a lost connection left; their events are published again", "events", released)
+		}
+		return nil
+	})
+}
+
+// queueClaim adds the claim of c to b, which scans what it took into recs
+// and batchRows.
+func (r *Relay) queueClaim(b *pgx.Batch, c *claimRange, skipLocked bool, recs *[]Record, batchRows *[]claimedBatchRow) {
+	claimEvents, claimBatches := r.store.sql.claimEvents, r.store.sql.claimBatches
+	if skipLocked {
+		claimEvents, claimBatches = r.store.sql.claimEventsSkippingLocked, r.store.sql.claimBatchSkippingLocked
+	}
+	b.Queue(claimEvents, r.cfg.BatchSize, r.cfg.ID, r.cfg.ClaimLease.Milliseconds(), c.floor, c.ceiling, c.epoch).
+		Query(func(rows pgx.Rows) error {
+			var err error
+			*recs, err = pgx.CollectRows(rows, scanClaimed)
+			return err
+		})
+	// After the single-event rows, so that one claimed here holds back its
+	// key's events in the batch rows (see ClaimBatches).
+	b.Queue(claimBatches, r.cfg.ID, r.cfg.ClaimLease.Milliseconds(), c.epoch, r.cfg.BatchSize).
+		Query(func(rows pgx.Rows) error {
+			var err error
+			*batchRows, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimedBatchRow, error) {
+				var b claimedBatchRow
+				return b, row.Scan(b.dest()...)
+			})
+			return err
+		})
+}
+
+// claimedFrom is what a committed claim took, in write order.
+func (r *Relay) claimedFrom(ctx context.Context, recs []Record, batchRows []claimedBatchRow) claimed {
 	// UPDATE ... RETURNING has no order: restore write order, which the
 	// messages of one key must keep.
 	slices.SortFunc(recs, func(a, b Record) int { return cmp.Compare(a.Seq, b.Seq) })
@@ -814,7 +826,7 @@ func (r *Relay) transactWith(ctx context.Context, v *verdict, c *claimRange, ski
 		}
 		got.batches = append(got.batches, b)
 	}
-	return got, skipped, nil
+	return got
 }
 
 // settle records v, and the verdicts kept from before, in a transaction

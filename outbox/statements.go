@@ -13,7 +13,7 @@ import (
 // shape the code binds and scans; dbsqltest checks it against the schema.
 type statements struct {
 	insertEvent, listByAggregate, lockClaims, claimEvents, relaxCommit, markPublished, markFailed  string
-	deletePublished, claimEventsSkippingLocked, claimLockTimeout, settleTimeouts                   string
+	deletePublished, claimEventsSkippingLocked, claimLockTimeout                                   string
 	markPublishedSkippingLocked, deletePublishedSkippingLocked, markFailedSkippingLocked           string
 	pendingStats, prunePublished, leaseFree, acquireLease, renewLease, releaseLease                string
 	countUnpublishedUpTo, countPublished, oldestEvents, pruneUnrelayed, countUnrelayed, relayLease string
@@ -36,7 +36,6 @@ func (q *statements) load(schema dbsql.Schema) (dbsql.Set, error) {
 		dbsql.Query(&q.claimEvents, "ClaimEvents", 6, new(claimedRow).dest()...),
 		dbsql.Query(&q.claimEventsSkippingLocked, "ClaimEventsSkippingLocked", 6, new(claimedRow).dest()...),
 		dbsql.Discard(&q.claimLockTimeout, "ClaimLockTimeout", 1),
-		dbsql.Discard(&q.settleTimeouts, "SettleTimeouts", 2),
 		dbsql.Query(&q.markPublishedSkippingLocked, "MarkPublishedSkippingLocked", 2, new([16]byte)).Binds("relay", []pgtype.UUID{}),
 		dbsql.Query(&q.deletePublishedSkippingLocked, "DeletePublishedSkippingLocked", 2, new([16]byte)).Binds("relay", []pgtype.UUID{}),
 		dbsql.Query(&q.markFailedSkippingLocked, "MarkFailedSkippingLocked", 4, new([16]byte)).Binds("relay", []pgtype.UUID{}, []string{}, []int64{}),
