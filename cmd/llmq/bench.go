@@ -38,6 +38,7 @@ type benchOptions struct {
 	notifyEach time.Duration
 	keep       bool
 	cpuProfile string
+	memProfile string
 	tenants    int
 	backlog    int
 	broker     string // relay: memory, rabbitmq or kafka; ingress: memory or rabbitmq
@@ -130,16 +131,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	fmt.Fprintf(stderr, "llmq bench: mode=%s jobs=%d workers=%d tenants=%d backlog=%d schema=%s\n", o.mode, o.jobs, o.workers, o.tenants, o.backlog, schema)
-	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(o.cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = stopProfile() }()
+	if o.memProfile != "" {
+		defer writeAllocProfile(o.memProfile, stderr)
 	}
 	var seconds float64
 	switch o.mode {
@@ -167,6 +165,22 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return b.report.finish(seconds)
 }
 
+// writeAllocProfile writes the runtime's allocs profile (every allocation
+// since the process started, sampled) to path; a failure is reported on
+// stderr and does not fail the run whose figures are already printed.
+func writeAllocProfile(path string, stderr io.Writer) {
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.Lookup("allocs").WriteTo(f, 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "llmq bench: writing the allocation profile: %v\n", err)
+	}
+}
+
 // parseBenchFlags builds the flag set of `llmq bench` (every mode but
 // soak, which has its own) and parses args with it, connecting to
 // nothing and running nothing; docs/performance.md's commands are
@@ -188,7 +202,8 @@ func parseBenchFlags(args []string, stderr io.Writer) (*flag.FlagSet, *common, b
 	fs.BoolVar(&o.walDetail, "wal-detail", false, "drain, e2e: also print each relation's share of every phase's WAL (needs pg_walinspect)")
 	fs.BoolVar(&o.walRecords, "wal-records", true, "drain, e2e: read each phase's WAL records back with pg_walinspect for rows, index entries and HOT share; false prints WAL totals only, so the server spends no CPU reading its WAL (for measuring the server's CPU per job from outside)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the throwaway schema instead of dropping it")
-	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file (admission: each bench process writes its own, to this file's name followed by .<process>)")
+	fs.StringVar(&o.memProfile, "memprofile", "", "drain, e2e, latency, relay, ingress: write the allocations of the whole run (the Go runtime's allocs profile) to this file at its end")
 	fs.StringVar(&o.broker, "broker", "memory", "relay: memory, rabbitmq, or kafka (in-process kfake unless KAFKA_BROKERS is set); ingress: memory or rabbitmq")
 	fs.StringVar(&o.amqpURL, "amqp-url", os.Getenv("AMQP_URL"), "rabbitmq: the broker (default $AMQP_URL, else amqp://guest:guest@127.0.0.1:5672/)")
 	fs.IntVar(&o.window, "window", 0, "rabbitmq: unconfirmed publishes in flight (0: the publisher's default)")

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,6 +48,11 @@ type admissionShare struct {
 	// CPU is what the process used (user and system) from Start to End,
 	// from /proc; negative when that cannot be read.
 	CPU time.Duration `json:"cpu_ns"`
+	// Allocs is the heap allocations the process made from Start to End,
+	// and RoundTrips what its limiter sent: each batch (a cycle) and each
+	// query outside one is one round trip.
+	Allocs     uint64 `json:"allocs"`
+	RoundTrips int64  `json:"round_trips"`
 }
 
 // benchChild is one bench process as the parent sees it.
@@ -96,7 +102,11 @@ func runBenchAdmission(ctx context.Context, c *common, o benchOptions, stdout, s
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "llmq bench: mode=admission processes=%d workers=%d grants=%d load=%q schema=%s\n", o.producers, o.workers, o.jobs, admissionLoad(o), schema)
+	fmt.Fprintf(stderr, "llmq bench: mode=admission processes=%d workers=%d grants=%d load=%q process_gomaxprocs=%s schema=%s\n",
+		o.producers, o.workers, o.jobs, admissionLoad(o), gomaxprocsLabel(childGOMAXPROCS(o.producers)), schema)
+	if o.cpuProfile != "" {
+		fmt.Fprintf(stderr, "llmq bench: each process profiles its measured phase into %s.<process>, 0 to %d\n", o.cpuProfile, o.producers-1)
+	}
 
 	children := make([]benchChild, o.producers)
 	defer func() {
@@ -115,7 +125,15 @@ func runBenchAdmission(ctx context.Context, c *common, o benchOptions, stdout, s
 		cmd := exec.CommandContext(ctx, self, "bench", "-mode", "admission", "-database-url", c.databaseURL,
 			"-jobs", strconv.Itoa(max(share, 1)), "-workers", strconv.Itoa(o.workers),
 			"-arrivals", strconv.FormatFloat(o.arrivals/float64(o.producers), 'f', -1, 64), "-hold", o.hold.String())
+		if o.cpuProfile != "" {
+			// Each process profiles its own measured phase: the parent only
+			// waits, so its profile would say nothing.
+			cmd.Args = append(cmd.Args, "-cpuprofile", fmt.Sprintf("%s.%d", o.cpuProfile, i))
+		}
 		cmd.Env = append(os.Environ(), benchAdmissionChild+"="+schema, fmt.Sprintf("PGAPPNAME=%s-%d", benchAdmissionApp, i))
+		if procs := childGOMAXPROCS(o.producers); procs > 0 {
+			cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(procs))
+		}
 		tail := &tailBuffer{max: 4096}
 		cmd.Stderr = io.MultiWriter(stderr, tail)
 		stdin, err := cmd.StdinPipe()
@@ -139,7 +157,7 @@ func runBenchAdmission(ctx context.Context, c *common, o benchOptions, stdout, s
 	}
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	peaks := sampleConnections(sampleCtx, pool)
-	cpuBefore := readMachineCPU()
+	cpuBefore, serverBefore := readMachineCPU(), sampleCPU()
 	for _, ch := range children {
 		_ = ch.stdin.Close()
 	}
@@ -150,7 +168,7 @@ func runBenchAdmission(ctx context.Context, c *common, o benchOptions, stdout, s
 			return children[i].failure(i, fmt.Errorf("reading its figures: %w", err))
 		}
 	}
-	machine := readMachineCPU().since(cpuBefore)
+	machine, serverAfter := readMachineCPU().since(cpuBefore), sampleCPU()
 	stopSampling()
 	peak := <-peaks
 	for i := range children {
@@ -169,7 +187,32 @@ func runBenchAdmission(ctx context.Context, c *common, o benchOptions, stdout, s
 	if err != nil {
 		return err
 	}
-	return reportAdmission(c, o, shares, peak, admissionTotals{inFlight: inFlight, permits: permits, poolWrites: writes, machine: machine}, stdout, stderr)
+	totals := admissionTotals{inFlight: inFlight, permits: permits, poolWrites: writes, machine: machine, server: -1}
+	if serverBefore.serverOK && serverAfter.serverOK {
+		totals.server = max(serverAfter.server-serverBefore.server, 0)
+	}
+	return reportAdmission(c, o, shares, peak, totals, stdout, stderr)
+}
+
+// childGOMAXPROCS is the GOMAXPROCS each of n bench processes gets: its
+// share of this machine's cores, at least one, as a fleet's processes each
+// have their own. Left to the default, eight processes on two cores would
+// each keep two schedulers spinning for work, spending CPU that is the
+// bench's and not the limiter's. 0 when GOMAXPROCS is set: the children
+// inherit it.
+func childGOMAXPROCS(n int) int {
+	if os.Getenv("GOMAXPROCS") != "" {
+		return 0
+	}
+	return max(1, runtime.NumCPU()/max(n, 1))
+}
+
+// gomaxprocsLabel prints a childGOMAXPROCS for the report.
+func gomaxprocsLabel(procs int) string {
+	if procs == 0 {
+		return "$GOMAXPROCS=" + os.Getenv("GOMAXPROCS")
+	}
+	return strconv.Itoa(procs)
 }
 
 // admissionLoad says which load a run's latency is for.
@@ -192,6 +235,10 @@ type admissionTotals struct {
 	// process's figures: the bench processes, PostgreSQL when it runs on
 	// the same machine, and anything else.
 	machine machineCPU
+	// server is the CPU of this machine's postgres processes over the same
+	// window (every session's, not only the bench's); negative when no
+	// postgres process is seen.
+	server time.Duration
 }
 
 // machineCPU is CPU time summed over every core of the machine, from the
@@ -279,6 +326,8 @@ func reportAdmission(c *common, o benchOptions, shares []admissionShare, peak co
 			all.CPU += s.CPU
 		}
 		all.Grants += s.Grants
+		all.Allocs += s.Allocs
+		all.RoundTrips += s.RoundTrips
 		all.Denials += s.Denials
 		all.Unavailable += s.Unavailable
 		if all.FirstError == "" {
@@ -329,7 +378,7 @@ func reportAdmission(c *common, o benchOptions, shares []admissionShare, peak co
 	if totals.poolWrites > 0 {
 		msPerWrite = seconds * 1000 / float64(totals.poolWrites)
 	}
-	cpu := grantCPU(all, totals.machine)
+	cpu := grantCPU(all, totals)
 	result := map[string]any{
 		"processes": o.producers, "workers": o.workers, "arrivals_per_s": o.arrivals, "hold_ms": o.hold.Seconds() * 1000,
 		"load": admissionLoad(o), "grants": all.Grants, "denials": all.Denials,
@@ -342,7 +391,10 @@ func reportAdmission(c *common, o benchOptions, shares []admissionShare, peak co
 		"conn_budget_per_process": admission.DefaultMaxConns,
 		"pool_row_writes":         totals.poolWrites, "ms_per_pool_row_write": msPerWrite, "lock_wait_share": lockWaitShare,
 		"in_flight_after": totals.inFlight, "permits_after": totals.permits,
-		"bench_cpu_us_per_grant": cpu.benchUS, "other_cpu_us_per_grant": cpu.otherUS, "machine_busy_share": cpu.busyShare,
+		"bench_cpu_us_per_grant": cpu.benchUS, "server_cpu_us_per_grant": cpu.serverUS, "other_cpu_us_per_grant": cpu.otherUS,
+		"machine_busy_share": cpu.busyShare, "allocs_per_grant": meanPerGrant(float64(all.Allocs), all.Grants),
+		"round_trips_per_grant": meanPerGrant(float64(all.RoundTrips), all.Grants),
+		"process_gomaxprocs":    gomaxprocsLabel(childGOMAXPROCS(o.producers)),
 	}
 	if all.Unavailable > 0 {
 		fmt.Fprintf(stderr, "llmq bench: %d acquires were told the limiter is unavailable; the first: %s\n", all.Unavailable, all.FirstError)
@@ -361,12 +413,20 @@ func reportAdmission(c *common, o benchOptions, shares []admissionShare, peak co
 	fmt.Fprintf(stdout, "llmq admission processes=%d workers=%d arrivals_per_s=%.0f hold_ms=%.0f grants=%d seconds=%.3f grants_per_s=%.0f acquire_p50_ms=%.2f acquire_p99_ms=%.2f acquire_max_ms=%.2f "+
 		"unavailable=%d process_grants_min=%d process_grants_mean=%.0f peak_conns_per_process=%d peak_conns_total=%d conn_budget_per_process=%d "+
 		"closed_loop_round_ms=%.1f pool_row_writes=%d ms_per_pool_row_write=%.3f lock_wait_share=%.2f in_flight_after=%d permits_after=%d "+
-		"bench_cpu_us_per_grant=%.0f other_cpu_us_per_grant=%.0f machine_busy_share=%.2f\n",
+		"bench_cpu_us_per_grant=%.0f server_cpu_us_per_grant=%.0f other_cpu_us_per_grant=%.0f machine_busy_share=%.2f allocs_per_grant=%.1f round_trips_per_grant=%.2f process_gomaxprocs=%s\n",
 		o.producers, o.workers, o.arrivals, o.hold.Seconds()*1000, all.Grants, seconds, grantsPerS, result["acquire_p50_ms"], result["acquire_p99_ms"], result["acquire_max_ms"],
 		all.Unavailable, minGrants, mean, peak.perProcess, peak.total, admission.DefaultMaxConns,
 		littleMS, totals.poolWrites, msPerWrite, lockWaitShare, totals.inFlight, totals.permits,
-		cpu.benchUS, cpu.otherUS, cpu.busyShare)
+		cpu.benchUS, cpu.serverUS, cpu.otherUS, cpu.busyShare, result["allocs_per_grant"], result["round_trips_per_grant"], result["process_gomaxprocs"])
 	return nil
+}
+
+// meanPerGrant divides a run's total by its grants; 0 without grants.
+func meanPerGrant(total float64, grants int) float64 {
+	if grants == 0 {
+		return 0
+	}
+	return total / float64(grants)
 }
 
 // saturatedShare is the busy share of the machine's CPU above which the
@@ -377,16 +437,18 @@ const saturatedShare = 0.9
 // when it could not be read (no /proc).
 type grantCPUFigures struct {
 	benchUS   float64 // the bench processes' own CPU, µs per grant
-	otherUS   float64 // the rest of the machine's busy CPU (PostgreSQL, if local), µs per grant
+	serverUS  float64 // the local postgres processes' CPU, µs per grant
+	otherUS   float64 // the rest of the machine's busy CPU (PostgreSQL, if local, and anything else), µs per grant
 	busyShare float64 // the machine's busy CPU over all of its CPU, 0 to 1
 }
 
 // grantCPU divides the run's CPU by its grants. The bench processes
 // measure their own CPU from their start to their end; the machine's is
 // measured by the parent over a slightly longer window (start signal to
-// last figures), so other_cpu_us_per_grant slightly overstates the rest.
-func grantCPU(all admissionShare, machine machineCPU) grantCPUFigures {
-	f := grantCPUFigures{benchUS: -1, otherUS: -1, busyShare: -1}
+// last figures), so other_cpu_us_per_grant and server_cpu_us_per_grant
+// slightly overstate theirs.
+func grantCPU(all admissionShare, totals admissionTotals) grantCPUFigures {
+	f := grantCPUFigures{benchUS: -1, serverUS: -1, otherUS: -1, busyShare: -1}
 	if all.Grants == 0 {
 		return f
 	}
@@ -394,6 +456,10 @@ func grantCPU(all admissionShare, machine machineCPU) grantCPUFigures {
 	if all.CPU >= 0 {
 		f.benchUS = perGrant(all.CPU)
 	}
+	if totals.server >= 0 {
+		f.serverUS = perGrant(totals.server)
+	}
+	machine := totals.machine
 	if machine.ok && machine.all > 0 {
 		f.busyShare = machine.busy / machine.all
 		if all.CPU >= 0 {
@@ -467,6 +533,8 @@ func benchAdmissionWorker(ctx context.Context, c *common, o benchOptions, schema
 		return err
 	}
 	cfg.MaxConns = 2 * admission.DefaultMaxConns
+	trips := &tripCounter{}
+	cfg.ConnConfig.Tracer = trips
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
@@ -497,6 +565,11 @@ func benchAdmissionWorker(ctx context.Context, c *common, o benchOptions, schema
 		left--
 		return left >= 0 && fail == nil
 	}
+	stopProfile, err := startCPUProfile(o.cpuProfile)
+	if err != nil {
+		return err
+	}
+	tripsBefore, allocsBefore := trips.roundTrips.Load(), heapAllocs()
 	share.Start = time.Now()
 	cpuBefore := processCPU("self")
 	arrivals := scheduleArrivals(ctx, o.arrivals, o.jobs)
@@ -549,6 +622,10 @@ func benchAdmissionWorker(ctx context.Context, c *common, o benchOptions, schema
 	share.CPU = -1
 	if cpuAfter := processCPU("self"); cpuBefore >= 0 && cpuAfter >= 0 {
 		share.CPU = cpuAfter - cpuBefore
+	}
+	share.Allocs, share.RoundTrips = heapAllocs()-allocsBefore, trips.roundTrips.Load()-tripsBefore
+	if err := stopProfile(); err != nil {
+		return err
 	}
 	if fail != nil {
 		return fmt.Errorf("bench process: %w", fail)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,11 @@ func runBenchAdmissionWorker(t *testing.T, o benchOptions) admissionShare {
 	require.Equal(t, o.jobs, share.Grants)
 	require.Len(t, share.AcquireMS, o.jobs)
 	require.True(t, share.End.After(share.Start))
+	require.Positive(t, share.Allocs)
+	// An acquire and a release each take a cycle, one round trip each,
+	// unless cycles of the two acquirers met.
+	require.LessOrEqual(t, share.RoundTrips, int64(2*o.jobs))
+	require.GreaterOrEqual(t, share.RoundTrips, int64(2*o.jobs/o.workers))
 	if _, err := os.Stat("/proc/self/stat"); err == nil {
 		require.GreaterOrEqual(t, share.CPU, time.Duration(0), "the process's CPU is read from /proc")
 	}
@@ -108,13 +114,15 @@ func TestBenchAdmissionReport(t *testing.T) {
 		return us
 	}
 	shares := []admissionShare{
-		{Grants: 4, AcquireMS: []float64{1, 1, 1, 1}, GrantedAtUS: at(1, 2, 3, 4), Start: t0, End: t0.Add(4 * time.Millisecond), CPU: 3 * time.Millisecond},
-		{Grants: 4, AcquireMS: []float64{1, 1, 1, 9}, GrantedAtUS: at(3, 10, 11, 12), Start: t0, End: t0.Add(12 * time.Millisecond), CPU: 5 * time.Millisecond},
+		{Grants: 4, AcquireMS: []float64{1, 1, 1, 1}, GrantedAtUS: at(1, 2, 3, 4), Start: t0, End: t0.Add(4 * time.Millisecond), CPU: 3 * time.Millisecond,
+			Allocs: 400, RoundTrips: 8},
+		{Grants: 4, AcquireMS: []float64{1, 1, 1, 9}, GrantedAtUS: at(3, 10, 11, 12), Start: t0, End: t0.Add(12 * time.Millisecond), CPU: 5 * time.Millisecond,
+			Allocs: 480, RoundTrips: 9},
 	}
 	var out, errOut bytes.Buffer
 	machine := machineCPU{busy: 0.012, all: 0.024, ok: true}
 	err := reportAdmission(&common{json: true}, benchOptions{producers: 2, workers: 1}, shares,
-		connectionPeak{perProcess: 1, total: 2, samples: 10, lockWaits: 4}, admissionTotals{poolWrites: 6, machine: machine}, &out, &errOut)
+		connectionPeak{perProcess: 1, total: 2, samples: 10, lockWaits: 4}, admissionTotals{poolWrites: 6, machine: machine, server: 3 * time.Millisecond}, &out, &errOut)
 	require.NoError(t, err)
 	var r map[string]any
 	require.NoError(t, json.Unmarshal(out.Bytes(), &r))
@@ -128,6 +136,9 @@ func TestBenchAdmissionReport(t *testing.T) {
 	require.Contains(t, r["load"], "closed loop: 2 acquirers")
 	require.InDelta(t, 1000, r["bench_cpu_us_per_grant"], 1e-9, "8ms of the processes' CPU over 8 grants")
 	require.InDelta(t, 500, r["other_cpu_us_per_grant"], 1e-9, "the machine's other 4ms over 8 grants")
+	require.InDelta(t, 375, r["server_cpu_us_per_grant"], 1e-9, "postgres's 3ms over 8 grants")
+	require.InDelta(t, 110, r["allocs_per_grant"], 1e-9, "880 allocations over 8 grants")
+	require.InDelta(t, 17.0/8, r["round_trips_per_grant"], 1e-9)
 	require.InDelta(t, 0.5, r["machine_busy_share"], 1e-9)
 	require.Empty(t, errOut.String(), "a half-busy machine is not warned about")
 }
@@ -143,7 +154,7 @@ func TestBenchAdmissionReportSaturated(t *testing.T) {
 		shares[0].CPU = cpu
 		var out, errOut bytes.Buffer
 		err := reportAdmission(&common{json: true}, benchOptions{producers: 1, workers: 1}, shares,
-			connectionPeak{}, admissionTotals{machine: machine}, &out, &errOut)
+			connectionPeak{}, admissionTotals{machine: machine, server: -1}, &out, &errOut)
 		require.NoError(t, err)
 		var r map[string]any
 		require.NoError(t, json.Unmarshal(out.Bytes(), &r))
@@ -157,7 +168,19 @@ func TestBenchAdmissionReportSaturated(t *testing.T) {
 	require.InDelta(t, -1, r["machine_busy_share"], 0)
 	require.InDelta(t, -1, r["bench_cpu_us_per_grant"], 0)
 	require.InDelta(t, -1, r["other_cpu_us_per_grant"], 0)
+	require.InDelta(t, -1, r["server_cpu_us_per_grant"], 0, "no postgres process seen")
 	require.Empty(t, warned)
+}
+
+// Each bench process gets its share of the machine's cores, unless the
+// caller set GOMAXPROCS, which the processes then inherit.
+func TestBenchAdmissionChildGOMAXPROCS(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "")
+	require.Equal(t, max(1, runtime.NumCPU()/2), childGOMAXPROCS(2))
+	require.Equal(t, 1, childGOMAXPROCS(2*runtime.NumCPU()))
+	t.Setenv("GOMAXPROCS", "3")
+	require.Zero(t, childGOMAXPROCS(8))
+	require.Equal(t, "$GOMAXPROCS=3", gomaxprocsLabel(0))
 }
 
 // The machine's CPU is read from the first line of /proc/stat.

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -13,20 +15,33 @@ import (
 // by this machine's PostgreSQL processes (server), read from /proc.
 type cpuSample struct {
 	client, server time.Duration
+	// allocs is how many heap objects the bench process has allocated so
+	// far (runtime.MemStats.Mallocs): what the garbage collector then has
+	// to sweep, a share of the client's CPU that load does not change.
+	allocs uint64
 	// clientOK and serverOK are false when that part could not be read: no
 	// /proc, or no postgres process on this machine (the database is
 	// elsewhere).
 	clientOK, serverOK bool
 }
 
-// sampleCPU reads the CPU the bench and PostgreSQL have used so far.
+// sampleCPU reads the CPU the bench and PostgreSQL have used so far, and
+// the bench's allocations. Reading the allocation count stops the world
+// for a moment, twice a run.
 func sampleCPU() cpuSample {
-	var s cpuSample
+	s := cpuSample{allocs: heapAllocs()}
 	if d := processCPU("self"); d >= 0 {
 		s.client, s.clientOK = d, true
 	}
 	s.server, s.serverOK = postgresCPU("/proc")
 	return s
+}
+
+// heapAllocs is how many heap objects this process has allocated so far.
+func heapAllocs() uint64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.Mallocs
 }
 
 // postgresCPU sums the CPU time of every process named "postgres" under
@@ -83,6 +98,8 @@ func postgresStatCPU(stat string) (time.Duration, bool) {
 // runs on this machine.
 type cpuReport struct {
 	ClientUSPerJob float64 `json:"client_us_per_job"`
+	// ClientAllocsPerJob is the bench process's heap allocations per job.
+	ClientAllocsPerJob float64 `json:"client_allocs_per_job"`
 	// ServerUSPerJob is omitted when no local postgres process was seen.
 	ServerUSPerJob *float64 `json:"server_us_per_job,omitempty"`
 }
@@ -93,7 +110,7 @@ func (r *benchReport) cpu(from, to cpuSample, jobs int) {
 		return
 	}
 	perJob := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(jobs) }
-	c := &cpuReport{ClientUSPerJob: perJob(to.client - from.client)}
+	c := &cpuReport{ClientUSPerJob: perJob(to.client - from.client), ClientAllocsPerJob: float64(to.allocs-from.allocs) / float64(jobs)}
 	if from.serverOK && to.serverOK {
 		server := perJob(max(to.server-from.server, 0))
 		c.ServerUSPerJob = &server
@@ -107,6 +124,26 @@ func (c *cpuReport) print(w io.Writer) error {
 	if c.ServerUSPerJob != nil {
 		server = fmt.Sprintf("%.1f", *c.ServerUSPerJob)
 	}
-	_, err := fmt.Fprintf(w, "llmq cpu per job: client_us=%.1f server_us=%s\n", c.ClientUSPerJob, server)
+	_, err := fmt.Fprintf(w, "llmq cpu per job: client_us=%.1f server_us=%s client_allocs=%.1f\n", c.ClientUSPerJob, server, c.ClientAllocsPerJob)
 	return err
+}
+
+// startCPUProfile profiles this process into path until the returned func
+// is called; with no path it does nothing.
+func startCPUProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }

@@ -43,10 +43,11 @@ func TestPostgresCPU(t *testing.T) {
 func TestCPUReport(t *testing.T) {
 	t.Parallel()
 	r := &benchReport{}
-	r.cpu(cpuSample{client: time.Second, server: 2 * time.Second, clientOK: true, serverOK: true},
-		cpuSample{client: 3 * time.Second, server: 6 * time.Second, clientOK: true, serverOK: true}, 1000)
+	r.cpu(cpuSample{client: time.Second, server: 2 * time.Second, allocs: 500, clientOK: true, serverOK: true},
+		cpuSample{client: 3 * time.Second, server: 6 * time.Second, allocs: 40_500, clientOK: true, serverOK: true}, 1000)
 	require.NotNil(t, r.CPU)
 	require.InDelta(t, 2000, r.CPU.ClientUSPerJob, 1e-9)
+	require.InDelta(t, 40, r.CPU.ClientAllocsPerJob, 1e-9)
 	require.NotNil(t, r.CPU.ServerUSPerJob)
 	require.InDelta(t, 4000, *r.CPU.ServerUSPerJob, 1e-9)
 

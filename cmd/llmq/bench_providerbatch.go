@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"os"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -221,17 +220,11 @@ func runBenchProviderBatch(ctx context.Context, c *common, o benchOptions, stdou
 	if err := pb.enqueue(ctx, call.Kind()); err != nil {
 		return err
 	}
-	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(o.cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer func() { _ = stopProfile() }()
 	if err := pb.run(ctx); err != nil {
 		return err
 	}

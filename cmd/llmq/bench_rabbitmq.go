@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/llmq/llmq/broker"
@@ -188,6 +189,11 @@ func (b *bench) relayRabbitMQ(ctx context.Context) (float64, error) {
 	}
 	defer func() { _ = p.Close() }()
 	pub := &timedPublisher{Publisher: p}
+	relayPool, trips, err := b.countingPool(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer relayPool.Close()
 	var rawSeconds, relaySeconds float64
 	rounds := min(relayRounds, b.o.jobs)
 	ratios := make([]float64, 0, rounds)
@@ -208,7 +214,7 @@ func (b *bench) relayRabbitMQ(ctx context.Context) (float64, error) {
 		if err := r.purge(); err != nil {
 			return 0, err
 		}
-		relay, err := b.runRelays(ctx, events, pub)
+		relay, err := b.runRelaysOn(ctx, relayPool, events, pub)
 		if err != nil {
 			return 0, err
 		}
@@ -221,7 +227,43 @@ func (b *bench) relayRabbitMQ(ctx context.Context) (float64, error) {
 	raw, relay := float64(b.o.jobs)/rawSeconds, float64(b.o.jobs)/relaySeconds
 	b.report.rabbitMQ(rabbitMQReport{Window: window, Relays: b.o.workers, RawConfirmedPerSecond: raw, RelayPerSecond: relay, RelayToRaw: relay / raw,
 		Rounds: ratios, PublishShare: time.Duration(pub.busy.Load()).Seconds() / relaySeconds}) // one relay publishes: the active one
+	// Unlike the rates, these do not move with the machine's load. They
+	// count every relay's statements, the standbys' lease checks included.
+	fmt.Fprintf(b.progress, "llmq bench: the relays' database use per 1,000 events: %.1f round trips, %.1f statements\n",
+		1000*float64(trips.roundTrips.Load())/float64(b.o.jobs), 1000*float64(trips.statements.Load())/float64(b.o.jobs))
 	return relaySeconds, nil
+}
+
+// countingPool is a pool like the bench's whose round trips and
+// statements are counted (tripCounter, of the providerbatch mode), for the
+// relays.
+func (b *bench) countingPool(ctx context.Context) (*pgxpool.Pool, *tripCounter, error) {
+	cfg := b.pool.Config()
+	trips := &tripCounter{}
+	cfg.ConnConfig.Tracer = trips
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("llmq bench: the relays' pool: %w", err)
+	}
+	// The active relay uses two pool connections at once (its claims and
+	// its lease renewal): opened now, as the bench's own pool has them open,
+	// so that no round's timed part pays for a connection.
+	conns := make([]*pgxpool.Conn, 0, 2)
+	for range cap(conns) {
+		var c *pgxpool.Conn
+		if c, err = pool.Acquire(ctx); err != nil {
+			break
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	if err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("llmq bench: the relays' pool: %w", err)
+	}
+	return pool, trips, nil
 }
 
 // checkRelayed checks that the relay marked every event published and the

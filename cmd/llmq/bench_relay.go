@@ -159,6 +159,11 @@ func collect(errs <-chan error) []error {
 // every outbox event through pub and marking it published (rabbitmq and
 // kafka modes).
 func (b *bench) runRelays(ctx context.Context, events *outbox.Store, pub broker.Publisher) (float64, error) {
+	return b.runRelaysOn(ctx, b.pool, events, pub)
+}
+
+// runRelaysOn is runRelays with the relays on pool.
+func (b *bench) runRelaysOn(ctx context.Context, pool *pgxpool.Pool, events *outbox.Store, pub broker.Publisher) (float64, error) {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, b.o.workers)
@@ -166,7 +171,7 @@ func (b *bench) runRelays(ctx context.Context, events *outbox.Store, pub broker.
 		b: b, kind: "goroutines",
 		start: func(context.Context) error {
 			for i := range b.o.workers {
-				r, err := events.NewRelay(b.pool, pub, benchRelayConfig(b.o, i, b.progress))
+				r, err := events.NewRelay(pool, pub, benchRelayConfig(b.o, i, b.progress))
 				if err != nil {
 					return err
 				}

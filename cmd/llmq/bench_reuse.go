@@ -73,10 +73,13 @@ const (
 	benchReuseDefaultJobs      = 10_000
 	benchReuseDefaultProcesses = 8
 	benchReuseDefaultHold      = 5 * time.Millisecond
-	// benchReuseMostFailRate bounds -fail-rate: a job fails for good
-	// after jobs.DefaultMaxAttempts failed attempts, which at one half
-	// is about one job in thirty.
+	// benchReuseMostFailRate bounds -fail-rate. A job fails for good
+	// after benchReuseMaxAttempts failed attempts, which fail at the
+	// highest rate for about one job in a million: a run's every job must
+	// succeed, and at the default attempts (5) a rate of 0.1 failed a job
+	// in a few hundred runs of 300 jobs.
 	benchReuseMostFailRate = 0.5
+	benchReuseMaxAttempts  = 20
 	// claimJobsText is in the text of ClaimJobs and ClaimJobsSkippingLocked
 	// alone (the claim_jobs block of jobs/queries.sql): the statements
 	// that probe jobs_reuse_idx, which claimCounter counts.
@@ -175,7 +178,7 @@ func checkReuseFlags(o benchOptions) error {
 	case o.jobs < o.producers || o.workers < o.producers:
 		return fmt.Errorf("%w: -jobs %d and -workers %d: use at least one of each per process (-producers %d)", errUsage, o.jobs, o.workers, o.producers)
 	case !(o.failRate >= 0 && o.failRate <= benchReuseMostFailRate): // so that NaN is refused too
-		return fmt.Errorf("%w: -fail-rate %g: use 0 to %g (a job fails for good after %d failed attempts)", errUsage, o.failRate, benchReuseMostFailRate, jobs.DefaultMaxAttempts)
+		return fmt.Errorf("%w: -fail-rate %g: use 0 to %g (a job fails for good after %d failed attempts)", errUsage, o.failRate, benchReuseMostFailRate, benchReuseMaxAttempts)
 	case o.hold < 0 || o.hold > 10*time.Second:
 		return fmt.Errorf("%w: -hold %s: use 0 to 10s with -mode reuse", errUsage, o.hold)
 	case o.batch < 0 || o.batch > jobs.MaxBatch:
@@ -856,7 +859,8 @@ func (w *reuseWorker) enqueue(ctx context.Context, store *jobs.PostgresStore, ke
 	tenants := &bench{o: w.o}
 	for range w.o.jobs {
 		n := rand.IntN(len(keys))
-		p := jobs.EnqueueParams{Tenant: tenants.tenant(rand.IntN(w.o.tenants)), Kind: benchReuseKind, Payload: json.RawMessage(`{"n":` + strconv.Itoa(n) + `}`)}
+		p := jobs.EnqueueParams{Tenant: tenants.tenant(rand.IntN(w.o.tenants)), Kind: benchReuseKind, Payload: json.RawMessage(`{"n":` + strconv.Itoa(n) + `}`),
+			MaxAttempts: benchReuseMaxAttempts}
 		if keyed {
 			p.Reuse = &jobs.Reuse{Key: keys[n]}
 		}

@@ -186,7 +186,7 @@ func TestBenchModes(t *testing.T) {
 			require.Contains(t, out, "enqueue_to_start p50=")
 		}
 		if args[1] == "drain" || args[1] == "e2e" {
-			require.Regexp(t, `(?m)^llmq cpu per job: client_us=[0-9.]+ server_us=[0-9.]+$`, out)
+			require.Regexp(t, `(?m)^llmq cpu per job: client_us=[0-9.]+ server_us=[0-9.]+ client_allocs=[0-9.]+$`, out)
 		}
 		if args[1] == "relay" && slices.Contains(args, "rabbitmq") {
 			require.Regexp(t, `raw_confirmed_per_s=\d+ relay_per_s=\d+ relay_to_raw=[0-9.]+ \(rounds [0-9. ]+\)`, out)
