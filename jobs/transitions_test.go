@@ -518,16 +518,20 @@ func requireRecorded(t *testing.T, f *fixture, got *jobs.Job, name string) {
 	require.Equal(t, want, have, "%s: Apply gives the job as recorded", name)
 }
 
-// A client's cancel request while the attempt runs, and a reused result,
-// are in what the completion returns as well.
+// A client's cancel request while the attempt runs is in what the
+// completion returns, and a completion that sends no result keeps the
+// job's own.
 func TestCompletionResultApply(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := t.Context()
-	_, err := f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k"})
-	require.NoError(t, err)
-	j := f.claim(t, "w")
-	_, err = f.store.Cancel(ctx, f.pool, "acme", j.ID)
+	claimOne := func() *jobs.Job {
+		_, err := f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k"})
+		require.NoError(t, err)
+		return f.claim(t, "w")
+	}
+	j := claimOne()
+	_, err := f.store.Cancel(ctx, f.pool, "acme", j.ID)
 	require.NoError(t, err)
 	c := succeeded(j, `{"done": true}`)
 	out, err := f.store.Complete(ctx, f.pool, []jobs.Completion{c})
@@ -537,10 +541,7 @@ func TestCompletionResultApply(t *testing.T) {
 	require.Equal(t, j.StateVersion+2, got.StateVersion, "the cancel request and the completion")
 	requireRecorded(t, f, got, "cancel requested")
 
-	// A completion that sends no result keeps the job's own.
-	_, err = f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k"})
-	require.NoError(t, err)
-	j = f.claim(t, "w")
+	j = claimOne()
 	c = jobs.Completion{Lease: jobs.Lease{JobID: j.ID, Fence: j.Fence}, Attempt: j.Attempt, Worker: "w",
 		Outcome: jobs.OutcomeFailed, ErrorClass: jobs.ClassPermanent, Error: "400"}
 	out, err = f.store.Complete(ctx, f.pool, []jobs.Completion{c})

@@ -269,6 +269,13 @@ func TestBenchJSON(t *testing.T) {
 				continue
 			}
 			phases = append(phases, w.Phase)
+			if args[1] == "drain" && w.HeapInserts == nil {
+				// The shared server recycled the phase's WAL (other tests
+				// wrote plenty) before the bench read it back: the bench
+				// says so and gives the total alone.
+				require.Contains(t, stderr, "printing the total only", "records are read back when the WAL is still there: %s", out)
+				continue
+			}
 			require.Equal(t, args[1] == "drain", w.HeapInserts != nil, "records are read back unless -wal-records=false: %s", out)
 		}
 		if args[1] == "drain" || args[1] == "e2e" {
