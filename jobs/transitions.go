@@ -218,9 +218,11 @@ type CompletionResult struct {
 
 // Apply returns the job as the completion c recorded it, given claimed, the
 // job as its attempt was claimed (Claim's or Leases' copy): a copy of
-// claimed with the fields r carries and the result c sent (or, when it sent
-// none, the one the job kept). It returns nil when r.Err is set. The
-// copy's other fields are claimed's: a completion does not change them.
+// claimed with the fields r carries and the result c sent, as c sent it
+// (the store keeps it as jsonb, which spaces and orders it its own way),
+// or, when c sent none, the one the job kept. It returns nil when r.Err is
+// set. The copy's other fields are claimed's: a completion does not change
+// them.
 func (r CompletionResult) Apply(claimed *Job, c Completion) *Job {
 	if r.Err != nil || claimed == nil {
 		return nil

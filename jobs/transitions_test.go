@@ -526,7 +526,7 @@ func TestCompletionResultApply(t *testing.T) {
 	f := setup(t)
 	ctx := t.Context()
 	claimOne := func() *jobs.Job {
-		_, err := f.store.Enqueue(ctx, f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k"})
+		_, err := f.store.Enqueue(t.Context(), f.pool, jobs.EnqueueParams{Tenant: "acme", Kind: "k"})
 		require.NoError(t, err)
 		return f.claim(t, "w")
 	}
