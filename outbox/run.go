@@ -182,22 +182,26 @@ func (r *Relay) lead(ctx context.Context, l leaderLease) error {
 // another relay took it over, or when no renewal succeeded for a whole
 // lease (a standby may have taken it; the claims are fenced anyway).
 func (r *Relay) renew(ctx context.Context, stepDown context.CancelFunc, epoch int64) {
-	leader.Renewal{
+	r.lease(epoch).Keep(ctx, stepDown, epoch)
+}
+
+// release frees the lease for the next standby's check. It runs after ctx
+// ended, with a bound of its own.
+func (r *Relay) release(ctx context.Context, epoch int64) { r.lease(epoch).Release(ctx, epoch) }
+
+// lease is the relay's leader lease under epoch, for leader's renewal loop
+// and release.
+func (r *Relay) lease(epoch int64) leader.Renewal {
+	return leader.Renewal{
 		Lease: r.cfg.LeaderLease, Logger: r.cfg.Logger, Holder: "outbox relay", What: "leader lease", Rival: "relay",
 		Renew: func(ctx context.Context) (bool, error) {
 			tag, err := r.pool.Exec(ctx, r.store.sql.renewLease, r.cfg.ID, epoch, r.cfg.LeaderLease.Milliseconds())
 			return tag.RowsAffected() > 0, err
 		},
-	}.Keep(ctx, stepDown, epoch)
-}
-
-// release frees the lease for the next standby's check. It runs after ctx
-// ended, with a bound of its own.
-func (r *Relay) release(ctx context.Context, epoch int64) {
-	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.LeaderLease)
-	defer cancel()
-	if _, err := r.pool.Exec(releaseCtx, r.store.sql.releaseLease, r.cfg.ID, epoch); err != nil {
-		r.cfg.Logger.Warn("llmq: outbox relay could not release the leader lease; a standby takes over when it expires", "err", err, "epoch", epoch)
+		Free: func(ctx context.Context) error {
+			_, err := r.pool.Exec(ctx, r.store.sql.releaseLease, r.cfg.ID, epoch)
+			return err
+		},
 	}
 }
 

@@ -305,27 +305,31 @@ func (s *Scheduler) lead(ctx context.Context, epoch int64) {
 	s.release(ctx, epoch)
 }
 
-// renew extends the lease every third of LeaseDuration and steps down when
-// another scheduler took it, or when no renewal succeeded for a whole
-// lease.
-func (s *Scheduler) renew(ctx context.Context, stepDown context.CancelFunc, epoch int64) {
-	leader.Renewal{
+// lease is the scheduler's lease under epoch, for leader's renewal loop and
+// release.
+func (s *Scheduler) lease(epoch int64) leader.Renewal {
+	return leader.Renewal{
 		Lease: s.cfg.LeaseDuration, Logger: s.cfg.Logger, Holder: "scheduler", What: "lease", Rival: "scheduler",
 		Renew: func(ctx context.Context) (bool, error) {
 			tag, err := s.pool.Exec(ctx, s.store.sql.renewLease, s.cfg.Holder, epoch, s.cfg.LeaseDuration.Milliseconds())
 			return tag.RowsAffected() > 0, err
 		},
-	}.Keep(ctx, stepDown, epoch)
+		Free: func(ctx context.Context) error {
+			_, err := s.pool.Exec(ctx, s.store.sql.releaseLease, s.cfg.Holder, epoch)
+			return err
+		},
+	}
+}
+
+// renew extends the lease every third of LeaseDuration and steps down when
+// another scheduler took it, or when no renewal succeeded for a whole
+// lease.
+func (s *Scheduler) renew(ctx context.Context, stepDown context.CancelFunc, epoch int64) {
+	s.lease(epoch).Keep(ctx, stepDown, epoch)
 }
 
 // release frees the lease for the next standby's check, after ctx ended.
-func (s *Scheduler) release(ctx context.Context, epoch int64) {
-	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.LeaseDuration)
-	defer cancel()
-	if _, err := s.pool.Exec(releaseCtx, s.store.sql.releaseLease, s.cfg.Holder, epoch); err != nil {
-		s.cfg.Logger.Warn("llmq: scheduler could not release the lease; a standby takes over when it expires", "err", err, "epoch", epoch)
-	}
-}
+func (s *Scheduler) release(ctx context.Context, epoch int64) { s.lease(epoch).Release(ctx, epoch) }
 
 // errLeaseLost: the tick's transaction found the lease no longer this
 // scheduler's epoch, and wrote nothing.

@@ -1,7 +1,8 @@
 // Package leader keeps a fenced leader lease alive: the renewal loop the
-// outbox relay and the scheduler share. The lease itself (its table, its
-// epoch, the statements that take, renew and release it) stays with each
-// service; this package only decides when to renew and when to step down.
+// outbox relay and the scheduler share, and the release at the end of a
+// lead. The lease itself (its table, its epoch, the statements that take,
+// renew and release it) stays with each service; this package only decides
+// when to renew, when to step down and how long a release may take.
 package leader
 
 import (
@@ -18,10 +19,23 @@ type Renewal struct {
 	// Renew extends the lease, bounded by ctx; held is false when another
 	// holder took it over (the statement touched no row).
 	Renew func(ctx context.Context) (held bool, err error)
+	// Free releases the lease, bounded by ctx (see Release).
+	Free func(ctx context.Context) error
 	// Logger, and the words its lines use: Holder ("outbox relay"), Lease
 	// ("leader lease") and Rival ("relay").
 	Logger              *slog.Logger
 	Holder, What, Rival string
+}
+
+// Release frees the lease for the next standby's check once the lead is
+// over: it runs after ctx ended, bounded by one lease, and a failure only
+// leaves the lease to expire.
+func (r Renewal) Release(ctx context.Context, epoch int64) {
+	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.Lease)
+	defer cancel()
+	if err := r.Free(releaseCtx); err != nil {
+		r.Logger.Warn("llmq: "+r.Holder+" could not release the "+r.What+"; a standby takes over when it expires", "err", err, "epoch", epoch)
+	}
 }
 
 // Keep renews the lease until ctx ends, and calls stepDown and returns
