@@ -40,19 +40,16 @@ type pendingCompletion struct {
 	done       chan completionDone
 }
 
-// completionDone is what became of an outcome: res when it was recorded
-// (or found stale: res.Err), else err.
+// completionDone is what became of an outcome: res when it was recorded,
+// else err (jobs.ErrLeaseLost for a stale one).
 type completionDone struct {
-	res *jobs.CompletionResult
+	res jobs.CompletionResult
 	err error
 }
 
 // doneWith answers an outcome with its result from Complete.
 func doneWith(res jobs.CompletionResult) completionDone {
-	if res.Err != nil {
-		return completionDone{err: res.Err}
-	}
-	return completionDone{res: &res}
+	return completionDone{res: res, err: res.Err}
 }
 
 // maxCompletionBatch bounds one completion transaction, and
@@ -76,18 +73,18 @@ func newCompleter(r *Runner) *completer {
 
 // submit hands a's outcome to the completer and waits until it is
 // recorded, or given up.
-func (c *completer) submit(a *attempt, completion jobs.Completion) (*jobs.CompletionResult, error) {
+func (c *completer) submit(a *attempt, completion jobs.Completion) (jobs.CompletionResult, error) {
 	p := &pendingCompletion{completion: completion, attempt: a, submitted: time.Now(), done: make(chan completionDone, 1)}
 	select {
 	case c.pending <- p:
 	case <-c.closed:
-		return nil, errors.New("lease: runner stopped before the outcome could be recorded")
+		return jobs.CompletionResult{}, errors.New("lease: runner stopped before the outcome could be recorded")
 	}
 	select {
 	case d := <-p.done:
 		return d.res, d.err
 	case <-c.closed:
-		return nil, errors.New("lease: runner stopped before the outcome could be recorded")
+		return jobs.CompletionResult{}, errors.New("lease: runner stopped before the outcome could be recorded")
 	}
 }
 

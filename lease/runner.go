@@ -617,13 +617,17 @@ func (r *Runner) record(ctx context.Context, a *attempt, c *completer, completio
 	span trace.Span, logger *slog.Logger) {
 	job := a.job
 	res, err := c.submit(a, completion)
-	r.endAttempt(context.WithoutCancel(ctx), span, job, completion, ran, res, err)
+	var recorded *jobs.CompletionResult // nil unless the outcome was recorded
+	if err == nil {
+		recorded = &res
+	}
+	r.endAttempt(context.WithoutCancel(ctx), span, job, completion, ran, recorded, err)
 	if r.cfg.AfterRecord != nil {
-		var recorded *jobs.Job
-		if res != nil {
-			recorded = res.Apply(job, completion)
+		var as *jobs.Job
+		if err == nil {
+			as = res.Apply(job, completion)
 		}
-		r.cfg.AfterRecord(recorded, err)
+		r.cfg.AfterRecord(as, err)
 	}
 	switch {
 	case errors.Is(err, jobs.ErrLeaseLost):
