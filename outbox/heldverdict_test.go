@@ -169,3 +169,37 @@ func TestAKeptVerdictHoldsBackOnlyItsKey(t *testing.T) {
 	}
 	require.Equal(t, heldIDs, order, "the held key's events in write order")
 }
+
+// A claim is all or nothing, though it is sent as one batch of statements
+// without BEGIN and COMMIT of its own: when its batch-row claim fails on a
+// row another session holds, the single-event rows it had claimed in the
+// same round trip are not left claimed. The relay's retry, skipping locked
+// rows, takes and publishes them at once; had the first claim kept them,
+// they would wait out the minute-long claim lease.
+func TestAClaimThatFailsPartWayClaimsNothing(t *testing.T) {
+	t.Parallel()
+	f := setupRelay(t)
+	ctx := t.Context()
+	for _, key := range []string{"a", "b", "c"} {
+		_, err := f.store.Write(ctx, f.db.Pool, outbox.Event{Topic: "orders", Key: key, Type: "x", Payload: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+	}
+	_, err := f.store.WriteBatch(ctx, f.db.Pool, []outbox.Event{
+		{Topic: "orders", Key: "d", Type: "x", Payload: json.RawMessage(`{}`)},
+		{Topic: "orders", Key: "e", Type: "x", Payload: json.RawMessage(`{}`)},
+	})
+	require.NoError(t, err)
+	operator, err := f.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = operator.Rollback(context.Background()) }()
+	_, err = operator.Exec(ctx, "SELECT FROM "+f.db.Schema+".outbox_batches FOR UPDATE")
+	require.NoError(t, err)
+
+	b := memory.New(memory.Config{})
+	r, err := f.store.NewRelay(f.db.Pool, b.Publisher(), outbox.RelayConfig{ClaimLease: time.Minute})
+	require.NoError(t, err)
+	res, err := r.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Published, "the single events, claimed again by the retry: the failed claim kept none")
+	require.Zero(t, f.pending(t))
+}
